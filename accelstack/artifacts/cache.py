@@ -1,0 +1,188 @@
+"""The content-addressed download cache.
+
+Layout under the cache root (``ACCELSTACK_CACHE``, else platformdirs' user cache dir for
+``accelstack``)::
+
+    blobs/sha256/<hex>        a verified file, read-only, named by its sha256
+    blobs/sha256/<hex>.part   bytes downloaded so far (resumed with an HTTP Range request)
+    blobs/sha256/<hex>.lock   the per-blob lock file (held while downloading or placing)
+
+A blob only ever appears at its final path by an atomic rename of a ``.part`` whose hash was
+checked, so a file at ``blobs/sha256/<hex>`` is either complete or absent. Lock files stay behind
+(that is normal for file locks) and are tiny.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Optional, Union
+
+from .errors import CacheError
+
+CACHE_ENV = "ACCELSTACK_CACHE"
+HASH_CHUNK = 1 << 20
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def default_cache_dir() -> Path:
+    """``$ACCELSTACK_CACHE`` if set, else the platform's user cache directory for accelstack."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("accelstack"))
+
+
+def check_sha256(value: str) -> str:
+    """Return ``value`` if it is 64 lowercase hex digits, else raise ``ValueError``."""
+    if not isinstance(value, str) or not _HEX64.match(value):
+        raise ValueError(f"not a sha256 (64 lowercase hex digits): {value!r}")
+    return value
+
+
+def hash_file(path: Union[str, Path], limit: Optional[int] = None) -> "hashlib._Hash":
+    """The sha256 object of the first ``limit`` bytes (all when ``None``) of ``path``."""
+    h = hashlib.sha256()
+    remaining = limit
+    with open(path, "rb") as fh:
+        while remaining is None or remaining > 0:
+            want = HASH_CHUNK if remaining is None else min(HASH_CHUNK, remaining)
+            data = fh.read(want)
+            if not data:
+                break
+            h.update(data)
+            if remaining is not None:
+                remaining -= len(data)
+    return h
+
+
+def remove_file(path: Path) -> None:
+    """Delete ``path`` if it exists, read-only or not."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        # Windows refuses to delete read-only files.
+        try:
+            os.chmod(path, stat.S_IWRITE | stat.S_IREAD)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+class Cache:
+    """A content-addressed blob store rooted at ``root``."""
+
+    def __init__(self, root: Union[str, Path, None] = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.root / "blobs" / "sha256"
+
+    def ensure(self) -> None:
+        try:
+            self.blob_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(
+                f"cannot create the download cache at {self.blob_dir} ({exc.strerror or exc})",
+                f"set {CACHE_ENV} to a writable directory",
+            ) from None
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.blob_dir / check_sha256(sha256)
+
+    def part_path(self, sha256: str) -> Path:
+        return self.blob_dir / (check_sha256(sha256) + ".part")
+
+    def lock_path(self, sha256: str) -> Path:
+        return self.blob_dir / (check_sha256(sha256) + ".lock")
+
+    def lock(self, sha256: str):
+        """The per-blob inter-process lock (a ``filelock.FileLock``; use as a context manager)."""
+        import filelock
+
+        self.ensure()
+        return filelock.FileLock(str(self.lock_path(sha256)))
+
+    def part_size(self, sha256: str) -> int:
+        try:
+            return self.part_path(sha256).stat().st_size
+        except OSError:
+            return 0
+
+    def valid(self, sha256: str, size: int, *, verify: bool = True) -> bool:
+        """True if the blob is present with ``size`` bytes (and, with ``verify``, the right hash).
+
+        Has no side effects; safe to call while holding the blob's lock.
+        """
+        path = self.blob_path(sha256)
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        if not verify:
+            return True
+        try:
+            return hash_file(path).hexdigest() == sha256
+        except OSError:
+            return False
+
+    def has(self, sha256: str, size: int, *, verify: bool = True) -> bool:
+        """Like :meth:`valid`, but a blob that fails the check is removed (under its lock)
+        so that it will be fetched again. Do not call while holding the blob's lock.
+        """
+        if self.valid(sha256, size, verify=verify):
+            return True
+        if self.blob_path(sha256).exists() or self.blob_path(sha256).is_symlink():
+            with self.lock(sha256):
+                # Another process may have placed a good copy meanwhile.
+                if self.valid(sha256, size, verify=verify):
+                    return True
+                remove_file(self.blob_path(sha256))
+        return False
+
+    def get(self, sha256: str, size: int, *, verify: bool = True) -> Optional[Path]:
+        """The blob's path if it is cached (see :meth:`has`), else ``None``."""
+        return self.blob_path(sha256) if self.has(sha256, size, verify=verify) else None
+
+    def place(self, part: Path, sha256: str) -> Path:
+        """Atomically move a verified ``.part`` into place, read-only. Call under the blob's lock."""
+        final = self.blob_path(sha256)
+        try:
+            os.chmod(part, 0o444)
+        except OSError:
+            pass
+        try:
+            os.replace(part, final)
+        except PermissionError:
+            remove_file(final)
+            os.replace(part, final)
+        _fsync_dir(final.parent)
+        return final
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename durable (POSIX); a no-op where directories cannot be opened."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

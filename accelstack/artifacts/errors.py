@@ -1,0 +1,78 @@
+"""Errors raised while fetching, caching and unpacking artifacts.
+
+Every one says what happened and, where a person can act, what to do (``hint``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import AccelstackError
+
+
+class ArtifactError(AccelstackError):
+    """Base of every artifact problem."""
+
+
+class FetchError(ArtifactError):
+    """A file could not be fetched from any of its mirrors.
+
+    ``transient`` tells the retry loop whether trying the same URL again may help
+    (connection errors, timeouts, 5xx) or not (404, 403, a mirror serving another file).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: Optional[str] = None,
+        *,
+        transient: bool = False,
+        status: Optional[int] = None,
+        retry_after: Optional[float] = None,
+        url: Optional[str] = None,
+    ) -> None:
+        super().__init__(message, hint)
+        self.transient = transient
+        self.status = status
+        self.retry_after = retry_after
+        self.url = url
+
+
+class HashMismatchError(FetchError):
+    """The bytes served do not hash to the expected sha256."""
+
+    def __init__(self, message: str, *, expected: str, actual: str, hint: Optional[str] = None, url: Optional[str] = None) -> None:
+        super().__init__(message, hint, url=url)
+        self.expected = expected
+        self.actual = actual
+
+
+class SizeMismatchError(FetchError):
+    """A mirror serves (or announces) a different number of bytes than the reference declares."""
+
+
+class InsecureURLError(FetchError):
+    """A URL is not https (nor loopback http, nor file://)."""
+
+
+class OfflineError(FetchError):
+    """Offline mode is on and a file is not in the cache."""
+
+
+class FetchCancelled(FetchError):
+    """The batch was cancelled (Ctrl-C); partial files are kept for the next run."""
+
+
+class DiskSpaceError(ArtifactError):
+    """Not enough free disk space for what is about to be written."""
+
+
+class CacheError(ArtifactError):
+    """The cache directory cannot be created, locked or written."""
+
+
+class UnsafeArchiveError(ArtifactError):
+    """An archive holds something that must not be extracted (traversal, escaping link, device, bomb)."""
+
+
+class ArchiveFormatError(ArtifactError):
+    """An archive is of an unknown or unsupported format, or is corrupt."""

@@ -1,0 +1,68 @@
+"""The `accelstack` command: a thin layer that parses arguments, calls the library, and prints.
+
+Each subcommand lives in ``accelstack/commands/<name>.py`` with ``register(subparsers)``; it sets
+``func(args) -> int`` on its parser. Only this layer prints; errors become messages with a hint
+and an exit code, never tracebacks (``ACCELSTACK_DEBUG=1`` shows them).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import List, Optional
+
+from . import __version__
+from .errors import AccelstackError
+
+# One line per subcommand module, in the order `--help` lists them.
+COMMAND_MODULES = [
+    "accelstack.commands.detect",
+]
+
+EPILOG = """\
+first run on a new machine:
+  accelstack detect            what accelerators this machine has, and what to use
+  accelstack detect --json     the same as a JSON HardwareReport
+
+every command accepts --json for machine-readable output; see `accelstack COMMAND --help`.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accelstack",
+        description="Find this machine's accelerator, pick the image-generation runtime that runs on it, "
+        "install it safely and prove it works.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"accelstack {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except AccelstackError as exc:
+        if os.environ.get("ACCELSTACK_DEBUG"):
+            raise
+        if getattr(args, "json", False):
+            print(json.dumps({"error": type(exc).__name__, "message": exc.message, "hint": exc.hint or ""}))
+        else:
+            print(f"accelstack: error: {exc.message}", file=sys.stderr)
+            if exc.hint:
+                print(f"  what to do: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("accelstack: interrupted", file=sys.stderr)
+        return 130

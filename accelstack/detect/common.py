@@ -1,0 +1,199 @@
+"""Helpers shared by the per-OS probes: safe reads, problem recording, nvidia-smi parsing."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from . import tables
+from .report import GPU, Problem
+from .system import CommandResult, System
+
+NVIDIA_SMI_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,pci.bus_id,name,memory.total,memory.free,driver_version,compute_cap",
+    "--format=csv,noheader,nounits",
+]
+NVIDIA_SMI_QUERY_OLD = [  # drivers before ~510 reject the compute_cap field
+    "nvidia-smi",
+    "--query-gpu=index,pci.bus_id,name,memory.total,memory.free,driver_version",
+    "--format=csv,noheader,nounits",
+]
+MIB = 1024 * 1024
+
+
+@dataclass
+class Probe:
+    """What a per-OS probe accumulates: the system to ask, and problems found on the way."""
+
+    system: System
+    problems: List[Problem] = field(default_factory=list)
+    timeout: float = 5.0
+
+    def problem(self, code: str, message: str, hint: str = "", severity: str = "warning", gpu: Optional[int] = None) -> None:
+        if any(p.code == code and p.gpu == gpu for p in self.problems):
+            return
+        self.problems.append(Problem(code=code, message=message, hint=hint, severity=severity, gpu=gpu))
+
+    def read(self, path: str) -> Optional[str]:
+        """File text, or None when missing; unreadable files become a problem, not a crash."""
+        try:
+            return self.system.read_text(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (13, 1):  # EACCES, EPERM
+                self.problem("unreadable", f"cannot read {path}: {exc.strerror}", "run detection as a user that can read it", "info")
+            return None
+
+    def read_line(self, path: str) -> str:
+        text = self.read(path)
+        return text.strip() if text else ""
+
+    def list_dir(self, path: str) -> List[str]:
+        try:
+            return self.system.list_dir(path)
+        except OSError:
+            return []
+
+    def run(self, argv: List[str], what: str) -> CommandResult:
+        result = self.system.run(argv, self.timeout)
+        if result.timed_out:
+            self.problem(
+                f"{what}_hung",
+                f"`{' '.join(argv[:2])}` did not answer within {self.timeout:g} s",
+                "a wedged GPU or driver often causes this: reboot, or reload the driver",
+                "error",
+            )
+        return result
+
+
+def norm_bus_id(bus: str) -> str:
+    """'00000000:2D:00.0' / '2d:00.0' / 'PCI bus 45, device 0, function 0' -> '0000:2d:00.0'."""
+    b = bus.strip().lower()
+    m = re.search(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])", b)
+    if m:
+        return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
+    m = re.search(r"\b([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])\b", b)
+    if m:
+        return f"0000:{m.group(1)}:{m.group(2)}.{m.group(3)}"
+    m = re.search(r"bus (\d+), device (\d+), function (\d+)", b)
+    if m:
+        return f"0000:{int(m.group(1)):02x}:{int(m.group(2)):02x}.{int(m.group(3))}"
+    return ""
+
+
+def _num(text: str) -> Optional[float]:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+@dataclass
+class SmiGPU:
+    index: int
+    bus_id: str
+    name: str
+    vram_total: Optional[int]
+    vram_free: Optional[int]
+    driver_version: str
+    compute_capability: str
+
+
+def parse_smi_csv(text: str) -> List[SmiGPU]:
+    """Rows of our ``--query-gpu`` CSV; malformed rows are skipped, never fatal."""
+    out: List[SmiGPU] = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 6 or not parts[0].isdigit():
+            continue
+        total, free = _num(parts[3]), _num(parts[4])
+        cc = parts[6] if len(parts) > 6 and re.fullmatch(r"\d+\.\d+", parts[6]) else ""
+        driver = parts[5] if re.fullmatch(r"[\d.]+", parts[5]) else ""
+        out.append(
+            SmiGPU(
+                index=int(parts[0]),
+                bus_id=norm_bus_id(parts[1]),
+                name=parts[2],
+                vram_total=int(total * MIB) if total is not None else None,
+                vram_free=int(free * MIB) if free is not None else None,
+                driver_version=driver,
+                compute_capability=cc,
+            )
+        )
+    return out
+
+
+def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
+    """Ask nvidia-smi (query mode). None when it is absent or failed (a problem says why)."""
+    res = probe.run(NVIDIA_SMI_QUERY, "nvidia_smi")
+    if res.missing or res.timed_out:
+        return None
+    text = res.stdout + res.stderr
+    if res.returncode != 0 and "compute_cap" in text and "not a valid field" in text.lower():
+        res = probe.run(NVIDIA_SMI_QUERY_OLD, "nvidia_smi")
+        text = res.stdout + res.stderr
+    if res.ok:
+        rows = parse_smi_csv(res.stdout)
+        if rows:
+            return rows
+        probe.problem("nvidia_smi_garbage", "nvidia-smi printed output that could not be understood", "run `nvidia-smi` by hand; reinstall the NVIDIA driver if it fails", "warning")
+        return None
+    if "version mismatch" in text.lower():
+        probe.problem(
+            "nvidia_driver_library_mismatch",
+            "nvidia-smi: NVML driver/library version mismatch (the loaded kernel module and the installed user-space driver differ)",
+            "reboot after a driver update, or reinstall one consistent NVIDIA driver version",
+            "error",
+        )
+    elif "couldn't communicate with the nvidia driver" in text.lower() or "no devices were found" in text.lower():
+        probe.problem(
+            "nvidia_driver_not_loaded",
+            "nvidia-smi cannot talk to the NVIDIA driver",
+            "install the NVIDIA proprietary driver (and reboot) so that CUDA can be used",
+            "error",
+        )
+    else:
+        first = (text.strip().splitlines() or ["no output"])[0][:200]
+        probe.problem("nvidia_smi_failed", f"nvidia-smi failed (exit {res.returncode}): {first}", "run `nvidia-smi` by hand to see why", "warning")
+    return None
+
+
+def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
+    """Complete an NVIDIA GPU from nvidia-smi and the tables."""
+    if smi:
+        if smi.name and (not gpu.name or gpu.name.startswith("NVIDIA device")):
+            gpu.name = smi.name
+        gpu.vram_total = smi.vram_total or gpu.vram_total
+        gpu.vram_free = smi.vram_free
+        gpu.driver_version = smi.driver_version or gpu.driver_version
+        if smi.compute_capability:
+            gpu.compute_capability = smi.compute_capability
+            gpu.sources.append("compute_capability: nvidia-smi")
+        gpu.sources.append("vram, driver: nvidia-smi")
+    if not gpu.compute_capability and gpu.name:
+        gpu.compute_capability = tables.nvidia_compute_capability(gpu.name)
+        if gpu.compute_capability:
+            gpu.sources.append("compute_capability: name table")
+    if gpu.driver_version and not gpu.cuda_driver_version:
+        gpu.cuda_driver_version = tables.cuda_for_driver(gpu.driver_version, os_name)
+
+
+def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") -> str:
+    """discrete vs integrated from what we know of the chip."""
+    if vendor == "apple":
+        return "integrated"
+    if vendor == "intel":
+        if device_id and tables.intel_is_discrete_id(device_id):
+            return "discrete"
+        return tables.intel_generation(name)[1] if name else "integrated"
+    if vendor == "amd":
+        if gfx:
+            return "integrated" if tables.amd_is_integrated(gfx) else "discrete"
+        if re.search(r"Radeon\(TM\) Graphics|Radeon Graphics|Vega \d+ Graphics|\d{3}M\b", name, re.I):
+            return "integrated"
+        return "discrete" if name else "unknown"
+    if vendor == "nvidia":
+        return "integrated" if re.search(r"Jetson|Orin|Xavier|Tegra|GB10\b", name, re.I) else "discrete"
+    return "unknown"

@@ -1,0 +1,130 @@
+"""macOS: ``sysctl`` for CPU and memory facts, ``system_profiler`` for GPUs and Metal support."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Dict, List
+
+from . import tables
+from .common import Probe, classify_kind
+from .cpu import cpu_from_sysctl, parse_sysctl
+from .report import GPU, HardwareReport
+
+SYSCTL = ["sysctl", "hw", "machdep.cpu", "sysctl.proc_translated"]
+PROFILER_JSON = ["system_profiler", "SPDisplaysDataType", "-json"]
+PROFILER_TEXT = ["system_profiler", "SPDisplaysDataType"]
+_VENDOR_WORDS = {"apple": "apple", "amd": "amd", "ati": "amd", "intel": "intel", "nvidia": "nvidia"}
+
+
+def probe(p: Probe, report: HardwareReport) -> None:
+    facts = p.system.platform()
+    report.os.version = facts.mac_version
+    res = p.run(SYSCTL, "sysctl")
+    values = parse_sysctl(res.stdout) if res.stdout else {}
+    # sysctl.proc_translated = 1: this (x86_64) process runs under Rosetta on Apple Silicon.
+    report.os.rosetta = values.get("sysctl.proc_translated", "0").strip() == "1"
+    if report.os.rosetta:
+        p.problem(
+            "rosetta",
+            "this Python runs under Rosetta (x86_64 on Apple Silicon): Metal/MPS builds cannot be used from it",
+            "install a native arm64 Python (python.org or Homebrew on /opt/homebrew) and run again",
+            "error",
+        )
+    report.cpu = cpu_from_sysctl(values, "arm64" if report.os.rosetta else report.os.arch)
+    if values.get("hw.memsize", "").isdigit():
+        report.memory.ram_total = int(values["hw.memsize"])
+    report.gpus = gpus(p, report.os.version)
+
+
+def gpus(p: Probe, mac_version: str) -> List[GPU]:
+    p.timeout = max(p.timeout, 10.0)  # system_profiler is slow on a cold start
+    res = p.run(PROFILER_JSON, "system_profiler")
+    found = parse_profiler(res.stdout) if res.ok or res.stdout else []
+    if not found:
+        res = p.run(PROFILER_TEXT, "system_profiler")
+        found = parse_profiler(res.stdout) if res.stdout else []
+    for g in found:
+        if g.metal_support and _major(mac_version) and _major(mac_version) < 13 and "3" in g.metal_support:
+            g.metal_support = "Metal 2"  # Metal 3 needs macOS 13 whatever the GPU
+    return found
+
+
+def _major(version: str) -> int:
+    m = re.match(r"(\d+)", version or "")
+    return int(m.group(1)) if m else 0
+
+
+def parse_profiler(text: str) -> List[GPU]:
+    """GPUs from ``system_profiler SPDisplaysDataType`` in JSON or text form, even if cut short."""
+    entries: List[Dict[str, str]] = []
+    try:
+        data = json.loads(text)
+        for item in data.get("SPDisplaysDataType", []):
+            if isinstance(item, dict):
+                entries.append({k: str(v) for k, v in item.items() if not isinstance(v, (list, dict))})
+    except ValueError:
+        entries = _salvage(text)
+    out: List[GPU] = []
+    for e in entries:
+        name = e.get("sppci_model") or e.get("_name") or e.get("Chipset Model", "")
+        if not name:
+            continue
+        vendor_raw = (e.get("spdisplays_vendor") or e.get("sppci_vendor") or e.get("Vendor") or name).lower()
+        vid = re.search(r"0x([0-9a-f]{4})", vendor_raw)
+        vendor = tables.PCI_VENDORS.get(vid.group(1)) if vid else None
+        if not vendor:
+            vendor = next((v for w, v in _VENDOR_WORDS.items() if w in vendor_raw.replace("sppci_vendor_", "")), "other")
+        dev = re.search(r"0x([0-9a-f]{4})", (e.get("spdisplays_device-id") or e.get("Device ID") or "").lower())
+        metal = e.get("spdisplays_mtlgpufamilysupport") or e.get("spdisplays_metal") or e.get("Metal Support") or e.get("Metal") or ""
+        metal = {"spdisplays_metal3": "Metal 3", "spdisplays_metal4": "Metal 4", "spdisplays_metal2": "Metal 2"}.get(metal, metal)
+        if metal.startswith("Supported, feature set"):
+            metal = "Metal 2 (" + metal.split("feature set", 1)[1].strip() + ")"
+        g = GPU(
+            index=len(out),
+            vendor=vendor,
+            name=name,
+            pci_vendor_id=vid.group(1) if vid else ("106b" if vendor == "apple" else ""),
+            pci_device_id=dev.group(1) if dev else "",
+            metal_support=metal,
+            driver="macos",
+            sources=["system_profiler SPDisplaysDataType"],
+        )
+        vram = e.get("spdisplays_vram") or e.get("VRAM (Total)") or e.get("spdisplays_vram_shared") or ""
+        m = re.match(r"\s*(\d+)\s*(GB|MB)", vram)
+        if m:
+            g.vram_total = int(m.group(1)) * (1024 ** 3 if m.group(2) == "GB" else 1024 ** 2)
+        if vendor == "apple":
+            m = re.search(r"\b(M\d+)(?: (Pro|Max|Ultra))?", name)
+            g.apple_family = " ".join(filter(None, m.groups())) if m else name
+        elif vendor == "amd":
+            g.gfx_target = tables.amd_gfx_target(g.pci_device_id, name)
+        elif vendor == "intel":
+            g.intel_generation = tables.intel_generation(name)[0]
+        bus = (e.get("sppci_bus") or e.get("Bus") or "").lower()
+        g.kind = "integrated" if "builtin" in bus or "built-in" in bus or vendor in ("apple", "intel") else classify_kind(vendor, name, g.pci_device_id, g.gfx_target)
+        if "pcie" in bus and vendor != "apple":
+            g.kind = "discrete"
+        out.append(g)
+    return out
+
+
+def _salvage(text: str) -> List[Dict[str, str]]:
+    """Key/value pairs from truncated JSON or from the text form; one entry per GPU block."""
+    entries: List[Dict[str, str]] = []
+    current: Dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r'\s*"([^"]+)"\s*:\s*"([^"]*)"', line) or re.match(r"\s*([A-Za-z][\w ()-]+):\s*(.+)$", line)
+        if not m:
+            continue
+        key, value = m.group(1).strip(), m.group(2).strip()
+        if key in ("_name", "Chipset Model") and (key != "_name" or not current.get("_name")):
+            if key == "Chipset Model" or not current:
+                if current:
+                    entries.append(current)
+                current = {}
+        if key == "_name" and current.get("_name"):
+            continue  # a display's _name inside the GPU entry
+        current.setdefault(key, value)
+    if current:
+        entries.append(current)
+    return [e for e in entries if e.get("_name") or e.get("Chipset Model")]

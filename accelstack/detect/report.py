@@ -1,0 +1,143 @@
+"""The HardwareReport: facts about a machine, never decisions about what to install.
+
+Every field is plain data so the report round-trips through JSON (``accelstack detect --json``
+writes it, ``accelstack plan --hardware report.json`` reads it back). Sizes are bytes, versions
+are strings as the vendor prints them, PCI ids are 4 lowercase hex digits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+REPORT_FORMAT = 1
+
+# Vendors, kinds and API names are plain strings (stable in JSON); these tuples list the values.
+VENDORS = ("nvidia", "amd", "intel", "apple", "other")
+GPU_KINDS = ("discrete", "integrated", "unknown")
+API_NAMES = ("cuda", "rocm", "vulkan", "metal", "directml", "xpu", "cpu")
+
+
+@dataclass
+class Problem:
+    """Something a person can fix, with the fix. ``code`` is stable for programs to match on."""
+
+    code: str
+    message: str
+    hint: str = ""
+    severity: str = "warning"  # "error" | "warning" | "info"
+    gpu: Optional[int] = None  # index into HardwareReport.gpus when it concerns one GPU
+
+
+@dataclass
+class OSInfo:
+    name: str  # "linux" | "windows" | "macos" | other platform.system().lower()
+    version: str = ""  # distro/OS release ("Ubuntu 22.04", "10.0.22631", "14.4.1")
+    kernel: str = ""
+    arch: str = ""  # normalized: "x86_64" | "arm64" | as reported for others
+    python_version: str = ""
+    libc: str = ""  # "glibc" | "musl" | ""
+    libc_version: str = ""
+    wsl: bool = False  # running under WSL2 (GPU through /dev/dxg)
+    rosetta: bool = False  # an x86_64 process translated on Apple Silicon
+    container: str = ""  # "docker" | "podman" | "lxc" | "kubernetes" | "" when none detected
+
+
+@dataclass
+class CPUInfo:
+    vendor: str = ""  # "intel" | "amd" | "apple" | "arm" | ... (normalized lowercase)
+    model: str = ""
+    physical_cores: Optional[int] = None
+    logical_cores: Optional[int] = None
+    features: List[str] = field(default_factory=list)  # normalized, sorted: "avx2", "neon", ...
+    x86_64_level: Optional[int] = None  # 1..4 (x86-64-v1..v4); None off x86
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+
+@dataclass
+class MemoryInfo:
+    ram_total: Optional[int] = None
+    ram_available: Optional[int] = None
+    disk_path: str = ""  # where runtimes will be installed
+    disk_free: Optional[int] = None
+
+
+@dataclass
+class GPU:
+    index: int
+    vendor: str  # see VENDORS
+    name: str
+    pci_vendor_id: str = ""  # "10de"
+    pci_device_id: str = ""  # "2684"
+    pci_subsystem_id: str = ""  # "vvvv:dddd" of the board maker, when known
+    bus_id: str = ""  # "0000:01:00.0" (domain:bus:device.function, lowercase)
+    kind: str = "unknown"  # see GPU_KINDS
+    vram_total: Optional[int] = None
+    vram_free: Optional[int] = None
+    driver: str = ""  # kernel/OS driver name: "nvidia", "amdgpu", "i915", "xe", "nouveau", ...
+    driver_version: str = ""
+    # NVIDIA
+    compute_capability: str = ""  # "8.9"
+    cuda_driver_version: str = ""  # the highest CUDA version the driver supports, "12.4"
+    # AMD
+    gfx_target: str = ""  # "gfx1100"
+    # Intel
+    intel_generation: str = ""  # "Xe-HPG (Alchemist)", "Gen9.5", ...
+    # Apple
+    apple_family: str = ""  # "M3 Pro"
+    metal_support: str = ""  # "Metal 3"
+    sources: List[str] = field(default_factory=list)  # where each fact came from
+
+
+@dataclass
+class AcceleratorAPI:
+    """One way to run work on hardware, with why we think it is usable (or not)."""
+
+    name: str  # see API_NAMES
+    usable: bool
+    version: str = ""  # CUDA driver API version, ROCm version, Vulkan loader, macOS Metal version
+    gpus: List[int] = field(default_factory=list)  # GPU indexes it can drive
+    evidence: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Preference:
+    """One entry of the ordered accelerator preference: use ``api`` on ``gpu`` (None: the CPU)."""
+
+    api: str
+    gpu: Optional[int]
+    reason: str
+
+
+@dataclass
+class HardwareReport:
+    os: OSInfo
+    cpu: CPUInfo
+    memory: MemoryInfo
+    gpus: List[GPU] = field(default_factory=list)
+    apis: List[AcceleratorAPI] = field(default_factory=list)
+    preference: List[Preference] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)
+    rocm_version: str = ""  # installed ROCm userspace, "6.2.4"
+    vulkan_loader: str = ""  # path of the Vulkan loader found, "" when none
+    format_version: int = REPORT_FORMAT
+    source: str = "live"  # "live" | "replay:<dir>"
+    duration_ms: float = 0.0
+
+    def api(self, name: str) -> Optional[AcceleratorAPI]:
+        for a in self.apis:
+            if a.name == name:
+                return a
+        return None
+
+    def gpu(self, index: Optional[int]) -> Optional[GPU]:
+        if index is None:
+            return None
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None
+
+    def problem_codes(self) -> List[str]:
+        return [p.code for p in self.problems]

@@ -1,0 +1,133 @@
+"""Knowledge about GPUs kept as data (``detect/data/*.json``) and the lookups over it.
+
+The tables say what a GPU *is* (its compute capability, gfx target, generation, what CUDA its
+driver speaks); they never say what to install — that is the resolver's job.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sqlite3
+from importlib import resources
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+PCI_VENDORS = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
+
+
+@functools.lru_cache(maxsize=None)
+def _data(name: str) -> dict:
+    text = resources.files("accelstack.detect").joinpath("data", name).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=None)
+def _rules(name: str, key: str) -> List[Tuple[re.Pattern, tuple]]:
+    return [(re.compile(r[0], re.IGNORECASE), tuple(r[1:])) for r in _data(name)[key]["rules"]]
+
+
+def _first(name: str, key: str, text: str) -> Optional[tuple]:
+    for pattern, values in _rules(name, key):
+        if pattern.search(text):
+            return values
+    return None
+
+
+def parse_version(text: str) -> Optional[Version]:
+    try:
+        return Version(text.strip())
+    except (InvalidVersion, AttributeError):
+        return None
+
+
+def cuda_for_driver(driver_version: str, os_name: str) -> str:
+    """The highest CUDA version an NVIDIA driver supports ("" when unknown or too old)."""
+    v = parse_version(driver_version)
+    if v is None:
+        return ""
+    table = _data("nvidia.json")["cuda_by_driver"]["windows" if os_name == "windows" else "linux"]
+    for cuda, minimum in table:
+        if v >= Version(minimum):
+            return cuda
+    return ""
+
+
+def nvidia_compute_capability(name: str) -> str:
+    hit = _first("nvidia.json", "compute_capability_by_name", name)
+    return hit[0] if hit else ""
+
+
+def amd_gfx_target(device_id: str = "", name: str = "") -> str:
+    gfx = _data("amd.json")["gfx_by_device_id"].get(device_id.lower(), "") if device_id else ""
+    if not gfx and name:
+        hit = _first("amd.json", "gfx_by_name", name)
+        gfx = hit[0] if hit else ""
+    return gfx
+
+
+def amd_is_integrated(gfx: str) -> bool:
+    return gfx in _data("amd.json")["integrated_gfx"]
+
+
+def gfx_from_target_version(value: int) -> str:
+    """kfd's ``gfx_target_version`` (e.g. 110000, 90010) -> "gfx1100", "gfx90a"."""
+    if value <= 0:
+        return ""
+    major, minor, step = value // 10000, (value // 100) % 100, value % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def intel_generation(name: str) -> Tuple[str, str]:
+    """(generation, kind) for an Intel GPU name; ("", "unknown") when not recognised."""
+    hit = _first("intel.json", "generation_by_name", name)
+    return (hit[0], hit[1]) if hit else ("", "unknown")
+
+
+def intel_is_discrete_id(device_id: str) -> bool:
+    return any(device_id.lower().startswith(p) for p in _data("intel.json")["discrete_device_ids"]["prefixes"])
+
+
+@functools.lru_cache(maxsize=1)
+def _pci_db() -> Dict[Tuple[str, str], Tuple[str, bool]]:
+    """torchruntime's PCI-ID database (NVIDIA, AMD, discrete Intel), loaded once; {} if absent."""
+    try:
+        path = resources.files("torchruntime").joinpath("gpu_pci_ids.db")
+        with resources.as_file(path) as db_path:
+            conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+            try:
+                rows = conn.execute("SELECT vendor_id, device_id, device_name, is_discrete FROM pci_ids").fetchall()
+            finally:
+                conn.close()
+    except Exception:  # torchruntime missing or its db unreadable: names fall back to ids
+        return {}
+    return {(v.lower(), d.lower()): (name, bool(disc)) for v, d, name, disc in rows}
+
+
+def pci_lookup(vendor_id: str, device_id: str) -> Optional[Tuple[str, bool]]:
+    """(marketing name, is_discrete) for a PCI id pair, when the database knows it."""
+    return _pci_db().get((vendor_id.lower(), device_id.lower()))
+
+
+def pretty_pci_name(vendor: str, raw: str) -> str:
+    """pci.ids style 'AD104 [GeForce RTX 4070]' -> 'NVIDIA GeForce RTX 4070'."""
+    m = re.search(r"\[([^\]]+)\]\s*$", raw)
+    name = m.group(1) if m else raw
+    name = name.split(" / ")[0].strip()
+    prefix = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(vendor, "")
+    if prefix and not name.lower().startswith(prefix.lower()):
+        name = f"{prefix} {name}"
+    return name
+
+
+def jetson_cuda(l4t_version: str) -> str:
+    major = l4t_version.split(".")[0]
+    for prefix, cuda in _data("nvidia.json")["jetson_l4t_cuda"]["rules"]:
+        if major == prefix:
+            return cuda
+    return ""
+
+
+def rocm_supports(gfx: str) -> bool:
+    return gfx in _data("amd.json")["rocm_supported_gfx"]["targets"]

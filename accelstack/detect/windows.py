@@ -1,0 +1,144 @@
+"""Windows: one PowerShell/CIM call for GPUs, VRAM (registry), CPU and its features; nvidia-smi for NVIDIA.
+
+Win32_VideoController.AdapterRAM is a 32-bit field that caps at 4 GiB, so the real VRAM comes from
+the display class registry key's ``HardwareInformation.qwMemorySize`` (or nvidia-smi).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional
+
+from . import tables
+from .common import Probe, classify_kind, fill_nvidia, query_nvidia_smi
+from .cpu import normalize_features, x86_64_level
+from .report import GPU, HardwareReport
+
+SCRIPT = (
+    "$ErrorActionPreference='SilentlyContinue';"
+    "$o=[ordered]@{};"
+    "$o.gpus=@(Get-CimInstance Win32_VideoController | Select-Object Name,PNPDeviceID,DriverVersion,AdapterRAM,Status);"
+    "$o.registry=@(Get-ItemProperty 'HKLM:\\SYSTEM\\CurrentControlSet\\Control\\Class\\{4d36e968-e325-11ce-bfc1-08002be10318}\\0*' "
+    "| Select-Object DriverDesc,MatchingDeviceId,'HardwareInformation.qwMemorySize');"
+    "$o.cpu=Get-CimInstance Win32_Processor | Select-Object -First 1 Name,Manufacturer,NumberOfCores,NumberOfLogicalProcessors;"
+    "Add-Type -Namespace W -Name K -MemberDefinition '[DllImport(\"kernel32.dll\")] public static extern bool IsProcessorFeaturePresent(uint f);';"
+    "$o.features=[ordered]@{};foreach($f in 13,19,36,37,38,39,40,41,43,46){$o.features[\"$f\"]=[W.K]::IsProcessorFeaturePresent($f)};"
+    "$o|ConvertTo-Json -Depth 4 -Compress"
+)
+POWERSHELL = ["powershell", "-NoProfile", "-NonInteractive", "-Command", SCRIPT]
+# IsProcessorFeaturePresent ids (winnt.h PF_*) -> our feature names.
+_PF = {"13": "sse3", "19": "neon", "36": "ssse3", "37": "sse4.1", "38": "sse4.2", "39": "avx", "40": "avx2", "41": "avx512f", "43": "dotprod", "46": "sve"}
+VULKAN_DLL = "C:\\Windows\\System32\\vulkan-1.dll"
+
+
+def probe(p: Probe, report: HardwareReport) -> None:
+    facts = p.system.platform()
+    report.os.version = facts.win_version or facts.version
+    p.timeout = max(p.timeout, 15.0)  # PowerShell + Add-Type compile is slow on a cold start
+    res = p.run(POWERSHELL, "powershell")
+    data: Dict[str, Any] = {}
+    if res.stdout.strip():
+        try:
+            parsed = json.loads(res.stdout)
+            data = parsed if isinstance(parsed, dict) else {}
+        except ValueError:
+            p.problem("powershell_garbage", "the PowerShell hardware query printed output that could not be understood", "run `accelstack detect --capture DIR` and attach DIR to a bug report", "warning")
+    elif not res.timed_out:
+        p.problem("powershell_failed", "the PowerShell hardware query failed" + (f": {res.stderr.strip()[:200]}" if res.stderr.strip() else ""), "check that Windows PowerShell is available and not blocked by policy", "warning")
+    _cpu(report, data.get("cpu") or {}, data.get("features") or {})
+    report.gpus = gpus(p, data)
+    if p.system.exists(VULKAN_DLL):
+        report.vulkan_loader = VULKAN_DLL
+
+
+def _cpu(report: HardwareReport, cpu: Dict[str, Any], features: Dict[str, Any]) -> None:
+    cpu = cpu if isinstance(cpu, dict) else {}
+    raw = [name for pf, name in _PF.items() if features.get(pf) is True]
+    if report.os.arch == "x86_64" and "avx2" in raw:
+        # Windows exposes no PF_ flag for these; every shipping AVX2 CPU (Haswell+, Excavator+) has them.
+        raw += ["fma", "f16c", "bmi1", "bmi2", "lzcnt", "movbe", "xsave", "popcnt", "cx16", "lahf"]
+    elif report.os.arch == "x86_64" and "sse4.2" in raw:
+        raw += ["popcnt", "cx16", "lahf"]
+    report.cpu.features = normalize_features(raw)
+    report.cpu.model = str(cpu.get("Name") or "").strip()
+    report.cpu.vendor = "intel" if "intel" in str(cpu.get("Manufacturer", "")).lower() else ("amd" if "amd" in str(cpu.get("Manufacturer", "")).lower() else str(cpu.get("Manufacturer") or "").lower())
+    report.cpu.physical_cores = cpu.get("NumberOfCores") if isinstance(cpu.get("NumberOfCores"), int) else None
+    report.cpu.logical_cores = cpu.get("NumberOfLogicalProcessors") if isinstance(cpu.get("NumberOfLogicalProcessors"), int) else None
+    if report.os.arch == "x86_64" and report.cpu.features:
+        report.cpu.x86_64_level = x86_64_level(report.cpu.features)
+
+
+def nvidia_driver_from_windows(version: str) -> str:
+    """'31.0.15.3742' -> '537.42': NVIDIA's version is the last five digits of the WDDM version."""
+    digits = "".join(version.split(".")[-2:])
+    if len(digits) < 5 or not digits.isdigit():
+        return ""
+    d = digits[-5:]
+    return f"{int(d[:3])}.{d[3:]}"
+
+
+def _as_list(value: Any) -> List[Dict[str, Any]]:
+    if isinstance(value, dict):
+        return [value]
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
+    registry = _as_list(data.get("registry"))
+    found: List[GPU] = []
+    for item in _as_list(data.get("gpus")):
+        pnp = str(item.get("PNPDeviceID") or "")
+        m = re.search(r"VEN_([0-9A-F]{4})&DEV_([0-9A-F]{4})(?:&SUBSYS_([0-9A-F]{8}))?", pnp, re.I)
+        if not m:
+            continue  # Microsoft Basic Display Adapter, remote display drivers, virtual adapters
+        vendor_id, device_id = m.group(1).lower(), m.group(2).lower()
+        vendor = tables.PCI_VENDORS.get(vendor_id, "other")
+        name = str(item.get("Name") or "").strip() or f"PCI device {vendor_id}:{device_id}"
+        g = GPU(index=len(found), vendor=vendor, name=name, pci_vendor_id=vendor_id, pci_device_id=device_id, driver="wddm", sources=["Win32_VideoController"])
+        if m.group(3):
+            sub = m.group(3).lower()
+            g.pci_subsystem_id = f"{sub[4:]}:{sub[:4]}"
+        raw_driver = str(item.get("DriverVersion") or "")
+        g.driver_version = nvidia_driver_from_windows(raw_driver) if vendor == "nvidia" else raw_driver
+        status = str(item.get("Status") or "OK")
+        if status not in ("OK", ""):
+            p.problem("gpu_status", f"Windows reports {name} as '{status}'", "open Device Manager: the GPU may be disabled or its driver failed to start", "warning", g.index)
+        g.vram_total = _registry_vram(registry, vendor_id, device_id, name)
+        if g.vram_total:
+            g.sources.append("vram: registry HardwareInformation.qwMemorySize")
+        else:
+            ram = item.get("AdapterRAM")
+            if isinstance(ram, int) and ram > 0:
+                g.vram_total = ram  # capped at 4 GiB by the 32-bit field
+                g.sources.append("vram: AdapterRAM (32-bit, capped at 4 GiB)")
+        known = tables.pci_lookup(vendor_id, device_id)
+        if vendor == "amd":
+            g.gfx_target = tables.amd_gfx_target(device_id, name)
+        if vendor == "intel":
+            g.intel_generation = tables.intel_generation(name)[0]
+        g.kind = ("discrete" if known[1] else "integrated") if known else classify_kind(vendor, name, device_id, g.gfx_target)
+        if vendor == "amd" and g.gfx_target and tables.amd_is_integrated(g.gfx_target):
+            g.kind = "integrated"
+        found.append(g)
+
+    nvidia = [g for g in found if g.vendor == "nvidia"]
+    if nvidia:
+        smi = query_nvidia_smi(p) or []
+        for i, g in enumerate(nvidia):
+            s = next((s for s in smi if s.name == g.name), smi[i] if i < len(smi) else None)
+            if s:
+                g.bus_id = s.bus_id
+            fill_nvidia(g, s, "windows")
+            if not s and not g.driver_version:
+                p.problem("nvidia_driver_not_loaded", f"{g.name} has no NVIDIA driver", "install the NVIDIA driver from nvidia.com or Windows Update", "error", g.index)
+    return found
+
+
+def _registry_vram(registry: List[Dict[str, Any]], vendor_id: str, device_id: str, name: str) -> Optional[int]:
+    for entry in registry:
+        match = str(entry.get("MatchingDeviceId") or "").lower()
+        if f"ven_{vendor_id}&dev_{device_id}" in match or (entry.get("DriverDesc") == name and name):
+            value = entry.get("HardwareInformation.qwMemorySize")
+            if isinstance(value, int) and value > 0:
+                return value
+    return None

@@ -1,0 +1,24 @@
+"""Errors about manifests: their envelope, signature, freshness and version history."""
+from __future__ import annotations
+
+from ..errors import AccelstackError
+
+
+class ManifestError(AccelstackError):
+    """Base of every manifest problem."""
+
+
+class ManifestFormatError(ManifestError):
+    """The manifest is not valid JSON, or a field is missing, of the wrong type, or unknown."""
+
+
+class ManifestSignatureError(ManifestError):
+    """The manifest is unsigned, or no trusted key produced its signature."""
+
+
+class ManifestExpiredError(ManifestError):
+    """The manifest's ``expires`` date has passed."""
+
+
+class ManifestRollbackError(ManifestError):
+    """The manifest is older than one already seen from the same source."""
