@@ -72,9 +72,10 @@ def detect(system: System, install_dir: Optional[str] = None, timeout: float = 5
     else:
         probe.problem("unknown_os", f"{facts.system} is not a platform accelstack knows", "only the CPU will be used", "warning")
 
-    physical, logical = system.cpu_count()
-    report.cpu.physical_cores = report.cpu.physical_cores or physical
-    report.cpu.logical_cores = report.cpu.logical_cores or logical
+    if not (report.cpu.physical_cores and report.cpu.logical_cores):
+        physical, logical = system.cpu_count()
+        report.cpu.physical_cores = report.cpu.physical_cores or physical
+        report.cpu.logical_cores = report.cpu.logical_cores or logical
     total, available = system.memory()
     where = install_dir or default_install_dir(system)
     report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where, disk_free=system.disk_free(where))

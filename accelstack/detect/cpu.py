@@ -95,23 +95,24 @@ def _vendor(text: str) -> str:
 
 
 def parse_proc_cpuinfo(text: str, arch: str) -> CPUInfo:
-    """Parse Linux ``/proc/cpuinfo`` (x86 ``flags`` or ARM ``Features``); tolerant of garbage."""
+    """Parse Linux ``/proc/cpuinfo`` (x86 ``flags`` or ARM ``Features``); tolerant of garbage.
+
+    Only the first processor block is parsed field by field (a 192-thread server repeats the same
+    block 192 times); counts come from a scan for ``processor`` and ``physical id`` lines.
+    """
+    first = text.split("\n\n", 1)[0]
     fields: Dict[str, str] = {}
-    processors = 0
-    cores_per_socket: Dict[str, int] = {}
-    for line in text.splitlines():
+    for line in first.splitlines():
         key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip().lower(), value.strip()
-        if key == "processor":
-            processors += 1
-        elif key == "cpu cores":
-            cores_per_socket[fields.get("physical id", "0")] = _int(value) or 0
-        if key not in fields:
-            fields[key] = value
-        if key == "physical id":
-            fields["physical id"] = value
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    if not fields.get("flags") and not fields.get("features"):  # ARM puts Features per core, model last
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields.setdefault(key.strip().lower(), value.strip())
+    processors = len(re.findall(r"^processor\s*:", text, re.M))
+    sockets = len(set(re.findall(r"^physical id\s*:\s*(\S+)", text, re.M))) or 1
     raw = (fields.get("flags") or fields.get("features") or "").split()
     features = normalize_features(raw)
     cpu = CPUInfo(features=features, logical_cores=processors or None)
@@ -119,8 +120,9 @@ def parse_proc_cpuinfo(text: str, arch: str) -> CPUInfo:
         cpu.vendor = _vendor(fields.get("vendor_id", ""))
         cpu.model = fields.get("model name", "")
         cpu.x86_64_level = x86_64_level(features) if features else None
-        if cores_per_socket:
-            cpu.physical_cores = sum(cores_per_socket.values())
+        cores = _int(fields.get("cpu cores", ""))
+        if cores:
+            cpu.physical_cores = cores * sockets
     else:
         implementer = fields.get("cpu implementer", "").lower()
         cpu.vendor = _ARM_IMPLEMENTERS.get(implementer, implementer)

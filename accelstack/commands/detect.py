@@ -1,0 +1,119 @@
+"""`accelstack detect`: what accelerators this machine has, what to use, and what is wrong."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List
+
+from ..detect import detect
+from ..detect.report import GPU, HardwareReport
+from ..detect.system import CapturingSystem, LiveSystem, ReplaySystem
+from ..errors import UsageError
+from ..serde import to_dict
+
+GiB = 1024 ** 3
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "detect",
+        help="report this machine's CPU, GPUs, drivers and usable accelerator APIs",
+        description="Report the CPU, every GPU (vendor, name, PCI ids, VRAM, driver, compute capability / "
+        "gfx target), which accelerator APIs are usable with their evidence, the preferred order, "
+        "and problems you can fix. Nothing is installed or changed.",
+        epilog="examples:\n"
+        "  accelstack detect                      human summary\n"
+        "  accelstack detect --json > report.json the HardwareReport, for `accelstack plan --hardware`\n"
+        "  accelstack detect --capture bug/       also save everything detection read (attach it to a bug report)\n"
+        "  accelstack detect --replay bug/        detect from a capture, on any OS",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--capture", metavar="DIR", help="save every file, command output and platform fact read into DIR")
+    src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
+    p.add_argument("--json", action="store_true", help="print the HardwareReport as JSON")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="limit for each external command (default 5 s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    if args.replay:
+        report = detect(ReplaySystem(args.replay), timeout=args.timeout)
+        report.source = f"replay:{args.replay}"
+    else:
+        system = CapturingSystem(LiveSystem()) if args.capture else LiveSystem()
+        report = detect(system, timeout=args.timeout)
+        if args.capture:
+            system.save(args.capture)
+    if args.json:
+        print(json.dumps(to_dict(report), indent=2))
+    else:
+        print(render(report))
+        if args.capture:
+            print(f"\ncapture written to {args.capture} (replay it with `accelstack detect --replay {args.capture}`)")
+    return 0
+
+
+def _size(n) -> str:
+    return f"{n / GiB:.1f} GiB" if n else "?"
+
+
+def _gpu_line(g: GPU) -> List[str]:
+    head = f"  [{g.index}] {g.name} ({g.vendor}, {g.kind})"
+    facts = []
+    if g.pci_vendor_id:
+        facts.append(f"pci {g.pci_vendor_id}:{g.pci_device_id}" + (f" at {g.bus_id}" if g.bus_id else ""))
+    if g.vram_total:
+        facts.append(f"VRAM {_size(g.vram_total)}" + (f" ({_size(g.vram_free)} free)" if g.vram_free is not None else ""))
+    if g.driver or g.driver_version:
+        facts.append(f"driver {g.driver} {g.driver_version}".strip())
+    if g.compute_capability:
+        facts.append(f"compute capability {g.compute_capability}")
+    if g.cuda_driver_version:
+        facts.append(f"CUDA up to {g.cuda_driver_version}")
+    if g.gfx_target:
+        facts.append(g.gfx_target)
+    if g.intel_generation:
+        facts.append(g.intel_generation)
+    if g.apple_family or g.metal_support:
+        facts.append(" ".join(filter(None, [g.apple_family, g.metal_support])))
+    return [head, "      " + ", ".join(facts)] if facts else [head]
+
+
+def render(r: HardwareReport) -> str:
+    o = r.os
+    flags = [f for f in ("WSL2" if o.wsl else "", "Rosetta" if o.rosetta else "", f"container: {o.container}" if o.container else "") if f]
+    lines = [
+        f"OS       {o.name} {o.version} ({o.arch}{', ' + o.libc + ' ' + o.libc_version if o.libc else ''}){'  [' + ', '.join(flags) + ']' if flags else ''}",
+        f"Python   {o.python_version}",
+        f"CPU      {r.cpu.model or r.cpu.vendor or 'unknown'}: {r.cpu.physical_cores or '?'} cores / {r.cpu.logical_cores or '?'} threads"
+        + (f", x86-64-v{r.cpu.x86_64_level}" if r.cpu.x86_64_level else ""),
+        f"         features: {' '.join(r.cpu.features) or 'unknown'}",
+        f"Memory   {_size(r.memory.ram_total)} RAM ({_size(r.memory.ram_available)} available); "
+        f"{_size(r.memory.disk_free)} free at {r.memory.disk_path}",
+        "GPUs" if r.gpus else "GPUs     none found",
+    ]
+    for g in r.gpus:
+        lines += _gpu_line(g)
+    if r.rocm_version:
+        lines.append(f"ROCm     {r.rocm_version} installed")
+    lines.append("APIs")
+    for a in r.apis:
+        mark = "yes" if a.usable else "no "
+        lines.append(f"  {mark} {a.name}{' ' + a.version if a.version else ''}" + (f" — {a.evidence[0]}" if a.evidence else ""))
+        for ev in a.evidence[1:]:
+            lines.append(f"        {ev}")
+    lines.append("Use, in this order")
+    for i, pref in enumerate(r.preference, 1):
+        lines.append(f"  {i}. {pref.api}{'' if pref.gpu is None else f' on GPU {pref.gpu}'} — {pref.reason}")
+    if r.problems:
+        lines.append("Problems")
+        for pr in r.problems:
+            lines.append(f"  {pr.severity}: {pr.message}")
+            if pr.hint:
+                lines.append(f"           what to do: {pr.hint}")
+    lines.append(f"(detected in {r.duration_ms:.0f} ms{', from ' + r.source if r.source != 'live' else ''})")
+    return "\n".join(lines)
