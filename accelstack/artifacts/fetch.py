@@ -275,6 +275,8 @@ class _Batch:
         finally:
             if not ok:
                 part.close()
+                if part.offset == 0:
+                    remove_file(part.path)  # nothing worth resuming (e.g. deleted after a mismatch)
 
     def _from_mirror(self, ref: ArtifactRef, url: str, part: _PartFile, task: str) -> None:
         """Fill ``part`` from ``url`` until complete and verified, or raise ``FetchError``."""
@@ -435,10 +437,12 @@ def _validate(ref: ArtifactRef, need_urls: bool) -> None:
             check_url(url)
 
 
-def check_disk_space(cache: Cache, needed: int, *, headroom: int = DISK_HEADROOM) -> None:
+def check_disk_space(cache: Cache, needed: int, *, headroom: Optional[int] = None) -> None:
     """Raise :class:`DiskSpaceError` unless ``needed`` bytes (plus headroom) fit in the cache."""
     import psutil
 
+    if headroom is None:
+        headroom = DISK_HEADROOM
     if needed <= 0:
         return
     cache.ensure()

@@ -22,3 +22,7 @@ class ManifestExpiredError(ManifestError):
 
 class ManifestRollbackError(ManifestError):
     """The manifest is older than one already seen from the same source."""
+
+
+class ManifestKeyError(ManifestError):
+    """A key file or key text is not a valid Ed25519 key."""

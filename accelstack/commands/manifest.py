@@ -1,0 +1,189 @@
+"""`accelstack manifest keygen | sign | verify`: the publisher's signing tools."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+from ..errors import UsageError
+from ..manifests.errors import ManifestError, ManifestKeyError
+from ..manifests.signing import (
+    RollbackStore,
+    TrustStore,
+    check_expiry,
+    check_manifest,
+    default_user_keys_dir,
+    generate_keypair,
+    keyid_of,
+    parse_envelope,
+    parse_public_key,
+    public_raw_of_private,
+    read_manifest_files,
+    sign_manifest,
+    signature_path,
+)
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "manifest",
+        help="create signing keys, sign and verify manifests (for publishers)",
+        description="Publisher tools for signed manifests. A manifest is signed with Ed25519; the signature "
+        "lives beside it as MANIFEST.sig. Users trust public keys shipped with accelstack or placed in "
+        f"{default_user_keys_dir()} (one base64 key per *.pub file).",
+        epilog="workflow:\n"
+        "  accelstack manifest keygen --out keys/release          keys/release.key (secret) + keys/release.pub\n"
+        "  accelstack manifest sign manifest.json --key keys/release.key   writes manifest.json.sig\n"
+        "  accelstack manifest verify manifest.json --key keys/release.pub check it as a user would",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    msub = p.add_subparsers(dest="manifest_command", metavar="ACTION")
+
+    kg = msub.add_parser("keygen", help="create an Ed25519 key pair",
+                         description="Write PREFIX.key (PKCS#8 PEM private key, mode 0600; keep it secret) and "
+                         "PREFIX.pub (base64 of the raw 32-byte public key, to publish and to ship).")
+    kg.add_argument("--out", required=True, metavar="PREFIX", help="path prefix of the two files")
+    kg.add_argument("--force", action="store_true", help="overwrite existing files")
+    kg.add_argument("--json", action="store_true", help="print the result as JSON")
+    kg.set_defaults(func=run_keygen)
+
+    sg = msub.add_parser("sign", help="sign a manifest (writes MANIFEST.sig)",
+                         description="Check the manifest's envelope, then write (or update, keeping other keys' "
+                         "signatures) MANIFEST.sig with an Ed25519 signature of the file's exact bytes.")
+    sg.add_argument("manifest", help="the manifest JSON file")
+    sg.add_argument("--key", required=True, metavar="FILE", help="the private key (PEM) from `keygen`")
+    sg.add_argument("--out", metavar="FILE", help="signature file (default: MANIFEST.sig)")
+    sg.add_argument("--replace", action="store_true", help="drop other keys' signatures instead of keeping them")
+    sg.add_argument("--allow-expired", action="store_true", help="sign even if 'expires' has passed")
+    sg.add_argument("--json", action="store_true", help="print the result as JSON")
+    sg.set_defaults(func=run_sign)
+
+    vf = msub.add_parser("verify", help="verify a manifest as accelstack would before using it",
+                         description="Check the signature (against the shipped keys, your trusted-keys "
+                         "directory and any --key), the envelope, the expiry date, and that the version is not "
+                         "older than one already seen from the same source. Does not record the version unless "
+                         "--record.")
+    vf.add_argument("manifest", help="the manifest JSON file")
+    vf.add_argument("--sig", metavar="FILE", help="signature file (default: MANIFEST.sig)")
+    vf.add_argument("--key", action="append", default=[], metavar="PUB",
+                    help="also trust this public key file (repeatable)")
+    vf.add_argument("--only-keys", action="store_true",
+                    help="trust only the --key files, not the shipped or user-configured keys")
+    vf.add_argument("--insecure-unsigned", action="store_true",
+                    help="accept an unsigned or wrongly signed manifest (only for a local mirror you control)")
+    vf.add_argument("--no-rollback", action="store_true", help="skip the rollback check")
+    vf.add_argument("--record", action="store_true", help="remember this version as the highest seen for its source")
+    vf.add_argument("--json", action="store_true", help="print the result as JSON")
+    vf.set_defaults(func=run_verify)
+
+    p.set_defaults(func=lambda args: _usage(p))
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
+    print(json.dumps(data) if args.json else text)
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    prefix = Path(args.out)
+    key_path = prefix.with_name(prefix.name + ".key")
+    pub_path = prefix.with_name(prefix.name + ".pub")
+    for path in (key_path, pub_path):
+        if path.exists() and not args.force:
+            raise UsageError(f"{path} already exists", "pass --force to overwrite it, or choose another --out")
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    private_pem, public_b64 = generate_keypair()
+    if key_path.exists():
+        key_path.unlink()
+    fd = os.open(str(key_path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private_pem)
+    try:
+        os.chmod(key_path, 0o600)
+    except OSError:
+        pass
+    kid = keyid_of(parse_public_key(public_b64))
+    pub_path.write_text(f"# accelstack manifest signing key {kid}\n{public_b64}\n", encoding="ascii")
+    _emit(
+        args,
+        {"keyid": kid, "private_key": str(key_path), "public_key": str(pub_path)},
+        f"key id {kid}\n  private key: {key_path} (keep it secret, mode 0600)\n  public key:  {pub_path} "
+        f"(publish it; users put it in {default_user_keys_dir()})",
+    )
+    return 0
+
+
+def _read_private(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read private key {path} ({exc.strerror or exc})") from None
+
+
+def run_sign(args: argparse.Namespace) -> int:
+    manifest = Path(args.manifest)
+    data, _ = read_manifest_files(manifest)
+    doc = parse_envelope(data)
+    if not args.allow_expired:
+        check_expiry(doc)
+    private_pem = _read_private(args.key)
+    out = Path(args.out) if args.out else signature_path(manifest)
+    existing: Optional[bytes] = None
+    if out.exists() and not args.replace:
+        existing = out.read_bytes()
+    try:
+        sig = sign_manifest(data, private_pem, existing)
+    except ManifestError:
+        if existing is None:
+            raise
+        sig = sign_manifest(data, private_pem)  # an unreadable old .sig is replaced
+    kid = keyid_of(public_raw_of_private(private_pem))
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(sig)
+    os.replace(tmp, out)
+    _emit(
+        args,
+        {"manifest": str(manifest), "signature": str(out), "keyid": kid, "source": doc["source"],
+         "version": doc["version"], "expires": doc["expires"]},
+        f"signed {manifest} ({doc['source']} version {doc['version']}, expires {doc['expires']}) "
+        f"with key {kid}\n  signature: {out}",
+    )
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    manifest = Path(args.manifest)
+    data, sig = read_manifest_files(manifest)
+    if args.sig:
+        try:
+            sig = Path(args.sig).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read signature {args.sig} ({exc.strerror or exc})") from None
+    if args.only_keys and not args.key:
+        raise UsageError("--only-keys needs at least one --key")
+    keys: List[Path] = [Path(k) for k in args.key]
+    try:
+        trust = TrustStore(keys, include_package=not args.only_keys, include_user=not args.only_keys)
+    except ManifestKeyError as exc:
+        raise UsageError(exc.message, exc.hint) from None
+    rollback = None if args.no_rollback else RollbackStore()
+    result = check_manifest(
+        data, sig, trust=trust, rollback=rollback, insecure_unsigned=args.insecure_unsigned, record=args.record
+    )
+    doc = result.data
+    key = trust.get(result.keyid) if result.keyid else None
+    signer = f"key {result.keyid} ({key.origin})" if key else "NO trusted signature (--insecure-unsigned)"
+    _emit(
+        args,
+        {"ok": True, "manifest": str(manifest), "source": doc["source"], "version": doc["version"],
+         "kind": doc["kind"], "expires": doc["expires"], "signed": result.signed, "keyid": result.keyid},
+        f"OK: {manifest}: {doc['source']} version {doc['version']} ({doc['kind']}), expires {doc['expires']}, "
+        f"signed by {signer}",
+    )
+    return 0

@@ -1,0 +1,125 @@
+"""The resolver's input (``Request``) and output (``Plan``): plain data that round-trips through JSON.
+
+A Plan is the whole decision, explainable to a person and to a program: every candidate that was
+considered, in preference order, accepted or rejected with the reason a person can act on; the
+chosen one turned into concrete actions (pip/uv commands for torch, artifacts for ggml) and the
+environment to set when the runtime starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from ..artifacts.refs import ArtifactRef
+
+PLAN_FORMAT = 1
+STACKS = ("torch", "ggml")
+PYTHON_PLACEHOLDER = "{python}"  # commands name the target environment's interpreter this way
+
+
+@dataclass
+class Request:
+    """What the caller wants.
+
+    ``requirements`` are PEP 508 strings (``torch==2.6.*``, ``torchvision<0.22``) that narrow the
+    choice; ``backend`` forces a backend (``cuda``, ``vulkan``) or a variant (``cu126``); ``python``
+    is the target environment's version ("3.11"; empty: the one in the hardware report).
+    """
+
+    stack: str = "torch"
+    requirements: List[str] = field(default_factory=list)
+    backend: str = ""
+    python: str = ""
+
+
+@dataclass
+class Candidate:
+    """One build considered for this machine.
+
+    ``code`` lets programs match on why: ``chosen``, ``accepted`` (works, ranks lower), and for
+    rejections ``forced-backend``, ``platform``, ``api``, ``device``, ``kernels``, ``driver``,
+    ``os-version``, ``glibc``, ``python``, ``requirement``, ``cpu-features``, ``no-artifact``.
+    """
+
+    name: str  # "cu128", "rocm6.4", "cpu", a ggml target id
+    backend: str  # cuda | rocm | xpu | mps | directml | cpu | vulkan | metal | sycl
+    accepted: bool
+    reason: str
+    code: str = ""
+    gpus: List[int] = field(default_factory=list)  # the GPUs it would run on (report indexes)
+    torch_version: str = ""  # the torch release line it would install, "2.14"
+    chosen: bool = False
+
+
+@dataclass
+class Command:
+    """A command to run, as an argv list; ``{python}`` stands for the target interpreter."""
+
+    tool: str  # "pip" | "uv"
+    argv: List[str]
+    why: str = ""
+
+    def render(self, python: str = "python") -> str:
+        import shlex
+
+        return " ".join(shlex.quote(a.replace(PYTHON_PLACEHOLDER, python)) for a in self.argv)
+
+
+@dataclass
+class BuildSpec:
+    """What a ggml build for this machine needs when no published artifact fits (or a better one could)."""
+
+    backend: str
+    os: str
+    arch: str
+    gpus: List[int] = field(default_factory=list)
+    properties: Dict[str, str] = field(default_factory=dict)  # "sm": "12.0", "gfx": "gfx1103", "cpu_features": ...
+    reason: str = ""
+
+
+STATUSES = ("ready", "needs-build", "unsatisfiable")
+
+
+@dataclass
+class Plan:
+    """The decision.
+
+    ``status``: ``ready`` (something to install was chosen: commands or artifacts),
+    ``needs-build`` (ggml: no published artifact fits; ``build`` says what a local build needs),
+    ``unsatisfiable`` (nothing runs here as requested; the candidates say why).
+    ``ok`` is ``ready`` with nothing in ``conflicts``.
+    """
+
+    stack: str
+    ok: bool
+    summary: str  # the decision in one sentence
+    status: str = "ready"
+    request: Request = field(default_factory=Request)
+    backend: str = ""
+    variant: str = ""
+    gpus: List[int] = field(default_factory=list)
+    device_reason: str = ""  # why this device (when the machine has a choice)
+    torch_version: str = ""  # release line, "2.14"
+    packages: List[str] = field(default_factory=list)  # requirement strings installed
+    index_url: str = ""  # "" -> PyPI
+    commands: List[Command] = field(default_factory=list)
+    optional_packages: List[str] = field(default_factory=list)  # offered, not installed (triton-windows)
+    artifacts: List[ArtifactRef] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # set at launch
+    build: Optional[BuildSpec] = None
+    candidates: List[Candidate] = field(default_factory=list)
+    conflicts: List[str] = field(default_factory=list)  # parts of the request that could not be met, with what would work
+    notes: List[str] = field(default_factory=list)
+    manifests: List[str] = field(default_factory=list)  # which data decided: "torch manifest 'builtin' version 1"
+    format_version: int = PLAN_FORMAT
+
+    @property
+    def chosen(self) -> Optional[Candidate]:
+        for c in self.candidates:
+            if c.chosen:
+                return c
+        return None
+
+    @property
+    def rejected(self) -> List[Candidate]:
+        return [c for c in self.candidates if not c.accepted]

@@ -1,0 +1,395 @@
+"""The torch compatibility matrix: which PyTorch wheel runs where, as checked data.
+
+The matrix (``data/torch.json``, ``kind: "torch"``) holds, besides the envelope::
+
+    {"index_url": "https://download.pytorch.org/whl/{variant}",
+     "pypi_url": "https://pypi.org/simple",
+     "backend_tiers": [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]],
+     "cuda_toolkits": [{"cuda": "12.8", "driver": {"linux": "570.26", "windows": "570.65"}}],
+     "gfx_overrides": {"gfx1031": {"target": "gfx1030", "value": "10.3.0"}},
+     "gfx_override_refused": {"gfx1103": "why no override is used"},
+     "xpu_devices": {"match": ["Arc", "Xe2", ...], "supported_text": "..."},
+     "releases": [
+       {"torch": "2.14", "versions": ["2.14.0"], "python": ">=3.10,<3.16", "glibc": "2.28",
+        "companions": {"torchvision": "0.29", "torchaudio": "2.14"},
+        "variants": [
+          {"name": "cu130", "backend": "cuda", "cuda": "13.0",
+           "platforms": {"linux-x86_64": {"sm": ["7.5", ...], "ptx": ["12.0"]}, ...}},
+          {"name": "rocm7.2", "backend": "rocm", "rocm": "7.2", "gfx_override": true,
+           "broken_gfx": {"gfx906": "why"}, "platforms": {"linux-x86_64": {"gfx": [...]}}},
+          {"name": "directml", "backend": "directml", "package": "torch-directml==0.2.5.dev240914",
+           "pins": "2.4.1", "index": "pypi", "platforms": {"windows-x86_64": {"windows_min_build": 16299}}}],
+        "extras": [{"package": "triton-windows", "spec": "<3.4", "install": "optional",
+                    "backends": ["cuda"], "platforms": ["windows-x86_64"], "why": "..."}]}]}
+
+Platform keys are ``<os>-<arch>`` (``linux-x86_64``, ``windows-x86_64``, ``macos-arm64``, ...);
+``wsl-x86_64`` names builds that run only under WSL2 (the Linux keys apply there too). A
+platform entry may override ``index`` (``"pypi"`` for wheels published on PyPI), ``glibc`` and
+``macos_min``. Every value the resolver compares is parsed once here, so resolving is cheap.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Dict, List, Optional, Tuple
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from .schema import (
+    _CC,
+    _GFX,
+    Envelope,
+    check_envelope,
+    decode,
+    fail,
+    get,
+    get_str,
+    get_str_list,
+    get_str_map,
+    get_version,
+    is_expired,
+    join,
+    parse_version,
+)
+
+TORCH_BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
+PLATFORMS = ("linux-x86_64", "linux-arm64", "windows-x86_64", "windows-arm64", "macos-arm64", "macos-x86_64", "wsl-x86_64")
+COMPANIONS = ("torchvision", "torchaudio")
+BUILTIN = "torch.json"
+
+
+@dataclass
+class CudaToolkit:
+    cuda: str
+    driver: Dict[str, str]  # "linux"/"windows" -> minimum driver version (NVIDIA release notes Table 3)
+    sources: List[str] = field(default_factory=list)
+    version: Version = field(default=Version("0"), repr=False, compare=False)
+
+    def min_driver(self, os_name: str) -> Optional[Version]:
+        text = self.driver.get(os_name, "")
+        return Version(text) if text else None
+
+
+@dataclass
+class PlatformBuild:
+    """One variant as published for one platform."""
+
+    sm: List[str] = field(default_factory=list)
+    ptx: List[str] = field(default_factory=list)
+    gfx: List[str] = field(default_factory=list)
+    macos_min: str = ""
+    windows_min_build: int = 0
+    glibc: str = ""
+    index: str = ""
+
+
+@dataclass
+class Variant:
+    name: str
+    backend: str
+    platforms: Dict[str, PlatformBuild]
+    cuda: str = ""
+    rocm: str = ""
+    gfx_override: bool = False
+    broken_gfx: Dict[str, str] = field(default_factory=dict)
+    index: str = ""  # "" -> the matrix index_url template; "pypi"; or a URL
+    package: str = ""  # a requirement installed instead of torch (torch-directml pins its own torch)
+    pins: str = ""  # the torch version that package pins
+    python: str = ""  # overrides the release's Python range
+    glibc: str = ""
+    sources: List[str] = field(default_factory=list)
+    comment: str = ""
+    python_spec: Optional[SpecifierSet] = field(default=None, repr=False, compare=False)
+    cuda_version: Optional[Version] = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class Extra:
+    package: str
+    install: str  # "optional" (offered, not installed) | "auto" (torch pulls it in)
+    spec: str = ""
+    backends: List[str] = field(default_factory=list)
+    platforms: List[str] = field(default_factory=list)
+    why: str = ""
+    sources: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Release:
+    torch: str  # the release line, "2.14"
+    versions: List[str]  # published versions known to the matrix
+    python: str
+    variants: List[Variant]
+    companions: Dict[str, str] = field(default_factory=dict)  # package -> its release line
+    glibc: str = ""
+    extras: List[Extra] = field(default_factory=list)
+    sources: List[str] = field(default_factory=list)
+    comment: str = ""
+    version: Version = field(default=Version("0"), repr=False, compare=False)
+    python_spec: SpecifierSet = field(default_factory=SpecifierSet, repr=False, compare=False)
+    known_versions: List[Version] = field(default_factory=list, repr=False, compare=False)
+
+    def variant(self, name: str) -> Optional[Variant]:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        return None
+
+
+@dataclass
+class GfxOverride:
+    target: str
+    value: str
+    sources: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TorchMatrix:
+    envelope: Envelope
+    releases: List[Release]  # newest first
+    cuda_toolkits: List[CudaToolkit]
+    index_url: str = "https://download.pytorch.org/whl/{variant}"
+    pypi_url: str = "https://pypi.org/simple"
+    backend_tiers: List[List[str]] = field(default_factory=lambda: [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]])
+    gfx_overrides: Dict[str, GfxOverride] = field(default_factory=dict)
+    gfx_override_refused: Dict[str, str] = field(default_factory=dict)
+    xpu_match: List[str] = field(default_factory=list)
+    xpu_supported_text: str = ""
+    sources: Dict[str, str] = field(default_factory=dict)
+    snapshot: str = ""
+    stale: bool = False  # expired bundled data, used anyway (the plan says so)
+
+    @property
+    def kind(self) -> str:
+        return "torch"
+
+    def toolkit(self, cuda: str) -> Optional[CudaToolkit]:
+        for t in self.cuda_toolkits:
+            if t.cuda == cuda:
+                return t
+        return None
+
+    def variant_names(self, backend: str) -> List[str]:
+        """Every variant name of ``backend``, newest toolkit first, then by first appearance."""
+        seen: Dict[str, Tuple[Version, int]] = {}
+        order = 0
+        for rel in self.releases:
+            for v in rel.variants:
+                if v.backend == backend and v.name not in seen:
+                    key = v.cuda_version or (Version(v.rocm) if v.rocm else Version("0"))
+                    seen[v.name] = (key, -order)
+                    order += 1
+        return sorted(seen, key=lambda n: seen[n], reverse=True)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+def _spec(text: str, path: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise fail(path, f"{text!r} is not a version specifier such as '>=3.10,<3.15'") from None
+
+
+def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild:
+    if not isinstance(obj, dict):
+        raise fail(path, "expected an object")
+    build = PlatformBuild(
+        sm=get_str_list(obj, "sm", path, pattern=_CC),
+        ptx=get_str_list(obj, "ptx", path, pattern=_CC),
+        gfx=get_str_list(obj, "gfx", path, pattern=_GFX),
+        macos_min=get_version(obj, "macos_min", path, required=False),
+        windows_min_build=get(obj, "windows_min_build", path, int, required=False, default=0),
+        glibc=get_version(obj, "glibc", path, required=False),
+        index=get_str(obj, "index", path, required=False),
+    )
+    if backend == "cuda" and not (build.sm or build.ptx):
+        raise fail(join(path, "sm"), "missing (a CUDA build must list the SM architectures compiled in)")
+    if backend == "rocm" and not build.gfx:
+        raise fail(join(path, "gfx"), "missing (a ROCm build must list the gfx targets compiled in)")
+    return build
+
+
+def _parse_variant(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> Variant:
+    if not isinstance(obj, dict):
+        raise fail(path, "expected an object")
+    backend = get_str(obj, "backend", path, choices=TORCH_BACKENDS)
+    plats_raw = get(obj, "platforms", path, dict)
+    if not plats_raw:
+        raise fail(join(path, "platforms"), "must name at least one platform")
+    platforms = {}
+    for key, val in plats_raw.items():
+        p = join(join(path, "platforms"), key)
+        if key not in PLATFORMS:
+            raise fail(p, f"unknown platform {key!r} (known: {', '.join(PLATFORMS)})")
+        platforms[key] = _parse_platform_build(val, p, backend)
+    v = Variant(
+        name=get_str(obj, "name", path),
+        backend=backend,
+        platforms=platforms,
+        cuda=get_version(obj, "cuda", path, required=backend == "cuda"),
+        rocm=get_version(obj, "rocm", path, required=backend == "rocm"),
+        gfx_override=get(obj, "gfx_override", path, bool, required=False, default=False),
+        broken_gfx=get_str_map(obj, "broken_gfx", path),
+        index=get_str(obj, "index", path, required=False),
+        package=get_str(obj, "package", path, required=False),
+        pins=get_version(obj, "pins", path, required=False),
+        python=get_str(obj, "python", path, required=False),
+        glibc=get_version(obj, "glibc", path, required=False),
+        sources=get_str_list(obj, "sources", path),
+        comment=get_str(obj, "comment", path, required=False),
+    )
+    if v.cuda:
+        if v.cuda not in toolkits:
+            raise fail(join(path, "cuda"), f"CUDA {v.cuda} is not in cuda_toolkits (add its driver minimums there)")
+        v.cuda_version = Version(v.cuda)
+    if v.python:
+        v.python_spec = _spec(v.python, join(path, "python"))
+    return v
+
+
+def _parse_extra(obj: object, path: str) -> Extra:
+    if not isinstance(obj, dict):
+        raise fail(path, "expected an object")
+    e = Extra(
+        package=get_str(obj, "package", path),
+        install=get_str(obj, "install", path, choices=("optional", "auto")),
+        spec=get_str(obj, "spec", path, required=False),
+        backends=get_str_list(obj, "backends", path, choices=TORCH_BACKENDS),
+        platforms=get_str_list(obj, "platforms", path, choices=PLATFORMS),
+        why=get_str(obj, "why", path, required=False),
+        sources=get_str_list(obj, "sources", path),
+    )
+    if e.spec:
+        _spec(e.spec, join(path, "spec"))
+    return e
+
+
+def _parse_release(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> Release:
+    if not isinstance(obj, dict):
+        raise fail(path, "expected an object")
+    line = get_version(obj, "torch", path)
+    variants_raw = get(obj, "variants", path, list)
+    if not variants_raw:
+        raise fail(join(path, "variants"), "must list at least one variant")
+    variants = [_parse_variant(v, join(join(path, "variants"), i), toolkits) for i, v in enumerate(variants_raw)]
+    names = set()
+    for i, v in enumerate(variants):
+        if v.name in names:
+            raise fail(join(join(join(path, "variants"), i), "name"), f"duplicate variant {v.name!r}")
+        names.add(v.name)
+    companions = get_str_map(obj, "companions", path)
+    for name, cline in companions.items():
+        parse_version(cline, join(join(path, "companions"), name))
+    rel = Release(
+        torch=line,
+        versions=get_str_list(obj, "versions", path),
+        python=get_str(obj, "python", path),
+        variants=variants,
+        companions=companions,
+        glibc=get_version(obj, "glibc", path, required=False),
+        extras=[_parse_extra(e, join(join(path, "extras"), i)) for i, e in enumerate(get(obj, "extras", path, list, required=False, default=[]))],
+        sources=get_str_list(obj, "sources", path),
+        comment=get_str(obj, "comment", path, required=False),
+    )
+    rel.version = Version(line)
+    rel.python_spec = _spec(rel.python, join(path, "python"))
+    for i, text in enumerate(rel.versions):
+        v = parse_version(text, join(join(path, "versions"), i))
+        if (v.major, v.minor) != (rel.version.major, rel.version.minor):
+            raise fail(join(join(path, "versions"), i), f"{text} is not in the {line} release line")
+        rel.known_versions.append(v)
+    return rel
+
+
+def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
+    toolkits: Dict[str, CudaToolkit] = {}
+    for i, t in enumerate(get(doc, "cuda_toolkits", "", list)):
+        p = join("cuda_toolkits", i)
+        if not isinstance(t, dict):
+            raise fail(p, "expected an object")
+        tk = CudaToolkit(cuda=get_version(t, "cuda", p), driver=get_str_map(t, "driver", p, required=True),
+                         sources=get_str_list(t, "sources", p))
+        for os_name, drv in tk.driver.items():
+            if os_name not in ("linux", "windows"):
+                raise fail(join(join(p, "driver"), os_name), f"unknown OS {os_name!r} (known: linux, windows)")
+            if drv:
+                parse_version(drv, join(join(p, "driver"), os_name))
+        tk.version = Version(tk.cuda)
+        toolkits[tk.cuda] = tk
+    releases = [_parse_release(r, join("releases", i), toolkits) for i, r in enumerate(get(doc, "releases", "", list))]
+    if not releases:
+        raise fail("releases", "must list at least one release")
+    lines = set()
+    for i, r in enumerate(releases):
+        if r.torch in lines:
+            raise fail(join(join("releases", i), "torch"), f"duplicate release line {r.torch}")
+        lines.add(r.torch)
+    releases.sort(key=lambda r: r.version, reverse=True)
+
+    tiers_raw = get(doc, "backend_tiers", "", list, required=False, default=None)
+    tiers = [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]]
+    if tiers_raw is not None:
+        tiers = []
+        for i, tier in enumerate(tiers_raw):
+            p = join("backend_tiers", i)
+            if not isinstance(tier, list) or not tier:
+                raise fail(p, "expected a non-empty list of backends")
+            for j, b in enumerate(tier):
+                if b not in TORCH_BACKENDS:
+                    raise fail(join(p, j), f"unknown backend {b!r} (known: {', '.join(TORCH_BACKENDS)})")
+            tiers.append(list(tier))
+
+    overrides: Dict[str, GfxOverride] = {}
+    for gfx, o in get(doc, "gfx_overrides", "", dict, required=False, default={}).items():
+        if gfx == "comment":
+            continue
+        p = join("gfx_overrides", gfx)
+        if not _GFX.match(gfx):
+            raise fail(p, f"{gfx!r} is not a gfx target")
+        if not isinstance(o, dict):
+            raise fail(p, "expected an object")
+        overrides[gfx] = GfxOverride(target=get_str(o, "target", p, pattern=_GFX), value=get_version(o, "value", p),
+                                     sources=get_str_list(o, "sources", p))
+    refused = {k: v for k, v in get_str_map(doc, "gfx_override_refused", "").items() if k != "comment"}
+    xpu = get(doc, "xpu_devices", "", dict, required=False, default={})
+    return TorchMatrix(
+        envelope=envelope,
+        releases=releases,
+        cuda_toolkits=sorted(toolkits.values(), key=lambda t: t.version),
+        index_url=get_str(doc, "index_url", "", required=False, default="https://download.pytorch.org/whl/{variant}"),
+        pypi_url=get_str(doc, "pypi_url", "", required=False, default="https://pypi.org/simple"),
+        backend_tiers=tiers,
+        gfx_overrides=overrides,
+        gfx_override_refused=refused,
+        xpu_match=get_str_list(xpu, "match", "xpu_devices"),
+        xpu_supported_text=get_str(xpu, "supported_text", "xpu_devices", required=False),
+        sources=get_str_map(doc, "sources", ""),
+        snapshot=get_str(doc, "snapshot", "", required=False),
+    )
+
+
+def load_torch_matrix(data: bytes, *, now: Optional[datetime] = None, check_expiry: bool = True) -> TorchMatrix:
+    doc = decode(data, "torch matrix")
+    env = check_envelope(doc, now=now, check_expiry=check_expiry)
+    if env.kind != "torch":
+        raise fail("kind", f"expected 'torch', got {env.kind!r}")
+    return parse_torch_matrix(doc, env)
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_bytes() -> bytes:
+    return resources.files("accelstack.manifests").joinpath("data", BUILTIN).read_bytes()
+
+
+def builtin_torch_matrix(now: Optional[datetime] = None) -> TorchMatrix:
+    """The matrix shipped with accelstack.
+
+    It arrives inside the installed package, so its integrity is the package's; its expiry only
+    marks it stale (the plan then says to update accelstack) instead of refusing to work.
+    """
+    matrix = load_torch_matrix(_builtin_bytes(), check_expiry=False)
+    matrix.stale = is_expired(matrix.envelope, now)
+    return matrix

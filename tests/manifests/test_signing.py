@@ -1,0 +1,364 @@
+"""Signed manifests: tampered, unsigned, untrusted, expired, rolled back, malformed; the trust
+store; the rollback state; and `accelstack manifest keygen | sign | verify`."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from accelstack.cli import main
+from accelstack.manifests.errors import (
+    ManifestError,
+    ManifestExpiredError,
+    ManifestFormatError,
+    ManifestKeyError,
+    ManifestRollbackError,
+    ManifestSignatureError,
+)
+from accelstack.manifests.signing import (
+    RollbackStore,
+    TrustStore,
+    check_manifest,
+    default_state_path,
+    generate_keypair,
+    keyid_of,
+    sign_manifest,
+    verify_manifest,
+)
+
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELSTACK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+
+
+def manifest(**over) -> bytes:
+    doc = {
+        "format": "accelstack-manifest",
+        "format_version": 1,
+        "source": "official",
+        "version": 7,
+        "expires": "2027-06-01T00:00:00Z",
+        "kind": "ggml",
+        "variants": [],
+    }
+    doc.update(over)
+    for key in [k for k, v in over.items() if v is ...]:
+        del doc[key]
+    return json.dumps(doc, indent=2).encode()
+
+
+@pytest.fixture
+def keys():
+    pem, pub = generate_keypair()
+    return pem, pub
+
+
+@pytest.fixture
+def trust(keys):
+    return TrustStore([keys[1]], include_package=False, include_user=False)
+
+
+@pytest.fixture
+def rollback(tmp_path):
+    return RollbackStore(tmp_path / "state" / "versions.json")
+
+
+def verify(data, sig, trust, **kw):
+    kw.setdefault("now", NOW)
+    return verify_manifest(data, sig, trust=trust, **kw)
+
+
+# -- signatures ------------------------------------------------------------------------------------
+def test_sign_and_verify_round_trip(keys, trust, rollback):
+    data = manifest()
+    sig = sign_manifest(data, keys[0])
+    doc = json.loads(sig)
+    raw = base64.b64decode(keys[1])
+    assert doc["format"] == "accelstack-signature"
+    assert doc["signatures"][0]["keyid"] == hashlib.sha256(raw).hexdigest()[:16] == keyid_of(raw)
+    assert verify(data, sig, trust, rollback=rollback)["version"] == 7
+    assert rollback.highest("official") == 7
+
+
+def test_tampered_manifest_is_refused(keys, trust):
+    data = manifest()
+    sig = sign_manifest(data, keys[0])
+    tampered = data.replace(b'"version": 7', b'"version": 8')
+    with pytest.raises(ManifestSignatureError, match="modified after signing"):
+        verify(tampered, sig, trust)
+    one_byte = data + b" "
+    with pytest.raises(ManifestSignatureError):
+        verify(one_byte, sig, trust)
+
+
+def test_unsigned_manifest_is_refused_unless_insecure(trust, rollback):
+    data = manifest()
+    with pytest.raises(ManifestSignatureError, match="not signed") as info:
+        verify(data, None, trust)
+    assert "--insecure-unsigned" in info.value.hint
+    assert verify(data, None, trust, insecure_unsigned=True, rollback=rollback)["source"] == "official"
+    assert rollback.highest("official") is None, "an unverified manifest never raises the watermark"
+
+
+def test_insecure_unsigned_still_checks_envelope_and_expiry(trust):
+    with pytest.raises(ManifestFormatError):
+        verify(manifest(version="7"), None, trust, insecure_unsigned=True)
+    with pytest.raises(ManifestExpiredError):
+        verify(manifest(expires="2020-01-01T00:00:00Z"), None, trust, insecure_unsigned=True)
+
+
+def test_untrusted_key_is_refused(keys):
+    other_pem, other_pub = generate_keypair()
+    data = manifest()
+    sig = sign_manifest(data, other_pem)
+    trust = TrustStore([keys[1]], include_package=False, include_user=False)
+    with pytest.raises(ManifestSignatureError, match="not trusted"):
+        verify(data, sig, trust)
+    with pytest.raises(ManifestSignatureError, match="not trusted.*none"):
+        verify(data, sig, TrustStore(include_package=False, include_user=False))
+
+
+def test_cosigned_manifest_verifies_with_either_key(keys):
+    other_pem, other_pub = generate_keypair()
+    data = manifest()
+    sig = sign_manifest(data, keys[0])
+    sig = sign_manifest(data, other_pem, existing=sig)
+    assert len(json.loads(sig)["signatures"]) == 2
+    sig = sign_manifest(data, keys[0], existing=sig)  # re-signing replaces, not duplicates
+    assert len(json.loads(sig)["signatures"]) == 2
+    for pub in (keys[1], other_pub):
+        assert verify(data, sig, TrustStore([pub], include_package=False, include_user=False))
+
+
+@pytest.mark.parametrize("sig", [
+    b"not json",
+    b"[]",
+    json.dumps({"format": "other", "signatures": []}).encode(),
+    json.dumps({"format": "accelstack-signature", "signatures": "x"}).encode(),
+    json.dumps({"format": "accelstack-signature", "signatures": []}).encode(),
+    json.dumps({"format": "accelstack-signature", "signatures": [{"keyid": 1}]}).encode(),
+])
+def test_malformed_signature_files(trust, sig):
+    with pytest.raises(ManifestSignatureError):
+        verify(manifest(), sig, trust)
+
+
+def test_garbage_signature_from_a_trusted_keyid(keys, trust):
+    kid = keyid_of(base64.b64decode(keys[1]))
+    sig = json.dumps({"format": "accelstack-signature",
+                      "signatures": [{"keyid": kid, "sig": base64.b64encode(b"\0" * 64).decode()}]}).encode()
+    with pytest.raises(ManifestSignatureError, match="does not match"):
+        verify(manifest(), sig, trust)
+
+
+# -- expiry and rollback -------------------------------------------------------------------------------
+def test_expired_manifest_is_refused(keys, trust):
+    data = manifest(expires="2026-05-31T23:59:59Z")
+    with pytest.raises(ManifestExpiredError, match="expired on 2026-05-31"):
+        verify(data, sign_manifest(data, keys[0]), trust)
+    # an offset is fine, and `now` defaults to the real clock
+    data = manifest(expires="2026-06-01T02:00:00+03:00")  # 23:00 UTC the day before
+    with pytest.raises(ManifestExpiredError):
+        verify(data, sign_manifest(data, keys[0]), trust)
+    future = (datetime.now(timezone.utc) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = manifest(expires=future)
+    assert verify_manifest(data, sign_manifest(data, keys[0]), trust=trust)
+
+
+def test_rollback_is_refused_and_newer_is_recorded(keys, trust, rollback):
+    def signed(version, source="official"):
+        data = manifest(version=version, source=source)
+        return data, sign_manifest(data, keys[0])
+
+    verify(*signed(7), trust, rollback=rollback)
+    verify(*signed(7), trust, rollback=rollback)  # the same version again is fine
+    with pytest.raises(ManifestRollbackError, match="version 6 is older than version 7"):
+        verify(*signed(6), trust, rollback=rollback)
+    verify(*signed(9), trust, rollback=rollback)
+    assert rollback.highest("official") == 9
+    with pytest.raises(ManifestRollbackError):
+        verify(*signed(8), trust, rollback=rollback)
+    verify(*signed(1, source="mirror-b"), trust, rollback=rollback)  # per source
+    # persisted across instances
+    again = RollbackStore(rollback.path)
+    assert again.highest("official") == 9 and again.highest("mirror-b") == 1
+    # record=False checks without remembering
+    verify(*signed(20), trust, rollback=rollback, record=False)
+    assert rollback.highest("official") == 9
+
+
+def test_rollback_state_is_atomic_and_corruption_is_loud(rollback):
+    rollback.check("s", 3)
+    assert [p.name for p in rollback.path.parent.iterdir() if p.name.endswith(".tmp")] == []
+    assert json.loads(rollback.path.read_text())["sources"]["s"]["version"] == 3
+    rollback.path.write_text("{ not json")
+    with pytest.raises(ManifestError, match="corrupt") as info:
+        rollback.check("s", 1)
+    assert "delete" in info.value.hint
+
+
+def test_default_state_path_honours_accelstack_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELSTACK_HOME", str(tmp_path / "h"))
+    assert default_state_path() == tmp_path / "h" / "state" / "manifest-versions.json"
+    assert RollbackStore().path == default_state_path()
+    monkeypatch.delenv("ACCELSTACK_HOME")
+    assert default_state_path().name == "manifest-versions.json"
+    assert str(tmp_path / "xdg-data") in str(default_state_path())
+
+
+# -- envelope --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("over,field", [
+    ({"format": ...}, "format"),
+    ({"format": "something-else"}, "format"),
+    ({"format_version": 2}, "format_version"),
+    ({"format_version": "1"}, "format_version"),
+    ({"format_version": True}, "format_version"),
+    ({"source": ...}, "source"),
+    ({"source": ""}, "source"),
+    ({"source": 3}, "source"),
+    ({"version": "7"}, "version"),
+    ({"version": 7.0}, "version"),
+    ({"version": False}, "version"),
+    ({"version": -1}, "version"),
+    ({"version": ...}, "version"),
+    ({"expires": "tomorrow"}, "expires"),
+    ({"expires": "2027-06-01T00:00:00"}, "expires"),  # no time zone
+    ({"expires": 20270601}, "expires"),
+    ({"kind": ...}, "kind"),
+    ({"kind": 1}, "kind"),
+])
+def test_envelope_errors_name_the_field(keys, trust, over, field):
+    data = manifest(**over)
+    with pytest.raises(ManifestFormatError, match=f"'{field}'"):
+        verify(data, sign_manifest(data, keys[0]), trust)
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_not_a_json_object(keys, trust, data):
+    with pytest.raises(ManifestFormatError):
+        verify(data, sign_manifest(data, keys[0]), trust)
+
+
+def test_unknown_format_version_says_upgrade(keys, trust):
+    data = manifest(format_version=2)
+    with pytest.raises(ManifestFormatError) as info:
+        verify(data, sign_manifest(data, keys[0]), trust)
+    assert "upgrade" in info.value.hint
+
+
+# -- trust store ---------------------------------------------------------------------------------------
+def test_trust_store_sources(tmp_path, keys):
+    user_dir = tmp_path / "xdg-config" / "accelstack" / "trusted-keys"
+    user_dir.mkdir(parents=True)
+    pem2, pub2 = generate_keypair()
+    (user_dir / "publisher.pub").write_text(f"# a comment\n{pub2}\n")
+    (user_dir / "ignored.txt").write_text("not a key")
+    pkg_dir = tmp_path / "pkg-keys"
+    pkg_dir.mkdir()
+    pem3, pub3 = generate_keypair()
+    (pkg_dir / "official.pub").write_text(pub3)
+    explicit = tmp_path / "explicit.pub"
+    explicit.write_text(keys[1])
+
+    store = TrustStore([explicit], package_dir=pkg_dir)  # user dir from platformdirs (XDG_CONFIG_HOME)
+    ids = {keyid_of(base64.b64decode(p)) for p in (keys[1], pub2, pub3)}
+    assert set(store.keyids) == ids
+    assert store.get(keyid_of(base64.b64decode(pub2))).origin.startswith("user:")
+    assert store.get(keyid_of(base64.b64decode(pub3))).origin.startswith("package:")
+    assert TrustStore(include_package=False, include_user=False).keyids == []
+    data = manifest()
+    assert verify(data, sign_manifest(data, pem2), store)
+
+
+def test_shipped_keys_directory_loads():
+    store = TrustStore(include_user=False)  # whatever ships must parse
+    for kid in store.keyids:
+        assert len(kid) == 16
+
+
+@pytest.mark.parametrize("text", ["not base64!!", base64.b64encode(b"short").decode()])
+def test_bad_key_files_are_loud(tmp_path, text):
+    bad = tmp_path / "bad.pub"
+    bad.write_text(text)
+    with pytest.raises(ManifestKeyError, match="bad.pub"):
+        TrustStore([bad], include_package=False, include_user=False)
+
+
+# -- CLI -----------------------------------------------------------------------------------------------
+def test_cli_keygen_sign_verify(tmp_path, capsys):
+    prefix = tmp_path / "keys" / "release"
+    assert main(["manifest", "keygen", "--out", str(prefix), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    key, pub = Path(info["private_key"]), Path(info["public_key"])
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert main(["manifest", "keygen", "--out", str(prefix)]) == 2  # no silent overwrite
+    capsys.readouterr()
+
+    m = tmp_path / "manifest.json"
+    m.write_bytes(manifest(expires=(datetime.now(timezone.utc) + timedelta(days=9)).strftime("%Y-%m-%dT%H:%M:%SZ")))
+    assert main(["manifest", "sign", str(m), "--key", str(key)]) == 0
+    assert (tmp_path / "manifest.json.sig").exists()
+    assert info["keyid"] in capsys.readouterr().out
+
+    assert main(["manifest", "verify", str(m), "--key", str(pub), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] and result["signed"] and result["keyid"] == info["keyid"] and result["version"] == 7
+
+    # without the key it is untrusted; tampered it fails; unsigned needs the flag
+    assert main(["manifest", "verify", str(m)]) == 1
+    assert "not trusted" in capsys.readouterr().err
+    m.write_bytes(m.read_bytes().replace(b'"version": 7', b'"version": 70'))
+    assert main(["manifest", "verify", str(m), "--key", str(pub)]) == 1
+    assert "modified after signing" in capsys.readouterr().err
+    os.unlink(tmp_path / "manifest.json.sig")
+    assert main(["manifest", "verify", str(m), "--key", str(pub)]) == 1
+    capsys.readouterr()
+    assert main(["manifest", "verify", str(m), "--insecure-unsigned"]) == 0
+    assert "NO trusted signature" in capsys.readouterr().out
+
+
+def test_cli_sign_refuses_broken_or_expired_manifests(tmp_path, capsys):
+    prefix = tmp_path / "k"
+    main(["manifest", "keygen", "--out", str(prefix)])
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(manifest(version="x"))
+    assert main(["manifest", "sign", str(bad), "--key", str(tmp_path / "k.key")]) == 1
+    assert "'version'" in capsys.readouterr().err
+    old = tmp_path / "old.json"
+    old.write_bytes(manifest(expires="2020-01-01T00:00:00Z"))
+    assert main(["manifest", "sign", str(old), "--key", str(tmp_path / "k.key")]) == 1
+    assert main(["manifest", "sign", str(old), "--key", str(tmp_path / "k.key"), "--allow-expired"]) == 0
+
+
+def test_cli_verify_rollback_state(tmp_path, capsys, keys):
+    key = tmp_path / "k.key"
+    key.write_bytes(keys[0])
+    pub = tmp_path / "k.pub"
+    pub.write_text(keys[1])
+    future = (datetime.now(timezone.utc) + timedelta(days=9)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    m = tmp_path / "m.json"
+    for version in (5, 4):
+        m.write_bytes(manifest(version=version, expires=future))
+        main(["manifest", "sign", str(m), "--key", str(key)])
+        rc = main(["manifest", "verify", str(m), "--key", str(pub), "--only-keys", "--record"])
+        assert rc == (0 if version == 5 else 1)
+    assert "rollback" in capsys.readouterr().err
+    assert main(["manifest", "verify", str(m), "--key", str(pub), "--no-rollback"]) == 0
+
+
+def test_check_manifest_reports_the_key(keys, trust):
+    data = manifest()
+    result = check_manifest(data, sign_manifest(data, keys[0]), trust=trust, now=NOW)
+    assert result.signed and result.keyid == keyid_of(base64.b64decode(keys[1]))
