@@ -80,6 +80,7 @@ def detect(system: System, install_dir: Optional[str] = None, timeout: float = 5
     where = install_dir or default_install_dir(system)
     report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where, disk_free=system.disk_free(where))
 
+    report.problems = probe.problems  # the same list: the assessment reads what the probes found
     assess.add_gpu_apis(report, kfd_ok=kfd_ok, vulkan_icds=icds, level_zero=level_zero)
     assess.cpu_problems(report, probe.problem)
     report.preference = assess.order_preference(report)

@@ -24,8 +24,15 @@ def _api(report: HardwareReport, name: str) -> AcceleratorAPI:
 def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds: List[str], level_zero: str) -> None:
     """Decide which APIs each GPU can use, from what detection found."""
     os_name = report.os.name
+    # a loaded kernel module that differs from the user-space driver makes cuInit fail
+    mismatch = "nvidia_driver_library_mismatch" in report.problem_codes()
+    directml_ok = os_name != "windows" or not report.os.version or _vkey(report.os.version) >= (10, 0, 16299)
     for g in report.gpus:
-        if g.vendor == "nvidia" and g.cuda_driver_version and g.driver not in ("nouveau", ""):
+        if g.vendor == "nvidia" and g.cuda_driver_version and g.driver not in ("nouveau", "") and mismatch:
+            _api(report, "cuda").evidence.append(
+                f"GPU {g.index} {g.name}: kernel module {g.driver_version} does not match the installed NVIDIA user-space driver"
+            )
+        elif g.vendor == "nvidia" and g.cuda_driver_version and g.driver not in ("nouveau", ""):
             api = _api(report, "cuda")
             api.usable = True
             api.version = max(api.version, g.cuda_driver_version, key=_vkey) if api.version else g.cuda_driver_version
@@ -57,7 +64,9 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
             api.version = g.metal_support
             api.gpus.append(g.index)
             api.evidence.append(f"GPU {g.index} {g.name}: {g.metal_support or 'Apple GPU'}")
-        if os_name == "windows":
+        if os_name == "windows" and not directml_ok:
+            _api(report, "directml").evidence.append(f"GPU {g.index} {g.name}: DirectML needs Windows 10 1709 (build 16299) or newer, this is {report.os.version}")
+        elif os_name == "windows":
             api = _api(report, "directml")
             api.usable = True
             api.gpus.append(g.index)

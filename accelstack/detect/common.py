@@ -163,7 +163,9 @@ def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
 def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
     """Complete an NVIDIA GPU from nvidia-smi and the tables."""
     if smi:
-        if smi.name and (not gpu.name or gpu.name.startswith("NVIDIA device")):
+        # the driver's own name beats a PCI-database chip name ("TITAN X (Pascal)"); on Windows the
+        # WDDM adapter name already is the driver's
+        if smi.name and (os_name != "windows" or not gpu.name):
             gpu.name = smi.name
         gpu.vram_total = smi.vram_total or gpu.vram_total
         gpu.vram_free = smi.vram_free
@@ -185,8 +187,8 @@ def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") ->
     if vendor == "apple":
         return "integrated"
     if vendor == "intel":
-        if device_id and tables.intel_is_discrete_id(device_id):
-            return "discrete"
+        if device_id:  # Intel's discrete GPUs are few and listed; every other Intel display device is an iGPU
+            return "discrete" if tables.intel_is_discrete_id(device_id) else "integrated"
         return tables.intel_generation(name)[1] if name else "integrated"
     if vendor == "amd":
         if gfx:

@@ -259,5 +259,7 @@ def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
         elif g.kind == "unknown":
             g.kind = classify_kind(g.vendor, g.name, g.pci_device_id)
         if g.vendor in ("amd", "intel") and g.driver:
-            g.driver_version = g.driver_version or probe.system.platform().release
+            # amdgpu-dkms (the ROCm kernel driver) has its own version; the in-tree driver is the kernel's
+            module = probe.read_line("/sys/module/amdgpu/version") if g.driver == "amdgpu" else ""
+            g.driver_version = g.driver_version or module or probe.system.platform().release
     return found

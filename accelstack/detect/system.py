@@ -103,6 +103,7 @@ class System(Protocol):
 
 
 _ACCESS_MODES = {"r": os.R_OK, "w": os.W_OK, "rw": os.R_OK | os.W_OK, "x": os.X_OK}
+_OPEN_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR}
 
 
 class LiveSystem:
@@ -141,6 +142,14 @@ class LiveSystem:
             return None
 
     def access(self, path: str, mode: str) -> bool:
+        if path.startswith("/dev/") and mode in _OPEN_FLAGS:
+            # os.access checks permission bits only (and says yes to root), but a device node can still
+            # refuse to open: /dev/kfd in a container answers EINVAL. Open it as the runtime would.
+            try:
+                os.close(os.open(path, _OPEN_FLAGS[mode] | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)))
+            except OSError:
+                return False
+            return True
         return os.access(path, _ACCESS_MODES[mode])
 
     def run(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> CommandResult:

@@ -111,10 +111,13 @@ def pci_lookup(vendor_id: str, device_id: str) -> Optional[Tuple[str, bool]]:
 
 
 def pretty_pci_name(vendor: str, raw: str) -> str:
-    """pci.ids style 'AD104 [GeForce RTX 4070]' -> 'NVIDIA GeForce RTX 4070'."""
+    """pci.ids style 'AD104 [GeForce RTX 4070]' -> 'NVIDIA GeForce RTX 4070'.
+
+    A list of products sharing one id ('Radeon 740M / 760M / 780M Graphics') is kept whole:
+    picking one would name the wrong chip (a 780M reported as a 740M).
+    """
     m = re.search(r"\[([^\]]+)\]\s*$", raw)
-    name = m.group(1) if m else raw
-    name = name.split(" / ")[0].strip()
+    name = (m.group(1) if m else raw).strip()
     prefix = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(vendor, "")
     if prefix and not name.lower().startswith(prefix.lower()):
         name = f"{prefix} {name}"

@@ -6,6 +6,7 @@ memory. That ranking, with the words for why, is what a mixed-vendor machine's p
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -20,6 +21,7 @@ _KIND_RANK = {"discrete": 0, "unknown": 1, "integrated": 2}
 _VENDOR_TEXT = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel", "apple": "Apple"}
 
 
+@functools.lru_cache(maxsize=512)
 def version_or_none(text: str) -> Optional[Version]:
     text = (text or "").strip()
     if not text:
@@ -31,6 +33,7 @@ def version_or_none(text: str) -> Optional[Version]:
         return Version(m.group(1)) if m else None
 
 
+@functools.lru_cache(maxsize=256)
 def cc_parts(cc: str) -> Optional[Tuple[int, int]]:
     m = re.match(r"^(\d+)\.(\d+)$", (cc or "").strip())
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -87,11 +90,11 @@ class Device:
     def vram(self) -> int:
         return self.first.vram_total or 0
 
-    @property
+    @functools.cached_property
     def cuda_max(self) -> Optional[Version]:
         return version_or_none(self.first.cuda_driver_version)
 
-    @property
+    @functools.cached_property
     def driver(self) -> Optional[Version]:
         """The NVIDIA desktop driver version; None for other vendors and for Jetson's L4T numbers."""
         v = version_or_none(self.first.driver_version)

@@ -12,6 +12,7 @@ checked against the machine, the first accepted one chosen.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -122,6 +123,12 @@ def format_range(lines: Sequence[str], universe: Sequence[str]) -> str:
 
 
 def cuda_kernels_for(cc: str, sm: Sequence[str], ptx: Sequence[str]) -> Optional[str]:
+    """How a GPU of compute capability ``cc`` runs a CUDA build, or None when it cannot (cached)."""
+    return _kernels(cc, tuple(sm), tuple(ptx))
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernels(cc: str, sm: Tuple[str, ...], ptx: Tuple[str, ...]) -> Optional[str]:
     """How a GPU of compute capability ``cc`` runs a CUDA build, or None when it cannot.
 
     Device code (SASS) for X.y runs on X.z with z >= y; "X.ya" (arch-specific) code only on X.y;

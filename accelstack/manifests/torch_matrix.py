@@ -131,12 +131,10 @@ class Release:
     version: Version = field(default=Version("0"), repr=False, compare=False)
     python_spec: SpecifierSet = field(default_factory=SpecifierSet, repr=False, compare=False)
     known_versions: List[Version] = field(default_factory=list, repr=False, compare=False)
+    by_name: Dict[str, Variant] = field(default_factory=dict, repr=False, compare=False)
 
     def variant(self, name: str) -> Optional[Variant]:
-        for v in self.variants:
-            if v.name == name:
-                return v
-        return None
+        return self.by_name.get(name)
 
 
 @dataclass
@@ -295,6 +293,7 @@ def _parse_release(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> 
         comment=get_str(obj, "comment", path, required=False),
     )
     rel.version = Version(line)
+    rel.by_name = {v.name: v for v in variants}
     rel.python_spec = _spec(rel.python, join(path, "python"))
     for i, text in enumerate(rel.versions):
         v = parse_version(text, join(join(path, "versions"), i))

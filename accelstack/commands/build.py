@@ -1,0 +1,44 @@
+"""`accelstack build ggml`: compile a stable-diffusion.cpp runtime wheel for one backend (publishers)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..serde import to_dict
+from .progress import progress_renderer
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    from ..installer.build import VARIANTS
+
+    p = sub.add_parser(
+        "build",
+        help="compile a ggml runtime wheel for one backend variant (for publishers)",
+        description="Compile stable-diffusion-cpp-python for one backend variant into a py3-none wheel, "
+        "cached by (source hash, options). Builds never use -march=native. Then publish a directory of "
+        "builds with `accelstack manifest build DIR --base-url URL --key KEY`.",
+        epilog="example:\n  accelstack build ggml --backend cpu --out dist/cpu\n  accelstack build ggml --backend cuda --sdist ./stable_diffusion_cpp_python-0.4.7.tar.gz --out dist/cuda",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("what", choices=["ggml"], help="what to build")
+    p.add_argument("--backend", default="cpu", choices=sorted(VARIANTS), help="backend variant (default cpu)")
+    p.add_argument("--sdist", metavar="PATH", help="stable_diffusion_cpp_python-*.tar.gz (default: downloaded from the package registry)")
+    p.add_argument("--out", metavar="DIR", help="copy the wheel and its build record here")
+    p.add_argument("--jobs", type=int, default=0, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..installer.build import build_ggml
+
+    with progress_renderer(json_mode=args.json) as progress:
+        result = build_ggml(args.backend, sdist=Path(args.sdist) if args.sdist else None,
+                            out_dir=Path(args.out) if args.out else None, jobs=args.jobs or None, progress=progress)
+    if args.json:
+        print(json.dumps({"result": to_dict(result)}, indent=2))
+    else:
+        how = "reused from the build cache" if result.cache_hit else f"compiled in {result.seconds:.0f} s"
+        print(f"{result.variant}: {result.wheel} ({result.size / 1e6:.1f} MB, {how})\n  sha256 {result.sha256}\n  cmake {' '.join(result.cmake_args)}")
+    return 0

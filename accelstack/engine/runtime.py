@@ -1,0 +1,57 @@
+"""A runtime, as the engine sees it: a directory to import the stack from, and its environment.
+
+The installer hands over a runtime home plus the plan's environment (``CUDA_VISIBLE_DEVICES``,
+``HSA_OVERRIDE_GFX_VERSION``...); the engine needs nothing else to launch a worker on it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+from .errors import RuntimeNotFoundError
+
+BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl", "musa", "opencl", "torch")
+
+
+@dataclass
+class Runtime:
+    """``path`` goes first on the worker's ``PYTHONPATH``; ``env`` is applied on top of ours.
+    ``python`` is the interpreter to run the worker with ("" = the one running accelstack)."""
+
+    path: Path
+    backend: str = "cpu"
+    env: Dict[str, str] = field(default_factory=dict)
+    python: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return not self.backend.startswith("cpu")
+
+    def interpreter(self) -> str:
+        return self.python or sys.executable
+
+    def worker_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path."""
+        env = dict(os.environ if base is None else base)
+        env.update(self.env)
+        parts = [str(self.path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("PYTHONIOENCODING", "utf-8")
+        return env
+
+    def check(self) -> "Runtime":
+        """Fail early, with a hint, when the directory cannot hold a ggml runtime."""
+        p = Path(self.path)
+        if not p.is_dir():
+            raise RuntimeNotFoundError(f"runtime directory {p} does not exist",
+                                       hint="pass --runtime DIR of an installed runtime, or run `accelstack install`")
+        if self.backend != "torch" and not (p / "stable_diffusion_cpp").is_dir():
+            raise RuntimeNotFoundError(
+                f"{p} is not a ggml runtime: it has no stable_diffusion_cpp package",
+                hint="pass the directory the stable-diffusion-cpp-python wheel was installed into "
+                "(pip install --target DIR), or run `accelstack install`")
+        return self

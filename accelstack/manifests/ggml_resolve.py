@@ -1,0 +1,332 @@
+"""Choosing the ggml build: match published variant targets to the machine, or say what to build.
+
+A ggml target is chosen by its properties (os, arch, backend, requirements) against the machine's
+facts. The best backend the *hardware* supports is worked out independently of what is published,
+so when no artifact fits — or only a worse one does — the plan still names the backend and the
+properties a local build needs (``Plan.build``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
+
+from .machine import Device, Machine, sm_name, why_preferred
+from .plan import BuildSpec, Candidate, Plan, Request
+from .resolve import Manifests, Requirements, cuda_kernels_for, visible_devices_env
+from .schema import DEFAULT_GGML_TIERS, GgmlTarget
+
+_TEXT = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
+# CPU features a build may be specialised for (what a local build's flags depend on)
+_BUILD_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+                   "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "dotprod", "fp16", "i8mm", "sve", "sve2", "sme")
+
+
+@functools.lru_cache(maxsize=256)
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+@dataclass
+class _Eval:
+    name: str
+    backend: str
+    device: Optional[Device]
+    tier: int
+    target: Optional[GgmlTarget] = None
+    order: int = 0
+    fail: Optional[Tuple[str, str]] = None  # (code, reason)
+    how: str = ""
+    covers: List[Device] = field(default_factory=list)
+    candidate: Optional[Candidate] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.target is not None and self.fail is None
+
+    def sort_key(self) -> tuple:
+        prio = -(self.target.priority if self.target else 0)
+        return (0 if self.ok else 1, prio, self.order)
+
+
+class _GgmlResolver:
+    def __init__(self, machine: Machine, request: Request, reqs: Requirements, manifests: Manifests) -> None:
+        self.m = machine
+        self.request = request
+        self.reqs = reqs
+        self.manifests = manifests
+        self.forced = request.backend.strip().lower()
+        self.targets: List[GgmlTarget] = [
+            t for mf in manifests.ggml for t in mf.targets if t.os == machine.os and t.arch == machine.arch
+        ]
+        self.tiers = manifests.ggml[0].backend_tiers if manifests.ggml else [list(t) for t in DEFAULT_GGML_TIERS]
+        self.notes: List[str] = []
+
+    def backends_for(self, dev: Optional[Device]) -> List[str]:
+        if dev is None:
+            return ["cpu"]
+        if self.m.os == "macos":
+            return ["metal"]
+        native = {"nvidia": "cuda", "amd": "rocm", "intel": "sycl"}.get(dev.vendor)
+        return [b for b in (native, "vulkan") if b]
+
+    def device_problem(self, dev: Device, backend: str) -> Optional[Tuple[str, str]]:
+        m, g = self.m, dev.first
+        usable = m.api_usable(backend if backend != "sycl" else "xpu", g.index)
+        if backend == "cuda":
+            if usable is True or (usable is None and (dev.cuda_max or dev.driver)):
+                return None
+            if g.driver == "nouveau":
+                return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver")
+            return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda') or 'no working NVIDIA driver answered'}")
+        if backend == "rocm":
+            if not dev.gfx:
+                return ("device", f"the gfx target of {dev.label} is unknown, so no ROCm build can be matched to it")
+            if usable is False:
+                return ("api", f"ROCm/HIP cannot reach {dev.label}: {m.api_evidence('rocm') or 'no HIP runtime'}")
+            return None
+        if backend == "vulkan":
+            if usable:
+                return None
+            return ("api", f"no Vulkan driver was found for {dev.label} (install the GPU driver with Vulkan support)")
+        if backend == "metal":
+            return None if usable is not False else ("api", f"Metal is not usable on {dev.label}")
+        if backend == "sycl":
+            if usable:
+                return None
+            return ("api", f"SYCL needs Intel's Level Zero driver for {dev.label}, which was not found")
+        return None
+
+    # -- one target on one device ----------------------------------------------------------------
+    def check(self, dev: Optional[Device], t: GgmlTarget) -> Tuple[Optional[Tuple[str, str]], str]:
+        m, req = self.m, t.requires
+        if m.os == "linux":
+            if m.musl:
+                return ("glibc", f"{t.id} is built for glibc; this system uses musl libc"), ""
+            if req.glibc and m.glibc is not None and m.glibc < _v(req.glibc):
+                return ("glibc", f"{t.id} needs glibc >= {req.glibc}; this system has glibc {m.report.os.libc_version}"), ""
+        if req.macos_min and m.macos is not None and m.macos < _v(req.macos_min):
+            return ("os-version", f"{t.id} needs macOS {req.macos_min} or newer; this Mac runs macOS {m.report.os.version}"), ""
+        missing = [f for f in req.cpu_features if f not in m.report.cpu.features]
+        if missing:
+            cpu = m.report.cpu.model or "this CPU"
+            return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}; {cpu} lacks {', '.join(missing)}"), ""
+        how = ""
+        if dev is not None and t.backend == "cuda":
+            fail = self.driver_fail(dev, t)
+            if fail:
+                return fail, ""
+            if req.sm or req.ptx:
+                if dev.cc:
+                    kernels = cuda_kernels_for(dev.cc, req.sm, req.ptx)
+                    if kernels is None:
+                        built = ", ".join(req.sm + [p + " (PTX)" for p in req.ptx])
+                        return ("kernels", f"{t.id} has no kernels for {sm_name(dev.cc)} ({dev.name}); it is built for {built}"), ""
+                    how = f"{kernels} kernels for {dev.name}"
+                else:
+                    how = f"compute capability of {dev.name} unknown; kernels not checked"
+        elif dev is not None and t.backend == "rocm" and req.gfx:
+            if dev.gfx not in req.gfx:
+                return ("kernels", f"{dev.gfx} ({dev.name}) is not among the targets of {t.id} ({', '.join(req.gfx)})"), ""
+            how = f"{dev.gfx} is compiled in"
+        elif dev is not None and t.backend == "vulkan" and req.vulkan:
+            api = m.report.api("vulkan")
+            have = api.version if api else ""
+            if have and _v(have.split()[0]) < _v(req.vulkan):
+                return ("driver", f"{t.id} needs Vulkan {req.vulkan}; the driver offers Vulkan {have}"), ""
+        return None, how or (f"runs on {dev.name}" if dev is not None else "")
+
+    def driver_fail(self, dev: Device, t: GgmlTarget) -> Optional[Tuple[str, str]]:
+        req, g = t.requires, dev.first
+        min_drv = req.nvidia_driver.get(self.m.driver_os, "")
+        if req.cuda and dev.cuda_max is not None:
+            if dev.cuda_max >= _v(req.cuda):
+                return None
+            who = f"NVIDIA driver {g.driver_version}" if g.driver_version else "The NVIDIA driver"
+            tail = f" (driver >= {min_drv})" if min_drv else ""
+            return ("driver", f"{who} supports CUDA up to {g.cuda_driver_version}; {t.id} needs CUDA {req.cuda}{tail} (update the NVIDIA driver)")
+        if min_drv:
+            if dev.driver is None:
+                return ("driver", f"the NVIDIA driver version is unknown; {t.id} needs driver >= {min_drv}")
+            if dev.driver < _v(min_drv):
+                return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs (update the NVIDIA driver)")
+            return None
+        if req.cuda:
+            return ("driver", f"the CUDA version of the NVIDIA driver is unknown; {t.id} needs CUDA {req.cuda}")
+        return None
+
+    # -- the resolution ----------------------------------------------------------------------------
+    def evaluate(self, dev: Optional[Device], backend: str, tier: int) -> List[_Eval]:
+        ids = {t.id for t in self.targets}
+        if self.forced and self.forced != backend and not (self.forced in ids and any(t.id == self.forced and t.backend == backend for t in self.targets)):
+            return [_Eval(backend, backend, dev, tier, fail=("forced-backend", f"not the requested backend {self.request.backend!r}"))]
+        problem = self.device_problem(dev, backend) if dev is not None else None
+        if problem:
+            return [_Eval(backend, backend, dev, tier, fail=problem)]
+        targets = [t for t in self.targets if t.backend == backend and (self.forced not in ids or t.id == self.forced)]
+        if not targets:
+            where = f"{self.m.os} {self.m.arch}"
+            why = "no ggml manifest was given" if not self.manifests.ggml else f"the manifest has no {_TEXT[backend]} build for {where}"
+            return [_Eval(backend, backend, dev, tier, fail=("no-artifact", why))]
+        out = []
+        for i, t in enumerate(targets):
+            fail, how = self.check(dev, t)
+            out.append(_Eval(t.id, backend, dev, tier, target=t, order=i, fail=fail, how=how))
+        for e in out:
+            if e.ok and dev is not None:
+                e.covers = [dev] + [o for o in self.m.devices if o is not dev and o.vendor == dev.vendor
+                                    and not self.device_problem(o, backend) and self.check(o, e.target)[0] is None]
+        out.sort(key=lambda e: e.sort_key())
+        return out
+
+    def run(self) -> Plan:
+        m = self.m
+        evals: List[_Eval] = []
+        hardware: List[_Eval] = []  # the first eval of each (device, backend) the hardware can run
+        for tier_i, tier in enumerate(self.tiers):
+            for dev in list(m.devices) + [None]:
+                for backend in tier:
+                    if backend not in self.backends_for(dev):
+                        continue
+                    group = self.evaluate(dev, backend, tier_i)
+                    evals.extend(group)
+                    if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
+                        hardware.append(group[0])
+        chosen = next((e for e in evals if e.ok), None)
+        if chosen is not None and len(chosen.covers) > 1:
+            also = [d for d in chosen.covers if d is not chosen.device]
+            evals = [e for e in evals if e.device not in also]
+        plan = Plan(stack="ggml", ok=False, summary="", request=self.request)
+        for e in evals:
+            e.candidate = self.candidate(e, chosen)
+        plan.candidates = [e.candidate for e in evals]
+        best_hw = hardware[0] if hardware else None
+        if chosen is not None:
+            self.fill(plan, chosen)
+        if best_hw is not None and (chosen is None or best_hw.device is not chosen.device or best_hw.backend != chosen.backend):
+            plan.build = self.build_spec(best_hw)
+            if chosen is None:
+                plan.status = "needs-build"
+                plan.backend = best_hw.backend
+                plan.gpus = best_hw.device.indexes if best_hw.device else []
+                plan.summary = f"no published ggml build fits this machine; a local {_TEXT[best_hw.backend]} build is needed: {plan.build.reason}"
+            else:
+                self.notes.append(f"a local {_TEXT[best_hw.backend]} build would do better: {plan.build.reason}")
+        if chosen is None and best_hw is None:
+            plan.status = "unsatisfiable"
+            plan.summary = (f"no ggml backend {self.request.backend!r} runs on this machine" if self.forced
+                            else "no ggml build runs on this machine; see the rejected candidates")
+        if self.reqs.specs or self.reqs.others:
+            self.notes.append("package requirements apply to the torch stack; they were ignored for ggml")
+        for mf in self.manifests.ggml:
+            if mf.stale:
+                self.notes.append(f"{mf.envelope.label} expired on {mf.envelope.expires}")
+        plan.notes = self.notes + plan.notes
+        plan.ok = plan.status == "ready" and not plan.conflicts
+        return plan
+
+    def candidate(self, e: _Eval, chosen: Optional[_Eval]) -> Candidate:
+        gpus = [i for d in (e.covers or ([e.device] if e.device else [])) for i in d.indexes]
+        where = e.device.label if e.device else "the CPU"
+        if not e.ok:
+            code, why = e.fail
+            return Candidate(name=e.name, backend=e.backend, accepted=False, code=code, reason=f"{e.name} rejected: {why}", gpus=gpus)
+        verdict = "chosen" if e is chosen else "accepted"
+        text = f"{e.name} {verdict}: {_TEXT[e.backend]} build for {where}" + (f" ({e.how})" if e.how else "")
+        if len(e.covers) > 1:
+            text += f", also on {', '.join(d.label for d in e.covers[1:])}"
+        if e is not chosen and chosen is not None:
+            text += f" \u2014 not chosen: {self.why_not(e, chosen)}"
+        return Candidate(name=e.name, backend=e.backend, accepted=True, code=verdict, reason=text, gpus=gpus)
+
+    def why_not(self, e: _Eval, chosen: _Eval) -> str:
+        if e.device is chosen.device and e.backend == chosen.backend:
+            if e.target.priority < chosen.target.priority:
+                return f"{chosen.name} is preferred (priority {chosen.target.priority} vs {e.target.priority})"
+            return f"{chosen.name} is listed first"
+        if e.tier != chosen.tier or e.device is chosen.device:
+            return f"{_TEXT[chosen.backend]} ranks above {_TEXT[e.backend]}"
+        if e.device is None:
+            return "a GPU build was found"
+        if chosen.device is not None:
+            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
+        return "ranks lower"
+
+    def fill(self, plan: Plan, e: _Eval) -> None:
+        m = self.m
+        plan.status = "ready"
+        plan.backend, plan.variant = e.backend, e.name
+        plan.gpus = [i for d in e.covers for i in d.indexes]
+        plan.artifacts = list(e.target.artifacts)
+        size = sum(a.size for a in plan.artifacts)
+        where = e.device.label if e.device else "the CPU"
+        plan.summary = f"ggml {e.name} ({_TEXT[e.backend]}) for {where}: {len(plan.artifacts)} file(s), {size / 2**20:.1f} MiB"
+        env: Dict[str, str] = {}
+        if e.device is not None:
+            vendor = e.device.vendor
+            if e.backend == "cuda":
+                env.update(visible_devices_env(m, vendor, plan.gpus, "cuda"))
+            elif e.backend == "rocm":
+                env.update(visible_devices_env(m, vendor, plan.gpus, "rocm"))
+            elif e.backend == "vulkan":
+                api = m.report.api("vulkan")
+                listed = api.gpus if api and api.gpus else [g.index for g in m.report.gpus]
+                if len(listed) > len(plan.gpus):
+                    env["GGML_VK_VISIBLE_DEVICES"] = ",".join(str(listed.index(i)) for i in plan.gpus if i in listed)
+            elif e.backend == "sycl":
+                intel = visible_devices_env(m, vendor, plan.gpus, "xpu")
+                if intel:
+                    env["ONEAPI_DEVICE_SELECTOR"] = "level_zero:" + intel["ZE_AFFINITY_MASK"]
+        plan.env = env
+        if e.device is not None and len(m.devices) > 1:
+            others = [d for d in m.devices if d not in e.covers]
+            if others:
+                plan.device_reason = f"{e.device.label} is used; " + "; ".join(
+                    f"{d.label}: " + (f"ranks lower ({why_preferred(e.device, d)})" if d.rank > e.device.rank else "no better build runs on it")
+                    for d in others)
+        if "PTX" in e.how:
+            self.notes.append("this build reaches the GPU through PTX: the first start compiles kernels and can take minutes")
+
+    def build_spec(self, e: _Eval) -> BuildSpec:
+        m = self.m
+        props: Dict[str, str] = {}
+        feats = [f for f in _BUILD_FEATURES if f in m.report.cpu.features]
+        props["cpu_features"] = ",".join(feats)
+        if m.report.cpu.x86_64_level:
+            props["x86_64_level"] = str(m.report.cpu.x86_64_level)
+        dev = e.device
+        if dev is not None:
+            g = dev.first
+            if e.backend == "cuda":
+                props["sm"] = dev.cc or "unknown"
+                if g.cuda_driver_version:
+                    props["cuda_max"] = g.cuda_driver_version
+                if g.driver_version:
+                    props["nvidia_driver"] = g.driver_version
+            elif e.backend == "rocm":
+                props["gfx"] = dev.gfx
+                if m.report.rocm_version:
+                    props["rocm"] = m.report.rocm_version
+            elif e.backend == "vulkan":
+                api = m.report.api("vulkan")
+                if api and api.version:
+                    props["vulkan"] = api.version
+            elif e.backend == "metal":
+                if g.metal_support:
+                    props["metal"] = g.metal_support
+            elif e.backend == "sycl" and g.intel_generation:
+                props["intel_generation"] = g.intel_generation
+        if m.macos is not None:
+            props["macos"] = m.report.os.version
+        if m.glibc is not None:
+            props["glibc"] = m.report.os.libc_version
+        where = dev.label if dev else "the CPU"
+        keys = [k for k in ("sm", "cuda_max", "gfx", "vulkan", "metal", "cpu_features") if props.get(k)]
+        reason = f"{_TEXT[e.backend]} for {where} on {m.os} {m.arch} (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")"
+        return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=dev.indexes if dev else [], properties=props, reason=reason)
+
+
+def resolve_ggml(machine: Machine, request: Request, reqs: Requirements, manifests: Manifests) -> Plan:
+    return _GgmlResolver(machine, request, reqs, manifests).run()

@@ -1,0 +1,115 @@
+"""Full disk, read-only home, corrupt receipt, held lock: clear errors, nothing lost."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from accelstack.installer.ggml import audit
+from accelstack.installer.state import Home
+
+from .helpers import cli_env, error_of, result_of, run_cli
+
+
+def _mount_tmpfs(path: Path, size: str, readonly: bool = False) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (",ro" if readonly else "")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stdout.decode().strip()}")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounts = []
+
+    def make(name: str, size: str, readonly: bool = False) -> Path:
+        p = tmp_path / name
+        _mount_tmpfs(p, size, readonly)
+        mounts.append(p)
+        return p
+
+    yield make
+    for p in reversed(mounts):
+        subprocess.run(["umount", "-l", str(p)])
+
+
+def test_full_disk_keeps_the_previous_runtime(site, tmp_path, tmpfs):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    # room for one runtime (about 45 MB installed) but not for a second beside it
+    home = tmpfs("home", "70m")
+    env = cli_env(home, tmp_path / "cache")
+    key = site["public_key"]
+    v1 = result_of(run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", key], env))["runtime"]
+    proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v2"], "--trusted-key", key], env)
+    assert proc.returncode != 0
+    err = error_of(proc)
+    assert "disk is full" in err["message"] or "space" in err["message"].lower()
+    h = Home(home)
+    assert h.read_active().active["ggml"] == v1
+    assert audit(h, v1).healthy
+    assert not any(h.staging.iterdir())
+
+
+def test_read_only_home_is_a_clear_error(site, tmp_path, tmpfs):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    home = tmpfs("ro-home", "1m", readonly=True)
+    env = cli_env(home, tmp_path / "cache")
+    proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", site["public_key"]], env)
+    assert proc.returncode != 0
+    err = error_of(proc)
+    assert "not writable" in err["message"] and "ACCELSTACK_HOME" in err["hint"]
+
+
+def test_corrupt_receipt_is_reported_and_repaired_by_reinstall(site, tmp_path):
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    key = site["public_key"]
+    rid = result_of(run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", key], env))["runtime"]
+    h = Home(tmp_path / "home")
+    runtime_files = sorted(p.name for p in Path(h.runtime_dir("ggml", rid)).iterdir())
+    h.receipt_path(rid).write_text('{"id": 12, "stack": ')
+    proc = run_cli(["repair", "--json"], env)
+    assert proc.returncode != 0
+    err = error_of(proc)
+    assert "corrupt" in err["message"] and "--force" in err["hint"]
+    status = result_of(run_cli(["status", "--json"], env))
+    assert any("corrupt" in p for s in status for p in s["problems"])
+    assert sorted(p.name for p in Path(h.runtime_dir("ggml", rid)).iterdir()) == runtime_files  # nothing lost
+    proc = run_cli(["install", "--json", "--no-build", "--force", "--manifest", site["v1"], "--trusted-key", key], env)
+    assert proc.returncode == 0, proc.stderr
+    assert h.read_receipt(rid).id == rid
+
+
+def test_a_second_install_says_who_holds_the_lock(tmp_path, site):
+    home = Home(tmp_path / "home")
+    home.ensure()
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    with home.lock("install (test holder)"):
+        proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", site["public_key"]], env)
+    assert proc.returncode != 0
+    err = error_of(proc)
+    assert str(os.getpid()) in err["message"] and "install (test holder)" in err["message"]
+    assert "--wait" in err["hint"]
+
+
+def test_a_lock_left_by_a_killed_process_is_recovered(tmp_path, site):
+    home_dir = tmp_path / "home"
+    code = (
+        "import sys, time; from accelstack.installer.state import Home; "
+        f"h = Home({str(home_dir)!r}); h.ensure(); l = h.lock('install'); l.__enter__(); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    env = cli_env(home_dir, tmp_path / "cache")
+    proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", site["public_key"]], env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
