@@ -19,6 +19,7 @@ from .errors import AccelstackError
 # One line per subcommand module, in the order `--help` lists them.
 COMMAND_MODULES = [
     "accelstack.commands.detect",
+    "accelstack.commands.plan",
     "accelstack.commands.install",
     "accelstack.commands.build",
     "accelstack.commands.fetch",

@@ -29,7 +29,7 @@ def main() -> None:
     from accelstack.installer.state import Home
     from accelstack.manifests.plan import Request
     from accelstack.manifests.signing import generate_keypair
-    from installer.conftest import Server, publish
+    from installer.conftest import Server, publish  # noqa: E402
 
     build = build_ggml("cpu")
     wheel = Path(build.wheel)

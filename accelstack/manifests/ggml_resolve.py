@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from .machine import Device, Machine, sm_name, why_preferred
+from .machine import Device, Machine, kind_rank, slots, sm_name, why_preferred
 from .plan import BuildSpec, Candidate, Plan, Request
 from .resolve import Manifests, Requirements, cuda_kernels_for, visible_devices_env
 from .schema import DEFAULT_GGML_TIERS, GgmlTarget
@@ -111,6 +111,8 @@ class _GgmlResolver:
             return ("os-version", f"{t.id} needs macOS {req.macos_min} or newer; this Mac runs macOS {m.report.os.version}"), ""
         missing = [f for f in req.cpu_features if f not in m.report.cpu.features]
         if missing:
+            if not m.report.cpu.features:
+                return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}, and this CPU's features are unknown"), ""
             cpu = m.report.cpu.model or "this CPU"
             return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}; {cpu} lacks {', '.join(missing)}"), ""
         how = ""
@@ -185,15 +187,13 @@ class _GgmlResolver:
         m = self.m
         evals: List[_Eval] = []
         hardware: List[_Eval] = []  # the first eval of each (device, backend) the hardware can run
-        for tier_i, tier in enumerate(self.tiers):
-            for dev in list(m.devices) + [None]:
-                for backend in tier:
-                    if backend not in self.backends_for(dev):
-                        continue
-                    group = self.evaluate(dev, backend, tier_i)
-                    evals.extend(group)
-                    if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
-                        hardware.append(group[0])
+        for tier_i, dev, backend in slots(m.devices, self.tiers):
+            if backend not in self.backends_for(dev):
+                continue
+            group = self.evaluate(dev, backend, tier_i)
+            evals.extend(group)
+            if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
+                hardware.append(group[0])
         chosen = next((e for e in evals if e.ok), None)
         if chosen is not None and len(chosen.covers) > 1:
             also = [d for d in chosen.covers if d is not chosen.device]
@@ -218,6 +218,8 @@ class _GgmlResolver:
             plan.status = "unsatisfiable"
             plan.summary = (f"no ggml backend {self.request.backend!r} runs on this machine" if self.forced
                             else "no ggml build runs on this machine; see the rejected candidates")
+        if not m.report.cpu.features:
+            self.notes.append("this CPU's features are unknown, so only builds that need none were eligible")
         if self.reqs.specs or self.reqs.others:
             self.notes.append("package requirements apply to the torch stack; they were ignored for ggml")
         for mf in self.manifests.ggml:
@@ -246,10 +248,12 @@ class _GgmlResolver:
             if e.target.priority < chosen.target.priority:
                 return f"{chosen.name} is preferred (priority {chosen.target.priority} vs {e.target.priority})"
             return f"{chosen.name} is listed first"
-        if e.tier != chosen.tier or e.device is chosen.device:
-            return f"{_TEXT[chosen.backend]} ranks above {_TEXT[e.backend]}"
         if e.device is None:
             return "a GPU build was found"
+        if chosen.device is not None and e.device is not chosen.device and kind_rank(chosen.device) < kind_rank(e.device):
+            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
+        if e.tier != chosen.tier or e.device is chosen.device:
+            return f"{_TEXT[chosen.backend]} ranks above {_TEXT[e.backend]}"
         if chosen.device is not None:
             return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
         return "ranks lower"

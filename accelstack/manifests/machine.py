@@ -228,3 +228,25 @@ def why_preferred(top: Device, other: Device) -> str:
     if len(top.gpus) > len(other.gpus):
         return f"{len(top.gpus)} GPUs vs {len(other.gpus)}"
     return "listed first"
+
+
+def kind_rank(dev: Optional[Device]) -> int:
+    return 9 if dev is None else _KIND_RANK.get(dev.kind, 1)
+
+
+def slots(devices: List[Device], tiers: List[List[str]]) -> List[Tuple[int, Optional[Device], str]]:
+    """(tier, device, backend) in preference order.
+
+    Discrete GPUs come before integrated ones whatever their backend (a discrete Arc on Vulkan
+    beats an integrated Radeon on ROCm); among GPUs of one kind the backend tier decides first
+    (CUDA on one card beats DirectML on a bigger one), then the device rank. The CPU comes last.
+    """
+    out: List[Tuple[int, Optional[Device], str]] = []
+    for cls in sorted({kind_rank(d) for d in devices}):
+        for ti, tier in enumerate(tiers):
+            for d in devices:
+                if kind_rank(d) == cls:
+                    out.extend((ti, d, b) for b in tier)
+    for ti, tier in enumerate(tiers):
+        out.extend((ti, None, b) for b in tier)
+    return out

@@ -102,7 +102,8 @@ class Plan:
     torch_version: str = ""  # release line, "2.14"
     packages: List[str] = field(default_factory=list)  # requirement strings installed
     index_url: str = ""  # "" -> PyPI
-    commands: List[Command] = field(default_factory=list)
+    commands: List[Command] = field(default_factory=list)  # pip, run in order
+    uv_commands: List[Command] = field(default_factory=list)  # the same steps with uv, for those who use it
     optional_packages: List[str] = field(default_factory=list)  # offered, not installed (triton-windows)
     artifacts: List[ArtifactRef] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # set at launch

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .machine import Device, Machine, sm_name, why_preferred
+from .machine import Device, Machine, kind_rank, slots, sm_name, why_preferred
 from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request
 from .resolve import Requirements, cuda_kernels_for, format_range, visible_devices_env
 from .torch_matrix import CudaToolkit, PlatformBuild, Release, TorchMatrix, Variant
@@ -305,16 +305,12 @@ class _TorchResolver:
     def run(self) -> Plan:
         m, matrix = self.m, self.matrix
         evals: List[_Eval] = []
-        devices: List[Optional[Device]] = list(m.devices) + [None]
         for dev in m.devices:
             if not self.backends_for(dev):
                 self.notes.append(f"{dev.label}: torch has no GPU build for {dev.vendor} GPUs on {m.os}")
-        for tier_i, tier in enumerate(matrix.backend_tiers):
-            for dev in devices:
-                for backend in tier:
-                    if backend not in self.backends_for(dev):
-                        continue
-                    evals.extend(self.evaluate_backend(dev, backend, tier_i))
+        for tier_i, dev, backend in slots(m.devices, matrix.backend_tiers):
+            if backend in self.backends_for(dev):
+                evals.extend(self.evaluate_backend(dev, backend, tier_i))
         chosen = next((e for e in evals if e.best), None)
         if chosen is not None and len(chosen.covers) > 1:
             # GPUs the chosen build also runs on are part of the choice, not rivals to it
@@ -404,13 +400,15 @@ class _TorchResolver:
             if len(chosen.covers) > len(e.covers):
                 return f"{chosen.name} also runs on {', '.join(d.label for d in chosen.covers if d not in e.covers)}"
             return f"{chosen.name} is listed first for torch {chosen.best.release.torch}"
-        if e.tier != chosen.tier:
-            return f"{_BACKEND_TEXT[chosen.backend]} ranks above {_BACKEND_TEXT[e.backend]}"
         if e.device is None:
             return "a GPU build was found"
-        if chosen.device is not None and chosen.device.rank < e.device.rank:
+        if chosen.device is not None and e.device is not chosen.device and kind_rank(chosen.device) < kind_rank(e.device):
             return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
-        return f"{_BACKEND_TEXT[chosen.backend]} on {chosen.device.label if chosen.device else 'the CPU'} ranks above it"
+        if e.tier != chosen.tier or e.device is chosen.device:
+            return f"{_BACKEND_TEXT[chosen.backend]} ranks above {_BACKEND_TEXT[e.backend]}"
+        if chosen.device is not None:
+            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
+        return "ranks lower"
 
     def device_reason(self, evals: List[_Eval], chosen: _Eval) -> str:
         others = [d for d in self.m.devices if d not in chosen.covers and d is not chosen.device]
@@ -428,7 +426,7 @@ class _TorchResolver:
                 parts.append(f"{d.label}: ranks lower ({why_preferred(chosen.device, d)})")
             else:
                 parts.append(f"{d.label}: only {', '.join(sorted({_BACKEND_TEXT[e.backend] for e in works}))} would run there")
-        return f"{chosen.device.label} is used; " + "; ".join(parts)
+        return f"{chosen.device.label} is used; " + "; ".join(parts) if parts else ""
 
     def conflicts(self, evals: List[_Eval], chosen: Optional[_Eval]) -> List[str]:
         """Parts of the request that cost this machine its best device/backend, with what would work."""
@@ -494,13 +492,11 @@ class _TorchResolver:
         url = "" if index == "pypi" else (index or matrix.index_url.replace("{variant}", var.name))
         plan.index_url = url
         idx_args = ["--index-url", url] if url else []
-        plan.commands = [
-            Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *packages, *idx_args], "install the chosen torch build"),
-            Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *packages, *idx_args], "the same with uv"),
-        ]
+        plan.commands = [Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *packages, *idx_args], "install the chosen torch build")]
+        plan.uv_commands = [Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *packages, *idx_args], "install the chosen torch build")]
         if self.reqs.others:
             plan.commands.append(Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *self.reqs.others], "your other requirements, from PyPI"))
-            plan.commands.append(Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *self.reqs.others], "the same with uv"))
+            plan.uv_commands.append(Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *self.reqs.others], "your other requirements, from PyPI"))
         for extra in rel.extras:
             if (extra.backends and ev.backend not in extra.backends) or (extra.platforms and not set(extra.platforms) & set(m.platforms)):
                 continue

@@ -326,3 +326,79 @@ def test_old_driver_retry_without_compute_cap(reports):
 def test_truncated_system_profiler_json_is_salvaged_without_the_monitor_vendor(reports):
     g = reports["macos-apple-m3-pro-truncated-json"].gpus[0]
     assert g.pci_vendor_id == "106b"  # 10ac in the dump is the DELL monitor's vendor id
+
+
+# -- ordering rules on machines built for the rule (variants of the fixtures) -----------------------
+
+VULKAN_LOADER = "/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
+
+
+def _add_vulkan(root, *icds: str) -> None:
+    """Give a Linux capture a Vulkan loader and ICD manifests (files that exist are all replay needs)."""
+    (root / "files" / VULKAN_LOADER.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (root / "files" / VULKAN_LOADER.lstrip("/")).write_bytes(b"")
+    icd_dir = root / "files" / "usr/share/vulkan/icd.d"
+    icd_dir.mkdir(parents=True, exist_ok=True)
+    for icd in icds:
+        (icd_dir / icd).write_text('{"file_format_version": "1.0.0", "ICD": {"library_path": "x.so"}}\n', encoding="utf-8")
+
+
+def test_rocm_before_vulkan_on_a_supported_gfx_target(copy_capture):
+    root = copy_capture("linux-amd-2x-rx7900xtx-rocm")
+    _add_vulkan(root, "radeon_icd.x86_64.json")
+    r = replay(root)
+    assert {a.name for a in r.apis if a.usable} == {"rocm", "vulkan", "cpu"}
+    assert [(p.api, p.gpu) for p in r.preference] == [("rocm", 0), ("rocm", 1), ("vulkan", 0), ("vulkan", 1), ("cpu", None)]
+    assert "vulkan_loader_missing" not in r.problem_codes()
+
+
+def test_vulkan_before_rocm_on_an_unsupported_gfx_target(copy_capture):
+    root = copy_capture("linux-amd-780m-apu-docker")  # gfx1103: not in ROCm's list
+    _add_vulkan(root, "radeon_icd.x86_64.json")
+    r = replay(root)
+    assert _pos(r, "vulkan", 0) < _pos(r, "rocm", 0)
+    assert "HSA_OVERRIDE_GFX_VERSION" in r.preference[_pos(r, "rocm", 0)].reason
+
+
+def _nvidia_4070(b, addr: str = "0000:01:00.0") -> None:
+    b.pci(addr, "030000", "10de", "2786", driver="nvidia")
+    b.file("/sys/module/nvidia/version", "550.40.07\n")
+    b.smi([[0, "0000" + addr, "NVIDIA GeForce RTX 4070", 12282, 11852, "550.40.07", "8.9"]])
+
+
+def test_amd_igpu_with_nvidia_dgpu(builder, tmp_path):
+    b = builder()
+    _nvidia_4070(b)
+    b.pci("0000:c4:00.0", "030000", "1002", "15bf", driver="amdgpu")
+    b.kfd_node(1, gfx_target_version=110003, location_id=0xC400, domain=0)
+    b.device("/dev/kfd", rw=True)
+    b.file(VULKAN_LOADER, "").file("/usr/share/vulkan/icd.d/nvidia_icd.json", "{}").file("/usr/share/vulkan/icd.d/radeon_icd.x86_64.json", "{}")
+    r = replay(b.write(tmp_path / "mixed"))
+    nvidia = next(g.index for g in r.gpus if g.vendor == "nvidia")
+    amd = next(g.index for g in r.gpus if g.vendor == "amd")
+    assert r.gpus[amd].kind == "integrated" and r.gpus[nvidia].kind == "discrete"
+    assert (r.preference[0].api, r.preference[0].gpu) == ("cuda", nvidia)
+    assert _pos(r, "vulkan", nvidia) < _pos(r, "vulkan", amd)
+    assert _pos(r, "cuda", nvidia) < _pos(r, "rocm", amd)
+    assert r.preference[-1].api == "cpu"
+
+
+def test_intel_igpu_with_nvidia_dgpu_on_linux(builder, tmp_path):
+    b = builder()
+    b.pci("0000:00:02.0", "030000", "8086", "0412", driver="i915")
+    _nvidia_4070(b)
+    b.file(VULKAN_LOADER, "").file("/usr/share/vulkan/icd.d/nvidia_icd.json", "{}").file("/usr/share/vulkan/icd.d/intel_icd.x86_64.json", "{}")
+    r = replay(b.write(tmp_path / "optimus"))
+    assert [g.vendor for g in r.gpus] == ["intel", "nvidia"]
+    assert [(p.api, p.gpu) for p in r.preference] == [("cuda", 1), ("vulkan", 1), ("vulkan", 0), ("cpu", None)]
+
+
+def test_two_discrete_vendors(builder, tmp_path):
+    b = builder()
+    _nvidia_4070(b)
+    b.pci("0000:03:00.0", "030000", "1002", "744c", driver="amdgpu", vram_total=24560 * MIB)
+    b.kfd_node(1, gfx_target_version=110000, location_id=0x0300, domain=0)
+    b.device("/dev/kfd", rw=True)
+    r = replay(b.write(tmp_path / "two-vendors"))
+    order = [(p.api, r.gpus[p.gpu].vendor if p.gpu is not None else None) for p in r.preference]
+    assert order == [("cuda", "nvidia"), ("rocm", "amd"), ("cpu", None)]

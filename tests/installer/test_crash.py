@@ -17,7 +17,7 @@ import pytest
 from accelstack.installer.ggml import audit
 from accelstack.installer.state import Home
 
-from .helpers import cli_env, result_of, run_cli
+from installer_helpers import cli_env, result_of, run_cli
 
 KILL_POINTS = {
     "fetch": lambda e: e.get("stage") == "fetch" and e.get("kind") == "advance" and e.get("task") and 0 < e.get("done", 0),

@@ -14,7 +14,7 @@ import pytest
 from accelstack.installer.ggml import audit
 from accelstack.installer.state import Home
 
-from .helpers import cli_env, error_of, result_of, run_cli
+from installer_helpers import cli_env, error_of, result_of, run_cli
 
 
 def _mount_tmpfs(path: Path, size: str, readonly: bool = False) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from accelstack.installer.state import Home
 
-from .helpers import cli_env, error_of, result_of, run_cli
+from installer_helpers import cli_env, error_of, result_of, run_cli
 
 
 def _install(env, url, key, *extra):

@@ -1,0 +1,132 @@
+"""`accelstack plan`: which torch or ggml build fits this machine, and why the others do not."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import List
+
+from ..detect.report import HardwareReport
+from ..errors import UsageError
+from ..manifests.plan import Plan, Request
+from ..serde import loads, to_dict
+
+BACKEND_ENV = "ACCELSTACK_BACKEND"
+MiB = 1024 * 1024
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "plan",
+        help="decide which torch or ggml build to install here, with the reasons",
+        description="Resolve the build that fits a machine: every candidate considered, in preference order, "
+        "accepted or rejected with a reason you can act on; the chosen one as pip/uv commands (torch) or "
+        "artifacts (ggml), and the environment to set at launch. Nothing is downloaded or installed.",
+        epilog="examples:\n"
+        "  accelstack plan --stack torch                     for this machine\n"
+        "  accelstack plan --stack torch 'torch<2.7'         with a pin (says so when it cannot be met)\n"
+        "  accelstack plan --stack torch --python 3.9        for a Python 3.9 environment\n"
+        "  accelstack plan --hardware report.json --json     for a report from `accelstack detect --json`\n"
+        "  accelstack plan --stack ggml --manifest m.json    against a ggml variant manifest\n"
+        f"  {BACKEND_ENV}=vulkan accelstack plan             force a backend\n"
+        "exit status: 0 a plan was made as asked; 3 the request cannot be met here (see conflicts); "
+        "1/2 errors.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch-family pins such as 'torch==2.6.*' or 'torchvision<0.22'")
+    p.add_argument("--stack", choices=["ggml", "torch"], default="ggml", help="which runtime to plan (default ggml)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--hardware", metavar="FILE", help="a HardwareReport JSON (from `accelstack detect --json`) instead of detecting")
+    src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
+    p.add_argument("--backend", default=None, help=f"force a backend (cuda, rocm, vulkan, cpu, ...) or a variant (cu126); default ${BACKEND_ENV}")
+    p.add_argument("--python", default="", metavar="X.Y", help="Python version of the target environment (default: the detected one)")
+    p.add_argument("--manifest", action="append", default=[], metavar="FILE",
+                   help="a manifest file to plan against (ggml variants, or a torch matrix replacing the built-in one); repeatable")
+    p.add_argument("--json", action="store_true", help="print the Plan as JSON")
+    p.set_defaults(func=run)
+
+
+def load_report(args: argparse.Namespace) -> HardwareReport:
+    if args.hardware:
+        try:
+            text = Path(args.hardware).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.hardware} ({exc.strerror or exc})", "write one with `accelstack detect --json > report.json`") from None
+        return loads(HardwareReport, text, what=args.hardware)
+    from ..detect import detect
+    from ..detect.system import LiveSystem, ReplaySystem
+
+    if args.replay:
+        report = detect(ReplaySystem(args.replay))
+        report.source = f"replay:{args.replay}"
+        return report
+    return detect(LiveSystem())
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..manifests.resolve import Manifests, resolve
+    from ..manifests.schema import load_manifest_file
+
+    manifests = Manifests.builtin()
+    unsigned: List[str] = []
+    for path in args.manifest:
+        manifests.add(load_manifest_file(path))
+        unsigned.append(path)
+    backend = args.backend if args.backend is not None else os.environ.get(BACKEND_ENV, "")
+    report = load_report(args)
+    request = Request(stack=args.stack, requirements=list(args.requirements), backend=backend, python=args.python)
+    plan = resolve(report, request, manifests)
+    if unsigned:
+        plan.notes.append(f"planned with {', '.join(unsigned)} as given: signatures are checked when a manifest is installed from")
+    if args.json:
+        print(json.dumps(to_dict(plan), indent=2))
+    else:
+        print(render(plan, report))
+    return 0 if plan.status in ("ready", "needs-build") and not plan.conflicts else 3
+
+
+def render(plan: Plan, report: HardwareReport) -> str:
+    o = report.os
+    py = plan.request.python or o.python_version
+    head = f"{plan.stack} plan for {o.name} {o.arch}{' (WSL2)' if o.wsl else ''}" + (f", Python {py}" if py and plan.stack == "torch" else "")
+    if report.source and report.source != "live":
+        head += f"  [{report.source}]"
+    lines = [head, f"decision: {plan.summary}  [{plan.status}]"]
+    chosen = plan.chosen
+    if chosen is not None:
+        lines.append(f"  {chosen.reason}")
+    if plan.device_reason:
+        lines.append(f"  devices: {plan.device_reason}")
+    if plan.commands:
+        lines.append("install:")
+        lines += [f"  $ {c.render()}" for c in plan.commands]
+        lines += [f"  or with uv: $ {c.render()}" for c in plan.uv_commands]
+    if plan.artifacts:
+        lines.append("fetch:")
+        for a in plan.artifacts:
+            lines.append(f"  {a.name}  {a.size / MiB:.1f} MiB  sha256 {a.sha256[:16]}…  from {a.urls[0]}" + (f" (+{len(a.urls) - 1} mirror)" if len(a.urls) > 1 else ""))
+    if plan.build is not None:
+        b = plan.build
+        lines.append("local build needed:" if plan.status == "needs-build" else "a local build would do better:")
+        lines.append(f"  {b.reason}")
+        lines.append("  " + ", ".join(f"{k}={v}" for k, v in b.properties.items()))
+    if plan.env:
+        lines.append("environment at launch:")
+        lines += [f"  {k}={v}" for k, v in plan.env.items()]
+    if plan.conflicts:
+        lines.append("cannot be met as asked:")
+        lines += [f"  ! {c}" for c in plan.conflicts]
+    if plan.notes:
+        lines.append("notes:")
+        lines += [f"  - {n}" for n in plan.notes]
+    rejected = plan.rejected
+    if rejected:
+        lines.append("rejected:")
+        lines += [f"  {c.reason}" for c in rejected]
+    others = [c for c in plan.candidates if c.accepted and not c.chosen]
+    if others:
+        lines.append("also possible: " + ", ".join(f"{c.name}" + (f" (torch {c.torch_version})" if c.torch_version else "") for c in others))
+    if plan.manifests:
+        lines.append("decided from: " + "; ".join(plan.manifests))
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""PNG files with the generation parameters in a ``tEXt`` chunk, with the standard library only.
+
+Image-generation tools conventionally store the parameters under the keyword ``parameters``
+(A1111 style: prompt, ``Negative prompt: ...``, then ``Steps: 20, Sampler: ..., Seed: ...``),
+so other tools show them. Writing needs only zlib; the reader exists so that tests and
+``verify`` can check what was written without Pillow (which only the worker has).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Union
+
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class PngError(ValueError):
+    """Not a PNG this module can read (8-bit, non-interlaced gray/RGB/RGBA)."""
+
+
+@dataclass
+class PngImage:
+    width: int
+    height: int
+    channels: int
+    pixels: bytes  # row-major, ``channels`` bytes per pixel
+    text: Dict[str, str] = field(default_factory=dict)
+
+    def rgb(self) -> bytes:
+        """The pixels as RGB (drops alpha, expands gray)."""
+        if self.channels == 3:
+            return self.pixels
+        if self.channels == 4:
+            out = bytearray(self.width * self.height * 3)
+            out[0::3], out[1::3], out[2::3] = self.pixels[0::4], self.pixels[1::4], self.pixels[2::4]
+            return bytes(out)
+        if self.channels == 1:
+            return bytes(b for v in self.pixels for b in (v, v, v))
+        raise PngError(f"cannot convert {self.channels} channels to RGB")
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def encode_png(width: int, height: int, rgb: bytes, text: Union[Dict[str, str], None] = None, level: int = 6) -> bytes:
+    """Encode 8-bit RGB pixels (filter type 0 on every row) with optional ``tEXt`` entries."""
+    if len(rgb) != width * height * 3:
+        raise ValueError(f"expected {width * height * 3} bytes of RGB for {width}x{height}, got {len(rgb)}")
+    stride = width * 3
+    raw = b"".join(b"\x00" + rgb[y * stride:(y + 1) * stride] for y in range(height))
+    parts = [SIGNATURE, _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))]
+    for key, value in (text or {}).items():
+        # tEXt is Latin-1; characters outside it become '?' rather than failing the save.
+        parts.append(_chunk(b"tEXt", key.encode("latin-1", "replace")[:79] + b"\x00" + value.encode("latin-1", "replace")))
+    parts.append(_chunk(b"IDAT", zlib.compress(raw, level)))
+    parts.append(_chunk(b"IEND", b""))
+    return b"".join(parts)
+
+
+def write_png(path: Union[str, Path], width: int, height: int, rgb: bytes,
+              text: Union[Dict[str, str], None] = None) -> Path:
+    """Write atomically (a temporary file renamed into place)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".part")
+    tmp.write_bytes(encode_png(width, height, rgb, text))
+    tmp.replace(target)
+    return target
+
+
+def _paeth(a: int, b: int, c: int) -> int:
+    p = a + b - c
+    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+    if pa <= pb and pa <= pc:
+        return a
+    return b if pb <= pc else c
+
+
+def decode_png(data: bytes) -> PngImage:
+    """Decode an 8-bit, non-interlaced grayscale/RGB/RGBA PNG (all five row filters)."""
+    if not data.startswith(SIGNATURE):
+        raise PngError("not a PNG file")
+    pos, width, height, channels = 8, 0, 0, 0
+    idat: List[bytes] = []
+    text: Dict[str, str] = {}
+    while pos + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) != length:
+            raise PngError("truncated PNG chunk")
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, color, _comp, _filt, interlace = struct.unpack(">IIBBBBB", body)
+            channels = {0: 1, 2: 3, 6: 4}.get(color, 0)
+            if depth != 8 or not channels or interlace:
+                raise PngError(f"unsupported PNG (bit depth {depth}, color type {color}, interlace {interlace})")
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"tEXt":
+            key, _, value = body.partition(b"\x00")
+            text[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"iTXt":
+            key, _, rest = body.partition(b"\x00")
+            flag, method = rest[0], rest[1]
+            _lang, _, rest = rest[2:].partition(b"\x00")
+            _tkey, _, value = rest.partition(b"\x00")
+            text[key.decode("latin-1")] = (zlib.decompress(value) if flag else value).decode("utf-8", "replace")
+        elif kind == b"IEND":
+            break
+    if not width or not idat:
+        raise PngError("PNG without IHDR or IDAT")
+    raw = zlib.decompress(b"".join(idat))
+    bpp, stride = channels, width * channels
+    if len(raw) != height * (stride + 1):
+        raise PngError("PNG image data has the wrong length")
+    out = bytearray(height * stride)
+    prev = bytearray(stride)
+    for y in range(height):
+        ftype = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if ftype == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 0xFF
+        elif ftype == 2:
+            for i in range(stride):
+                line[i] = (line[i] + prev[i]) & 0xFF
+        elif ftype == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+        elif ftype == 4:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                upleft = prev[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + _paeth(left, prev[i], upleft)) & 0xFF
+        elif ftype != 0:
+            raise PngError(f"unknown PNG row filter {ftype}")
+        out[y * stride:(y + 1) * stride] = line
+        prev = line
+    return PngImage(width, height, channels, bytes(out), text)
+
+
+def read_png(path: Union[str, Path]) -> PngImage:
+    return decode_png(Path(path).read_bytes())
+
+
+def parameters_text(prompt: str, negative_prompt: str, fields: Dict[str, object]) -> str:
+    """The conventional ``parameters`` value: prompt, negative prompt, then ``Key: value`` pairs."""
+    lines = [prompt]
+    if negative_prompt:
+        lines.append(f"Negative prompt: {negative_prompt}")
+    lines.append(", ".join(f"{k}: {v}" for k, v in fields.items() if v not in (None, "")))
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""Capture and replay: what a capture records replays to the same report, here and through the CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from accelstack.cli import main
+from accelstack.detect import detect
+from accelstack.detect.report import HardwareReport
+from accelstack.detect.system import CAPTURE_VERSION, CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.serde import to_dict
+
+from .conftest import CAPTURES, INSTALL_DIR, fixture_names, replay
+
+
+def comparable(report: HardwareReport) -> Dict[str, Any]:
+    data = to_dict(report)
+    data.pop("duration_ms")
+    data.pop("source")
+    return data
+
+
+def test_live_capture_replays_to_the_same_report(tmp_path):
+    capturing = CapturingSystem(LiveSystem())
+    live = detect(capturing, install_dir=INSTALL_DIR)
+    capturing.save(str(tmp_path / "cap"))
+
+    index = json.loads((tmp_path / "cap" / "capture.json").read_text(encoding="utf-8"))
+    assert index["format"] == "accelstack-capture" and index["version"] == CAPTURE_VERSION
+    assert index["platform"]["system"] == LiveSystem().platform().system
+    for cmd in index["commands"]:
+        assert (tmp_path / "cap" / cmd["stdout"]).is_file() and (tmp_path / "cap" / cmd["stderr"]).is_file()
+    if Path("/proc/cpuinfo").is_file():
+        assert (tmp_path / "cap" / "files" / "proc" / "cpuinfo").read_text(encoding="utf-8") == Path("/proc/cpuinfo").read_text(encoding="utf-8")
+
+    replayed = replay(tmp_path / "cap")
+    assert comparable(replayed) == comparable(live)
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_recapturing_a_replay_is_lossless(name, tmp_path):
+    """CapturingSystem over a ReplaySystem writes a capture that replays identically (the writer keeps
+    commands, links, errors, platform facts and Windows paths)."""
+    capturing = CapturingSystem(ReplaySystem(str(CAPTURES / name)))
+    first = detect(capturing, install_dir=INSTALL_DIR)
+    capturing.save(str(tmp_path / "again"))
+    assert comparable(replay(tmp_path / "again")) == comparable(first)
+
+
+def test_cli_capture_then_replay(tmp_path, capsys):
+    cap = tmp_path / "bug-report"
+    assert main(["detect", "--capture", str(cap), "--json"]) == 0
+    captured = json.loads(capsys.readouterr().out)
+    assert (cap / "capture.json").is_file()
+    assert main(["detect", "--replay", str(cap), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    for data in (captured, replayed):
+        data.pop("duration_ms")
+    assert replayed.pop("source") == f"replay:{cap}" and captured.pop("source") == "live"
+    assert replayed == captured
+
+
+@pytest.mark.parametrize("name", ["windows-ryzen-igpu-arc-b580", "linux-nvidia-8x-b200-580", "macos-apple-m3-pro-truncated-json"])
+def test_cli_replay_json_equals_the_library(name, capsys):
+    directory = str(CAPTURES / name)
+    assert main(["detect", "--replay", directory, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lib = to_dict(detect(ReplaySystem(directory)))
+    assert out.pop("source") == f"replay:{directory}"
+    out.pop("duration_ms"), lib.pop("duration_ms"), lib.pop("source")
+    assert out == lib
+
+
+def test_cli_human_output_names_gpus_apis_and_problems(capsys):
+    assert main(["detect", "--replay", str(CAPTURES / "windows-ryzen-igpu-arc-b580")]) == 0
+    text = capsys.readouterr().out
+    for words in ("Intel(R) Arc(TM) B580 Graphics", "AMD Radeon(TM) Graphics", "gfx1036", "Xe2-HPG (Battlemage)", "1. xpu on GPU 1", "from replay:"):
+        assert words in text
+
+    assert main(["detect", "--replay", str(CAPTURES / "linux-nvidia-nouveau-intel-haswell")]) == 0
+    text = capsys.readouterr().out
+    assert "NVIDIA GeForce GTX 1060 6GB" in text and "Problems" in text
+    assert "has no NVIDIA driver loaded (it uses nouveau)" in text and "what to do: install the NVIDIA proprietary driver" in text
+
+    assert main(["detect", "--replay", str(CAPTURES / "linux-cpu-pentium-e5700-no-avx")]) == 0
+    text = capsys.readouterr().out
+    assert "GPUs     none found" in text and "has no AVX2" in text and "x86-64-v1" in text
+
+
+def test_cli_rejects_capture_with_replay(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["detect", "--replay", str(CAPTURES / "macos-apple-m3"), "--capture", str(tmp_path / "x")])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
