@@ -19,6 +19,8 @@ from .errors import AccelstackError
 # One line per subcommand module, in the order `--help` lists them.
 COMMAND_MODULES = [
     "accelstack.commands.detect",
+    "accelstack.commands.verify",
+    "accelstack.commands.generate",
     "accelstack.commands.plan",
     "accelstack.commands.install",
     "accelstack.commands.build",

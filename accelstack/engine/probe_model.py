@@ -325,8 +325,16 @@ def probe_cache_root() -> Path:
     return default_cache_dir() / "probe"
 
 
-def probe_dir_name(seed: int) -> str:
-    return f"sd1-f{FORMAT_VERSION}-s{seed}"
+Architecture = Dict[str, Dict[str, Shape]]
+
+
+def probe_dir_name(seed: int, architecture: Optional[Architecture] = None) -> str:
+    """``sd1-f<format>-s<seed>``; a non-default architecture adds a hash of its shapes."""
+    name = f"sd1-f{FORMAT_VERSION}-s{seed}"
+    if architecture is not None and architecture != sd1_tensors():
+        digest = hashlib.sha256(json.dumps(architecture, sort_keys=True).encode()).hexdigest()[:10]
+        name = f"custom-{digest}-f{FORMAT_VERSION}-s{seed}"
+    return name
 
 
 @dataclass
@@ -340,13 +348,6 @@ class ProbeModel:
     size_bytes: int
     seconds: float = 0.0  # synthesis time; 0 when it came from the cache
     cached: bool = False
-
-
-def _expected_sizes() -> Dict[str, int]:
-    sizes = {}
-    for part, tensors in sd1_tensors().items():
-        sizes[part] = len(_header(tensors, _meta(part, 0))) + 2 * sum(math.prod(s) for s in tensors.values())
-    return sizes
 
 
 def _meta(part: str, seed: int) -> Dict[str, str]:
@@ -368,12 +369,20 @@ def _load_marker(folder: Path) -> Optional[ProbeModel]:
 
 
 def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = None,
-                       progress: ProgressCallback = null_progress) -> ProbeModel:
-    """The probe model for ``seed``: from the cache, or synthesized now (a few seconds)."""
-    if not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
+                       progress: ProgressCallback = null_progress,
+                       architecture: Optional[Architecture] = None) -> ProbeModel:
+    """The probe model for ``seed``: from the cache, or synthesized now (a few seconds).
+
+    ``architecture`` (``{part: {name: shape}}``, default :func:`sd1_tensors`) exists for tests
+    and experiments with smaller models; it gets its own cache folder.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
         raise ProbeModelError(f"probe seed must be an integer in [0, 2**32), got {seed!r}")
+    parts = architecture if architecture is not None else sd1_tensors()
+    if set(parts) != set(FILES):
+        raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(FILES)}, got {', '.join(parts)}")
     root = Path(cache_root) if cache_root is not None else probe_cache_root()
-    folder = root / probe_dir_name(seed)
+    folder = root / probe_dir_name(seed, architecture)
     found = _load_marker(folder)
     if found is not None:
         return found
@@ -385,24 +394,24 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
             found = _load_marker(folder)  # another process may have made it meanwhile
             if found is not None:
                 return found
-            return _synthesize(folder, seed, progress)
+            return _synthesize(folder, seed, parts, progress)
     except OSError as exc:
         raise ProbeModelError(f"cannot write the probe model under {root}: {exc.strerror or exc}",
                               hint="free disk space (it needs about 2.2 GB) or point ACCELSTACK_CACHE "
                               "at a writable disk") from None
 
 
-def _synthesize(folder: Path, seed: int, progress: ProgressCallback) -> ProbeModel:
+def _synthesize(folder: Path, seed: int, parts: Architecture, progress: ProgressCallback) -> ProbeModel:
     start = time.perf_counter()
-    parts = sd1_tensors()
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
     free = shutil.disk_usage(folder.parent).free
-    need = sum(_expected_sizes().values())
-    if free < need + (256 << 20):
+    need = 2 * total + (1 << 20)
+    if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
             f"not enough disk space for the probe model at {folder.parent}: {need / 1e9:.1f} GB needed, "
             f"{free / 1e9:.1f} GB free", hint="free disk space or point ACCELSTACK_CACHE at a bigger disk")
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-" + folder.name + "-", dir=folder.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the probe is a shareable cache entry
     done = [0]
     task = f"probe model (seed {seed})"
     progress(ProgressEvent("start", "probe", task=task, total=total))

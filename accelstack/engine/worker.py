@@ -191,8 +191,33 @@ class GgmlBackend:
                 return "; ".join(dict.fromkeys(lines[-3:]))
         return ""
 
+    def resolve_defaults(self, sampler: str, scheduler: str) -> Tuple[str, str]:
+        """Name what "default" means for the loaded model (reported and embedded in PNGs)."""
+        import ctypes
+
+        try:
+            lib = self.sd_cpp._lib
+            lib.sd_sample_method_name.restype = ctypes.c_char_p
+            lib.sd_sample_method_name.argtypes = [ctypes.c_int]
+            lib.sd_scheduler_name.restype = ctypes.c_char_p
+            lib.sd_scheduler_name.argtypes = [ctypes.c_int]
+            model = self.sd.model
+            method = self.sd_cpp.sd_get_default_sample_method(model)
+            if sampler == "default":
+                sampler = lib.sd_sample_method_name(int(method)).decode()
+            else:
+                from stable_diffusion_cpp.stable_diffusion import SAMPLE_METHOD_MAP
+
+                method = SAMPLE_METHOD_MAP[sampler]
+            if scheduler == "default":
+                scheduler = lib.sd_scheduler_name(int(self.sd_cpp.sd_get_default_scheduler(model, method))).decode()
+        except Exception:
+            pass  # an older library: keep "default"
+        return sampler, scheduler
+
     def generate(self, req: GenerateRequest) -> Tuple[List[GeneratedImage], int, str, str]:
         seed = req.seed if req.seed >= 0 else random.randint(0, 2 ** 31 - 1)
+        sampler, scheduler = self.resolve_defaults(req.sampler, req.scheduler)
         tile = f"{self.vae_tile_size}x{self.vae_tile_size}"
         try:
             images = self.sd.generate_image(
@@ -211,7 +236,7 @@ class GgmlBackend:
             rgb = img.convert("RGB")
             out.append(GeneratedImage(width=rgb.width, height=rgb.height, seed=seed + i,
                                       pixels_b64=base64.b64encode(rgb.tobytes()).decode("ascii")))
-        return out, seed, req.sampler, req.scheduler
+        return out, seed, sampler, scheduler
 
 
 class WorkerState:

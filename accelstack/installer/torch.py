@@ -194,11 +194,14 @@ def install_torch(
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             assert proc.stdout is not None
             tail: List[str] = []
+            errors: List[str] = []
             for line in proc.stdout:
                 tail = (tail + [line.rstrip()])[-12:]
+                if line.startswith("ERROR:") and len(errors) < 3:
+                    errors.append(line.strip())
                 progress(ProgressEvent("message", "install", task="pip", message=line.rstrip()))
             if proc.wait() != 0:
-                reason = next((l for l in reversed(tail) if l.startswith("ERROR")), tail[-1] if tail else "no output")
+                reason = errors[0] if errors else (tail[-1] if tail else "no output")
                 raise TorchInstallError(f"pip failed: {reason}", hint="the previous torch (if any) has been restored; see the pip output above")
         result = checker(python, plan)
         if not result.ok:

@@ -80,12 +80,12 @@ class _GgmlResolver:
                 return None
             if g.driver == "nouveau":
                 return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver")
-            return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda') or 'no working NVIDIA driver answered'}")
+            return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'no working NVIDIA driver answered'}")
         if backend == "rocm":
             if not dev.gfx:
                 return ("device", f"the gfx target of {dev.label} is unknown, so no ROCm build can be matched to it")
             if usable is False:
-                return ("api", f"ROCm/HIP cannot reach {dev.label}: {m.api_evidence('rocm') or 'no HIP runtime'}")
+                return ("api", f"ROCm/HIP cannot reach {dev.label}: {m.api_evidence('rocm', g) or 'no HIP runtime'}")
             return None
         if backend == "vulkan":
             if usable:
@@ -179,6 +179,7 @@ class _GgmlResolver:
         for e in out:
             if e.ok and dev is not None:
                 e.covers = [dev] + [o for o in self.m.devices if o is not dev and o.vendor == dev.vendor
+                                    and kind_rank(o) == kind_rank(dev)
                                     and not self.device_problem(o, backend) and self.check(o, e.target)[0] is None]
         out.sort(key=lambda e: e.sort_key())
         return out
@@ -241,7 +242,7 @@ class _GgmlResolver:
             text += f", also on {', '.join(d.label for d in e.covers[1:])}"
         if e is not chosen and chosen is not None:
             text += f" \u2014 not chosen: {self.why_not(e, chosen)}"
-        return Candidate(name=e.name, backend=e.backend, accepted=True, code=verdict, reason=text, gpus=gpus)
+        return Candidate(name=e.name, backend=e.backend, accepted=True, code=verdict, reason=text, gpus=gpus, chosen=e is chosen)
 
     def why_not(self, e: _Eval, chosen: _Eval) -> str:
         if e.device is chosen.device and e.backend == chosen.backend:
@@ -297,7 +298,8 @@ class _GgmlResolver:
         m = self.m
         props: Dict[str, str] = {}
         feats = [f for f in _BUILD_FEATURES if f in m.report.cpu.features]
-        props["cpu_features"] = ",".join(feats)
+        if feats:
+            props["cpu_features"] = ",".join(feats)
         if m.report.cpu.x86_64_level:
             props["x86_64_level"] = str(m.report.cpu.x86_64_level)
         dev = e.device
@@ -327,8 +329,8 @@ class _GgmlResolver:
         if m.glibc is not None:
             props["glibc"] = m.report.os.libc_version
         where = dev.label if dev else "the CPU"
-        keys = [k for k in ("sm", "cuda_max", "gfx", "vulkan", "metal", "cpu_features") if props.get(k)]
-        reason = f"{_TEXT[e.backend]} for {where} on {m.os} {m.arch} (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")"
+        keys = [k for k in ("sm", "cuda_max", "gfx", "vulkan", "metal", "intel_generation", "cpu_features") if props.get(k)]
+        reason = f"{_TEXT[e.backend]} for {where} on {m.os} {m.arch}" + (" (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")" if keys else "")
         return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=dev.indexes if dev else [], properties=props, reason=reason)
 
 

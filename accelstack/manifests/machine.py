@@ -149,9 +149,16 @@ class Machine:
             return False
         return gpu is None or not api.gpus or gpu in api.gpus
 
-    def api_evidence(self, name: str) -> str:
+    def api_evidence(self, name: str, gpu: Optional[GPU] = None) -> str:
+        """Detection's evidence about API ``name`` (about ``gpu`` only, without its "GPU n name: " prefix)."""
         api = self.report.api(name)
-        return "; ".join(api.evidence) if api and api.evidence else ""
+        if not api or not api.evidence:
+            return ""
+        if gpu is None:
+            return "; ".join(api.evidence)
+        prefix = f"GPU {gpu.index} {gpu.name}: "
+        mine = [e[len(prefix):] for e in api.evidence if e.startswith(prefix)]
+        return "; ".join(mine or api.evidence)
 
     def vendor_gpus(self, vendor: str) -> List[GPU]:
         return [g for g in self.report.gpus if g.vendor == vendor]

@@ -136,15 +136,15 @@ class _TorchResolver:
                 return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver (install it, then run accelstack again)")
             if not g.cuda_driver_version and not g.driver_version:
                 return ("api", f"no working NVIDIA driver answered for {dev.label} (nvidia-smi missing or failing); install or repair the NVIDIA driver")
-            return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda') or 'the driver did not report a CUDA version'}")
+            return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'the driver did not report a CUDA version'}")
         if backend == "rocm":
             if m.os != "linux":
                 return None  # the platform check explains it
             if not dev.gfx:
                 return ("device", f"the gfx target of {dev.label} is unknown (no KFD topology or rocminfo answer), so no ROCm build can be matched to it")
             if m.api_usable("rocm", g.index) is False:
-                ev = m.api_evidence("rocm")
-                return ("api", f"ROCm cannot reach {dev.label}{': ' + ev if ev else ''} (the user needs the render and video groups; a container needs /dev/kfd and /dev/dri)")
+                ev = m.api_evidence("rocm", g)
+                return ("api", f"ROCm cannot reach {dev.label}{' (' + ev + ')' if ev else ''}: the user needs the render and video groups, a container needs /dev/kfd and /dev/dri")
             return None
         if backend == "xpu":
             text = f"{g.name} {g.intel_generation}".lower()
@@ -155,8 +155,8 @@ class _TorchResolver:
                 return ("api", f"XPU cannot reach {dev.label}: install Intel's GPU driver with Level Zero")
             return None
         if backend == "mps":
-            if dev.vendor != "apple" and m.arch == "arm64":
-                return ("device", f"{dev.label} is not an Apple-silicon GPU")
+            if dev.vendor not in ("apple", "amd"):
+                return ("device", f"torch's MPS backend runs on Apple silicon and AMD GPUs, not on {dev.label}")
             return None
         return None
 
@@ -229,7 +229,7 @@ class _TorchResolver:
             else:
                 line = rel.companions.get(name)
                 if line and not _allows(s, _line_versions(line)):
-                    return ("requirement", f"your requirement {text} excludes the {name} of torch {{rng}} ({name} {line})"), env, how
+                    return ("requirement", f"your requirement {text} excludes the {name} that goes with torch {{rng}}"), env, how
         return None, env, how
 
     def driver_fail(self, dev: Device, tk: Optional[CudaToolkit], vname: str) -> Optional[Tuple[str, str]]:
@@ -289,7 +289,10 @@ class _TorchResolver:
             return []
         out = [dev]
         for other in self.m.devices:
-            if other is dev or other.vendor != dev.vendor or self.device_problem(other, ev.backend):
+            # an integrated GPU next to a discrete one would become device 0 as often as not
+            if other is dev or other.vendor != dev.vendor or kind_rank(other) != kind_rank(dev):
+                continue
+            if self.device_problem(other, ev.backend):
                 continue
             fail, env, _ = self.check(other, best.release, best.variant, best.build)
             if fail is not None:
@@ -399,7 +402,7 @@ class _TorchResolver:
                 return f"{chosen.name} gives a newer torch ({chosen.best.release.torch})"
             if len(chosen.covers) > len(e.covers):
                 return f"{chosen.name} also runs on {', '.join(d.label for d in chosen.covers if d not in e.covers)}"
-            return f"{chosen.name} is listed first for torch {chosen.best.release.torch}"
+            return f"{chosen.name} is the newer {_BACKEND_TEXT[chosen.backend]} build of torch {chosen.best.release.torch}"
         if e.device is None:
             return "a GPU build was found"
         if chosen.device is not None and e.device is not chosen.device and kind_rank(chosen.device) < kind_rank(e.device):

@@ -95,3 +95,22 @@ def test_cli_rejects_capture_with_replay(capsys, tmp_path):
         main(["detect", "--replay", str(CAPTURES / "macos-apple-m3"), "--capture", str(tmp_path / "x")])
     assert exc.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_documented_example_replays(tmp_path):
+    """docs/capture-format.md's hand-written fixture is a working capture."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "capture-format.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in doc.split("```json\n")[1:]]
+    full, example = (json.loads(b) for b in blocks)
+    assert full["version"] == CAPTURE_VERSION and set(full) >= {"platform", "env", "exists", "access", "links", "dirs", "errors", "commands"}
+    root = tmp_path / "rtx4070"
+    (root / "commands").mkdir(parents=True)
+    (root / "capture.json").write_text(json.dumps(example), encoding="utf-8")
+    listing = doc.split("rtx4070/\n", 1)[1].split("```", 1)[0]
+    for line in listing.splitlines()[1:]:
+        rel, _, content = line.strip().partition(" ")
+        content = "" if content.strip() == "(empty)" else content.strip() + "\n"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content, encoding="utf-8")
+    g = replay(root).gpus[0]
+    assert (g.name, g.bus_id, g.driver, g.compute_capability, g.cuda_driver_version) == ("NVIDIA GeForce RTX 4070", "0000:2d:00.0", "nvidia", "8.9", "12.4")

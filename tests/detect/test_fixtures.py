@@ -1,13 +1,13 @@
 """Every replay fixture (a real machine's dump) gives the facts, APIs, order and problems it should."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import pytest
 
 from accelstack.detect.report import HardwareReport
 
-from .conftest import CAPTURES, fixture_names, replay
+from .conftest import CAPTURES, fixture_names, make_fixture, replay
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -402,3 +402,30 @@ def test_two_discrete_vendors(builder, tmp_path):
     r = replay(b.write(tmp_path / "two-vendors"))
     order = [(p.api, r.gpus[p.gpu].vendor if p.gpu is not None else None) for p in r.preference]
     assert order == [("cuda", "nvidia"), ("rocm", "amd"), ("cpu", None)]
+
+
+# -- problems no dump shows, on machines built for them -------------------------------------------
+
+
+def test_driver_too_old_to_report_a_cuda_version(builder, tmp_path):
+    b = builder()
+    b.pci("0000:02:00.0", "030000", "10de", "1b00", driver="nvidia")
+    b.file("/sys/module/nvidia/version", "375.66\n")
+    b.smi([[0, "00000000:02:00.0", "TITAN X (Pascal)", 12189, 12000, "375.66"]], old_driver=True)
+    r = replay(b.write(tmp_path / "old"))
+    g = r.gpus[0]
+    assert (g.driver_version, g.cuda_driver_version, g.compute_capability) == ("375.66", "", "6.1")
+    too_old = [p for p in r.problems if p.code == "nvidia_driver_too_old"]
+    assert len(too_old) == 1 and too_old[0].gpu == 0 and "375.66" in too_old[0].message
+    assert r.api("cuda") is None and [p.api for p in r.preference] == ["cpu"]
+
+
+def test_rosetta_is_reported(builder, tmp_path):
+    b = builder(system="Darwin", machine="x86_64")
+    b.command(make_fixture.SYSCTL, stdout="hw.optional.arm64: 1\nmachdep.cpu.brand_string: Apple M3\nsysctl.proc_translated: 1\n")
+    b.command(make_fixture.PROFILER_JSON, stdout=(CAPTURES / "macos-apple-m3" / "commands" / "1.out").read_text(encoding="utf-8"))
+    r = replay(b.write(tmp_path / "rosetta"))
+    assert r.os.rosetta and r.os.arch == "x86_64"
+    assert r.cpu.vendor == "apple" and r.cpu.x86_64_level is None
+    rosetta = [p for p in r.problems if p.code == "rosetta"]
+    assert len(rosetta) == 1 and rosetta[0].severity == "error" and "arm64" in rosetta[0].hint

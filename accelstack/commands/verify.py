@@ -1,0 +1,192 @@
+"""`accelstack verify`: prove that a runtime generates on this machine (no model download)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+from ..errors import UsageError
+from ..serde import to_dict
+from .progress import progress_renderer
+
+RUNTIME_HINT = "pass --runtime DIR (a directory the stable-diffusion-cpp-python wheel is installed in), " \
+               "or run `accelstack install` first"
+
+
+# -- shared with `accelstack generate` -------------------------------------------------------------
+def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", metavar="DIR", help="the runtime directory to use (its packages go first on the "
+                   "worker's PYTHONPATH)")
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="what the runtime was built for: cpu (default), cuda, vulkan, rocm, metal, ... or torch")
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine options (override config.yaml)")
+    g.add_argument("--config", metavar="PATH", help="config.yaml to read (default: the user config dir's)")
+    g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
+                   help="use flash attention in the diffusion model (default: on)")
+    g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false")
+    g.add_argument("--offload-to-cpu", dest="offload_to_cpu", action="store_true", default=None,
+                   help="keep weights in RAM and move them to VRAM when needed (default: on)")
+    g.add_argument("--no-offload-to-cpu", dest="offload_to_cpu", action="store_false")
+    g.add_argument("--vae-tiling", dest="vae_tiling", action="store_true", default=None,
+                   help="decode in tiles to save memory (default: off)")
+    g.add_argument("--no-vae-tiling", dest="vae_tiling", action="store_false")
+    g.add_argument("--vae-tile-size", type=int, default=None, metavar="N", help="tile edge in latent pixels (>= 4)")
+    g.add_argument("--threads", default=None, metavar="N|auto", help="CPU threads (default: auto = physical cores)")
+    g.add_argument("--weight-type", default=None, metavar="TYPE", help="convert weights on load: f16, q8_0, ...")
+
+
+def engine_options(args: argparse.Namespace):
+    from ..engine.config import apply_overrides, load_config
+
+    threads = args.threads
+    if threads is not None and threads != "auto":
+        try:
+            threads = int(threads)
+        except ValueError:
+            raise UsageError(f"--threads must be auto or a positive integer, got {threads!r}") from None
+    return apply_overrides(load_config(args.config), {
+        "flash_attention": args.flash_attention, "offload_to_cpu": args.offload_to_cpu,
+        "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,
+        "weight_type": args.weight_type,
+    })
+
+
+def runtime_from_args(args: argparse.Namespace):
+    from ..engine.errors import RuntimeNotFoundError
+    from ..engine.runtime import Runtime
+
+    if not args.runtime:
+        raise RuntimeNotFoundError("no runtime to use", hint=RUNTIME_HINT)
+    return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
+
+
+def _torch_python(runtime_dir: Optional[str]):
+    """A torch runtime is a venv (use its interpreter) or a --target dir (put it on PYTHONPATH)."""
+    if not runtime_dir:
+        return None, {}
+    d = Path(runtime_dir).expanduser().resolve()
+    for exe in (d / "bin" / "python", d / "Scripts" / "python.exe"):
+        if exe.is_file():
+            return str(exe), {}
+    if not d.is_dir():
+        from ..engine.errors import RuntimeNotFoundError
+
+        raise RuntimeNotFoundError(f"runtime directory {d} does not exist", hint=RUNTIME_HINT)
+    return None, {"PYTHONPATH": os.pathsep.join([str(d)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+
+
+# -- the command -------------------------------------------------------------------------------------
+def register(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser(
+        "verify",
+        help="prove that a runtime generates on this machine (synthesized probe model, no download)",
+        description="Start a supervised worker on the runtime, generate a 64x64 image in one step from a "
+        "synthesized Stable Diffusion 1.x probe model (no download), twice with the same seed, and check "
+        "the size, the pixels and determinism (and, for a GPU runtime given --cpu-runtime, agreement with "
+        "the CPU build). Prints PASS or FAIL with the reason, the device, load time, step time and it/s, "
+        "and writes the PNG. Exit code 0 on PASS, 1 on FAIL.",
+        epilog="examples:\n"
+        "  accelstack verify --runtime ~/rt/cpu\n"
+        "  accelstack verify --runtime ~/rt/cuda --backend cuda --cpu-runtime ~/rt/cpu --json\n"
+        "  accelstack verify --backend torch --runtime ~/venvs/torch   (a venv or a pip --target dir)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_runtime_arguments(p)
+    p.add_argument("--output", "-o", metavar="PNG", help="where to write the probe image "
+                   "(default: verify-<backend>.png in the cache dir)")
+    p.add_argument("--cpu-runtime", metavar="DIR", help="a CPU runtime to compare a GPU runtime's image with")
+    p.add_argument("--tolerance", type=float, default=None, metavar="T",
+                   help="largest mean difference (0-255) from the CPU image that passes (default 8)")
+    p.add_argument("--probe-seed", type=int, default=None, metavar="N", help="seed of the synthesized probe model")
+    p.add_argument("--no-diffusers", action="store_true", help="torch: skip the diffusers pipeline step")
+    p.add_argument("--json", action="store_true", help="print the VerifyReport as JSON")
+    add_engine_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.backend == "torch":
+        return _run_torch(args)
+    from ..engine.probe_model import DEFAULT_SEED
+    from ..engine.runtime import Runtime
+    from ..engine.verify import DEFAULT_TOLERANCE, verify
+
+    options = engine_options(args)
+    runtime = runtime_from_args(args)
+    cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
+    with progress_renderer(json_mode=False, quiet=args.json) as progress:
+        report = verify(runtime, output=args.output, options=options, cpu_runtime=cpu,
+                        tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+                        probe_seed=DEFAULT_SEED if args.probe_seed is None else args.probe_seed, progress=progress)
+    if args.json:
+        print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
+    else:
+        print(render(report))
+    return 0 if report.ok else 1
+
+
+def _secs(v: Optional[float]) -> str:
+    return "?" if v is None else f"{v:.2f} s"
+
+
+def render(r) -> str:
+    dev = r.device
+    device = "unknown" if dev is None else (f"{dev.name} — {dev.description}" if dev.description else dev.name)
+    lines = [f"{r.verdict}  {r.backend} runtime {r.runtime}"]
+    if not r.ok:
+        lines.append(f"  reason      {r.reason}")
+    lines += [
+        f"  device      {device}",
+        f"  load        {_secs(r.load_seconds)}",
+        f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
+        "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
+    ]
+    if r.cpu_mean_diff is not None:
+        lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")
+    if r.image:
+        lines.append(f"  image       {r.image}")
+    lines.append(f"  probe       {r.probe_path}" + (f" (synthesized in {r.probe_seconds:.1f} s)" if r.probe_seconds else " (cached)"))
+    lines.append(f"  total       {_secs(r.total_seconds)}")
+    if not r.ok and r.log_tail:
+        lines.append("  last worker log lines:")
+        lines += [f"    {line}" for line in r.log_tail[-8:]]
+    return "\n".join(lines)
+
+
+def _run_torch(args: argparse.Namespace) -> int:
+    from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
+    from ..engine.torch_check import verify_torch
+
+    python, env = _torch_python(args.runtime)
+    probe = None
+    if not args.no_diffusers:
+        with progress_renderer(json_mode=False, quiet=args.json) as progress:
+            probe = ensure_probe_model(DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
+                                       progress=progress).path
+    report = verify_torch(python=python, env=env, probe=probe)
+    if args.json:
+        print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
+        return 0 if report.ok else 1
+    lines: List[str] = [f"{report.verdict}  torch {report.torch_version or '?'} ({report.python})"]
+    if not report.ok:
+        lines.append(f"  reason      {report.reason}")
+    lines.append(f"  device      {report.device_kind} — {report.device_name}")
+    for kind, why in report.rejected.items():
+        lines.append(f"  not used    {kind}: {why}")
+    for op in report.ops:
+        err = "" if op.error is None else f", error {op.error:.2e} (tolerance {op.tolerance:g})"
+        lines.append(f"  {op.name:<11} {'ok' if op.ok else 'FAILED'}{err}"
+                     + (f", {op.seconds * 1000:.1f} ms" if op.seconds is not None else "") + (f" — {op.detail}" if op.detail else ""))
+    if report.diffusers:
+        d = report.diffusers
+        lines.append(f"  diffusers   {'ok' if d.get('ok') else 'FAILED'}"
+                     + (f", step {d['step_seconds']:.2f} s" if d.get("step_seconds") is not None else "")
+                     + (f" — {d['detail']}" if d.get("detail") else ""))
+    lines.append(f"  total       {report.seconds:.2f} s")
+    print("\n".join(lines))
+    return 0 if report.ok else 1

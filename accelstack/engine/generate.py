@@ -1,0 +1,105 @@
+"""Headless text-to-image: load a real model in a supervised worker and write PNGs.
+
+The model path is checked before any process starts (:func:`check_model`), so a missing or
+damaged file is reported with its name and the reason, never as the bindings' opaque
+"NULL pointer access". Each PNG carries the generation parameters in a ``tEXt`` chunk named
+``parameters``, as image-generation tools conventionally do.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Union
+
+from .. import __version__
+from ..events import ProgressCallback, null_progress
+from .config import EngineOptions
+from .errors import GenerationError
+from .modelfile import check_model
+from .png import parameters_text, write_png
+from .protocol import DeviceInfo, GenerateRequest, GenerateResult
+from .runtime import Runtime
+from .supervisor import Supervisor, SupervisorPolicy
+
+
+@dataclass
+class GenerateReport:
+    """What ``generate`` wrote, and how fast (seconds)."""
+
+    model: str
+    images: List[str] = field(default_factory=list)
+    seeds: List[int] = field(default_factory=list)
+    width: int = 0
+    height: int = 0
+    steps: int = 0
+    sampler: str = ""
+    scheduler: str = ""
+    cfg_scale: float = 0.0
+    device: Optional[DeviceInfo] = None
+    load_seconds: Optional[float] = None
+    generate_seconds: float = 0.0
+    step_seconds: float = 0.0
+    its_per_second: float = 0.0
+    total_seconds: float = 0.0
+    restarts: int = 0
+
+
+def output_paths(output: Union[str, Path], count: int) -> List[Path]:
+    """``count`` file names from ``output``: itself for one image; ``%d`` or ``{n}`` in it is
+    replaced by 1..count; otherwise ``name-1.png``, ``name-2.png``..."""
+    text = str(output)
+    if "%d" in text or "{n}" in text:
+        return [Path(text.replace("%d", str(i)).replace("{n}", str(i))) for i in range(1, count + 1)]
+    p = Path(text)
+    if p.suffix.lower() != ".png":
+        raise GenerationError(f"output {p} must be a .png file", hint="name the output something.png")
+    if count == 1:
+        return [p]
+    return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
+
+
+def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str) -> str:
+    return parameters_text(request.prompt, request.negative_prompt, {
+        "Steps": request.steps,
+        "Sampler": result.sampler or request.sampler,
+        "Schedule type": result.scheduler or request.scheduler,
+        "CFG scale": request.cfg_scale,
+        "Seed": seed,
+        "Size": f"{request.width}x{request.height}",
+        "Model": Path(model).stem if Path(model).suffix else Path(model).name,
+        "Version": f"accelstack {__version__} (stable-diffusion.cpp)",
+    })
+
+
+def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str) -> List[Path]:
+    paths = output_paths(output, len(result.images))
+    for path, img in zip(paths, result.images):
+        write_png(path, img.width, img.height, img.pixels, {"parameters": png_parameters(request, result, img.seed, model)})
+    return paths
+
+
+def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest, output: Union[str, Path],
+             options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
+             progress: ProgressCallback = null_progress, attempts: int = 2) -> GenerateReport:
+    """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``.
+
+    A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
+    raises :class:`ModelLoadError` naming the file and the reason.
+    """
+    start = time.perf_counter()
+    request.validate()
+    output_paths(output, request.batch_count)  # bad output names fail before the model loads
+    info = check_model(model)
+    runtime.check()
+    with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress) as sup:
+        result = sup.generate(request, attempts=attempts)
+        load_seconds = result.load_seconds
+    paths = save_images(result, request, output, info.path)
+    return GenerateReport(
+        model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
+        width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
+        scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
+        generate_seconds=result.seconds, step_seconds=round(result.step_seconds, 4),
+        its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
+        restarts=result.restarts)

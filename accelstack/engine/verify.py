@@ -1,0 +1,214 @@
+"""``verify``: prove that a runtime really generates on this machine, with no model download.
+
+It synthesizes (or reuses) the probe model, starts a supervised worker on the runtime,
+generates a 64x64 image in one step with a fixed seed, twice, and checks:
+
+* ``load``          the runtime loads the probe model (load time measured);
+* ``size``          the image has the requested size;
+* ``pixels``        the pixels are not constant and not mostly saturated (stable-diffusion.cpp
+                    casts NaN/inf to black or white, so a non-finite result shows up here);
+* ``deterministic`` the second run with the same seed gives the same bytes;
+* ``cpu-match``     on a GPU runtime, when a CPU runtime is given: the same step on the CPU
+                    build agrees within a tolerance (mean absolute difference, 0-255 scale).
+
+A failing runtime gives a FAIL report with the reason; it does not raise. Only problems that
+make a verdict impossible (no runtime directory, no disk space for the probe) raise.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Union
+
+from ..events import ProgressCallback, ProgressEvent, null_progress
+from .config import EngineOptions
+from .errors import EngineError
+from .png import parameters_text, write_png
+from .probe_model import DEFAULT_SEED, ensure_probe_model
+from .protocol import DeviceInfo, GenerateRequest, GenerateResult
+from .runtime import Runtime
+from .supervisor import Supervisor, SupervisorPolicy
+
+PROBE_PROMPT = "accelstack probe"
+PROBE_SIZE = 64
+PROBE_STEPS = 1
+PROBE_SEED = 42
+MAX_SATURATED = 0.5  # fraction of pixels that are pure black or white
+DEFAULT_TOLERANCE = 8.0  # mean |GPU - CPU| per channel, 0..255
+
+
+@dataclass
+class VerifyCheck:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class PixelStats:
+    distinct: int
+    mean: float
+    saturated: float  # fraction of pixels whose channels are all 0 or all 255
+
+
+@dataclass
+class VerifyReport:
+    """The verdict. ``reason`` is empty on PASS, else what failed, in words."""
+
+    ok: bool
+    reason: str
+    runtime: str
+    backend: str
+    device: Optional[DeviceInfo] = None
+    load_seconds: Optional[float] = None
+    step_seconds: Optional[float] = None
+    its_per_second: Optional[float] = None
+    generate_seconds: Optional[float] = None
+    probe_seconds: float = 0.0  # synthesis time (0 when the probe came from the cache)
+    probe_path: str = ""
+    image: str = ""
+    total_seconds: float = 0.0
+    checks: List[VerifyCheck] = field(default_factory=list)
+    pixels: Optional[PixelStats] = None
+    cpu_mean_diff: Optional[float] = None
+    cpu_max_diff: Optional[int] = None
+    log_tail: List[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.ok else "FAIL"
+
+
+def pixel_stats(rgb: bytes) -> PixelStats:
+    n = len(rgb) // 3
+    saturated = 0
+    for i in range(0, n * 3, 3):
+        px = rgb[i:i + 3]
+        if px == b"\x00\x00\x00" or px == b"\xff\xff\xff":
+            saturated += 1
+    return PixelStats(distinct=len(set(rgb)), mean=round(sum(rgb) / max(1, len(rgb)), 3),
+                      saturated=round(saturated / max(1, n), 4))
+
+
+def image_diff(a: bytes, b: bytes) -> tuple:
+    """(mean absolute difference, largest absolute difference) of two equal-size byte images."""
+    if len(a) != len(b):
+        raise ValueError("images differ in size")
+    if not a:
+        return 0.0, 0
+    diffs = [abs(x - y) for x, y in zip(a, b)]
+    return sum(diffs) / len(diffs), max(diffs)
+
+
+def probe_request(seed: int = PROBE_SEED) -> GenerateRequest:
+    return GenerateRequest(prompt=PROBE_PROMPT, width=PROBE_SIZE, height=PROBE_SIZE, steps=PROBE_STEPS,
+                           cfg_scale=7.0, sampler="euler", scheduler="discrete", seed=seed)
+
+
+def default_output(backend: str) -> Path:
+    from ..artifacts.cache import default_cache_dir
+
+    return default_cache_dir() / "verify" / f"verify-{backend}.png"
+
+
+def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options: Optional[EngineOptions] = None,
+           policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
+           tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
+           probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress) -> VerifyReport:
+    """Verify ``runtime``; see the module docstring for the checks."""
+    start = time.perf_counter()
+    runtime.check()
+    if cpu_runtime is not None:
+        cpu_runtime.check()
+    probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress)
+    report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend,
+                          probe_seconds=probe.seconds, probe_path=probe.path)
+    request = probe_request(seed)
+    out = Path(output) if output is not None else default_output(runtime.backend)
+
+    def fail(reason: str) -> VerifyReport:
+        report.ok, report.reason = False, reason
+        report.total_seconds = round(time.perf_counter() - start, 4)
+        progress(ProgressEvent("end", "verify", task=runtime.backend, ok=False, message=reason))
+        return report
+
+    progress(ProgressEvent("start", "verify", task=runtime.backend, total=len(_CHECKS)))
+    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress)
+    try:
+        try:
+            st = sup.start()
+        except EngineError as exc:
+            report.checks.append(VerifyCheck("load", False, exc.message))
+            report.log_tail = sup.log_tail()
+            return fail(f"the runtime could not load the probe model: {exc.message}")
+        report.device, report.load_seconds = st.device, st.load_seconds
+        report.checks.append(VerifyCheck("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}"))
+        try:
+            first = sup.generate(request)
+            second = sup.generate(request)
+        except EngineError as exc:
+            report.log_tail = sup.log_tail()
+            report.checks.append(VerifyCheck("generate", False, exc.message))
+            return fail(f"generation failed: {exc.message}")
+    finally:
+        sup.stop()
+    _timings(report, first)
+    img = first.images[0]
+    pixels = img.pixels
+    report.pixels = stats = pixel_stats(pixels)
+    size_ok = (img.width, img.height) == (request.width, request.height) and len(pixels) == img.width * img.height * 3
+    report.checks.append(VerifyCheck("size", size_ok, f"{img.width}x{img.height}"))
+    pixels_ok = stats.distinct > 1 and stats.saturated <= MAX_SATURATED
+    report.checks.append(VerifyCheck("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, "
+                                     f"{stats.saturated:.0%} saturated"))
+    same = second.images[0].pixels == pixels
+    report.checks.append(VerifyCheck("deterministic", same, "identical bytes" if same else
+                                     "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
+                                     if len(second.images[0].pixels) == len(pixels) else "different sizes"))
+    if size_ok:
+        meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
+                                                    "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
+                                                    "Seed": img.seed, "Size": f"{img.width}x{img.height}",
+                                                    "Model": f"accelstack probe (seed {probe_seed})"})
+        report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
+    if runtime.is_gpu and cpu_runtime is not None and size_ok:
+        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, progress)
+    failed = [c for c in report.checks if not c.ok]
+    if failed:
+        return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
+    report.ok = True
+    report.total_seconds = round(time.perf_counter() - start, 4)
+    progress(ProgressEvent("end", "verify", task=runtime.backend, ok=True, done=len(report.checks),
+                           total=len(report.checks)))
+    return report
+
+
+_CHECKS = ("load", "size", "pixels", "deterministic")
+
+
+def _device_name(device: Optional[DeviceInfo]) -> str:
+    if device is None:
+        return "unknown device"
+    return f"{device.name} ({device.description})" if device.description and device.description != device.name else device.name
+
+
+def _timings(report: VerifyReport, result: GenerateResult) -> None:
+    report.generate_seconds = result.seconds
+    report.step_seconds = round(result.step_seconds, 4)
+    report.its_per_second = round(result.its_per_second, 4)
+
+
+def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request: GenerateRequest, pixels: bytes,
+                 options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], tolerance: float,
+                 progress: ProgressCallback) -> None:
+    try:
+        with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress) as cpu:
+            ref = cpu.generate(request).images[0].pixels
+    except EngineError as exc:
+        report.checks.append(VerifyCheck("cpu-match", False, f"the CPU build could not run the probe: {exc.message}"))
+        return
+    mean, worst = image_diff(pixels, ref)
+    report.cpu_mean_diff, report.cpu_max_diff = round(mean, 3), worst
+    report.checks.append(VerifyCheck("cpu-match", mean <= tolerance,
+                                     f"mean difference {mean:.2f} (tolerance {tolerance}), largest {worst}"))

@@ -1,0 +1,157 @@
+"""The probe model: architecture, value rules, determinism, cache behaviour, and the real file."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accelstack.engine.errors import ProbeModelError
+from accelstack.engine.probe_model import (FILES, MARKER, base_pool, ensure_probe_model, probe_dir_name, sd1_tensors,
+                                           value_rule)
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sd1-diffusers-tensors.json"
+
+TINY = {
+    "text_encoder": {"text_model.embeddings.token_embedding.weight": (50, 8), "text_model.final_layer_norm.weight": (8,),
+                     "text_model.final_layer_norm.bias": (8,)},
+    "unet": {"conv_in.weight": (16, 4, 3, 3), "conv_in.bias": (16,), "big.weight": (1_100_000, 2)},
+    "vae": {"decoder.conv_out.weight": (3, 16, 3, 3), "decoder.conv_out.bias": (3,)},
+}
+
+
+def read_safetensors(path: Path):
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype="<f2").reshape(info["shape"])
+    return header, out, n
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason="shared reference tensor list not present")
+def test_architecture_matches_the_reference_tensor_list():
+    ref = json.loads(REFERENCE.read_text())
+    mine = sd1_tensors()
+    assert set(mine) == set(ref["tensors"]) == set(FILES)
+    for part, tensors in ref["tensors"].items():
+        assert {k: tuple(v) for k, v in tensors.items()} == mine[part], part
+        assert ref["files"][part] == FILES[part]
+
+
+def test_parameter_counts_are_sd1():
+    counts = {part: sum(math.prod(s) for s in t.values()) for part, t in sd1_tensors().items()}
+    assert counts == {"text_encoder": 123_060_480, "unet": 859_520_964, "vae": 83_653_863}
+
+
+def test_value_rules():
+    assert value_rule("x.norm1.weight", (320,)) == ("const", 1.0)
+    assert value_rule("x.norm1.bias", (320,)) == ("const", 0.0)
+    assert value_rule("text_model.embeddings.token_embedding.weight", (49408, 768)) == ("random", 0.02)
+    kind, std = value_rule("conv.weight", (320, 640, 3, 3))
+    assert kind == "random" and std == pytest.approx(1 / math.sqrt(640 * 9))
+
+
+def test_pool_is_standardized_bounded_and_seeded():
+    a = base_pool(7, size=200_003)
+    assert abs(a.mean()) < 0.02 and abs(a.std() - 1) < 0.02 and np.abs(a).max() <= 6
+    assert np.array_equal(a, base_pool(7, size=200_003))
+    assert not np.array_equal(a, base_pool(8, size=200_003))
+    # exact integer/float arithmetic: the bytes are part of the format (FORMAT_VERSION)
+    assert hashlib.sha256(base_pool(1234, size=1000).tobytes()).hexdigest()[:16] == GOLDEN_POOL
+
+
+# Pinned: if these change, FORMAT_VERSION must change too (cached probes would differ).
+GOLDEN_POOL = "2f598e8bcef65e39"
+
+
+def test_golden_pool_values_are_stable():
+    assert base_pool(1234, size=4).tolist() == [0.8063497543334961, 1.3127301335334778, 0.7072187066078186,
+                                                0.010830521583557129]
+
+
+def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
+    events = []
+    first = ensure_probe_model(5, cache_root=tmp_path / "a", architecture=TINY, progress=events.append)
+    again = ensure_probe_model(5, cache_root=tmp_path / "a", architecture=TINY)
+    other = ensure_probe_model(5, cache_root=tmp_path / "b", architecture=TINY)
+    seed6 = ensure_probe_model(6, cache_root=tmp_path / "b", architecture=TINY)
+    assert not first.cached and again.cached and again.path == first.path
+    assert [e.kind for e in events][0] == "start" and events[-1].kind == "end" and events[-1].ok
+    for part, rel in FILES.items():
+        a = (Path(first.path) / rel).read_bytes()
+        assert a == (Path(other.path) / rel).read_bytes(), "same seed, same bytes"
+        if part == "unet":
+            assert a != (Path(seed6.path) / rel).read_bytes(), "another seed, other bytes"
+    header, tensors, n = read_safetensors(Path(first.path) / FILES["unet"])
+    assert (8 + n) % 8 == 0
+    assert header["__metadata__"]["seed"] == "5"
+    assert tensors["conv_in.bias"].tolist() == [0.0] * 16
+    big = tensors["big.weight"].astype(np.float64)
+    assert np.isfinite(big).all()
+    assert big.std() == pytest.approx(1 / math.sqrt(2), rel=0.05)
+    # windows start at unrelated offsets: the two halves of a >pool tensor are not copies
+    flat = big.ravel()
+    assert not np.array_equal(flat[:1000], flat[1_048_573:1_048_573 + 1000])
+    _, te, _ = read_safetensors(Path(first.path) / FILES["text_encoder"])
+    assert te["text_model.final_layer_norm.weight"].tolist() == [1.0] * 8
+    assert te["text_model.embeddings.token_embedding.weight"].std() == pytest.approx(0.02, rel=0.3)
+
+
+def test_incomplete_folder_is_rebuilt(tmp_path):
+    model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    unet = Path(model.path) / FILES["unet"]
+    good = unet.read_bytes()
+    unet.write_bytes(good[: len(good) // 2])  # a crash mid-write, or a damaged cache
+    rebuilt = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    assert not rebuilt.cached and unet.read_bytes() == good
+    (Path(model.path) / MARKER).unlink()
+    assert not ensure_probe_model(3, cache_root=tmp_path, architecture=TINY).cached
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")], "no temporary folders left"
+
+
+def test_bad_seed_and_architecture_are_rejected(tmp_path):
+    with pytest.raises(ProbeModelError, match="seed"):
+        ensure_probe_model(-1, cache_root=tmp_path)
+    with pytest.raises(ProbeModelError, match="parts"):
+        ensure_probe_model(1, cache_root=tmp_path, architecture={"unet": {}})
+
+
+def test_unwritable_cache_says_what_to_do(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ProbeModelError) as err:
+        ensure_probe_model(1, cache_root=blocker / "probe", architecture=TINY)
+    assert "ACCELSTACK_CACHE" in (err.value.hint or "")
+
+
+def test_default_dir_name_is_keyed_by_seed_and_format():
+    assert probe_dir_name(1234) == "sd1-f1-s1234"
+    assert probe_dir_name(1234, TINY).startswith("custom-")
+
+
+def test_full_probe_model_headers(probe_model):
+    """The real probe: every tensor of the reference present, f16, with the right byte ranges."""
+    assert probe_model.parameters == 1_066_235_307
+    arch = sd1_tensors()
+    for part, rel in FILES.items():
+        path = Path(probe_model.path) / rel
+        raw = path.open("rb").read(8)
+        (n,) = struct.unpack("<Q", raw)
+        with path.open("rb") as fh:
+            fh.seek(8)
+            header = json.loads(fh.read(n))
+        header.pop("__metadata__")
+        assert {k: tuple(v["shape"]) for k, v in header.items()} == arch[part]
+        assert {v["dtype"] for v in header.values()} == {"F16"}
+        end = max(v["data_offsets"][1] for v in header.values())
+        assert path.stat().st_size == 8 + n + end

@@ -1,0 +1,95 @@
+"""`accelstack plan`: the decision first, then the rejected candidates; JSON that loads back as a Plan."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from accelstack.cli import main
+from accelstack.manifests import Plan
+from accelstack.serde import from_dict, to_dict
+
+from ._factory import CAPTURES, EXAMPLE_GGML, fixture_names, machine, nvidia
+
+NEEDS_CAPTURES = pytest.mark.skipif("linux-nvidia-rtx4070-550" not in fixture_names(), reason="replay captures not present")
+
+
+@pytest.fixture
+def report_file(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(to_dict(machine(nvidia(name="NVIDIA GeForce RTX 5090", cc="12.0", vram=32), python="3.11"))))
+    return path
+
+
+def test_human_output_decision_then_rejections(report_file, capsys):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("decision: torch 2.14 (cu130)") < out.index("install:") < out.index("rejected:")
+    assert "$ python -m pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cu130" in out
+    assert "cu126 rejected: torch 2.6\u20132.14 cu126 builds have no kernels for sm_120" in out
+
+
+def test_impossible_request_exits_3_and_says_what_works(report_file, capsys):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "torch<2.7"]) == 3
+    out = capsys.readouterr().out
+    assert "cannot be met as asked:" in out and "What would work: torch 2.14 cu130" in out
+
+
+def test_json_round_trips(report_file, capsys):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--python", "3.9", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    plan = from_dict(Plan, doc)
+    assert plan.variant == "cu129" and plan.torch_version == "2.8" and plan.request.python == "3.9"
+
+
+def test_backend_from_environment_and_option(report_file, capsys, monkeypatch):
+    monkeypatch.setenv("ACCELSTACK_BACKEND", "cpu")
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "cpu"
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--backend", "cu128", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["variant"] == "cu128"  # the option wins over the environment
+
+
+def test_ggml_with_a_manifest_file(report_file, capsys):
+    assert main(["plan", "--hardware", str(report_file), "--manifest", str(EXAMPLE_GGML)]) == 0
+    out = capsys.readouterr().out
+    assert "decision: ggml linux-x64-cuda12 (CUDA)" in out and "fetch:" in out and "sd-linux-x64-cuda12.tar.gz" in out
+
+
+def test_ggml_without_manifest_says_what_to_build(report_file, capsys):
+    assert main(["plan", "--hardware", str(report_file)]) == 0
+    out = capsys.readouterr().out
+    assert "[needs-build]" in out and "local build needed:" in out and "sm=12.0" in out
+
+
+def test_bad_inputs_are_clear_errors(tmp_path, report_file, capsys):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "torch>>2"]) == 2
+    assert "is not valid" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"os": 3}')
+    assert main(["plan", "--hardware", str(bad)]) == 1
+    assert "os" in capsys.readouterr().err
+    assert main(["plan", "--hardware", str(tmp_path / "missing.json")]) == 2
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"format": "accelstack-manifest", "format_version": 9}))
+    assert main(["plan", "--hardware", str(report_file), "--manifest", str(manifest)]) == 1
+    assert "format_version" in capsys.readouterr().err
+
+
+@NEEDS_CAPTURES
+def test_replay_directory(capsys):
+    assert main(["plan", "--stack", "torch", "--python", "3.11", "--replay", str(CAPTURES / "linux-nvidia-rtx4070-550")]) == 0
+    out = capsys.readouterr().out
+    assert "decision: torch 2.7 (cu118) for GPU 0 NVIDIA GeForce RTX 4070" in out
+    assert "cu128 rejected: NVIDIA driver 550.40.07 supports CUDA up to 12.4" in out
+
+
+def test_live_detection_runs_in_a_subprocess():
+    """Without --hardware/--replay the plan is for this machine (whatever it has, it must not fail)."""
+    proc = subprocess.run([sys.executable, "-m", "accelstack", "plan", "--stack", "torch", "--json"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode in (0, 3), proc.stderr
+    plan = from_dict(Plan, json.loads(proc.stdout))
+    assert plan.candidates and plan.summary

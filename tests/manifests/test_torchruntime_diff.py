@@ -1,0 +1,117 @@
+"""Differential test against torchruntime's ``get_torch_platform`` on the same replayed machines.
+
+torchruntime (easydiffusion) is the field's reference: it maps the GPU model to a platform string,
+without looking at the driver, the Python version or what each wheel was compiled for. Every machine
+where the two disagree is listed below with the reason ours is right; a new disagreement (a new
+capture, a torchruntime update, a matrix change) fails the test until it is explained here.
+
+torchruntime reads the platform from module globals (``os_name``, ``arch``, ``py_version``) set at
+import; to ask it about a replayed machine those globals are set to that machine's values. Its GPUs
+come from its own PCI-id database when the capture has PCI ids, as on a live machine.
+"""
+from __future__ import annotations
+
+import pytest
+
+from accelstack.detect.report import HardwareReport
+
+from ._factory import fixture_names, plan_of, replay
+
+torchruntime = pytest.importorskip("torchruntime")
+from torchruntime import device_db, platform_detection  # noqa: E402
+
+PYTHON = "3.11"
+_OS = {"linux": "Linux", "windows": "Windows", "macos": "Darwin"}
+_VENDOR_IDS = {"nvidia": "10de", "amd": "1002", "intel": "8086", "apple": "106b"}
+
+# machine: (torchruntime says, we say, why ours is right)
+DISAGREEMENTS = {
+    "linux-amd-2x-rx7900xtx-rocm": ("rocm6.2", "rocm7.14",
+        "both have gfx1100 kernels; rocm6.2 caps torch at 2.5, rocm7.14 is the newest build listing gfx1100 (torch 2.14)"),
+    "linux-amd-680m-apu-proxmox": ("rocm6.2", "cpu",
+        "gfx1035 (integrated RDNA2) is in no torch ROCm wheel and the override to gfx1030 is unreliable on iGPUs; "
+        "the capture also shows /dev/kfd is not accessible, so ROCm cannot run at all"),
+    "linux-amd-780m-apu-docker": ("rocm6.2", "rocm7.14",
+        "rocm6.2 wheels have no gfx1103 code objects and HSA_OVERRIDE_GFX_VERSION=11.0.0 hangs gfx1103 (PT-179653); "
+        "rocm7.14 lists gfx1103 natively"),
+    "linux-amd-rx7900xtx-no-rocm": ("rocm6.2", "cpu",
+        "/dev/kfd is not accessible in the capture: a ROCm torch would fall back to CPU at run time; ours says to add "
+        "the user to the render/video groups and installs what works now"),
+    "linux-nvidia-2x-quadro-rtx4000-535": ("cu128", "cu118",
+        "driver 535.129.03 supports CUDA up to 12.2; cu128 needs 12.8 (driver >= 570.26); cu118 runs (torch 2.7)"),
+    "linux-nvidia-4x-titanx-pascal-418": ("cu124", "cpu",
+        "driver 418.39 supports CUDA up to 10.1; every torch CUDA wheel in the matrix needs 11.8 or newer"),
+    "linux-nvidia-8x-b200-580": ("cu128", "cu130",
+        "both run (driver reports CUDA 13.0, sm_100 in both); cu130 gives torch 2.14, cu128 ends at 2.11"),
+    "linux-nvidia-8x-h100-550": ("cu128", "cu118",
+        "driver 550.54.15 supports CUDA up to 12.4; cu128 needs 12.8"),
+    "linux-nvidia-driver-library-mismatch-580": ("cu128", "cpu",
+        "the kernel module and user-space driver differ (NVML mismatch): no CUDA program runs until a reboot"),
+    "linux-nvidia-nouveau-intel-haswell": ("cu124", "cpu",
+        "the GTX 1060 runs the nouveau driver: CUDA needs NVIDIA's proprietary driver first"),
+    "linux-nvidia-open-555-russian-date": ("cu128", "cu118",
+        "driver 555.58 supports CUDA up to 12.5; cu128 needs 12.8"),
+    "linux-nvidia-rtx3090-580-two-part-version": ("cu128", "cu130",
+        "both run (driver reports CUDA 13.0); cu130 gives torch 2.14, cu128 ends at 2.11"),
+    "linux-nvidia-rtx4070-550": ("cu128", "cu118",
+        "driver 550.40.07 supports CUDA up to 12.4; cu128 needs 12.8"),
+    "linux-nvidia-rtx5090-rtx4090-580": ("cu128", "cu130",
+        "both run on both cards (sm_120 and sm_86 kernels); cu130 gives torch 2.14, cu128 ends at 2.11"),
+    "macos-apple-m3": ("cpu", "mps",
+        "torchruntime does not handle integrated GPUs on Macs; Apple silicon runs torch's MPS backend"),
+    "macos-apple-m3-pro-truncated-json": ("cpu", "mps",
+        "torchruntime does not handle integrated GPUs on Macs; Apple silicon runs torch's MPS backend"),
+    "windows-nvidia-gtx1080ti-531": ("cu124", "cu118",
+        "driver 531.14 supports CUDA up to 12.1; cu124 needs 12.4 (driver >= 551.61 on Windows)"),
+    "windows-nvidia-rtx4060-591": ("cu128", "cu130",
+        "both run (driver reports CUDA 13.1); cu130 gives torch 2.14, cu128 ends at 2.11"),
+    "windows7-laptop-intel-hd-quadro-m2000m-441": ("cu124", "cpu",
+        "driver 441.66 supports CUDA up to 10.2, and DirectML needs Windows 10 1709+: only the CPU build runs"),
+    "wsl2-nvidia-rtx3060-laptop": ("cu128", "cu118",
+        "the Windows host driver 546.80 supports CUDA up to 12.3; cu128 needs 12.8"),
+}
+
+
+def torchruntime_gpus(report: HardwareReport):
+    gpus = []
+    for g in report.gpus:
+        if g.vendor not in _VENDOR_IDS:
+            continue
+        vendor = g.pci_vendor_id or _VENDOR_IDS[g.vendor]
+        found = device_db.get_device_infos([(vendor, g.pci_device_id.lower())]) if g.pci_device_id else []
+        gpus.extend(found or [device_db.GPU(vendor, g.vendor, g.pci_device_id, g.name, g.kind != "integrated")])
+    return gpus
+
+
+def torchruntime_says(report: HardwareReport, monkeypatch) -> str:
+    os_name = _OS[report.os.name]
+    arch = report.os.arch
+    if os_name == "Windows":
+        arch = "amd64"
+    elif os_name == "Linux" and arch == "arm64":
+        arch = "aarch64"
+    monkeypatch.setattr(platform_detection, "os_name", os_name)
+    monkeypatch.setattr(platform_detection, "arch", arch)
+    monkeypatch.setattr(platform_detection, "py_version", tuple(int(p) for p in PYTHON.split(".")))
+    try:
+        return platform_detection.get_torch_platform(torchruntime_gpus(report))
+    except NotImplementedError as exc:  # its answer for mixed vendors and unknown platforms
+        return f"raises NotImplementedError: {exc}"
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_against_torchruntime(name, monkeypatch, capsys):
+    report = replay(name)
+    theirs = torchruntime_says(report, monkeypatch)
+    capsys.readouterr()  # torchruntime prints its warnings
+    ours = plan_of(report, "torch", python=PYTHON).variant
+    if theirs == ours:
+        assert name not in DISAGREEMENTS, f"{name}: now agrees ({ours}); drop it from DISAGREEMENTS"
+        return
+    assert name in DISAGREEMENTS, f"{name}: torchruntime says {theirs!r}, we say {ours!r}: explain it in DISAGREEMENTS"
+    listed_theirs, listed_ours, why = DISAGREEMENTS[name]
+    assert (theirs, ours) == (listed_theirs, listed_ours), why
+
+
+def test_every_listed_disagreement_is_a_capture():
+    assert set(DISAGREEMENTS) <= set(fixture_names())
