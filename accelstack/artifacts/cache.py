@@ -156,8 +156,11 @@ class Cache:
         """The blob's path if it is cached (see :meth:`has`), else ``None``."""
         return self.blob_path(sha256) if self.has(sha256, size, verify=verify) else None
 
-    def place(self, part: Path, sha256: str) -> Path:
-        """Atomically move a verified ``.part`` into place, read-only. Call under the blob's lock."""
+    def place(self, part: Path, sha256: str, *, durable: bool = True) -> Path:
+        """Atomically move a verified ``.part`` into place, read-only. Call under the blob's lock.
+
+        ``durable`` also syncs the directory so the rename survives a power cut.
+        """
         final = self.blob_path(sha256)
         try:
             os.chmod(part, 0o444)
@@ -168,7 +171,8 @@ class Cache:
         except PermissionError:
             remove_file(final)
             os.replace(part, final)
-        _fsync_dir(final.parent)
+        if durable:
+            _fsync_dir(final.parent)
         return final
 
 

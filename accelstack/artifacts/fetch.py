@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import random
 import threading
 import time
@@ -93,15 +94,55 @@ def _fmt_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+class _HashBehind:
+    """A sha256 updated by a helper thread that trails the writes by at most ``depth`` chunks.
+
+    Still one pass over the bytes as they stream in; hashing just runs beside the socket reads
+    and disk writes (hashlib releases the GIL), so a fast download is not slowed by it.
+    """
+
+    def __init__(self, initial: "hashlib._Hash", depth: int = 8) -> None:
+        self._hash = initial
+        self._queue: "queue.Queue[Optional[bytes]]" = queue.Queue(depth)
+        self._thread = threading.Thread(target=self._run, name="accelstack-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._hash.update(item)
+            finally:
+                self._queue.task_done()
+
+    def update(self, data: bytes) -> None:
+        self._queue.put(data)
+
+    def hexdigest(self) -> str:
+        self._queue.join()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+
+HASH_BEHIND_MIN = 16 << 20  # files smaller than this are hashed inline
+
+
 class _PartFile:
     """``<blob>.part``: the bytes so far and their running sha256, kept in step."""
 
     def __init__(self, path: Path, size: int) -> None:
         self.path = path
+        self.size = size
         fd = os.open(str(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
         self._fh = os.fdopen(fd, "r+b")
         existing = os.fstat(fd).st_size
-        self._hash = hashlib.sha256()
+        prefix = hashlib.sha256()
         self.offset = 0
         if 0 < existing <= size:
             # Resume: re-hash what is already on disk (a local read, not a network one).
@@ -109,12 +150,18 @@ class _PartFile:
                 data = self._fh.read(1 << 20)
                 if not data:
                     break
-                self._hash.update(data)
+                prefix.update(data)
                 self.offset += len(data)
         else:
             self._fh.truncate(0)
         self._fh.seek(self.offset)
         self._fh.truncate(self.offset)
+        self._hash = self._hasher(prefix)
+
+    def _hasher(self, initial: "hashlib._Hash"):
+        if self.size - self.offset >= HASH_BEHIND_MIN:
+            return _HashBehind(initial)
+        return initial
 
     def write(self, data: bytes) -> None:
         self._fh.write(data)
@@ -124,8 +171,9 @@ class _PartFile:
     def reset(self) -> None:
         self._fh.seek(0)
         self._fh.truncate(0)
-        self._hash = hashlib.sha256()
+        self._close_hash()
         self.offset = 0
+        self._hash = self._hasher(hashlib.sha256())
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
@@ -135,7 +183,12 @@ class _PartFile:
         if fsync:
             os.fsync(self._fh.fileno())
 
+    def _close_hash(self) -> None:
+        if isinstance(self._hash, _HashBehind):
+            self._hash.close()
+
     def close(self) -> None:
+        self._close_hash()
         if not self._fh.closed:
             try:
                 self._fh.flush()
@@ -154,7 +207,9 @@ class _Batch:
         progress: Optional[ProgressCallback],
         verify_cached: bool,
         chunk_size: int,
+        fsync: bool,
     ) -> None:
+        self.fsync = fsync
         self.cache = cache
         self.transport = transport
         self.retry = retry
@@ -185,7 +240,7 @@ class _Batch:
             streams = list(self._active)
         for stream in streams:
             try:
-                stream.close()  # unblocks a worker waiting in a socket read
+                stream.abort()  # wakes a worker blocked in a socket read
             except Exception:
                 pass
 
@@ -260,9 +315,9 @@ class _Batch:
                             self.emit("message", task, message=f"{exc.message}; trying the next mirror")
                 else:
                     raise _final_error(ref, failures)
-            part.flush(fsync=True)
+            part.flush(fsync=self.fsync)
             part.close()
-            path = self.cache.place(part.path, sha)
+            path = self.cache.place(part.path, sha, durable=self.fsync)
             ok = True
             self.emit(
                 "end", task, done=size, total=size, ok=True,
@@ -467,6 +522,7 @@ def fetch(
     verify_cached: bool = True,
     check_disk: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    fsync: Optional[bool] = None,
 ) -> Dict[str, Path]:
     """Make every ref available in the cache; return ``{sha256: path}``.
 
@@ -475,6 +531,9 @@ def fetch(
     is used and a missing file raises :class:`OfflineError`. ``verify_cached`` re-hashes cached
     blobs before trusting them (a blob that fails is fetched again). ``transport`` and ``retry``
     set timeouts, redirects and backoff. At most ``max_workers`` files download at once.
+    ``fsync`` flushes each file to disk before its rename into place; by default only when
+    ``verify_cached`` is off (with it on, a blob torn by a power cut is caught by the re-hash on
+    its next use and fetched again, so the flush would only cost time).
 
     Raises :class:`FetchError` (or a subclass) for a file that no mirror could serve correctly,
     after the other files of the batch have finished; several failures are reported together.
@@ -541,7 +600,9 @@ def fetch(
     own_transport = transport is None
     if transport is None:
         transport = Transport()
-    batch = _Batch(store, transport, retry or RetryPolicy(), progress, verify_cached, chunk_size)
+    if fsync is None:
+        fsync = not verify_cached
+    batch = _Batch(store, transport, retry or RetryPolicy(), progress, verify_cached, chunk_size, fsync)
     total = sum(r.size for r in todo)
     batch.emit("start", "", done=0, total=total, extra={"files": len(todo)})
     results: Dict[str, Path] = {}

@@ -16,6 +16,7 @@ import http.client
 import ipaddress
 import os
 import re
+import socket
 import threading
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, Optional
@@ -98,6 +99,10 @@ class Stream:
     def close(self) -> None:  # pragma: no cover - interface
         pass
 
+    def abort(self) -> None:
+        """Close from another thread, waking a reader blocked on the network."""
+        self.close()
+
     def __enter__(self) -> "Stream":
         return self
 
@@ -177,11 +182,14 @@ class _HTTPStream(Stream):
         import urllib3
 
         raw = self._resp.raw
+        read1 = hasattr(raw, "read1")  # urllib3 >= 2
         while True:
             try:
                 # read1: whatever one socket read gives (at most ``size``), so that a timeout
                 # or a dropped connection loses as little as possible of what already arrived.
-                data = raw.read1(size) if hasattr(raw, "read1") else raw.read(size)
+                # decode_content=False: the bytes as served. A file is hashed as stored; a server
+                # that gzips a .tar.gz "for transport" must not turn it into a .tar.
+                data = raw.read1(size, decode_content=False) if read1 else raw.read(size, decode_content=False)
             except (
                 requests.RequestException,
                 urllib3.exceptions.HTTPError,
@@ -198,6 +206,20 @@ class _HTTPStream(Stream):
 
     def close(self) -> None:
         self._resp.close()
+
+    def abort(self) -> None:
+        # close() alone does not wake a recv() blocked in another thread; shutdown() does.
+        raw = self._resp.raw
+        sock = getattr(getattr(raw, "_connection", None), "sock", None)
+        if sock is None:  # the response owns the socket: urllib3 -> http.client -> SocketIO
+            fp = getattr(getattr(raw, "_fp", None), "fp", None)
+            sock = getattr(getattr(fp, "raw", None), "_sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.close()
 
 
 def _describe(exc: BaseException) -> str:

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         manifests.add(load_manifest_file(path))
         unsigned.append(path)
     backend = args.backend if args.backend is not None else os.environ.get(BACKEND_ENV, "")
+    check_backend(backend, manifests, args.stack)
     report = load_report(args)
     request = Request(stack=args.stack, requirements=list(args.requirements), backend=backend, python=args.python)
     plan = resolve(report, request, manifests)
@@ -84,6 +85,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(plan, report))
     return 0 if plan.status in ("ready", "needs-build") and not plan.conflicts else 3
+
+
+def check_backend(backend: str, manifests, stack: str) -> None:
+    """A forced backend must name a backend or a variant the manifests know (a typo is not a plan)."""
+    if not backend:
+        return
+    from ..manifests.schema import GGML_BACKENDS
+    from ..manifests.torch_matrix import TORCH_BACKENDS
+
+    if stack == "torch":
+        known = list(TORCH_BACKENDS) + (sorted({v.name for r in manifests.torch.releases for v in r.variants}) if manifests.torch else [])
+    else:
+        known = list(GGML_BACKENDS) + sorted({t.id for m in manifests.ggml for t in m.targets})
+    if backend.strip().lower() not in {k.lower() for k in known} | {b for b in TORCH_BACKENDS + GGML_BACKENDS}:
+        where = "--backend" if os.environ.get(BACKEND_ENV, "") != backend else f"${BACKEND_ENV}"
+        raise UsageError(f"{where} {backend!r} is not a {stack} backend or variant", f"use one of: {', '.join(known)}")
 
 
 def render(plan: Plan, report: HardwareReport) -> str:

@@ -48,8 +48,8 @@ from .protocol import (EXIT_CANCELLED, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED,
                        GenerateRequest, GenerateResult, WorkerStatus)
 
 TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
-# Fault injection for the supervisor's tests: make /ping and /status this many seconds slow,
-# as they are in a worker whose server thread cannot get the GIL during a heavy step.
+# Fault injection for the supervisor's tests: while generating, make /ping and /status this many
+# seconds slow, as they are in a worker whose server thread cannot get the GIL during a heavy step.
 STATUS_DELAY_ENV = "ACCELSTACK_WORKER_TEST_STATUS_DELAY"
 HEARTBEAT_INTERVAL = 0.5
 PARENT_POLL_INTERVAL = 0.5
@@ -345,7 +345,7 @@ def _make_handler(state: WorkerState):
             if not self._authorized():
                 return
             url = urlparse(self.path)
-            if url.path in ("/ping", "/status") and state.status_delay:
+            if url.path in ("/ping", "/status") and state.status_delay and state.phase == "generating":
                 time.sleep(state.status_delay)
             if url.path == "/ping":
                 with state.lock:

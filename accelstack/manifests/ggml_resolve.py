@@ -161,13 +161,13 @@ class _GgmlResolver:
 
     # -- the resolution ----------------------------------------------------------------------------
     def evaluate(self, dev: Optional[Device], backend: str, tier: int) -> List[_Eval]:
-        ids = {t.id for t in self.targets}
-        if self.forced and self.forced != backend and not (self.forced in ids and any(t.id == self.forced and t.backend == backend for t in self.targets)):
+        ids = {t.id.lower() for t in self.targets}
+        if self.forced and self.forced != backend and not any(t.id.lower() == self.forced and t.backend == backend for t in self.targets):
             return [_Eval(backend, backend, dev, tier, fail=("forced-backend", f"not the requested backend {self.request.backend!r}"))]
         problem = self.device_problem(dev, backend) if dev is not None else None
         if problem:
             return [_Eval(backend, backend, dev, tier, fail=problem)]
-        targets = [t for t in self.targets if t.backend == backend and (self.forced not in ids or t.id == self.forced)]
+        targets = [t for t in self.targets if t.backend == backend and (self.forced not in ids or t.id.lower() == self.forced)]
         if not targets:
             where = f"{self.m.os} {self.m.arch}"
             why = "no ggml manifest was given" if not self.manifests.ggml else f"the manifest has no {_TEXT[backend]} build for {where}"

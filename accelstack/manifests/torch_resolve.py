@@ -333,6 +333,8 @@ class _TorchResolver:
             self.fill_actions(plan, chosen)
             plan.device_reason = self.device_reason(evals, chosen)
         plan.ok = plan.status == "ready" and not plan.conflicts
+        if m.report.os.rosetta:
+            self.notes.append("this Python runs under Rosetta (x86_64): install a native arm64 Python to use the Apple GPU (MPS)")
         if m.python is None:
             self.notes.append("the target Python version is unknown, so Python limits were not checked (pass --python X.Y)")
         if matrix.stale:

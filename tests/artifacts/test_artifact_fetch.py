@@ -457,3 +457,74 @@ def test_several_failures_are_reported_together(server, cache, transport, retry)
     with pytest.raises(FetchError, match="2 files could not be fetched.*gone1.*gone2"):
         _fetch(refs, cache, transport, retry, max_workers=3)
     assert cache.blob_path(refs[0].sha256).exists(), "the good file is kept for next time"
+
+
+# -- the hash-behind thread (used for big files) ----------------------------------------------------
+@pytest.fixture
+def hash_behind(monkeypatch):
+    monkeypatch.setattr(fetch_module, "HASH_BEHIND_MIN", 0)
+
+
+def test_hash_behind_with_drops_restart_and_mismatch(server, cache, transport, retry, hash_behind):
+    data = payload(SIZE)
+    ref = ref_for("a.bin", data, server.serve("/a.bin", data))
+    server.fault("/a.bin", drop(50_000), drop(150_000), no_range())
+    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert [h.range_start for h in server.hits("/a.bin")] == [None, 50_000, 150_000]
+    other = payload(SIZE, seed=9)
+    bad = ref_for("b.bin", other, server.serve("/b.bin", other))
+    server.fault("/b.bin", wrong_bytes(), always=True)
+    with pytest.raises(HashMismatchError):
+        fetch_one(bad, cache=cache, transport=transport, retry=retry)
+    assert_nothing_final(cache, bad)
+    # a resumed part is hashed first, then the hash-behind thread continues from that state
+    third = payload(SIZE, seed=10)
+    ref3 = ref_for("c.bin", third, server.serve("/c.bin", third))
+    cache.part_path(ref3.sha256).write_bytes(third[:77_777])
+    assert fetch_one(ref3, cache=cache, transport=transport, retry=retry).read_bytes() == third
+    assert server.sent("/c.bin") == SIZE - 77_777
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name == "accelstack-sha256"], "hash threads are joined"
+
+
+def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, retry):
+    import _thread
+    import threading
+    import time
+
+    from accelstack.artifacts import Transport
+    from artifact_helpers import gate
+
+    release = threading.Event()
+    refs = []
+    for i in range(2):
+        data = payload(SIZE, seed=20 + i)
+        refs.append(ref_for(f"f{i}", data, server.serve(f"/f{i}", data)))
+        server.fault(f"/f{i}", gate(100_000, release))
+
+    def interrupt_when_both_are_stuck():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if all(server.hits(f"/f{i}") and server.hits(f"/f{i}")[0].sent >= 100_000 for i in range(2)):
+                time.sleep(0.1)
+                _thread.interrupt_main()
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=interrupt_when_both_are_stuck, daemon=True).start()
+    slow = Transport(read_timeout=30)  # only the abort can wake the workers in time
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fetch(refs, cache=cache, transport=slow, retry=retry, max_workers=2)
+        assert time.monotonic() - t0 < 10
+    finally:
+        release.set()
+    for ref in refs:
+        assert_nothing_final(cache, ref)
+        assert cache.part_size(ref.sha256) == 100_000, "partial files are kept for the next run"
+    paths = fetch(refs, cache=cache, transport=slow, retry=retry)
+    for i, ref in enumerate(refs):
+        assert paths[ref.sha256].read_bytes() == payload(SIZE, seed=20 + i)
+        assert server.hits(f"/f{i}")[-1].range_start == 100_000

@@ -1,10 +1,8 @@
 """Manifests are checked on load: every malformed one is refused with a message naming the field."""
 from __future__ import annotations
 
-import copy
 import json
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 
 import pytest
 

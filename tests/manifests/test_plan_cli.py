@@ -52,6 +52,14 @@ def test_backend_from_environment_and_option(report_file, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["variant"] == "cu128"  # the option wins over the environment
 
 
+def test_unknown_backend_is_a_usage_error(report_file, capsys, monkeypatch):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--backend", "cuad"]) == 2
+    assert "'cuad' is not a torch backend or variant" in capsys.readouterr().err
+    monkeypatch.setenv("ACCELSTACK_BACKEND", "vulkan")  # a ggml backend: torch has no such build, said in the plan
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file)]) == 3
+    assert "no torch build for backend 'vulkan'" in capsys.readouterr().out
+
+
 def test_ggml_with_a_manifest_file(report_file, capsys):
     assert main(["plan", "--hardware", str(report_file), "--manifest", str(EXAMPLE_GGML)]) == 0
     out = capsys.readouterr().out
