@@ -169,8 +169,10 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
         text = transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
             num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu"))
-        missing, unexpected = text.load_state_dict(load_file(os.path.join(probe, "text_encoder", "model.safetensors")),
-                                                   strict=False)
+        weights = load_file(os.path.join(probe, "text_encoder", "model.safetensors"))
+        if not any(k.startswith("text_model.") for k in text.state_dict()):  # transformers >= 5 drops the prefix
+            weights = {k[len("text_model."):] if k.startswith("text_model.") else k: v for k, v in weights.items()}
+        missing, unexpected = text.load_state_dict(weights, strict=False)
         missing = [m for m in missing if not m.endswith("position_ids")]
         if missing or unexpected:
             raise RuntimeError(f"text encoder keys do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")

@@ -43,7 +43,7 @@ def retry() -> RetryPolicy:
 
 @pytest.fixture
 def transport():
-    t = Transport(connect_timeout=2.0, read_timeout=0.5)
+    t = Transport(connect_timeout=5.0, read_timeout=2.0)
     yield t
     t.close()
 

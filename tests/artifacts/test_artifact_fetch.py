@@ -281,7 +281,7 @@ def test_server_without_range_support_restarts_cleanly(server, cache, transport,
 def test_slow_drip_trips_the_read_timeout_and_resumes(server, cache, transport, retry):
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    server.fault("/a.bin", drip(at=100_000, stall=3.0))
+    server.fault("/a.bin", drip(at=100_000, stall=6.0))  # > the 2 s read timeout
     assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
     hits = server.hits("/a.bin")
     assert [h.range_start for h in hits] == [None, 100_000]
@@ -332,7 +332,7 @@ def test_resume_across_runs_fetches_only_the_missing_bytes(server, cache, transp
     # the connection drops, and the retry finds the server down: this run gives up
     server.fault("/a.bin", drop(120_000), status(503))
     with pytest.raises(FetchError, match="HTTP 503"):
-        fetch_one(ref, cache=cache, transport=transport, retry=RetryPolicy(retries=0))
+        fetch_one(ref, cache=cache, transport=transport, retry=RetryPolicy(retries=0, backoff_base=0.001))
     assert cache.part_size(ref.sha256) == 120_000
     assert_nothing_final(cache, ref)
     # next run

@@ -2,7 +2,7 @@
 probe model: start, ready, generate, token, cancel, crash and restart with backoff, a stalled
 worker, a busy worker with a slow ping, parent death, and load failures.
 
-Generations are 64x64 with 1-3 steps; one supervisor is shared where a test does not break it.
+Generations are 64x64 with 1-2 steps; one supervisor is shared where a test does not break it.
 """
 from __future__ import annotations
 
@@ -45,9 +45,10 @@ def sup(cpu_runtime, probe_model):
 
 
 @pytest.fixture(scope="module")
-def baseline(sup):
-    """The 2-step image every recovery test must reproduce exactly."""
-    return sup.generate(request(steps=2)).images[0].pixels
+def one_step(sup):
+    """A 1-step result; its image is the one every recovery test must reproduce exactly."""
+    sup.events.clear()
+    return sup.generate(request(steps=1))
 
 
 def when(predicate, timeout=120.0, interval=0.02):
@@ -58,11 +59,11 @@ def when(predicate, timeout=120.0, interval=0.02):
 
 
 class Saboteur(threading.Thread):
-    """Sends ``sig`` to each new worker once it is generating (after ``min_step`` steps), ``times`` times."""
+    """Sends ``sig`` to each new worker once it is generating, ``times`` times."""
 
-    def __init__(self, sup, sig, times=1, min_step=0):
+    def __init__(self, sup, sig, times=1):
         super().__init__(daemon=True)
-        self.sup, self.sig, self.times, self.min_step = sup, sig, times, min_step
+        self.sup, self.sig, self.times = sup, sig, times
         self.hit = []
         self.stop = threading.Event()
         sup.last_status = None  # act on what the next job shows, not on the previous job's status
@@ -71,8 +72,7 @@ class Saboteur(threading.Thread):
         while len(self.hit) < self.times and not self.stop.is_set():
             st = self.sup.last_status
             pid = self.sup.pid
-            if (st is not None and pid and st.pid == pid and pid not in self.hit and st.phase == "generating"
-                    and (st.step >= self.min_step or st.images_done)):
+            if st is not None and pid and st.pid == pid and pid not in self.hit and st.phase == "generating":
                 os.kill(pid, self.sig)
                 self.hit.append(pid)
             time.sleep(0.02)
@@ -86,9 +86,8 @@ def test_start_ready_status(sup):
     assert "AVX" in st.system_info or st.system_info  # the runtime reports its build
 
 
-def test_generate_one_step(sup):
-    sup.events.clear()
-    res = sup.generate(request(steps=1))
+def test_generate_one_step(sup, one_step):
+    res = one_step
     img = res.images[0]
     assert (img.width, img.height, img.seed) == (64, 64, 42) and len(img.pixels) == 64 * 64 * 3
     assert len(set(img.pixels)) > 16
@@ -134,28 +133,28 @@ def test_cancel_mid_generation_then_work_again(sup):
     assert sup.restarts[-1].reason == "cancelled" and sup.restarts[-1].delay == 0
 
 
-def test_crashes_restart_with_growing_backoff_and_same_image(sup, baseline):
+def test_crashes_restart_with_growing_backoff_and_same_image(sup, one_step):
     before = len(sup.restarts)
-    killer = Saboteur(sup, signal.SIGKILL, times=2, min_step=1)
+    killer = Saboteur(sup, signal.SIGKILL, times=2)
     killer.start()
-    res = sup.generate(request(steps=2), attempts=3)
+    res = sup.generate(request(steps=1), attempts=3)
     killer.stop.set()
     assert len(killer.hit) == 2 and res.restarts == 2
     new = sup.restarts[before:]
     assert all("died during generation" in r.reason and "SIGKILL" in r.reason for r in new), new
     assert [r.delay for r in new] == [POLICY.backoff_initial, POLICY.backoff_initial * 2]
-    assert res.images[0].pixels == baseline, "a restarted worker must give the same image"
+    assert res.images[0].pixels == one_step.images[0].pixels, "a restarted worker must give the same image"
 
 
-def test_a_stalled_worker_is_detected_and_restarted(cpu_runtime, probe_model, baseline):
+def test_a_stalled_worker_is_detected_and_restarted(cpu_runtime, probe_model, one_step):
     policy = replace(POLICY, stall_timeout=3.0, ping_timeout=0.5)
     with Supervisor(cpu_runtime, model=probe_model.path, policy=policy) as s:
         stopper = Saboteur(s, signal.SIGSTOP, times=1)
         stopper.start()
-        res = s.generate(request(steps=2), attempts=2)
+        res = s.generate(request(steps=1), attempts=2)
         frozen = stopper.hit[0]
         assert res.restarts == 1 and "stopped making progress" in s.restarts[-1].reason
-        assert res.images[0].pixels == baseline
+        assert res.images[0].pixels == one_step.images[0].pixels
         assert not psutil.pid_exists(frozen) or psutil.Process(frozen).status() == psutil.STATUS_ZOMBIE
 
 
@@ -165,7 +164,7 @@ def test_a_busy_worker_with_a_slow_ping_is_not_killed(cpu_runtime, probe_model):
     policy = replace(POLICY, stall_timeout=2.0, ping_timeout=0.5, max_restarts=0)
     with Supervisor(cpu_runtime, model=probe_model.path, policy=policy, extra_env={STATUS_DELAY_ENV: "2.5"}) as s:
         pid = s.pid
-        res = s.generate(request(steps=3))
+        res = s.generate(request(steps=2))
         assert res.restarts == 0 and s.pid == pid and len(res.images) == 1
 
 

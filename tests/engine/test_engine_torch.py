@@ -1,0 +1,68 @@
+"""torch verify, with a real torch when one is available.
+
+torch is not a dependency of accelstack. These tests use the test interpreter's torch if it has
+one, or the directories in ``ACCELSTACK_TEST_TORCH_PATH`` (``pip install --target DIR
+torch==2.13.0``; add diffusers/transformers there to also run the pipeline step); otherwise they
+skip. The device-order logic is tested without torch in test_engine_units.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accelstack.engine.torch_check import verify_torch
+from engine_helpers import cli_env, run_cli
+
+TORCH_PATH_ENV = "ACCELSTACK_TEST_TORCH_PATH"
+
+
+def _importable(module: str, env: dict) -> bool:
+    res = subprocess.run([sys.executable, "-c", f"import {module}"], env={**os.environ, **env},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return res.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def torch_env():
+    extra = os.environ.get(TORCH_PATH_ENV, "")
+    env = {"PYTHONPATH": os.pathsep.join(p for p in [extra, os.environ.get("PYTHONPATH", "")] if p)} if extra else {}
+    if not _importable("torch", env):
+        pytest.skip(f"no torch importable (set {TORCH_PATH_ENV} to a directory with torch installed)")
+    return env
+
+
+def test_torch_verify_cli_passes_on_cpu(torch_env, tmp_path):
+    args = ["verify", "--backend", "torch", "--no-diffusers", "--json"]
+    if os.environ.get(TORCH_PATH_ENV):
+        args += ["--runtime", os.environ[TORCH_PATH_ENV].split(os.pathsep)[0]]
+    env = cli_env(tmp_path / "cache", tmp_path, **{k: v for k, v in torch_env.items() if k != "PYTHONPATH"})
+    if len(os.environ.get(TORCH_PATH_ENV, "").split(os.pathsep)) > 1:
+        env["PYTHONPATH"] = torch_env["PYTHONPATH"]
+    res = run_cli(args, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["verdict"] == "PASS" and report["torch_version"]
+    assert report["device_kind"] in ("cuda", "xpu", "mps", "directml", "cpu")
+    ops = {o["name"]: o for o in report["ops"]}
+    assert set(ops) == {"conv2d", "sdpa", "group_norm", "matmul_fp16"}
+    assert all(o["ok"] and o["seconds"] > 0 and o["error"] <= o["tolerance"] for o in ops.values())
+
+
+def test_diffusers_step_on_the_probe_model(torch_env, probe_model):
+    if not _importable("diffusers, transformers, safetensors", torch_env):
+        pytest.skip("diffusers/transformers/safetensors not importable next to torch")
+    report = verify_torch(env=torch_env, probe=probe_model.path)
+    assert report.ok, report.reason
+    assert report.diffusers["ran"] and report.diffusers["finite"] and report.diffusers["shape"] == [64, 64, 3]
+
+
+def test_torch_verify_failures_are_reports(tmp_path):
+    missing = verify_torch(python=str(tmp_path / "no-python"))
+    assert not missing.ok and "cannot run" in missing.reason
+    if not _importable("torch", {"PYTHONPATH": ""}):
+        no_torch = verify_torch(env={"PYTHONPATH": str(tmp_path)})
+        assert not no_torch.ok and "torch cannot be imported" in no_torch.reason

@@ -1,0 +1,76 @@
+"""`verify` and `generate` end to end on the real CPU runtime, through the CLI and the library."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from accelstack.engine.png import read_png
+from accelstack.engine.runtime import Runtime
+from accelstack.engine.verify import verify
+from engine_helpers import cli_env, run_cli
+
+
+def test_verify_cli_passes_on_the_cpu_runtime(cpu_runtime, cache_with_probe, tmp_path):
+    out = tmp_path / "probe.png"
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--output", out, "--json"], cli_env(cache_with_probe, tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["verdict"] == "PASS" and report["ok"] and report["reason"] == ""
+    checks = {c["name"]: c for c in report["checks"]}
+    assert set(checks) == {"load", "size", "pixels", "deterministic"} and all(c["ok"] for c in checks.values())
+    assert checks["deterministic"]["detail"] == "identical bytes"
+    assert report["device"]["kind"] == "cpu" and report["device"]["name"]
+    assert report["load_seconds"] > 0 and report["step_seconds"] > 0 and report["its_per_second"] > 0
+    assert report["probe_seconds"] == 0  # the probe came from the cache
+    img = read_png(out)
+    assert (img.width, img.height) == (64, 64) and report["image"] == str(out)
+    assert len(set(img.pixels)) > 16
+    assert "Steps: 1, Sampler: euler" in img.text["parameters"] and "Seed: 42" in img.text["parameters"]
+
+
+def test_verify_human_output_and_default_png(cpu_runtime, cache_with_probe, tmp_path):
+    res = run_cli(["verify", "--runtime", cpu_runtime.path], cli_env(cache_with_probe, tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("PASS  cpu runtime")
+    for word in ("device", "load", "it/s", "deterministic ok", "image"):
+        assert word in res.stdout
+    assert (cache_with_probe / "verify" / "verify-cpu.png").is_file()
+
+
+def test_verify_gpu_path_compares_with_the_cpu_build(cpu_runtime, probe_model, tmp_path):
+    # No GPU here: the same CPU build under a GPU label exercises the comparison; it must agree exactly.
+    labelled = Runtime(path=cpu_runtime.path, backend="vulkan")
+    report = verify(labelled, output=tmp_path / "v.png", cpu_runtime=cpu_runtime,
+                    probe_cache=Path(probe_model.path).parent)
+    assert report.ok, report.reason
+    assert [c.name for c in report.checks][-1] == "cpu-match"
+    assert report.cpu_mean_diff == 0 and report.cpu_max_diff == 0
+
+
+def test_verify_reports_fail_with_the_reason(tmp_path, probe_model):
+    pkg = tmp_path / "rt" / "stable_diffusion_cpp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('GLIBC_2.38 not found (required by libstable-diffusion.so)')\n")
+    report = verify(Runtime(tmp_path / "rt"), output=tmp_path / "x.png", probe_cache=Path(probe_model.path).parent)
+    assert not report.ok and report.verdict == "FAIL"
+    assert "could not load the probe model" in report.reason and "GLIBC_2.38" in report.reason
+    assert report.checks[0].name == "load" and not report.checks[0].ok
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_generate_cli_writes_pngs_with_parameters(cpu_runtime, probe_model, tmp_path):
+    out = tmp_path / "img.png"
+    res = run_cli(["generate", "--runtime", cpu_runtime.path, "-m", probe_model.path, "-p", "a red cube",
+                   "-n", "blurry", "-W", "64", "-H", "64", "--steps", "1", "--seed", "5", "-b", "2",
+                   "--cfg-scale", "5", "--sampler", "euler", "--scheduler", "discrete", "-o", out, "--json"],
+                  cli_env(tmp_path / "cache", tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["images"] == [str(tmp_path / "img-1.png"), str(tmp_path / "img-2.png")]
+    assert report["seeds"] == [5, 6] and report["sampler"] == "euler" and report["scheduler"] == "discrete"
+    first, second = (read_png(p) for p in report["images"])
+    assert (first.width, first.height) == (64, 64) and first.pixels != second.pixels
+    params = first.text["parameters"].splitlines()
+    assert params[0] == "a red cube" and params[1] == "Negative prompt: blurry"
+    assert "Steps: 1, Sampler: euler, Schedule type: discrete, CFG scale: 5.0, Seed: 5, Size: 64x64" in params[2]
+    assert "Seed: 6" in second.text["parameters"]
