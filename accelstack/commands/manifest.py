@@ -78,7 +78,33 @@ def register(sub: "argparse._SubParsersAction") -> None:
     vf.add_argument("--json", action="store_true", help="print the result as JSON")
     vf.set_defaults(func=run_verify)
 
+    bd = msub.add_parser("build", help="write (and sign) the ggml manifest for a directory of builds",
+                         description="Collect every build made with `accelstack build ggml --out DIR/...` under DIR "
+                         "into DIR/ggml-manifest.json (targets with their properties, artifacts with sha256, size "
+                         "and URL = BASE_URL/<path under DIR>), and sign it with --key. Upload DIR as-is.")
+    bd.add_argument("directory", metavar="DIR", help="the directory holding the builds")
+    bd.add_argument("--base-url", required=True, metavar="URL", help="where DIR will be served from")
+    bd.add_argument("--key", metavar="FILE", help="private key (PEM) to sign with; without it the manifest is unsigned")
+    bd.add_argument("--source", default="default", help="the channel name users' rollback protection tracks")
+    bd.add_argument("--version", type=int, required=True, help="manifest version; must grow with every release")
+    bd.add_argument("--expires-days", type=int, default=180, help="days until the manifest expires (default 180)")
+    bd.add_argument("--json", action="store_true", help="print the result as JSON")
+    bd.set_defaults(func=run_build)
+
     p.set_defaults(func=lambda args: _usage(p))
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from ..installer.publish import build_manifest, write_signed_manifest
+
+    key = Path(args.key).read_bytes() if args.key else None
+    doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,
+                         expires_days=args.expires_days)
+    path = write_signed_manifest(Path(args.directory), doc, key)
+    targets = [t["id"] for t in doc["targets"]]
+    _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version},
+          f"wrote {path} (version {args.version}, {'signed' if key else 'UNSIGNED'}) with {len(targets)} target(s): {', '.join(targets)}")
+    return 0
 
 
 def _usage(p: argparse.ArgumentParser) -> int:

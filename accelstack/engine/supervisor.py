@@ -411,7 +411,9 @@ class Supervisor:
         return st
 
     def cancel(self) -> bool:
-        """Cancel the running job (the worker restarts if it was mid-generation). True if one ran."""
+        """Cancel the running job: its :meth:`generate` raises :class:`CancelledError` and the next
+        call gets a fresh worker (a running step cannot be interrupted inside the worker).
+        Returns True if the worker was generating when asked."""
         self._cancel.set()
         try:
             code, data = self._request("POST", "/cancel", {}, timeout=self.policy.ping_timeout)
@@ -456,6 +458,8 @@ class Supervisor:
         if code != 202:
             raise GenerationError(f"the worker refused the job: {data.get('error', code)}")
         job = data["job"]
+        self.last_status = None  # from now on, the statuses of this job
+        cancel_sent = False
         total = request.steps * request.batch_count
         task = f"{request.width}x{request.height}, {request.steps} steps" + (
             f" x{request.batch_count}" if request.batch_count > 1 else "")
@@ -472,6 +476,12 @@ class Supervisor:
                         self._pending_restart = "cancelled"
                         raise CancelledError("generation cancelled")
                     raise _WorkerLost(f"the worker died during generation (exit code {rc}{_signal_name(rc)})")
+                if self._cancel.is_set() and not cancel_sent:  # a cancel that raced with the job's start
+                    cancel_sent = True
+                    try:
+                        self._request("POST", "/cancel", {}, timeout=self.policy.ping_timeout)
+                    except (OSError, http.client.HTTPException, ValueError):
+                        pass
                 outcome = self._poll_result(job)
                 if outcome is not None:
                     if "result" in outcome:

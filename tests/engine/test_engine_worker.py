@@ -122,6 +122,7 @@ def test_cancel_mid_generation_then_work_again(sup):
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             out["error"] = exc
 
+    sup.last_status = None
     t = threading.Thread(target=job)
     t.start()
     when(lambda: sup.last_status is not None and sup.last_status.phase == "generating")

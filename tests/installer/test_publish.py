@@ -1,0 +1,46 @@
+"""The publisher workflow through the CLI: build (cached), keygen, manifest build, verify."""
+from __future__ import annotations
+
+import json
+
+from accelstack.manifests.schema import load_manifest
+
+from installer_helpers import cli_env, result_of, run_cli
+
+
+def test_build_keygen_manifest_build_verify(ggml_cpu_build, tmp_path):
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    site = tmp_path / "site"
+    proc = run_cli(["build", "ggml", "--backend", "cpu", "--out", str(site / "cpu"), "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    built = result_of(proc)
+    assert built["cache_hit"] is True and built["sha256"] == ggml_cpu_build.sha256
+    assert "-DGGML_NATIVE=OFF" in built["cmake_args"] and "py3-none" in built["wheel"]
+
+    assert run_cli(["manifest", "keygen", "--out", str(tmp_path / "keys" / "rel")], env).returncode == 0
+    proc = run_cli(["manifest", "build", str(site), "--base-url", "https://example.org/acc", "--key",
+                    str(tmp_path / "keys" / "rel.key"), "--source", "release", "--version", "7", "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["signed"] is True and out["version"] == 7
+    assert len(out["targets"]) == 1 and out["targets"][0].endswith("-cpu")
+
+    manifest = load_manifest((site / "ggml-manifest.json").read_bytes())
+    target = manifest.targets[0]
+    assert target.backend == "cpu"
+    assert set(target.requires.cpu_features) >= {"avx2", "fma", "f16c"}
+    art = target.artifacts[0]
+    assert art.sha256 == ggml_cpu_build.sha256 and art.size == ggml_cpu_build.size
+    assert art.urls == [f"https://example.org/acc/cpu/{art.name}"]
+
+    proc = run_cli(["manifest", "verify", str(site / "ggml-manifest.json"), "--key", str(tmp_path / "keys" / "rel.pub"),
+                    "--only-keys"], env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_manifest_build_of_an_empty_directory_says_what_to_do(tmp_path):
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    (tmp_path / "empty").mkdir()
+    proc = run_cli(["manifest", "build", str(tmp_path / "empty"), "--base-url", "https://x", "--version", "1"], env)
+    assert proc.returncode != 0
+    assert "no builds found" in proc.stderr and "accelstack build ggml" in proc.stderr
