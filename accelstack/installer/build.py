@@ -91,11 +91,9 @@ def build_cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from ..artifacts.cache import hash_file
+
+    return hash_file(path).hexdigest()
 
 
 def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from ..artifacts import ArtifactRef, fetch
+from ..artifacts.cache import hash_file
 from ..errors import AccelstackError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..manifests.plan import Plan
@@ -64,11 +65,7 @@ def hash_tree(root: Path) -> List[InstalledFile]:
             p = Path(dirpath) / fn
             if p.is_symlink():
                 continue
-            h = hashlib.sha256()
-            with open(p, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            out.append(InstalledFile(path=p.relative_to(root).as_posix(), sha256=h.hexdigest(), size=p.stat().st_size))
+            out.append(InstalledFile(path=p.relative_to(root).as_posix(), sha256=hash_file(p).hexdigest(), size=p.stat().st_size))
     return sorted(out, key=lambda f: f.path)
 
 
@@ -273,11 +270,7 @@ def audit(home: Home, rid: str) -> RepairReport:
         if not p.is_file():
             report.missing.append(f.path)
             continue
-        h = hashlib.sha256()
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        if h.hexdigest() != f.sha256:
+        if hash_file(p).hexdigest() != f.sha256:
             report.corrupt.append(f.path)
     return report
 
@@ -300,7 +293,7 @@ def repair_ggml(home: Home, rid: str, *, check: QuickCheck = import_check, cache
             expected = {f.path: f.sha256 for f in receipt.files}
             for rel in report.missing + report.corrupt:
                 src = stage / rel
-                if not src.is_file() or hashlib.sha256(src.read_bytes()).hexdigest() != expected[rel]:
+                if not src.is_file() or hash_file(src).hexdigest() != expected[rel]:
                     raise StateError(f"cannot restore {rel}: the artifact no longer produces it", hint="reinstall with `accelstack install --force`")
                 dest = root / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
