@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# First run on a fresh machine: set up accelstack in a virtual environment and run the main job.
-# Today the main job is detection: what this machine has and which accelerator to use.
+# First run on a fresh machine: set up accelstack in a virtual environment, then
+# detect the hardware, plan the runtime, install it (transactionally) and verify it generates.
+# Extra arguments go to `accelstack install` (e.g. --manifest URL, --stack torch --venv DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,4 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e .
-exec .venv/bin/accelstack detect "$@"
+.venv/bin/accelstack detect
+echo
+.venv/bin/accelstack plan
+echo
+.venv/bin/accelstack install --yes "$@"
+echo
+.venv/bin/accelstack verify

@@ -11,14 +11,14 @@ from ..errors import UsageError
 from ..serde import to_dict
 from .progress import progress_renderer
 
-RUNTIME_HINT = "pass --runtime DIR (a directory the stable-diffusion-cpp-python wheel is installed in), " \
-               "or run `accelstack install` first"
+RUNTIME_HINT = "run `accelstack install` first, or pass --runtime DIR (a directory the " \
+               "stable-diffusion-cpp-python wheel is installed in)"
 
 
 # -- shared with `accelstack generate` -------------------------------------------------------------
 def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", metavar="DIR", help="the runtime directory to use (its packages go first on the "
-                   "worker's PYTHONPATH)")
+                   "worker's PYTHONPATH); default: the runtime `accelstack install` activated")
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="what the runtime was built for: cpu (default), cuda, vulkan, rocm, metal, ... or torch")
 
@@ -56,19 +56,42 @@ def engine_options(args: argparse.Namespace):
     })
 
 
+def active_runtime(stack: str = "ggml"):
+    """The runtime `accelstack install` activated for ``stack`` (None when there is none)."""
+    try:
+        from ..installer.state import Home
+    except ImportError:
+        return None
+    home = Home()
+    rid = home.read_active().active.get(stack)
+    if not rid:
+        return None
+    return home.read_receipt(rid)
+
+
 def runtime_from_args(args: argparse.Namespace):
+    """``--runtime DIR`` (with ``--backend``), else the active ggml runtime with its receipt's
+    backend and environment."""
     from ..engine.errors import RuntimeNotFoundError
     from ..engine.runtime import Runtime
 
-    if not args.runtime:
-        raise RuntimeNotFoundError("no runtime to use", hint=RUNTIME_HINT)
-    return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
+    if args.runtime:
+        return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
+    receipt = active_runtime("ggml")
+    if receipt is None:
+        raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT)
+    return Runtime(path=Path(receipt.path), backend=args.backend or receipt.backend or "cpu",
+                   env=dict(receipt.env)).check()
 
 
 def _torch_python(runtime_dir: Optional[str]):
-    """A torch runtime is a venv (use its interpreter) or a --target dir (put it on PYTHONPATH)."""
+    """A torch runtime is a venv (use its interpreter) or a --target dir (put it on PYTHONPATH);
+    without one, the active torch runtime's interpreter, else this interpreter."""
     if not runtime_dir:
-        return None, {}
+        receipt = active_runtime("torch")
+        if receipt is None:
+            return None, {}
+        return receipt.path, dict(receipt.env)  # a torch receipt's path is its interpreter
     d = Path(runtime_dir).expanduser().resolve()
     for exe in (d / "bin" / "python", d / "Scripts" / "python.exe"):
         if exe.is_file():

@@ -46,6 +46,10 @@ class GenerationError(EngineError):
     """A generation request was invalid or failed inside the worker."""
 
 
+class VerifyFailedError(EngineError):
+    """verify ran and the runtime failed it (raised only by the installer's check)."""
+
+
 class CancelledError(EngineError):
     """The generation was cancelled on request."""
 

@@ -38,7 +38,8 @@ class GenerateReport:
     cfg_scale: float = 0.0
     device: Optional[DeviceInfo] = None
     load_seconds: Optional[float] = None
-    generate_seconds: float = 0.0
+    generate_seconds: float = 0.0  # the worker's generate call (bindings included)
+    library_seconds: Optional[float] = None  # stable-diffusion.cpp's own generate_image time
     step_seconds: float = 0.0
     its_per_second: float = 0.0
     total_seconds: float = 0.0
@@ -100,6 +101,6 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
         scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
-        generate_seconds=result.seconds, step_seconds=round(result.step_seconds, 4),
+        generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
         restarts=result.restarts)

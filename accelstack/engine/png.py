@@ -105,7 +105,7 @@ def decode_png(data: bytes) -> PngImage:
             text[key.decode("latin-1")] = value.decode("latin-1")
         elif kind == b"iTXt":
             key, _, rest = body.partition(b"\x00")
-            flag, method = rest[0], rest[1]
+            flag = rest[0]
             _lang, _, rest = rest[2:].partition(b"\x00")
             _tkey, _, value = rest.partition(b"\x00")
             text[key.decode("latin-1")] = (zlib.decompress(value) if flag else value).decode("utf-8", "replace")

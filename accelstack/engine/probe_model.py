@@ -30,8 +30,8 @@ Irwin-Hall sums of 12 uniforms (mean 0, variance 1, bounded by +-6), so there ar
 outliers that could overflow f16. The pool comes from a splitmix64 counter hash with exact
 integer and float arithmetic, so a seed gives the same bytes on every machine and NumPy version.
 
-The folder is cached under ``<cache>/probe/sd1-f<FORMAT>-s<seed>/`` (``ACCELSTACK_CACHE``, else
-the user cache dir), built in a temporary sibling and renamed into place, so a crash never leaves
+The folder is cached under ``<cache>/probe/sd1-f<FORMAT>-s<seed>/`` (``ACCELSTACK_PROBE_CACHE``
+replaces ``<cache>/probe``; ``<cache>`` is ``ACCELSTACK_CACHE``, else the user cache dir), built in a temporary sibling and renamed into place, so a crash never leaves
 a half-written probe that looks complete.
 """
 from __future__ import annotations
@@ -318,8 +318,15 @@ def _write_part(path: Path, tensors: Dict[str, Shape], pools: _Pools, meta: Dict
 
 
 # --------------------------------------------------------------------------- cache
+PROBE_CACHE_ENV = "ACCELSTACK_PROBE_CACHE"
+
+
 def probe_cache_root() -> Path:
-    """``$ACCELSTACK_CACHE/probe`` (else the user cache dir's ``probe``)."""
+    """``$ACCELSTACK_PROBE_CACHE``, else ``probe`` in the cache dir (``ACCELSTACK_CACHE``, else the
+    user cache dir). The separate variable lets tests and CI share one probe across caches."""
+    env = os.environ.get(PROBE_CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
     from ..artifacts.cache import default_cache_dir
 
     return default_cache_dir() / "probe"

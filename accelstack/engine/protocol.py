@@ -95,6 +95,7 @@ class WorkerStatus:
 
     phase: str
     pid: int
+    version: int = 0
     job: str = ""
     step: int = 0
     steps: int = 0
@@ -139,6 +140,7 @@ class GenerateResult:
     scheduler: str = ""
     device: Optional[DeviceInfo] = None
     load_seconds: Optional[float] = None
+    library_seconds: Optional[float] = None  # stable-diffusion.cpp's own generate_image time
     restarts: int = 0  # set by the supervisor: worker restarts during this job
     extra: Dict[str, str] = field(default_factory=dict)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
-from .errors import RuntimeNotFoundError
+from .errors import ConfigError, RuntimeNotFoundError
 
 BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl", "musa", "opencl", "torch")
 
@@ -45,6 +45,8 @@ class Runtime:
 
     def check(self) -> "Runtime":
         """Fail early, with a hint, when the directory cannot hold a ggml runtime."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}", hint=f"choose one of: {', '.join(BACKENDS)}")
         p = Path(self.path)
         if not p.is_dir():
             raise RuntimeNotFoundError(f"runtime directory {p} does not exist",

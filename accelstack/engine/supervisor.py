@@ -25,11 +25,10 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -51,7 +50,7 @@ class SupervisorPolicy:
 
     startup_timeout: float = 60.0  # until the worker is listening (Python start + imports)
     load_timeout: float = 900.0  # until the model is loaded (big models on slow disks)
-    poll_interval: float = 0.2
+    poll_interval: float = 1.0  # long-poll window: changes (steps, the end) arrive at once anyway
     ping_timeout: float = 2.0  # one /status call; a late answer is not a verdict by itself
     stall_timeout: float = 180.0  # no progress callback and no CPU time for this long = hung
     cpu_progress: float = 0.05  # CPU seconds that count as "working"
@@ -174,11 +173,12 @@ class Supervisor:
         self._proc: Optional[subprocess.Popen] = None
         self._port = 0
         self._token = ""
-        self._dir = Path(tempfile.mkdtemp(prefix="accelstack-worker-"))
+        self._dir: Optional[Path] = None  # per-supervisor folder: ready files and worker logs
         self._log_path: Optional[Path] = None
         self._log_file = None
         self._failures: List[float] = []  # times of crashes/stalls, for backoff and the cap
         self._pending_restart: Optional[str] = None
+        self._saved_tail: List[str] = []
         self._cancel = threading.Event()
         self._lock = threading.RLock()
 
@@ -202,17 +202,25 @@ class Supervisor:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> WorkerStatus:
-        """Launch the worker and wait until it is ready (model loaded)."""
+        """Launch the worker and wait until it is ready (model loaded). On failure nothing is
+        left running (``log_tail()`` still has the worker's last lines)."""
         with self._lock:
             if self.alive():
                 return self.status()
-            self._launch()
-            return self._wait_ready()
+            try:
+                self._launch()
+                return self._wait_ready()
+            except BaseException:
+                self._saved_tail = self.log_tail(40)
+                self.stop()
+                raise
 
     def stop(self) -> None:
         """Ask the worker to shut down; kill its whole process tree if it does not go in time."""
         with self._lock:
             proc = self._proc
+            if self._log_path is not None and self._log_path.is_file():
+                self._saved_tail = self.log_tail(40)
             if proc is not None and proc.poll() is None:
                 try:
                     self._request("POST", "/shutdown", {}, timeout=1.0)
@@ -232,7 +240,9 @@ class Supervisor:
             if self._log_file is not None:
                 self._log_file.close()
                 self._log_file = None
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def restart(self, reason: str = "requested") -> WorkerStatus:
         with self._lock:
@@ -242,7 +252,8 @@ class Supervisor:
 
     # -- launching ------------------------------------------------------------------------------
     def _launch(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
+        if self._dir is None or not self._dir.is_dir():
+            self._dir = Path(tempfile.mkdtemp(prefix="accelstack-worker-"))
         self.launches += 1
         ready = self._dir / f"ready-{self.launches}.json"
         self._token = secrets.token_urlsafe(32)
@@ -283,6 +294,7 @@ class Supervisor:
     def _wait_ready(self) -> WorkerStatus:
         deadline = time.monotonic() + self.policy.load_timeout
         assert self._proc is not None
+        version = -1
         while True:
             if self._proc.poll() is not None:
                 rc = self._proc.returncode
@@ -294,8 +306,11 @@ class Supervisor:
                         hint="the file may be damaged or not a Stable Diffusion model; "
                         f"the worker log was {self._log_path}")
                 raise self._start_failure(f"the worker exited while starting (exit code {rc})")
-            st = self._try_status(self.policy.ping_timeout)
-            if st is not None:
+            st = self._try_status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
+            if st is None:
+                time.sleep(0.05)
+            else:
+                version = st.version
                 if st.phase == "ready":
                     return st
                 if st.phase == "error":
@@ -310,15 +325,15 @@ class Supervisor:
                 self._kill()
                 raise WorkerStartError(f"the worker was not ready within {self.policy.load_timeout:.0f} s",
                                        hint=f"see the worker log {self._log_path}", log_tail=self.log_tail())
-            time.sleep(self.policy.poll_interval)
 
     def _start_failure(self, what: str) -> WorkerStartError:
         return WorkerStartError(what + (": " + self._reason_from_log() if self._reason_from_log() else ""),
                                 hint=f"see the worker log {self._log_path}", log_tail=self.log_tail())
 
     def log_tail(self, lines: int = 20) -> List[str]:
+        """The last lines of the current worker's log (or of the last one, once stopped)."""
         if self._log_path is None or not self._log_path.is_file():
-            return []
+            return self._saved_tail[-lines:]
         if self._log_file is not None:
             self._log_file.flush()
         text = self._log_path.read_bytes()[-16384:].decode("utf-8", errors="replace")
@@ -347,6 +362,11 @@ class Supervisor:
             if st is None or st.phase in ("ready", "generating"):
                 return st or WorkerStatus(phase="ready", pid=self.pid or 0)
         now = time.monotonic()
+        if self._proc is not None and self._pending_restart is None:  # it died while idle: a crash too
+            rc = self._proc.poll()
+            if rc not in (None, 0, EXIT_CANCELLED):
+                self._failures.append(now)
+                self._pending_restart = f"the worker died while idle (exit code {rc}{_signal_name(rc)})"
         recent = [t for t in self._failures if now - t <= self.policy.restart_window]
         self._failures = recent
         delay = 0.0
@@ -385,9 +405,12 @@ class Supervisor:
         finally:
             conn.close()
 
-    def _try_status(self, timeout: float) -> Optional[WorkerStatus]:
+    def _try_status(self, timeout: float, wait: float = 0.0, since: Optional[int] = None) -> Optional[WorkerStatus]:
+        """The worker's status; with ``wait`` and ``since``, a long poll that answers as soon as
+        the worker's state version differs from ``since`` (a phase change, a step)."""
+        path = f"/status?wait={wait}&since={since}" if wait and since is not None else "/status"
         try:
-            code, data = self._request("GET", "/status", timeout=timeout)
+            code, data = self._request("GET", path, timeout=timeout + wait)
         except (OSError, http.client.HTTPException, ValueError):
             return None
         if code != 200:
@@ -443,8 +466,10 @@ class Supervisor:
                 last = lost.reason
                 self._failures.append(time.monotonic())
                 self._pending_restart = lost.reason
+        tail = " | ".join(self.log_tail(3))
         raise WorkerCrashedError(f"generation failed: {last}" + (f" (tried {attempts} times)" if attempts > 1 else ""),
-                                 hint=f"see the worker log {self._log_path}")
+                                 hint="the runtime may not work on this machine; try `accelstack verify`"
+                                 + (f"; the worker's last log lines: {tail}" if tail else ""))
 
     def _run_job(self, request: GenerateRequest) -> GenerateResult:
         assert self._proc is not None
@@ -467,7 +492,7 @@ class Supervisor:
         judge = LivenessJudge(self.policy.stall_timeout, self.policy.cpu_progress)
         started = time.monotonic()
         judge.reset(started, _tree_cpu_seconds(self._proc.pid))
-        done = 0
+        done, version = 0, -1
         try:
             while True:
                 if self._proc.poll() is not None:
@@ -482,14 +507,19 @@ class Supervisor:
                         self._request("POST", "/cancel", {}, timeout=self.policy.ping_timeout)
                     except (OSError, http.client.HTTPException, ValueError):
                         pass
-                outcome = self._poll_result(job)
+                # One long poll per step (or per poll_interval): the status answers at the next change.
+                st = self._try_status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
+                if st is not None:
+                    version = st.version
+                    outcome = self._poll_result(job, wait=0.0) if st.job != job or st.phase != "generating" else None
+                else:  # no answer in time (busy, or hung): wait on the result itself, judge below
+                    outcome = self._poll_result(job, wait=self.policy.poll_interval)
                 if outcome is not None:
                     if "result" in outcome:
                         result = from_dict(GenerateResult, outcome["result"])
                         self.progress(ProgressEvent("end", "generate", task=task, ok=True, done=total, total=total))
                         return result
                     raise GenerationError(outcome.get("error", "generation failed"), hint=outcome.get("hint") or None)
-                st = self._try_status(self.policy.ping_timeout)
                 now = time.monotonic()
                 verdict = judge.observe(now, _tree_cpu_seconds(self._proc.pid), st.ticks if st else None)
                 if st is not None and st.job == job:
@@ -507,15 +537,18 @@ class Supervisor:
                 if self.policy.job_timeout is not None and now - started > self.policy.job_timeout:
                     self._kill()
                     raise _WorkerLost(f"the job ran over its {self.policy.job_timeout:.0f} s limit")
-                time.sleep(self.policy.poll_interval)
         except BaseException:
             self.progress(ProgressEvent("end", "generate", task=task, ok=False, done=done, total=total))
             raise
 
-    def _poll_result(self, job: str) -> Optional[Dict[str, Any]]:
+    def _poll_result(self, job: str, wait: float) -> Optional[Dict[str, Any]]:
+        """The job's outcome, or None while it runs (with ``wait``, a long poll that answers as
+        soon as the job ends)."""
         try:
-            code, data = self._request("GET", f"/result?job={job}", timeout=max(5.0, self.policy.ping_timeout))
+            code, data = self._request("GET", f"/result?job={job}&wait={wait}",
+                                       timeout=wait + max(2.0, self.policy.ping_timeout))
         except (OSError, http.client.HTTPException, ValueError):
+            time.sleep(0.05)  # a worker that refuses connections is about to show up as dead
             return None
         if code == 200:
             return data

@@ -19,11 +19,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from .config import EngineOptions
-from .errors import EngineError
+from .errors import EngineError, VerifyFailedError
 from .png import parameters_text, write_png
 from .probe_model import DEFAULT_SEED, ensure_probe_model
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
@@ -212,3 +212,18 @@ def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request
     report.cpu_mean_diff, report.cpu_max_diff = round(mean, 3), worst
     report.checks.append(VerifyCheck("cpu-match", mean <= tolerance,
                                      f"mean difference {mean:.2f} (tolerance {tolerance}), largest {worst}"))
+
+
+def runtime_check(runtime: Path, env: Optional[Dict[str, str]] = None, backend: str = "cpu",
+                  progress: ProgressCallback = null_progress) -> Dict[str, object]:
+    """The installer's check before it activates a runtime: :func:`verify`, as a dict for the
+    receipt. Raises :class:`VerifyFailedError` (with the reason) when the runtime does not pass."""
+    report = verify(Runtime(path=Path(runtime), backend=backend, env=dict(env or {})), progress=progress)
+    if not report.ok:
+        raise VerifyFailedError(f"the runtime does not generate on this machine: {report.reason}",
+                                hint="the build may not match this machine; run `accelstack plan` to see why it "
+                                "was chosen, or `accelstack verify --runtime DIR` for the details")
+    dev = report.device
+    return {"check": "verify", "ok": True, "device": dev.name if dev else "", "device_description":
+            dev.description if dev else "", "load_seconds": report.load_seconds, "step_seconds": report.step_seconds,
+            "its_per_second": report.its_per_second, "image": report.image, "seconds": report.total_seconds}

@@ -10,9 +10,12 @@ It binds 127.0.0.1 on a free port, writes ``{"port", "pid"}`` to the ready file 
 then loads the model. Every request must carry ``Authorization: Bearer <token>``.
 
     GET  /ping            {"ok", "pid", "phase"}
-    GET  /status          WorkerStatus (phase, step/steps, ticks, heartbeat, device, memory)
+    GET  /status[?wait=S&since=V]  WorkerStatus (phase, step/steps, ticks, heartbeat, device,
+                          memory, version); with wait and since, answers as soon as the state's
+                          version differs from V (a phase change, a step), or after S seconds
     POST /generate        GenerateRequest -> 202 {"job"}; 409 while busy or not ready
-    GET  /result?job=ID   GenerateResult, 202 while running, or {"error", "kind"}
+    GET  /result?job=ID[&wait=S]  GenerateResult, or {"error", "kind"}; 202 while running
+                          (with wait, answers as soon as the job ends, or after S seconds)
     POST /cancel          stops the running job; stable-diffusion.cpp cannot abort a step, so a
                           worker that is generating answers, then exits with EXIT_CANCELLED and
                           the supervisor starts a fresh one
@@ -51,7 +54,8 @@ TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
 # Fault injection for the supervisor's tests: while generating, make /ping and /status this many
 # seconds slow, as they are in a worker whose server thread cannot get the GIL during a heavy step.
 STATUS_DELAY_ENV = "ACCELSTACK_WORKER_TEST_STATUS_DELAY"
-HEARTBEAT_INTERVAL = 0.5
+HEARTBEAT_INTERVAL = 1.0
+MAX_WAIT = 30.0  # longest a long-polling request may wait
 PARENT_POLL_INTERVAL = 0.5
 LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
 DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
@@ -84,11 +88,14 @@ class GgmlBackend:
         self.sd_cpp = None
         self._callbacks: List[Any] = []  # ctypes callbacks must outlive the C side's pointers
         self.on_progress: Callable[[int, int], None] = lambda step, steps: None
+        self.threads = 0
+        self.library_seconds: Optional[float] = None
+        self.vae_tiling = False
+        self.vae_tile_size = 32
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
-        import stable_diffusion_cpp  # noqa: F401  (from the runtime directory on sys.path)
-        import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp
+        import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp  # from the runtime directory on sys.path
 
         self.sd_cpp = sd_cpp
 
@@ -183,6 +190,16 @@ class GgmlBackend:
         self.vae_tiling = options.vae_tiling
         self.vae_tile_size = options.vae_tile_size
 
+    def _logged_seconds(self) -> Optional[float]:
+        """stable-diffusion.cpp's own timing of the last generate_image (from its log line)."""
+        for _lvl, line in reversed(self.log_tail):
+            if "generate_image completed in " in line:
+                try:
+                    return float(line.rsplit("completed in ", 1)[1].strip().rstrip("s"))
+                except ValueError:
+                    return None
+        return None
+
     def load_reason(self) -> str:
         """The runtime's own explanation: its last error lines, else its last warnings."""
         for wanted in ("ERROR", "WARN"):
@@ -218,6 +235,7 @@ class GgmlBackend:
     def generate(self, req: GenerateRequest) -> Tuple[List[GeneratedImage], int, str, str]:
         seed = req.seed if req.seed >= 0 else random.randint(0, 2 ** 31 - 1)
         sampler, scheduler = self.resolve_defaults(req.sampler, req.scheduler)
+        self.log_tail.clear()  # this job's log lines only (its timing, its errors)
         tile = f"{self.vae_tile_size}x{self.vae_tile_size}"
         try:
             images = self.sd.generate_image(
@@ -228,6 +246,7 @@ class GgmlBackend:
             )
         except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks)
             raise GenerationError(f"the runtime rejected the request: {exc}") from None
+        self.library_seconds = self._logged_seconds()
         if not images or len(images) != req.batch_count:
             raise GenerationError(f"the runtime returned {len(images or [])} images for a batch of {req.batch_count}: "
                                   f"{self.load_reason() or 'no reason logged'}")
@@ -245,8 +264,9 @@ class WorkerState:
     def __init__(self, backend: GgmlBackend, token: str) -> None:
         self.backend = backend
         self.token = token
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # guards the state; notified when a phase or a job ends
         self.phase = "starting"
+        self.version = 0  # bumped on every change a status reader may wait for
         self.error = ""
         self.error_kind = ""
         self.job = ""
@@ -263,8 +283,17 @@ class WorkerState:
         self.sampling: List[float] = []  # [start, end] of the sampling loop of the current image
         self.sampling_total = 0.0
         self.stop = threading.Event()
-        self.exit_code = EXIT_OK
         self.status_delay = float(os.environ.get(STATUS_DELAY_ENV, "0") or 0)
+
+    def changed(self) -> None:
+        """Call with the lock held after a change a status reader may wait for."""
+        self.version += 1
+        self.lock.notify_all()
+
+    def fail(self, message: str, kind: str) -> None:
+        with self.lock:
+            self.phase, self.error, self.error_kind = "error", message, kind
+            self.changed()
 
     def on_progress(self, step: int, steps: int) -> None:
         """Every callback is activity (``ticks``); those with the job's step count are sampling
@@ -285,12 +314,13 @@ class WorkerState:
                     self.sampling = []
                     self.images_done += 1
                     self.step = 0
+                self.changed()
 
     def status(self) -> WorkerStatus:
         with self.lock:
             return WorkerStatus(
-                phase=self.phase, pid=os.getpid(), job=self.job, step=self.step, steps=self.steps,
-                images_done=self.images_done, ticks=self.ticks,
+                phase=self.phase, pid=os.getpid(), version=self.version, job=self.job, step=self.step,
+                steps=self.steps, images_done=self.images_done, ticks=self.ticks,
                 heartbeat=self.heartbeat, now=time.time(), load_seconds=self.load_seconds, device=self.device,
                 rss_bytes=_rss_bytes(), error=self.error, error_kind=self.error_kind,
                 runtime_version=self.runtime_version, system_info=self.system_info)
@@ -302,7 +332,7 @@ class WorkerState:
             result = GenerateResult(job=job, images=images, seconds=round(time.perf_counter() - start, 4),
                                     sampling_seconds=round(self.sampling_total, 4), steps=req.steps * req.batch_count,
                                     seed=seed, sampler=sampler, scheduler=scheduler, device=self.device,
-                                    load_seconds=self.load_seconds)
+                                    load_seconds=self.load_seconds, library_seconds=self.backend.library_seconds)
             outcome: Dict[str, Any] = {"result": to_dict(result)}
         except GenerationError as exc:
             outcome = {"error": exc.message, "kind": "GenerationError", "hint": exc.hint or ""}
@@ -312,6 +342,7 @@ class WorkerState:
             self.results = {job: outcome}
             self.phase = "ready"
             self.sampling = []
+            self.changed()
 
 
 def _make_handler(state: WorkerState):
@@ -347,14 +378,26 @@ def _make_handler(state: WorkerState):
             url = urlparse(self.path)
             if url.path in ("/ping", "/status") and state.status_delay and state.phase == "generating":
                 time.sleep(state.status_delay)
+            query = parse_qs(url.query)
+            try:
+                wait = min(MAX_WAIT, max(0.0, float(query.get("wait", ["0"])[0])))
+            except ValueError:
+                wait = 0.0
             if url.path == "/ping":
                 with state.lock:
                     self._send(200, {"ok": True, "pid": os.getpid(), "phase": state.phase})
             elif url.path == "/status":
+                since = query.get("since", [""])[0]
+                if wait and since.lstrip("-").isdigit():  # long poll: answer at the next change
+                    with state.lock:
+                        state.lock.wait_for(lambda: state.version != int(since), timeout=wait)
                 self._send(200, to_dict(state.status()))
             elif url.path == "/result":
-                job = parse_qs(url.query).get("job", [""])[0]
+                job = query.get("job", [""])[0]
                 with state.lock:
+                    if wait:  # long poll: answer as soon as the job is done
+                        state.lock.wait_for(lambda: job in state.results or state.job != job
+                                            or state.phase != "generating", timeout=wait)
                     outcome = state.results.get(job)
                     running = state.job == job and state.phase == "generating"
                 if outcome is not None:
@@ -386,6 +429,7 @@ def _make_handler(state: WorkerState):
             elif path == "/shutdown":
                 with state.lock:
                     state.phase = "stopping"
+                    state.changed()
                 self._send(200, {"ok": True})
                 _exit_soon(EXIT_OK)
             else:
@@ -405,6 +449,7 @@ def _make_handler(state: WorkerState):
                 job = uuid.uuid4().hex[:12]
                 state.phase, state.job, state.step, state.steps = "generating", job, 0, req.steps
                 state.images_done = 0
+                state.changed()
                 state.sampling, state.sampling_total = [], 0.0
             threading.Thread(target=state.run_job, args=(job, req), name="job", daemon=True).start()
             self._send(202, {"job": job})
@@ -472,6 +517,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         options = from_dict(EngineOptions, json.loads(args.options)).validate()
         with state.lock:
             state.phase = "loading"
+            state.changed()
         backend.import_runtime()
         with state.lock:
             state.device = backend.device()
@@ -483,15 +529,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 state.load_seconds = round(time.perf_counter() - start, 4)
         with state.lock:
             state.phase = "ready"
+            state.changed()
     except ModelLoadError as exc:
-        with state.lock:
-            state.phase, state.error, state.error_kind = "error", exc.message, "ModelLoadError"
+        state.fail(exc.message, "ModelLoadError")
     except ImportError as exc:
-        with state.lock:
-            state.phase, state.error, state.error_kind = "error", f"cannot import the runtime: {exc}", "RuntimeImportError"
+        state.fail(f"cannot import the runtime: {exc}", "RuntimeImportError")
     except Exception as exc:
-        with state.lock:
-            state.phase, state.error, state.error_kind = "error", f"{type(exc).__name__}: {exc}", "WorkerError"
+        state.fail(f"{type(exc).__name__}: {exc}", "WorkerError")
 
     # Serve until /shutdown or /cancel ends the process; a worker in "error" stays up so the
     # supervisor can read the reason, and exits when asked or when its parent goes away.

@@ -3,38 +3,26 @@ isolated environment (no test reads the user's config; the probe model, 2 GB, is
 once per machine into the user cache like the runtime build, and reused)."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model, probe_cache_root
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.supervisor import SupervisorPolicy
 
-# Set before any test changes the environment: the persistent probe cache.
-PROBE_CACHE_ENV = "ACCELSTACK_TEST_PROBE_CACHE"
-
-
-def _persistent_probe_root() -> Path:
-    env = os.environ.get(PROBE_CACHE_ENV)
-    if env:
-        return Path(env)
-    from accelstack.engine.probe_model import probe_cache_root
-
-    return probe_cache_root()
-
-
-PROBE_ROOT = _persistent_probe_root()
+# Read before any test changes the environment: the persistent probe cache (2 GB, made once):
+# ACCELSTACK_PROBE_CACHE, else probe/ in ACCELSTACK_CACHE or the user cache dir.
+PROBE_ROOT = probe_cache_root()
 
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("ACCELSTACK_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("ACCELSTACK_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("ACCELSTACK_DEBUG", raising=False)
+    monkeypatch.delenv("ACCELSTACK_PROBE_CACHE", raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -57,10 +45,3 @@ def cache_with_probe(tmp_path, probe_model):
 @pytest.fixture(scope="session")
 def cpu_runtime(ggml_cpu_runtime) -> Runtime:
     return Runtime(path=Path(ggml_cpu_runtime), backend="cpu")
-
-
-@pytest.fixture
-def fast_policy() -> SupervisorPolicy:
-    """Short deadlines and backoff so failure paths run in seconds (never asserted as timings)."""
-    return SupervisorPolicy(startup_timeout=60, load_timeout=300, poll_interval=0.1, ping_timeout=1.0,
-                            stall_timeout=60, backoff_initial=0.1, backoff_max=1.0, shutdown_grace=2.0)

@@ -165,6 +165,8 @@ def test_probe_model_passes_the_checks(probe_model):
 
 # -- runtimes and the CLI ------------------------------------------------------------------------------
 def test_runtime_checks(tmp_path):
+    with pytest.raises(ConfigError, match="unknown backend 'cdua'"):
+        Runtime(tmp_path, backend="cdua").check()
     with pytest.raises(RuntimeNotFoundError, match="does not exist"):
         Runtime(tmp_path / "nope").check()
     with pytest.raises(RuntimeNotFoundError, match="no stable_diffusion_cpp") as err:

@@ -3,7 +3,6 @@ pixel statistics, and the torch device order (with stand-in torch objects: no GP
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import time

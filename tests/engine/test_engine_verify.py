@@ -58,6 +58,42 @@ def test_verify_reports_fail_with_the_reason(tmp_path, probe_model):
     assert not (tmp_path / "x.png").exists()
 
 
+def _broken_runtime(root: Path, why: str) -> Path:
+    pkg = root / "stable_diffusion_cpp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"raise ImportError({why!r})\n")
+    return root
+
+
+def test_verify_uses_the_active_runtime_by_default(tmp_path, cache_with_probe):
+    from accelstack.installer.state import Home, Receipt
+
+    rt = _broken_runtime(tmp_path / "rt", "libcudart.so.12: cannot open shared object file")
+    home = Home(tmp_path / "home")
+    home.ensure()
+    home.write_receipt(Receipt(id="ggml-cuda-1", stack="ggml", backend="cuda", path=str(rt)))
+    home.set_active("ggml", "ggml-cuda-1")
+    res = run_cli(["verify", "--json"], cli_env(cache_with_probe, tmp_path))
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    assert report["verdict"] == "FAIL" and report["runtime"] == str(rt) and report["backend"] == "cuda"
+    assert "libcudart.so.12" in report["reason"]
+
+
+def test_the_installers_check_raises_with_the_reason(tmp_path, cache_with_probe, monkeypatch):
+    from accelstack.engine.errors import VerifyFailedError
+    from accelstack.engine.verify import runtime_check
+
+    monkeypatch.setenv("ACCELSTACK_CACHE", str(cache_with_probe))
+    rt = _broken_runtime(tmp_path / "rt", "illegal instruction in libggml-cpu")
+    try:
+        runtime_check(rt, {"GGML_X": "1"})
+    except VerifyFailedError as exc:
+        assert "illegal instruction" in exc.message and "accelstack plan" in (exc.hint or "")
+    else:
+        raise AssertionError("a broken runtime passed the check")
+
+
 def test_generate_cli_writes_pngs_with_parameters(cpu_runtime, probe_model, tmp_path):
     out = tmp_path / "img.png"
     res = run_cli(["generate", "--runtime", cpu_runtime.path, "-m", probe_model.path, "-p", "a red cube",

@@ -1,0 +1,154 @@
+"""`accelstack generate` vs stable-diffusion.cpp's own `sd-cli`, same image, same run.
+
+Builds `sd-cli` (the library's example program, CMake SD_BUILD_EXAMPLES=ON) from the same source
+distribution and with the same CMake options as the CPU runtime wheel (cached by source hash +
+options, so only the first run compiles), then generates the same image (same probe model, size,
+steps, seed, sampler, scheduler, threads, flash attention) with both, alternating, and prints:
+both times (min over runs; whole process, model load included), their ratio, the library's own
+generate_image time in each, and the largest pixel difference. Also: probe-model synthesis time
+(into a fresh folder) and `verify` total time.
+
+Goal (issue 6): accelstack within 5% of sd-cli; pixels identical when built with the same flags.
+
+    python benchmarks/bench_engine.py [--size 128] [--steps 4] [--runs 2] [--keep-probe]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+GEN_RE = re.compile(r"generate_image completed in ([0-9.]+)s")
+
+
+def build_sd_cli(sdist: Path, cmake_args, cache: Path) -> Path:
+    """Compile sd-cli from ``sdist`` once per (source, options); return the binary."""
+    from accelstack.installer.build import sha256_file
+
+    key = hashlib.sha256(json.dumps({"src": sha256_file(sdist), "cmake": cmake_args}).encode()).hexdigest()[:16]
+    slot = cache / f"sd-cli-{key}"
+    exe = slot / "build" / "bin" / "sd-cli"
+    if exe.is_file():
+        return exe
+    src = slot / "src"
+    shutil.rmtree(slot, ignore_errors=True)
+    src.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(src)
+    root = next(src.iterdir()) / "vendor" / "stable-diffusion.cpp"
+    build = slot / "build"
+    jobs = str(os.cpu_count() or 2)
+    log = open(slot / "build.log", "w")
+    subprocess.run(["cmake", "-S", str(root), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DSD_BUILD_EXAMPLES=ON",
+                    "-DSD_WEBP=OFF", "-DSD_WEBM=OFF", *cmake_args], check=True, stdout=log, stderr=subprocess.STDOUT)
+    subprocess.run(["cmake", "--build", str(build), "--target", "sd-cli", "-j", jobs], check=True, stdout=log,
+                   stderr=subprocess.STDOUT)
+    return exe
+
+
+def runtime_dir(wheel: Path, cache: Path) -> Path:
+    target = cache / f"runtime-{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}"
+    if not (target / "stable_diffusion_cpp").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--no-index", "--target", str(target), str(wheel)], check=True)
+    return target
+
+
+def timed(cmd, env=None):
+    t = time.perf_counter()
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    wall = time.perf_counter() - t
+    if res.returncode != 0:
+        raise SystemExit(f"command failed ({res.returncode}): {' '.join(map(str, cmd))}\n{res.stdout[-3000:]}")
+    return wall, res.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--keep-probe", action="store_true", help="keep the freshly synthesized probe folder")
+    args = ap.parse_args()
+
+    from accelstack.engine.png import read_png
+    from accelstack.engine.probe_model import ensure_probe_model
+    from accelstack.engine.runtime import Runtime
+    from accelstack.engine.verify import verify
+    from accelstack.installer.build import VARIANTS, build_cache_dir, build_ggml
+
+    cache = build_cache_dir()
+    t = time.perf_counter()
+    result = build_ggml("cpu")
+    print(f"cpu runtime wheel: {Path(result.wheel).name} ({'cached' if result.cache_hit else 'built'}, "
+          f"{time.perf_counter() - t:.1f} s)")
+    rt = runtime_dir(Path(result.wheel), cache)
+    sdist = next((cache / "sdist").glob("stable_diffusion_cpp_python-*.tar.gz"))
+    t = time.perf_counter()
+    sd_cli = build_sd_cli(sdist, VARIANTS["cpu"], cache)
+    print(f"sd-cli: {sd_cli} ({time.perf_counter() - t:.1f} s, same CMake options: {' '.join(VARIANTS['cpu'])})")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
+    try:
+        probe = ensure_probe_model(4321, cache_root=work / "probe")  # a fresh folder: measures synthesis
+        print(f"probe synthesis:  {probe.seconds:7.2f} s for {probe.parameters / 1e9:.2f} B values "
+              f"({probe.size_bytes / 1e9:.2f} GB of f16)")
+
+        env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
+        t = time.perf_counter()
+        report = verify(Runtime(rt, "cpu"), output=work / "verify.png", probe_seed=4321, probe_cache=work / "probe")
+        verify_total = time.perf_counter() - t
+        print(f"verify total:     {verify_total:7.2f} s ({report.verdict}; load {report.load_seconds:.2f} s, "
+              f"step {report.step_seconds:.2f} s, probe cached)")
+
+        import psutil
+
+        threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+        common = dict(prompt="a lighthouse on a cliff at dusk", size=str(args.size), steps=str(args.steps),
+                      seed=str(args.seed))
+        ours_cmd = [sys.executable, "-m", "accelstack", "generate", "--runtime", str(rt), "-m", probe.path,
+                    "-p", common["prompt"], "-W", common["size"], "-H", common["size"], "--steps", common["steps"],
+                    "--seed", common["seed"], "--sampler", "euler", "--scheduler", "discrete", "--cfg-scale", "7",
+                    "--threads", threads, "-o", str(work / "ours.png"), "--json"]
+        cli_cmd = [str(sd_cli), "-m", probe.path, "-p", common["prompt"], "-W", common["size"], "-H", common["size"],
+                   "--steps", common["steps"], "-s", common["seed"], "--sampling-method", "euler",
+                   "--scheduler", "discrete", "--cfg-scale", "7", "-t", threads, "--diffusion-fa", "--offload-to-cpu",
+                   "-o", str(work / "sdcli.png"), "-v"]
+        ours_t, cli_t, ours_gen, cli_gen = [], [], [], []
+        for _ in range(args.runs):
+            wall, out = timed(cli_cmd)
+            cli_t.append(wall)
+            m = GEN_RE.findall(out)
+            cli_gen.append(float(m[-1]) if m else float("nan"))
+            wall, out = timed(ours_cmd, env)
+            ours_t.append(wall)
+            ours_gen.append(json.loads(out)["library_seconds"] or float("nan"))
+        a, b = read_png(work / "ours.png"), read_png(work / "sdcli.png")
+        pa, pb = a.rgb(), b.rgb()
+        worst = max((abs(x - y) for x, y in zip(pa, pb)), default=0) if len(pa) == len(pb) else None
+        print(f"image: {args.size}x{args.size}, {args.steps} steps euler/discrete, seed {args.seed}, {threads} threads, "
+              f"{args.runs} runs each (min)")
+        print(f"sd-cli             {min(cli_t):7.2f} s  (generate_image {min(cli_gen):.2f} s)")
+        print(f"accelstack generate{min(ours_t):7.2f} s  (generate_image {min(ours_gen):.2f} s)")
+        print(f"ratio accelstack/sd-cli  {min(ours_t) / min(cli_t):6.3f} whole process, "
+              f"{min(ours_gen) / min(cli_gen):6.3f} generate_image   (goal: <= 1.05)")
+        print(f"largest pixel difference {worst if worst is not None else 'sizes differ'} (0-255; goal: 0 with the same flags)")
+    finally:
+        if not args.keep_probe:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept {work}")
+
+
+if __name__ == "__main__":
+    main()
