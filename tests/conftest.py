@@ -6,6 +6,7 @@ options) in the build cache, so only the first run on a machine pays the few min
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _share_probe_cache() -> None:
+    """Every test (and every CLI it starts) shares one 2 GB probe model, made once per machine.
+
+    Tests point ACCELSTACK_CACHE at temp dirs; without this, each installer test that verifies a
+    runtime would synthesize its own probe there.
+    """
+    from accelstack.engine.probe_model import PROBE_CACHE_ENV, probe_cache_root
+
+    os.environ.setdefault(PROBE_CACHE_ENV, str(probe_cache_root()))
+
+
+_share_probe_cache()
 FIXTURES = REPO / "tests" / "fixtures"
 
 

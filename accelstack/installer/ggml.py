@@ -35,7 +35,7 @@ from ..serde import to_dict
 from .state import Home, InstalledFile, Receipt, StateError, now_iso
 
 STACK = "ggml"
-QuickCheck = Callable[[Path, Dict[str, str]], Dict[str, object]]
+QuickCheck = Callable[[Path, Dict[str, str], str], Dict[str, object]]  # (runtime dir, env, backend) -> result
 
 
 class InstallError(AccelstackError):
@@ -69,8 +69,12 @@ def hash_tree(root: Path) -> List[InstalledFile]:
     return sorted(out, key=lambda f: f.path)
 
 
-def import_check(runtime: Path, env: Dict[str, str]) -> Dict[str, object]:
-    """The quick check: the bindings import and their native library loads, in a fresh process."""
+def import_check(runtime: Path, env: Dict[str, str], backend: str = "cpu") -> Dict[str, object]:
+    """The minimal check: the bindings import and their native library loads, in a fresh process.
+
+    The CLI uses the engine's full ``verify`` (a real generation) instead; this one serves library
+    callers that cannot afford a generation.
+    """
     code = (
         "import json, stable_diffusion_cpp as s, stable_diffusion_cpp.stable_diffusion_cpp as lib;"
         "print(json.dumps({'version': getattr(s, '__version__', ''), 'system_info': "
@@ -207,7 +211,7 @@ def install_ggml(
         timings["hash"] = time.perf_counter() - t
         t = time.perf_counter()
         progress(ProgressEvent("message", "install", task=rid, message="checking that the runtime loads"))
-        result = check(stage, dict(plan.env))
+        result = check(stage, dict(plan.env), plan.backend)
         timings["check"] = time.perf_counter() - t
         receipt = Receipt(
             id=rid,
@@ -303,7 +307,7 @@ def repair_ggml(home: Home, rid: str, *, check: QuickCheck = import_check, cache
                 report.fixed.append(rel)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-    report.verification = check(root, dict(receipt.env))
+    report.verification = check(root, dict(receipt.env), receipt.backend)
     receipt.verified_at = now_iso()
     receipt.verification = report.verification
     home.write_receipt(receipt)
