@@ -4,21 +4,38 @@ The public API is small and typed; every stage returns data that round-trips thr
 
     from accelstack import detect, LiveSystem
     report = detect(LiveSystem())
+
+Names are imported on first use, so the CLI pays only for the command it runs.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-from .errors import AccelstackError  # noqa: E402
-from .detect import detect, HardwareReport  # noqa: E402
-from .detect.system import LiveSystem, ReplaySystem, CapturingSystem  # noqa: E402
+_EXPORTS = {
+    "AccelstackError": "accelstack.errors",
+    "detect": "accelstack.detect",
+    "HardwareReport": "accelstack.detect.report",
+    "LiveSystem": "accelstack.detect.system",
+    "ReplaySystem": "accelstack.detect.system",
+    "CapturingSystem": "accelstack.detect.system",
+    "resolve": "accelstack.manifests.resolve",
+    "Manifests": "accelstack.manifests.resolve",
+    "Request": "accelstack.manifests.plan",
+    "Plan": "accelstack.manifests.plan",
+    "fetch": "accelstack.artifacts",
+    "ArtifactRef": "accelstack.artifacts.refs",
+}
 
-__all__ = [
-    "__version__",
-    "AccelstackError",
-    "detect",
-    "HardwareReport",
-    "LiveSystem",
-    "ReplaySystem",
-    "CapturingSystem",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accelstack' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -27,6 +27,18 @@ COMMAND_MODULES = [
     "accelstack.commands.fetch",
     "accelstack.commands.manifest",
 ]
+# Which module registers each command: running one command imports only its module, so a
+# no-op `accelstack install` does not pay for the engine's or the publisher's imports.
+COMMANDS = {
+    "detect": "accelstack.commands.detect",
+    "verify": "accelstack.commands.verify",
+    "generate": "accelstack.commands.generate",
+    "plan": "accelstack.commands.plan",
+    **{c: "accelstack.commands.install" for c in ("install", "status", "repair", "upgrade", "rollback", "uninstall", "gc")},
+    "build": "accelstack.commands.build",
+    "fetch": "accelstack.commands.fetch",
+    "manifest": "accelstack.commands.manifest",
+}
 
 EPILOG = """\
 first run on a new machine:
@@ -37,7 +49,8 @@ every command accepts --json for machine-readable output; see `accelstack COMMAN
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only the module that registers it is imported."""
     parser = argparse.ArgumentParser(
         prog="accelstack",
         description="Find this machine's accelerator, pick the image-generation runtime that runs on it, "
@@ -47,13 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"accelstack {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
