@@ -215,9 +215,11 @@ class _Handler(BaseHTTPRequestHandler):
             pos = 0
             while pos < stop_at:
                 piece = body[pos:min(stop_at, pos + chunk)]
+                # Counted before the write returns: the client may finish (and the test read the
+                # counter) before this thread runs again.
+                hit.sent = pos + len(piece)
                 self.wfile.write(piece)
                 pos += len(piece)
-                hit.sent = pos
                 if delay:
                     time.sleep(delay)
             if kind == "drip":
@@ -225,8 +227,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if kind == "gate":
                 fault["event"].wait(30)
-                self.wfile.write(body[stop_at:])
                 hit.sent = len(body)
+                self.wfile.write(body[stop_at:])
             if kind == "drop":
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
