@@ -6,14 +6,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from ..detect import detect
 from ..detect.report import HardwareReport
 from ..detect.system import LiveSystem, ReplaySystem
 from ..errors import UsageError
 from ..manifests.plan import Request
-from ..serde import from_dict, loads, to_dict
+from ..serde import loads, to_dict
 from .progress import progress_renderer
 
 MiB = 1024 * 1024

@@ -12,14 +12,14 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..detect.report import HardwareReport
 from ..errors import AccelstackError, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..manifests.plan import Plan, Request
 from ..manifests.resolve import Manifests, resolve
-from ..serde import from_dict, to_dict
+from ..serde import to_dict
 from . import ggml as ggml_rt
 from .state import Active, Home, Receipt, StateError, atomic_write
 
@@ -126,7 +126,8 @@ class InstallSummary:
 
 
 def plan_for(report: HardwareReport, request: Request, opts: ManifestOptions, home: Home,
-             progress: ProgressCallback = null_progress) -> (Plan, Manifests, bool):  # type: ignore[valid-type]
+             progress: ProgressCallback = null_progress) -> Tuple[Plan, Manifests, bool]:
+    """The plan, the manifests it came from, and whether the build had to be made locally."""
     manifests = load_manifests(opts, home)
     plan = resolve(report, request, manifests)
     built = False
@@ -139,7 +140,7 @@ def plan_for(report: HardwareReport, request: Request, opts: ManifestOptions, ho
     return plan, manifests, built
 
 
-def _manifest_of(plan: Plan, manifests: Manifests) -> (str, int):  # type: ignore[valid-type]
+def _manifest_of(plan: Plan, manifests: Manifests) -> Tuple[str, int]:
     for m in manifests.ggml:
         for t in m.targets:
             if t.id == plan.variant:

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from .machine import Device, Machine, kind_rank, slots, sm_name, why_preferred
+from .machine import Device, Machine, kind_rank, slots, sm_name, why_not_device, why_preferred
 from .plan import BuildSpec, Candidate, Plan, Request
 from .resolve import Manifests, Requirements, cuda_kernels_for, visible_devices_env
 from .schema import DEFAULT_GGML_TIERS, GgmlTarget
@@ -249,15 +249,7 @@ class _GgmlResolver:
             if e.target.priority < chosen.target.priority:
                 return f"{chosen.name} is preferred (priority {chosen.target.priority} vs {e.target.priority})"
             return f"{chosen.name} is listed first"
-        if e.device is None:
-            return "a GPU build was found"
-        if chosen.device is not None and e.device is not chosen.device and kind_rank(chosen.device) < kind_rank(e.device):
-            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
-        if e.tier != chosen.tier or e.device is chosen.device:
-            return f"{_TEXT[chosen.backend]} ranks above {_TEXT[e.backend]}"
-        if chosen.device is not None:
-            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
-        return "ranks lower"
+        return why_not_device(e.device, e.tier, _TEXT[e.backend], chosen.device, chosen.tier, _TEXT[chosen.backend])
 
     def fill(self, plan: Plan, e: _Eval) -> None:
         m = self.m

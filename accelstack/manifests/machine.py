@@ -257,3 +257,17 @@ def slots(devices: List[Device], tiers: List[List[str]]) -> List[Tuple[int, Opti
     for ti, tier in enumerate(tiers):
         out.extend((ti, None, b) for b in tier)
     return out
+
+
+def why_not_device(dev: Optional[Device], tier: int, text: str, chosen_dev: Optional[Device], chosen_tier: int,
+                   chosen_text: str) -> str:
+    """Why a build for ``dev`` lost to the chosen one on another device or backend (both stacks)."""
+    if dev is None:
+        return "a GPU build was found"
+    if chosen_dev is not None and dev is not chosen_dev and kind_rank(chosen_dev) < kind_rank(dev):
+        return f"{chosen_dev.label} is preferred ({why_preferred(chosen_dev, dev)})"
+    if tier != chosen_tier or dev is chosen_dev:
+        return f"{chosen_text} ranks above {text}"
+    if chosen_dev is not None:
+        return f"{chosen_dev.label} is preferred ({why_preferred(chosen_dev, dev)})"
+    return "ranks lower"

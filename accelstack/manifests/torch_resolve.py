@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .machine import Device, Machine, kind_rank, slots, sm_name, why_preferred
+from .machine import Device, Machine, kind_rank, slots, sm_name, why_not_device, why_preferred
 from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request
 from .resolve import Requirements, cuda_kernels_for, format_range, visible_devices_env
 from .torch_matrix import CudaToolkit, PlatformBuild, Release, TorchMatrix, Variant
@@ -405,15 +405,7 @@ class _TorchResolver:
             if len(chosen.covers) > len(e.covers):
                 return f"{chosen.name} also runs on {', '.join(d.label for d in chosen.covers if d not in e.covers)}"
             return f"{chosen.name} is the newer {_BACKEND_TEXT[chosen.backend]} build of torch {chosen.best.release.torch}"
-        if e.device is None:
-            return "a GPU build was found"
-        if chosen.device is not None and e.device is not chosen.device and kind_rank(chosen.device) < kind_rank(e.device):
-            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
-        if e.tier != chosen.tier or e.device is chosen.device:
-            return f"{_BACKEND_TEXT[chosen.backend]} ranks above {_BACKEND_TEXT[e.backend]}"
-        if chosen.device is not None:
-            return f"{chosen.device.label} is preferred ({why_preferred(chosen.device, e.device)})"
-        return "ranks lower"
+        return why_not_device(e.device, e.tier, _BACKEND_TEXT[e.backend], chosen.device, chosen.tier, _BACKEND_TEXT[chosen.backend])
 
     def device_reason(self, evals: List[_Eval], chosen: _Eval) -> str:
         others = [d for d in self.m.devices if d not in chosen.covers and d is not chosen.device]
