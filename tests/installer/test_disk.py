@@ -1,12 +1,10 @@
 """Full disk, read-only home, corrupt receipt, held lock: clear errors, nothing lost."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest

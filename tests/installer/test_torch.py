@@ -4,7 +4,6 @@ Uses the CPU build of torch 2.13 (on this machine's disk, so pip finds it withou
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
