@@ -142,7 +142,7 @@ def order_preference(report: HardwareReport) -> List[Preference]:
     entries.sort(key=lambda e: (e[0], e[1], e[2]))
     prefs = [e[3] for e in entries]
     cpu_reason = "always available; the slowest choice"
-    if report.os.arch == "x86_64" and not report.cpu.has("avx2"):
+    if report.os.arch == "x86_64" and report.cpu.features and not report.cpu.has("avx2"):
         cpu_reason += " (no AVX2: needs a build without AVX2)"
     prefs.append(Preference(api="cpu", gpu=None, reason=f"CPU: {cpu_reason}"))
     return prefs
