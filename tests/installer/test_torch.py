@@ -30,10 +30,16 @@ def _torch_available() -> bool:
 pytestmark = pytest.mark.skipif(not _torch_available(), reason="the torch 2.13 CPU wheel is not on this machine's disk")
 
 
+@pytest.fixture(autouse=True)
+def _wheels_on_disk(monkeypatch):
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+
+
 @pytest.fixture(scope="module")
 def venv_with_torch(tmp_path_factory):
     venv = tmp_path_factory.mktemp("torch") / "venv"
-    env = cli_env(tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("cache"))
+    # pip finds the wheel on this machine's disk when the index is unreachable; say where explicitly
+    env = cli_env(tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("cache"), {"PIP_FIND_LINKS": "/opt/wheels"})
     proc = run_cli(["install", "--stack", "torch", "--venv", str(venv), "--json", PIN], env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return venv, result_of(proc)
