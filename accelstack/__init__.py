@@ -5,7 +5,7 @@ The public API is small and typed; every stage returns data that round-trips thr
     from accelstack import detect, LiveSystem
     report = detect(LiveSystem())
 
-Names are imported on first use, so the CLI pays only for the command it runs.
+Other names are imported on first use, so the CLI pays only for the command it runs.
 """
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# `detect` is both a subpackage and its main function: bind the function now, because importing
+# the subpackage (which any later `import accelstack.detect...` does) would otherwise shadow it.
+from .detect import detect  # noqa: E402
+
 _EXPORTS = {
     "AccelstackError": "accelstack.errors",
-    "detect": "accelstack.detect",
     "HardwareReport": "accelstack.detect.report",
     "LiveSystem": "accelstack.detect.system",
     "ReplaySystem": "accelstack.detect.system",
@@ -29,7 +32,7 @@ _EXPORTS = {
     "ArtifactRef": "accelstack.artifacts.refs",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "detect", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
