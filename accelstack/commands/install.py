@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -186,7 +187,8 @@ def _install_torch(args, report: HardwareReport, backend: str) -> int:
         result = install_torch(plan, python, use_uv=args.uv, progress=progress)
         from ..installer.flow import hardware_fingerprint
 
-        rid = f"torch-{plan.variant}-{abs(hash(python)) % 10**8:08d}"
+        # one receipt per target environment: the same interpreter path always gets the same id
+        rid = f"torch-{plan.variant}-{hashlib.sha256(str(Path(python).absolute()).encode()).hexdigest()[:10]}"
         receipt = Receipt(id=rid, stack="torch", backend=plan.backend, path=python, plan=to_dict(plan), env=dict(plan.env),
                           hardware_fingerprint=hardware_fingerprint(report), installed_at=now_iso(), verified_at=now_iso(),
                           verification={"check": "torch", "ok": result.ok, "reason": result.reason, **result.details})
