@@ -74,9 +74,15 @@ def load_manifests(opts: ManifestOptions, home: Home) -> Manifests:
         return manifests
     trust = TrustStore([Path(k) if k.endswith(".pub") else k for k in opts.extra_keys])
     rollback = RollbackStore(home.root / "state" / "manifest-versions.json")
+    from ..artifacts import FetchError
+
     for url in opts.urls:
-        data = fetch_document(url)
-        sig = fetch_optional_document(url + ".sig")
+        try:
+            data = fetch_document(url)
+            sig = fetch_optional_document(url + ".sig")
+        except FetchError as exc:
+            raise FetchError(f"cannot get the manifest {url}: {exc.message}",
+                             "check the URL and the network; nothing was changed") from None
         verified = check_manifest(data, sig, trust=trust, rollback=rollback, insecure_unsigned=opts.insecure_unsigned)
         manifests.add(parse_manifest(verified.data))
     return manifests
