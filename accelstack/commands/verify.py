@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -75,6 +76,8 @@ def runtime_from_args(args: argparse.Namespace):
     from ..engine.errors import RuntimeNotFoundError
     from ..engine.runtime import Runtime
 
+    if args.backend == "torch":
+        return _torch_runtime(args.runtime)
     if args.runtime:
         return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
     receipt = active_runtime("ggml")
@@ -82,6 +85,20 @@ def runtime_from_args(args: argparse.Namespace):
         raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT)
     return Runtime(path=Path(receipt.path), backend=args.backend or receipt.backend or "cpu",
                    env=dict(receipt.env)).check()
+
+
+def _torch_runtime(runtime_dir: Optional[str]):
+    """The torch runtime for the generation worker: ``--runtime`` (a venv or a --target dir),
+    else the active torch runtime (its receipt's path is its interpreter), else this interpreter."""
+    from ..engine.runtime import Runtime
+
+    if runtime_dir:
+        return Runtime.torch(Path(runtime_dir).expanduser().resolve()).check()
+    receipt = active_runtime("torch")
+    if receipt is None:
+        return Runtime(path=Path(sys.prefix), backend="torch")
+    exe = Path(receipt.path)
+    return Runtime(path=exe.parent, backend="torch", env=dict(receipt.env), python=str(exe)).check()
 
 
 def _torch_python(runtime_dir: Optional[str]):

@@ -60,7 +60,8 @@ def output_paths(output: Union[str, Path], count: int) -> List[Path]:
     return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
 
 
-def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str) -> str:
+def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
+                   stack: str = "stable-diffusion.cpp") -> str:
     return parameters_text(request.prompt, request.negative_prompt, {
         "Steps": request.steps,
         "Sampler": result.sampler or request.sampler,
@@ -69,14 +70,16 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Seed": seed,
         "Size": f"{request.width}x{request.height}",
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
-        "Version": f"accelstack {__version__} (stable-diffusion.cpp)",
+        "Version": f"accelstack {__version__} ({stack})",
     })
 
 
-def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str) -> List[Path]:
+def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str,
+                stack: str = "stable-diffusion.cpp") -> List[Path]:
     paths = output_paths(output, len(result.images))
     for path, img in zip(paths, result.images):
-        write_png(path, img.width, img.height, img.pixels, {"parameters": png_parameters(request, result, img.seed, model)})
+        write_png(path, img.width, img.height, img.pixels,
+                  {"parameters": png_parameters(request, result, img.seed, model, stack)})
     return paths
 
 
@@ -96,7 +99,8 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
     with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress) as sup:
         result = sup.generate(request, attempts=attempts)
         load_seconds = result.load_seconds
-    paths = save_images(result, request, output, info.path)
+    paths = save_images(result, request, output, info.path,
+                        "diffusers" if runtime.backend == "torch" else "stable-diffusion.cpp")
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,

@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 from .errors import ConfigError, RuntimeNotFoundError
 
@@ -32,6 +32,29 @@ class Runtime:
 
     def interpreter(self) -> str:
         return self.python or sys.executable
+
+    @classmethod
+    def torch(cls, path: Path, env: Optional[Mapping[str, str]] = None) -> "Runtime":
+        """A torch runtime: a venv (the worker runs under its ``bin/python``) or a
+        ``pip --target`` directory (put first on the worker's ``PYTHONPATH``)."""
+        p = Path(path)
+        for exe in (p / "bin" / "python", p / "Scripts" / "python.exe"):
+            if exe.is_file():
+                return cls(path=p, backend="torch", env=dict(env or {}), python=str(exe))
+        return cls(path=p, backend="torch", env=dict(env or {}))
+
+    def worker_command(self) -> List[str]:
+        """The worker's command line up to its options. A torch runtime's own interpreter (a
+        venv) need not have accelstack installed: accelstack's import root is then appended to
+        the *end* of its ``sys.path``, so the venv's packages win over ours."""
+        if self.backend != "torch":
+            return [self.interpreter(), "-m", "accelstack.engine.worker"]
+        if self.python:  # (a venv's python is often a link to ours: compare nothing, always bootstrap)
+            root = str(Path(__file__).resolve().parents[2])
+            boot = ("import runpy, sys; sys.path.append(%r); "
+                    "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)" % root)
+            return [self.python, "-c", boot, "--backend", "torch"]
+        return [self.interpreter(), "-m", "accelstack.engine.worker", "--backend", "torch"]
 
     def worker_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path."""

@@ -260,7 +260,7 @@ class Supervisor:
         env = self.runtime.worker_env()
         env.update(self.extra_env)
         env[TOKEN_ENV] = self._token
-        cmd = [self.runtime.interpreter(), "-m", "accelstack.engine.worker", "--ready-file", str(ready),
+        cmd = self.runtime.worker_command() + ["--ready-file", str(ready),
                "--parent-pid", str(os.getpid()), "--options", json.dumps(to_dict(self.options))]
         if self.model:
             cmd += ["--model", self.model]

@@ -149,43 +149,62 @@ SD1_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_bloc
                down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
 
 
+def build_probe_pipeline(torch: Any, folder: str, device: Any, dtype: Any) -> Any:
+    """A ``StableDiffusionPipeline`` from a folder in the probe's layout (SD 1.x weights in
+    ``unet/``, ``vae/``, ``text_encoder/``, no configs, no tokenizer), on ``device`` in ``dtype``.
+    Shared with the torch generation worker (:mod:`accelstack.engine.torch_engine`)."""
+    import os
+
+    import diffusers  # type: ignore
+    import transformers  # type: ignore
+    from safetensors.torch import load_file  # type: ignore
+
+    unet = diffusers.UNet2DConditionModel(**SD1_UNET)
+    unet.load_state_dict(load_file(os.path.join(folder, "unet", "diffusion_pytorch_model.safetensors")))
+    vae = diffusers.AutoencoderKL(**SD1_VAE)
+    vae.load_state_dict(load_file(os.path.join(folder, "vae", "diffusion_pytorch_model.safetensors")))
+    text = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+        vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+        num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu"))
+    weights = load_file(os.path.join(folder, "text_encoder", "model.safetensors"))
+    if not any(k.startswith("text_model.") for k in text.state_dict()):  # transformers >= 5 drops the prefix
+        weights = {k[len("text_model."):] if k.startswith("text_model.") else k: v for k, v in weights.items()}
+    missing, unexpected = text.load_state_dict(weights, strict=False)
+    missing = [m for m in missing if not m.endswith("position_ids")]
+    if missing or unexpected:
+        raise RuntimeError(f"text encoder keys do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    scheduler = diffusers.EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                                 num_train_timesteps=1000)
+    return diffusers.StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=None, unet=unet,
+                                             scheduler=scheduler, safety_checker=None, feature_extractor=None,
+                                             requires_safety_checker=False).to(device, dtype)
+
+
+def fixed_prompt_embeds(torch: Any, text_encoder: Any, device: Any, dtype: Any) -> Any:
+    """Prompt embeddings without a tokenizer: fixed token ids (start, then end tokens) through
+    the text encoder."""
+    ids = torch.tensor([[49406] + [49407] * 76], device=device)
+    return text_encoder(ids)[0].to(dtype)
+
+
 def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, Any]:
     """One 64x64 step of a StableDiffusionPipeline on the probe model (no tokenizer needed:
     the prompt is given as fixed token ids run through the text encoder)."""
     try:
         import diffusers  # type: ignore
         import transformers  # type: ignore
-        from safetensors.torch import load_file  # type: ignore
+        import safetensors.torch  # type: ignore  # noqa: F401
     except ImportError as exc:
         return {"ran": False, "ok": True, "detail": f"skipped: {exc.name or exc} is not installed"}
-    import os
 
     t0 = time.perf_counter()
     try:
-        unet = diffusers.UNet2DConditionModel(**SD1_UNET)
-        unet.load_state_dict(load_file(os.path.join(probe, "unet", "diffusion_pytorch_model.safetensors")))
-        vae = diffusers.AutoencoderKL(**SD1_VAE)
-        vae.load_state_dict(load_file(os.path.join(probe, "vae", "diffusion_pytorch_model.safetensors")))
-        text = transformers.CLIPTextModel(transformers.CLIPTextConfig(
-            vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-            num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu"))
-        weights = load_file(os.path.join(probe, "text_encoder", "model.safetensors"))
-        if not any(k.startswith("text_model.") for k in text.state_dict()):  # transformers >= 5 drops the prefix
-            weights = {k[len("text_model."):] if k.startswith("text_model.") else k: v for k, v in weights.items()}
-        missing, unexpected = text.load_state_dict(weights, strict=False)
-        missing = [m for m in missing if not m.endswith("position_ids")]
-        if missing or unexpected:
-            raise RuntimeError(f"text encoder keys do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
-        scheduler = diffusers.EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                                                     num_train_timesteps=1000)
         dtype = torch.float16 if kind in ("cuda", "xpu", "mps") else torch.float32
-        pipe = diffusers.StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=None, unet=unet,
-                                                 scheduler=scheduler, safety_checker=None, feature_extractor=None,
-                                                 requires_safety_checker=False).to(device, dtype)
+        pipe = build_probe_pipeline(torch, probe, device, dtype)
+        text = pipe.text_encoder
         load_seconds = time.perf_counter() - t0
-        ids = torch.tensor([[49406] + [49407] * 76], device=device)
         with torch.no_grad():
-            embeds = text(ids)[0].to(dtype)
+            embeds = fixed_prompt_embeds(torch, text, device, dtype)
             t1 = time.perf_counter()
             image = pipe(prompt_embeds=embeds, negative_prompt_embeds=torch.zeros_like(embeds), height=64, width=64,
                          num_inference_steps=1, guidance_scale=7.0, output_type="np",

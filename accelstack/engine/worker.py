@@ -1,6 +1,10 @@
 """The generation worker: a child process that loads the stack and serves a tiny HTTP API.
 
     python -m accelstack.engine.worker --ready-file F --parent-pid P [--model M] [--options JSON]
+                                       [--backend ggml|torch]
+
+``--backend torch`` generates with torch/diffusers (:mod:`accelstack.engine.torch_engine`)
+instead of stable-diffusion.cpp; everything else (HTTP API, status, progress) is shared.
 
 Launched by :mod:`accelstack.engine.supervisor` with the runtime directory first on
 ``PYTHONPATH`` and the plan's environment applied; the per-launch token arrives in
@@ -261,7 +265,7 @@ class GgmlBackend:
 class WorkerState:
     """Everything the HTTP handlers read and the job thread writes (under ``lock``)."""
 
-    def __init__(self, backend: GgmlBackend, token: str) -> None:
+    def __init__(self, backend: Any, token: str) -> None:  # GgmlBackend or torch_engine.TorchBackend
         self.backend = backend
         self.token = token
         self.lock = threading.Condition()  # guards the state; notified when a phase or a job ends
@@ -497,6 +501,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--parent-pid", type=int, required=True)
     ap.add_argument("--model", default="")
     ap.add_argument("--options", default="{}")
+    ap.add_argument("--backend", default="ggml", help="ggml (stable-diffusion.cpp) or torch (diffusers)")
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -504,7 +509,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
 
-    backend = GgmlBackend(sys.stderr)
+    if args.backend == "torch":
+        from .torch_engine import TorchBackend
+
+        backend: Any = TorchBackend(sys.stderr)
+    else:
+        backend = GgmlBackend(sys.stderr)
     state = WorkerState(backend, token)
     backend.on_progress = state.on_progress
     server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(state))
