@@ -96,6 +96,29 @@ def sha256_file(path: Path) -> str:
     return hash_file(path).hexdigest()
 
 
+def cached_sha256(path: Path) -> str:
+    """sha256 of a build-cache file, remembered in ``<file>.sha256`` with its size and mtime.
+
+    A cache hit is on the path of every `accelstack install` that builds locally; re-hashing
+    the 20 MB source and the 19 MB wheel each time would dominate a no-op run.
+    """
+    st = path.stat()
+    stamp = f"{st.st_size} {st.st_mtime_ns}"
+    side = path.with_name(path.name + ".sha256")
+    try:
+        digest, seen = side.read_text().split(" ", 1)
+        if seen.strip() == stamp and len(digest) == 64:
+            return digest
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    try:
+        side.write_text(f"{digest} {stamp}\n")
+    except OSError:
+        pass  # a read-only cache still works, only slower
+    return digest
+
+
 def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress) -> Path:
     """The bindings' source distribution, from the package registry (cached in ``dest``)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -143,7 +166,7 @@ def build_ggml(
     if not sdist.is_file():
         raise BuildError(f"source distribution {sdist} does not exist", hint="pass the path of a stable_diffusion_cpp_python-*.tar.gz")
     cmake_args = VARIANTS[variant] + list(extra_cmake_args or [])
-    source_sha = sha256_file(sdist)
+    source_sha = cached_sha256(sdist)
     key = cache_key(source_sha, variant, cmake_args)
     slot = cache / key
     slot.mkdir(parents=True, exist_ok=True)
@@ -153,7 +176,7 @@ def build_ggml(
         record = slot / "build.json"
         if record.is_file():
             result = BuildResult(**json.loads(record.read_text()))
-            if Path(result.wheel).is_file() and sha256_file(Path(result.wheel)) == result.sha256:
+            if Path(result.wheel).is_file() and cached_sha256(Path(result.wheel)) == result.sha256:
                 result.cache_hit = True
                 progress(ProgressEvent("message", "build", task=variant, message=f"reusing cached build {key}"))
                 return _export(result, out_dir)

@@ -111,7 +111,8 @@ def local_build_manifests(report: HardwareReport, plan: Plan, manifests: Manifes
     result = build_ggml(variant, progress=progress)
     out = Path(result.wheel).parent
     build_json = out / f"{Path(result.wheel).name}.build.json"
-    build_json.write_text(json.dumps(to_dict(result)))
+    if not build_json.is_file():  # the record publish.build_manifest reads; written once per build
+        build_json.write_text(json.dumps({**to_dict(result), "cache_hit": False}))
     doc = build_manifest(out, out.as_uri(), source=LOCAL_SOURCE, version=1)
     extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
     extended.add(parse_manifest(doc))
