@@ -1,24 +1,98 @@
 """The exception hierarchy. Every error a user can meet says what happened and what to do.
 
-Library code raises these; only the CLI turns them into messages and exit codes.
+Library code raises these; only the CLI (or an embedding app) turns them into messages and exit
+codes. Each error carries:
+
+- ``code``: a stable, machine-readable name (``lock-held``, ``hash-mismatch``), derived from the
+  class name unless a subclass or the raise site sets one;
+- ``hint``: what a person can do, in words, never in CLI syntax (an app has no command line);
+- ``action``: the same as a machine-readable :class:`Action` (``repair``, ``install``...), which
+  the CLI renders as the command to run and an app as a button.
 """
 from __future__ import annotations
 
-from typing import Optional
+import enum
+import re
+from dataclasses import dataclass
+from typing import Optional, Union
+
+
+class Action(str, enum.Enum):
+    """The next step an error or problem suggests. Values are stable: apps match on them."""
+
+    NONE = ""
+    INSTALL = "install"  # install a runtime (first run)
+    REINSTALL = "reinstall"  # install again over a damaged or stale runtime
+    REPAIR = "repair"  # restore damaged files / state of the installed runtime
+    UPGRADE = "upgrade"  # re-plan for changed hardware or a newer build
+    ROLLBACK = "rollback"
+    VERIFY = "verify"  # run the generation check for details
+    EXPLAIN_PLAN = "explain-plan"  # look at the plan's candidates and reasons
+    STATUS = "status"  # look at what is installed
+    WAIT = "wait"  # another process holds the lock: wait or retry later
+    RETRY = "retry"  # a transient failure: try again
+    FREE_DISK = "free-disk"
+    CHOOSE_HOME = "choose-home"  # use another (writable, local) runtime home
+    ADD_MANIFEST = "add-manifest"  # name a manifest/channel with a build for this machine
+    TRUST_KEY = "trust-key"  # trust the publisher's signing key
+    ALLOW_UNSIGNED = "allow-unsigned"  # accept an unsigned manifest you control
+    INSTALL_TOOLCHAIN = "install-toolchain"  # a compiler / CMake for a local build
+    GIVE_SOURCE = "give-source"  # a local source distribution for a build
+    CHECK_NETWORK = "check-network"
+    GO_ONLINE = "go-online"  # leave offline mode
+    FIX_CONFIG = "fix-config"  # the config file has a bad value
+    FIX_INPUT = "fix-input"  # an argument or input file is wrong
+    UPDATE_ACCELSTACK = "update-accelstack"
+    UPDATE_DRIVER = "update-driver"
+    REPORT_BUG = "report-bug"  # capture the machine and attach it to a bug report
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A structured hint: ``action`` for programs, ``detail`` for people."""
+
+    action: Action = Action.NONE
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.action.value or self.detail)
+
+
+def _code_of(cls: type) -> str:
+    name = cls.__name__
+    if name.endswith("Error") and name != "Error":
+        name = name[: -len("Error")]
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower() or "error"
 
 
 class AccelstackError(Exception):
-    """Base of every error accelstack raises on purpose.
-
-    ``hint`` is the action a person can take; the CLI prints it after the message.
-    """
+    """Base of every error accelstack raises on purpose."""
 
     exit_code = 1
+    default_action: Action = Action.NONE
 
-    def __init__(self, message: str, hint: Optional[str] = None) -> None:
+    def __init__(self, message: str, hint: Optional[Union[str, Hint]] = None, *,
+                 action: Optional[Action] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        if isinstance(hint, Hint):
+            action = action or hint.action
+            hint = hint.detail
+        self.hint: str = hint or ""
+        self.action: Action = Action(action) if action is not None else self.default_action
+        self._code = code
+
+    @property
+    def code(self) -> str:
+        return self._code or _code_of(type(self))
+
+    @property
+    def remedy(self) -> Hint:
+        return Hint(self.action, self.hint)
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "type": type(self).__name__, "message": self.message,
+                "hint": {"action": self.action.value, "detail": self.hint}}
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} ({self.hint})"
@@ -28,11 +102,22 @@ class UsageError(AccelstackError):
     """Bad arguments or options."""
 
     exit_code = 2
+    default_action = Action.FIX_INPUT
 
 
 class CaptureFormatError(AccelstackError):
     """A capture/replay directory is missing, of an unknown version, or malformed."""
 
+    default_action = Action.FIX_INPUT
+
 
 class SerializationError(AccelstackError):
     """A JSON document does not match the dataclass it should load into."""
+
+    default_action = Action.FIX_INPUT
+
+
+class SubprocessTimeout(AccelstackError):
+    """An external command (pip, a venv creation, a toolchain probe) ran past its time limit."""
+
+    default_action = Action.RETRY

@@ -32,7 +32,10 @@ def _hints(cls: type) -> Dict[str, Any]:
 def to_dict(obj: Any) -> Any:
     """Turn a dataclass (recursively) into plain JSON-able data."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        for name in getattr(type(obj), "__derived__", ()):  # read-only properties shown in JSON
+            out[name] = to_dict(getattr(obj, name))
+        return out
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):
@@ -43,7 +46,10 @@ def to_dict(obj: Any) -> Any:
 
 
 def from_dict(cls: Type[T], data: Any, path: str = "") -> T:
-    """Build ``cls`` from plain data, checking types; unknown keys are ignored (forward compat)."""
+    """Build ``cls`` from plain data, checking types; unknown keys are ignored (forward compat).
+
+    Properties a class lists in ``__derived__`` are written by :func:`to_dict` and ignored here,
+    since they are computed from the fields."""
     return _convert(cls, data, path or cls.__name__)
 
 

@@ -32,7 +32,7 @@ GEN_RE = re.compile(r"generate_image completed in ([0-9.]+)s")
 
 def build_sd_cli(sdist: Path, cmake_args, cache: Path) -> Path:
     """Compile sd-cli from ``sdist`` once per (source, options); return the binary."""
-    from accelstack.installer.build import sha256_file
+    from accelstack.publisher.build import sha256_file
 
     key = hashlib.sha256(json.dumps({"src": sha256_file(sdist), "cmake": cmake_args}).encode()).hexdigest()[:16]
     slot = cache / f"sd-cli-{key}"
@@ -85,7 +85,7 @@ def main() -> None:
     from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.engine.runtime import Runtime
     from accelstack.engine.verify import verify
-    from accelstack.installer.build import VARIANTS, build_cache_dir, build_ggml
+    from accelstack.publisher.build import VARIANTS, build_cache_dir, build_ggml
 
     cache = build_cache_dir()
     t = time.perf_counter()

@@ -26,7 +26,7 @@ def main() -> None:
     from accelstack.detect import detect
     from accelstack.detect.system import LiveSystem
     from accelstack.installer import flow
-    from accelstack.installer.build import build_ggml
+    from accelstack.publisher.build import build_ggml
     from accelstack.installer.state import Home
     from accelstack.manifests.plan import Request
     from accelstack.manifests.signing import generate_keypair

@@ -1,7 +1,7 @@
 """Session fixtures shared by every test directory.
 
 The ggml CPU runtime is the real stable-diffusion.cpp build: compiled once from the bindings'
-source distribution by ``accelstack.installer.build`` and cached by its inputs (source hash +
+source distribution by ``accelstack.publisher.build`` and cached by its inputs (source hash +
 options) in the build cache, so only the first run on a machine pays the few minutes.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 @pytest.fixture(scope="session")
 def ggml_cpu_build():
     """BuildResult of the CPU variant (built or reused from the cache)."""
-    from accelstack.installer.build import build_ggml
+    from accelstack.publisher.build import build_ggml
 
     return build_ggml("cpu")
 

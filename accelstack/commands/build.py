@@ -10,7 +10,7 @@ from .progress import progress_renderer
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    from ..installer.build import VARIANTS
+    from ..publisher.build import VARIANTS
 
     p = sub.add_parser(
         "build",
@@ -31,7 +31,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
 
 def run(args) -> int:
-    from ..installer.build import build_ggml
+    from ..publisher.build import build_ggml
 
     with progress_renderer(json_mode=args.json) as progress:
         result = build_ggml(args.backend, sdist=Path(args.sdist) if args.sdist else None,

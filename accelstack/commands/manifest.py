@@ -95,7 +95,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ..installer.publish import build_manifest, write_signed_manifest
+    from ..publisher.publish import build_manifest, write_signed_manifest
 
     key = Path(args.key).read_bytes() if args.key else None
     doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,

@@ -15,8 +15,8 @@ from typing import Dict
 
 import pytest
 
-from accelstack.installer.build import BuildResult
-from accelstack.installer.publish import build_manifest, write_signed_manifest
+from accelstack.publisher.build import BuildResult
+from accelstack.publisher.publish import build_manifest, write_signed_manifest
 from accelstack.manifests.signing import generate_keypair
 from accelstack.serde import to_dict
 

@@ -1,0 +1,187 @@
+"""``Settings``: every path and option accelstack uses, resolved once and passed down.
+
+Order of precedence, for each field: an explicit argument, then its ``ACCELSTACK_*`` variable,
+then the platform's convention (platformdirs: XDG on Linux, ``~/Library`` on macOS,
+``%LOCALAPPDATA%`` on Windows). Nothing below the core looks up a path or a variable of its own,
+so an app that embeds accelstack controls all of it from one object, and ``--home`` on the
+command line moves everything that belongs to a home (receipts, rollback watermarks, remembered
+manifests) together.
+
+Resolution takes the platform as data (``os_name``, ``env``) so the rules for Windows and macOS
+are tested on Linux.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PureWindowsPath
+from typing import Any, Dict, List, Mapping, Optional
+
+from .errors import UsageError
+
+APP = "accelstack"
+
+ENV = {
+    "home": "ACCELSTACK_HOME",
+    "cache": "ACCELSTACK_CACHE",
+    "build_cache": "ACCELSTACK_BUILD_CACHE",
+    "probe_cache": "ACCELSTACK_PROBE_CACHE",
+    "config_file": "ACCELSTACK_CONFIG",
+    "offline": "ACCELSTACK_OFFLINE",
+    "backend": "ACCELSTACK_BACKEND",
+    "trusted_keys": "ACCELSTACK_TRUSTED_KEYS",  # os.pathsep-separated keys or .pub files
+    "manifests": "ACCELSTACK_MANIFESTS",  # whitespace-separated URLs
+}
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+@dataclass
+class Timeouts:
+    """Seconds before an external step is given up (every subprocess has one)."""
+
+    detect: float = 5.0  # one hardware probe (nvidia-smi, PowerShell, system_profiler)
+    pip: float = 3600.0  # one pip/uv command (a multi-GB CUDA torch on a slow line)
+    venv: float = 300.0  # creating a virtual environment
+    probe: float = 120.0  # asking an interpreter or the runtime a question
+    toolchain: float = 30.0  # `cmake --version` and friends
+    lock_wait: float = 0.0  # waiting for another accelstack process to release the home
+
+
+@dataclass
+class Settings:
+    """Where things live and how accelstack behaves; see the module docstring for precedence."""
+
+    home: Path
+    cache: Path
+    build_cache: Path
+    probe_cache: Path
+    config_file: Path
+    config_dir: Path  # user-level configuration: trusted-keys/, channels
+    offline: bool = False
+    backend: str = ""  # a forced backend ("" = choose)
+    manifests: List[str] = field(default_factory=list)  # ggml manifest URLs (or paths)
+    trusted_keys: List[str] = field(default_factory=list)  # extra keys: base64 text or .pub paths
+    insecure_unsigned: bool = False  # accept unsigned manifests (a mirror you control)
+    allow_build: bool = True  # build ggml locally when no published build fits
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    # -- derived paths: one rule each ---------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.home / "state"
+
+    @property
+    def rollback_state(self) -> Path:
+        """The highest manifest version seen per source (rollback protection), per home."""
+        return self.state_dir / "manifest-versions.json"
+
+    @property
+    def remembered(self) -> Path:
+        """Manifests an install used, so status/upgrade keep working without repeating them."""
+        return self.home / "settings.json"
+
+    @property
+    def user_keys_dir(self) -> Path:
+        return self.config_dir / "trusted-keys"
+
+    @classmethod
+    def resolve(cls, *, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None,
+                **overrides: Any) -> "Settings":
+        """Settings from ``overrides`` (None = not given), then ``env`` (default ``os.environ``),
+        then the platform's directories for ``os_name`` (default: this machine's)."""
+        env = os.environ if env is None else env
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+        given: Dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        dirs = platform_dirs(os_name or current_os(), env)
+
+        def path(name: str, default: Path) -> Path:
+            if name in given:
+                return Path(given[name]).expanduser()
+            value = env.get(ENV[name], "")
+            return Path(value).expanduser() if value else default
+
+        cache = path("cache", dirs["cache"])
+        out = cls(
+            home=path("home", dirs["data"]),
+            cache=cache,
+            build_cache=path("build_cache", cache / "builds"),
+            probe_cache=path("probe_cache", cache / "probe"),
+            config_file=path("config_file", dirs["config"] / "config.yaml"),
+            config_dir=Path(given["config_dir"]).expanduser() if "config_dir" in given else dirs["config"],
+        )
+        out.offline = bool(given["offline"]) if "offline" in given else _flag(env, ENV["offline"])
+        out.backend = str(given.get("backend", env.get(ENV["backend"], ""))).strip()
+        out.manifests = list(given["manifests"]) if "manifests" in given else env.get(ENV["manifests"], "").split()
+        keys = env.get(ENV["trusted_keys"], "")
+        out.trusted_keys = list(given["trusted_keys"]) if "trusted_keys" in given else [k for k in keys.split(os.pathsep) if k]
+        for name in ("insecure_unsigned", "allow_build"):
+            if name in given:
+                setattr(out, name, bool(given[name]))
+        if "timeouts" in given:
+            out.timeouts = given["timeouts"]
+        return out
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with some fields changed (None values are ignored, like in :meth:`resolve`)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def export_env(self) -> Dict[str, str]:
+        """The variables that make a child accelstack process (a worker, a CLI) see these settings."""
+        return {ENV["home"]: str(self.home), ENV["cache"]: str(self.cache), ENV["build_cache"]: str(self.build_cache),
+                ENV["probe_cache"]: str(self.probe_cache), ENV["config_file"]: str(self.config_file),
+                **({ENV["offline"]: "1"} if self.offline else {})}
+
+
+def current_os() -> str:
+    if sys.platform.startswith("win"):
+        return "windows"
+    if sys.platform == "darwin":
+        return "macos"
+    return "linux"
+
+
+def platform_dirs(os_name: str, env: Mapping[str, str]) -> Dict[str, Path]:
+    """The per-user data, cache and config directories on ``os_name``.
+
+    On the live machine (its own OS and ``os.environ``) platformdirs answers. For another OS's
+    facts (a replayed Windows or macOS machine, tests) the same layout platformdirs uses there is
+    applied to ``env``: Windows ``%LOCALAPPDATA%\\accelstack`` (cache in ``Cache`` below it),
+    macOS ``~/Library/Application Support`` and ``~/Library/Caches``, Linux the XDG variables.
+    """
+    if os_name == current_os() and env is os.environ:
+        import platformdirs
+
+        pd = platformdirs.PlatformDirs(APP, appauthor=False)
+        return {"data": Path(pd.user_data_dir), "cache": Path(pd.user_cache_dir), "config": Path(pd.user_config_dir)}
+    if os_name == "windows":
+        local = env.get("LOCALAPPDATA") or str(PureWindowsPath(env.get("USERPROFILE", "C:\\Users\\Default"), "AppData", "Local"))
+        data = Path(str(PureWindowsPath(local, APP)))
+        return {"data": data, "cache": Path(str(PureWindowsPath(local, APP, "Cache"))), "config": data}
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    if os_name == "macos":
+        support = home / "Library" / "Application Support" / APP
+        return {"data": support, "cache": home / "Library" / "Caches" / APP, "config": support}
+
+    def xdg(var: str, default: Path) -> Path:
+        value = env.get(var, "").strip()
+        return Path(value) if value and Path(value).is_absolute() else default
+
+    return {"data": xdg("XDG_DATA_HOME", home / ".local" / "share") / APP,
+            "cache": xdg("XDG_CACHE_HOME", home / ".cache") / APP,
+            "config": xdg("XDG_CONFIG_HOME", home / ".config") / APP}
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UsageError(f"{name} must be 1 or 0, got {value!r}")
+
