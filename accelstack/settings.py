@@ -67,6 +67,9 @@ class Settings:
     trusted_keys: List[str] = field(default_factory=list)  # extra keys: base64 text or .pub paths
     insecure_unsigned: bool = False  # accept unsigned manifests (a mirror you control)
     allow_build: bool = True  # build ggml locally when no published build fits
+    torch_venv: Optional[Path] = None  # torch: install into this virtual environment (created if missing)
+    torch_python: str = ""  # torch: install into this interpreter ("" = the one running accelstack)
+    use_uv: bool = False  # torch: run uv instead of pip when it is on PATH
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     # -- derived paths: one rule each ---------------------------------------------------------
@@ -120,7 +123,10 @@ class Settings:
         out.manifests = list(given["manifests"]) if "manifests" in given else env.get(ENV["manifests"], "").split()
         keys = env.get(ENV["trusted_keys"], "")
         out.trusted_keys = list(given["trusted_keys"]) if "trusted_keys" in given else [k for k in keys.split(os.pathsep) if k]
-        for name in ("insecure_unsigned", "allow_build"):
+        if "torch_venv" in given:
+            out.torch_venv = Path(given["torch_venv"]).expanduser()
+        out.torch_python = str(given.get("torch_python", ""))
+        for name in ("insecure_unsigned", "allow_build", "use_uv"):
             if name in given:
                 setattr(out, name, bool(given[name]))
         if "timeouts" in given:
