@@ -70,10 +70,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             except SerializationError as exc:
                 errors.append(exc)
         raise errors[0] if errors else SerializationError(f"{path}: unexpected null")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise SerializationError(f"{path}: expected an object, got {type(value).__name__}")
-        kwargs = {}
+        kwargs: Dict[str, Any] = {}
         hints = _hints(tp)
         for f in dataclasses.fields(tp):
             if not f.init:

@@ -93,7 +93,7 @@ class Settings:
 
     @classmethod
     def resolve(cls, *, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None,
-                **overrides: Any) -> "Settings":
+                **overrides: Any) -> Settings:
         """Settings from ``overrides`` (None = not given), then ``env`` (default ``os.environ``),
         then the platform's directories for ``os_name`` (default: this machine's)."""
         env = os.environ if env is None else env
@@ -106,8 +106,7 @@ class Settings:
         def path(name: str, default: Path) -> Path:
             if name in given:
                 return Path(given[name]).expanduser()
-            value = env.get(ENV[name], "")
-            return Path(value).expanduser() if value else default
+            return _env_path(env, name) or default
 
         cache = path("cache", dirs["cache"])
         out = cls(
@@ -120,9 +119,9 @@ class Settings:
         )
         out.offline = bool(given["offline"]) if "offline" in given else _flag(env, ENV["offline"])
         out.backend = str(given.get("backend", env.get(ENV["backend"], ""))).strip()
-        out.manifests = list(given["manifests"]) if "manifests" in given else env.get(ENV["manifests"], "").split()
+        out.manifests = _strings(given["manifests"]) if "manifests" in given else env.get(ENV["manifests"], "").split()
         keys = env.get(ENV["trusted_keys"], "")
-        out.trusted_keys = list(given["trusted_keys"]) if "trusted_keys" in given else [k for k in keys.split(os.pathsep) if k]
+        out.trusted_keys = _strings(given["trusted_keys"]) if "trusted_keys" in given else [k for k in keys.split(os.pathsep) if k]
         if "torch_venv" in given:
             out.torch_venv = Path(given["torch_venv"]).expanduser()
         out.torch_python = str(given.get("torch_python", ""))
@@ -133,7 +132,15 @@ class Settings:
             out.timeouts = given["timeouts"]
         return out
 
-    def replace(self, **changes: Any) -> "Settings":
+    @staticmethod
+    def resolve_home(*, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None) -> Path:
+        """``home`` as :meth:`resolve` finds it when no argument names one (``ACCELSTACK_HOME``, else
+        the platform's data directory), reading only the variables that rule needs: detection
+        applies it to a captured machine's environment, which records every variable read."""
+        env = os.environ if env is None else env
+        return _env_path(env, "home") or platform_dirs(os_name or current_os(), env)["data"]
+
+    def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (None values are ignored, like in :meth:`resolve`)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -181,6 +188,16 @@ def platform_dirs(os_name: str, env: Mapping[str, str]) -> Dict[str, Path]:
     return {"data": xdg("XDG_DATA_HOME", home / ".local" / "share") / APP,
             "cache": xdg("XDG_CACHE_HOME", home / ".cache") / APP,
             "config": xdg("XDG_CONFIG_HOME", home / ".config") / APP}
+
+
+def _env_path(env: Mapping[str, str], name: str) -> Optional[Path]:
+    value = env.get(ENV[name], "")
+    return Path(value).expanduser() if value else None
+
+
+def _strings(value: Any) -> List[str]:
+    """A list argument; one string is one item (not a list of its characters)."""
+    return [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in value]
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

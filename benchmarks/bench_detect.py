@@ -39,10 +39,11 @@ def main() -> None:
     ap.add_argument("--cold-runs", type=int, default=5)
     args = ap.parse_args()
 
-    from accelstack.detect import detect
-    from accelstack.detect.system import LiveSystem
     from torchruntime.device_db import get_gpus
     from torchruntime.platform_detection import get_torch_platform
+
+    from accelstack.detect import detect
+    from accelstack.detect.system import LiveSystem
 
     system = LiveSystem()
     detect(system)  # warm caches (tables, PCI database) as a long-running app would have them

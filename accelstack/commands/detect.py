@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import List
+from typing import Dict, List, Optional
 
 from ..detect import detect
-from ..detect.report import GPU, HardwareReport
+from ..detect.report import GPU, HardwareReport, Problem
 from ..detect.system import CapturingSystem, LiveSystem, ReplaySystem
-from ..errors import UsageError
+from ..errors import Action, UsageError
 from ..serde import to_dict
 
 GiB = 1024 ** 3
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "detect",
         help="report this machine's CPU, GPUs, drivers and usable accelerator APIs",
@@ -42,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if args.replay:
         report = detect(ReplaySystem(args.replay), timeout=args.timeout)
         report.source = f"replay:{args.replay}"
+    elif args.capture:
+        capturing = CapturingSystem(LiveSystem())
+        report = detect(capturing, timeout=args.timeout)
+        capturing.save(args.capture)
     else:
-        system = CapturingSystem(LiveSystem()) if args.capture else LiveSystem()
-        report = detect(system, timeout=args.timeout)
-        if args.capture:
-            system.save(args.capture)
+        report = detect(LiveSystem(), timeout=args.timeout)
     if args.json:
         print(json.dumps(to_dict(report), indent=2))
     else:
@@ -56,7 +57,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _size(n) -> str:
+# The command line for a problem's action, where one exists (the library names the action only).
+_COMMANDS: Dict[Action, str] = {
+    Action.REPORT_BUG: "accelstack detect --capture DIR",
+}
+
+
+def _what_to_do(problem: Problem) -> Optional[str]:
+    command = _COMMANDS.get(problem.action)
+    if not command:
+        return problem.hint or None
+    return f"{problem.hint} (run `{command}`)" if problem.hint else f"run `{command}`"
+
+
+def _size(n: Optional[int]) -> str:
     return f"{n / GiB:.1f} GiB" if n else "?"
 
 
@@ -112,7 +126,8 @@ def render(r: HardwareReport) -> str:
         lines.append("Problems")
         for pr in r.problems:
             lines.append(f"  {pr.severity}: {pr.message}")
-            if pr.hint:
-                lines.append(f"           what to do: {pr.hint}")
+            todo = _what_to_do(pr)
+            if todo:
+                lines.append(f"           what to do: {todo}")
     lines.append(f"(detected in {r.duration_ms:.0f} ms{', from ' + r.source if r.source != 'live' else ''})")
     return "\n".join(lines)

@@ -1,39 +1,49 @@
 """Detection: System -> HardwareReport. Reports facts and problems; never decides what to install.
 
-    report = detect(LiveSystem())                       # this machine
+    report = detect()                                   # this machine
     report = detect(ReplaySystem("captures/laptop"))    # a captured machine, on any OS
+    report = detect(home=Path("/data/accelstack"))      # measure free disk where runtimes will go
 """
 from __future__ import annotations
 
 import time
-from typing import Optional
+from pathlib import Path
+from typing import List, Optional
 
+from ..settings import Settings
 from . import assess, linux, macos, windows
+from .capture import CapturingSystem
 from .common import Probe
-from .report import CPUInfo, GPU, HardwareReport, MemoryInfo, OSInfo, Problem
-from .system import CapturingSystem, LiveSystem, ReplaySystem, System
+from .live import LiveSystem
+from .protocol import DEFAULT_TIMEOUT, PlatformFacts, System, SystemEnviron
+from .replay import ReplaySystem
+from .report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo, Problem
 
 __all__ = ["detect", "HardwareReport", "GPU", "Problem", "System", "LiveSystem", "ReplaySystem", "CapturingSystem"]
 
 _ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "armv8": "arm64"}
 
 
-def default_install_dir(system: System) -> str:
-    """Where runtimes go (ACCELSTACK_HOME or platformdirs' data dir); disk space is measured there."""
-    home = system.env("ACCELSTACK_HOME")
-    if home:
-        return home
-    import platformdirs
+def default_home(system: System, facts: PlatformFacts) -> Path:
+    """Where runtimes go by default, so free disk is measured there: the rule of ``Settings.home``,
+    applied to the System's own environment and OS (a replayed Windows capture gets a Windows home;
+    on this machine it is exactly the home every other command uses)."""
+    if isinstance(system, LiveSystem):
+        return Settings.resolve_home()
+    return Settings.resolve_home(env=SystemEnviron(system), os_name=facts.os_name)
 
-    return platformdirs.user_data_dir("accelstack", appauthor=False)
 
+def detect(system: Optional[System] = None, *, home: Optional[Path] = None, timeout: float = DEFAULT_TIMEOUT) -> HardwareReport:
+    """Look at the machine through ``system`` (default: this machine) and report what is there.
 
-def detect(system: System, install_dir: Optional[str] = None, timeout: float = 5.0) -> HardwareReport:
-    """Look at the machine through ``system`` and report what is there. Never raises on odd machines."""
+    ``home`` is where runtimes will be installed; free disk is measured there (default: by the
+    rule of ``Settings.home``). ``timeout`` bounds each external command. Never raises on odd
+    machines: what cannot be read becomes a problem in the report."""
     start = time.perf_counter()
+    system = LiveSystem() if system is None else system
     facts = system.platform()
     probe = Probe(system, timeout=timeout)
-    os_name = {"linux": "linux", "windows": "windows", "darwin": "macos"}.get(facts.system.lower(), facts.system.lower())
+    os_name = facts.os_name
     arch = _ARCH.get(facts.machine.lower(), facts.machine.lower())
     info = OSInfo(
         name=os_name,
@@ -45,7 +55,7 @@ def detect(system: System, install_dir: Optional[str] = None, timeout: float = 5
     )
     report = HardwareReport(os=info, cpu=CPUInfo(), memory=MemoryInfo())
     kfd_ok: Optional[bool] = None
-    icds: list = []
+    icds: List[str] = []
     level_zero = ""
 
     if os_name == "linux":
@@ -77,7 +87,7 @@ def detect(system: System, install_dir: Optional[str] = None, timeout: float = 5
         report.cpu.physical_cores = report.cpu.physical_cores or physical
         report.cpu.logical_cores = report.cpu.logical_cores or logical
     total, available = system.memory()
-    where = install_dir or default_install_dir(system)
+    where = str(home if home is not None else default_home(system, facts))
     report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where, disk_free=system.disk_free(where))
 
     report.problems = probe.problems  # the same list: the assessment reads what the probes found

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from ..domain import ApiName
 from . import tables
 from .report import GPU, AcceleratorAPI, HardwareReport, Preference
 
 GiB = 1024 ** 3
 
 
-def _api(report: HardwareReport, name: str) -> AcceleratorAPI:
+def _api(report: HardwareReport, name: ApiName) -> AcceleratorAPI:
     api = report.api(name)
     if api is None:
         api = AcceleratorAPI(name=name, usable=False)

@@ -5,9 +5,11 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..domain import GpuKind, Severity
+from ..errors import Action
 from . import tables
+from .protocol import CommandResult, System
 from .report import GPU, Problem
-from .system import CommandResult, System
 
 NVIDIA_SMI_QUERY = [
     "nvidia-smi",
@@ -30,10 +32,11 @@ class Probe:
     problems: List[Problem] = field(default_factory=list)
     timeout: float = 5.0
 
-    def problem(self, code: str, message: str, hint: str = "", severity: str = "warning", gpu: Optional[int] = None) -> None:
+    def problem(self, code: str, message: str, hint: str = "", severity: Severity = "warning", gpu: Optional[int] = None,
+                action: Action = Action.NONE) -> None:
         if any(p.code == code and p.gpu == gpu for p in self.problems):
             return
-        self.problems.append(Problem(code=code, message=message, hint=hint, severity=severity, gpu=gpu))
+        self.problems.append(Problem(code=code, message=message, hint=hint, severity=severity, gpu=gpu, action=action))
 
     def read(self, path: str) -> Optional[str]:
         """File text, or None when missing; unreadable files become a problem, not a crash."""
@@ -146,6 +149,7 @@ def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
             "nvidia-smi: NVML driver/library version mismatch (the loaded kernel module and the installed user-space driver differ)",
             "reboot after a driver update, or reinstall one consistent NVIDIA driver version",
             "error",
+            action=Action.UPDATE_DRIVER,
         )
     elif "couldn't communicate with the nvidia driver" in text.lower() or "no devices were found" in text.lower():
         probe.problem(
@@ -153,6 +157,7 @@ def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
             "nvidia-smi cannot talk to the NVIDIA driver",
             "install the NVIDIA proprietary driver (and reboot) so that CUDA can be used",
             "error",
+            action=Action.UPDATE_DRIVER,
         )
     else:
         first = (text.strip().splitlines() or ["no output"])[0][:200]
@@ -182,7 +187,7 @@ def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
         gpu.cuda_driver_version = tables.cuda_for_driver(gpu.driver_version, os_name)
 
 
-def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") -> str:
+def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") -> GpuKind:
     """discrete vs integrated from what we know of the chip."""
     if vendor == "apple":
         return "integrated"

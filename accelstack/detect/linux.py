@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import Action
 from . import tables
 from .common import Probe, SmiGPU, classify_kind, fill_nvidia, norm_bus_id, query_nvidia_smi
 from .cpu import parse_proc_cpuinfo
@@ -217,6 +218,7 @@ def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
                 "install the NVIDIA proprietary driver (and reboot) so that CUDA can be used",
                 "error",
                 g.index,
+                action=Action.UPDATE_DRIVER,
             )
         elif g.driver_version and not g.cuda_driver_version:
             probe.problem(
@@ -225,6 +227,7 @@ def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
                 "update the NVIDIA driver (R525 or newer for CUDA 12)",
                 "error",
                 g.index,
+                action=Action.UPDATE_DRIVER,
             )
 
     if wsl and smi and not nvidia:  # WSL2: the GPU is paravirtualized, only nvidia-smi sees it

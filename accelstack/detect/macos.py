@@ -5,6 +5,7 @@ import json
 import re
 from typing import Dict, List
 
+from ..domain import Vendor
 from . import tables
 from .common import Probe, classify_kind
 from .cpu import cpu_from_sysctl, parse_sysctl
@@ -13,7 +14,7 @@ from .report import GPU, HardwareReport
 SYSCTL = ["sysctl", "hw", "machdep.cpu", "sysctl.proc_translated"]
 PROFILER_JSON = ["system_profiler", "SPDisplaysDataType", "-json"]
 PROFILER_TEXT = ["system_profiler", "SPDisplaysDataType"]
-_VENDOR_WORDS = {"apple": "apple", "amd": "amd", "ati": "amd", "intel": "intel", "nvidia": "nvidia"}
+_VENDOR_WORDS: Dict[str, Vendor] = {"apple": "apple", "amd": "amd", "ati": "amd", "intel": "intel", "nvidia": "nvidia"}
 
 
 def probe(p: Probe, report: HardwareReport) -> None:
@@ -71,9 +72,9 @@ def parse_profiler(text: str) -> List[GPU]:
             continue
         vendor_raw = (e.get("spdisplays_vendor") or e.get("sppci_vendor") or e.get("Vendor") or name).lower()
         vid = re.search(r"0x([0-9a-f]{4})", vendor_raw)
-        vendor = tables.PCI_VENDORS.get(vid.group(1)) if vid else None
-        if not vendor:
-            vendor = next((v for w, v in _VENDOR_WORDS.items() if w in vendor_raw.replace("sppci_vendor_", "")), "other")
+        known = tables.PCI_VENDORS.get(vid.group(1)) if vid else None
+        words = vendor_raw.replace("sppci_vendor_", "")
+        vendor: Vendor = known or next((v for w, v in _VENDOR_WORDS.items() if w in words), None) or "other"
         dev = re.search(r"0x([0-9a-f]{4})", (e.get("spdisplays_device-id") or e.get("Device ID") or "").lower())
         metal = e.get("spdisplays_mtlgpufamilysupport") or e.get("spdisplays_metal") or e.get("Metal Support") or e.get("Metal") or ""
         metal = {"spdisplays_metal3": "Metal 3", "spdisplays_metal4": "Metal 4", "spdisplays_metal2": "Metal 2"}.get(metal, metal)

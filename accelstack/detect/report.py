@@ -9,23 +9,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..domain import API_NAMES, GPU_KINDS, VENDORS, ApiName, GpuKind, Severity, Vendor
+from ..errors import Action
+
 REPORT_FORMAT = 1
 
-# Vendors, kinds and API names are plain strings (stable in JSON); these tuples list the values.
-VENDORS = ("nvidia", "amd", "intel", "apple", "other")
-GPU_KINDS = ("discrete", "integrated", "unknown")
-API_NAMES = ("cuda", "rocm", "vulkan", "metal", "directml", "xpu", "cpu")
+# Vendors, kinds and API names are plain strings in JSON; the Literal types say which (domain.py).
+__all__ = ["API_NAMES", "GPU_KINDS", "VENDORS", "REPORT_FORMAT", "Problem", "OSInfo", "CPUInfo", "MemoryInfo", "GPU",
+           "AcceleratorAPI", "Preference", "HardwareReport"]
 
 
 @dataclass
 class Problem:
-    """Something a person can fix, with the fix. ``code`` is stable for programs to match on."""
+    """Something a person can fix, with the fix. ``code`` is stable for programs to match on.
+
+    ``hint`` says what to do in words; ``action`` says it for programs (an app shows a button, the
+    CLI the command to run): ``report-bug`` when only a capture of the machine can tell more.
+    """
 
     code: str
     message: str
     hint: str = ""
-    severity: str = "warning"  # "error" | "warning" | "info"
+    severity: Severity = "warning"
     gpu: Optional[int] = None  # index into HardwareReport.gpus when it concerns one GPU
+    action: Action = Action.NONE
 
 
 @dataclass
@@ -66,13 +73,13 @@ class MemoryInfo:
 @dataclass
 class GPU:
     index: int
-    vendor: str  # see VENDORS
+    vendor: Vendor
     name: str
     pci_vendor_id: str = ""  # "10de"
     pci_device_id: str = ""  # "2684"
     pci_subsystem_id: str = ""  # "vvvv:dddd" of the board maker, when known
     bus_id: str = ""  # "0000:01:00.0" (domain:bus:device.function, lowercase)
-    kind: str = "unknown"  # see GPU_KINDS
+    kind: GpuKind = "unknown"
     vram_total: Optional[int] = None
     vram_free: Optional[int] = None
     driver: str = ""  # kernel/OS driver name: "nvidia", "amdgpu", "i915", "xe", "nouveau", ...
@@ -94,7 +101,7 @@ class GPU:
 class AcceleratorAPI:
     """One way to run work on hardware, with why we think it is usable (or not)."""
 
-    name: str  # see API_NAMES
+    name: ApiName
     usable: bool
     version: str = ""  # CUDA driver API version, ROCm version, Vulkan loader, macOS Metal version
     gpus: List[int] = field(default_factory=list)  # GPU indexes it can drive
@@ -105,7 +112,7 @@ class AcceleratorAPI:
 class Preference:
     """One entry of the ordered accelerator preference: use ``api`` on ``gpu`` (None: the CPU)."""
 
-    api: str
+    api: ApiName
     gpu: Optional[int]
     reason: str
 
@@ -125,7 +132,7 @@ class HardwareReport:
     source: str = "live"  # "live" | "replay:<dir>"
     duration_ms: float = 0.0
 
-    def api(self, name: str) -> Optional[AcceleratorAPI]:
+    def api(self, name: ApiName) -> Optional[AcceleratorAPI]:
         for a in self.apis:
             if a.name == name:
                 return a

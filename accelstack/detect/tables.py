@@ -14,16 +14,18 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-PCI_VENDORS = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
+from ..domain import GPU_KINDS, GpuKind, Vendor
+
+PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _data(name: str) -> dict:
-    text = resources.files("accelstack.detect").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("accelstack.detect").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     return json.loads(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _rules(name: str, key: str) -> List[Tuple[re.Pattern, tuple]]:
     return [(re.compile(r[0], re.IGNORECASE), tuple(r[1:])) for r in _data(name)[key]["rules"]]
 
@@ -79,10 +81,15 @@ def gfx_from_target_version(value: int) -> str:
     return f"gfx{major}{minor:x}{step:x}"
 
 
-def intel_generation(name: str) -> Tuple[str, str]:
+def intel_generation(name: str) -> Tuple[str, GpuKind]:
     """(generation, kind) for an Intel GPU name; ("", "unknown") when not recognised."""
     hit = _first("intel.json", "generation_by_name", name)
-    return (hit[0], hit[1]) if hit else ("", "unknown")
+    return (hit[0], gpu_kind(hit[1])) if hit else ("", "unknown")
+
+
+def gpu_kind(value: str) -> GpuKind:
+    """A kind read from the data files; anything unexpected is "unknown"."""
+    return value if value in GPU_KINDS else "unknown"
 
 
 def intel_is_discrete_id(device_id: str) -> bool:

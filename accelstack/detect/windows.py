@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional
 
+from ..errors import Action
 from . import tables
 from .common import Probe, classify_kind, fill_nvidia, query_nvidia_smi
 from .cpu import normalize_features, x86_64_level
@@ -42,7 +43,8 @@ def probe(p: Probe, report: HardwareReport) -> None:
             parsed = json.loads(res.stdout)
             data = parsed if isinstance(parsed, dict) else {}
         except ValueError:
-            p.problem("powershell_garbage", "the PowerShell hardware query printed output that could not be understood", "run `accelstack detect --capture DIR` and attach DIR to a bug report", "warning")
+            p.problem("powershell_garbage", "the PowerShell hardware query printed output that could not be understood",
+                      "attach a capture of this machine's detection to a bug report", "warning", action=Action.REPORT_BUG)
     elif not res.timed_out:
         p.problem("powershell_failed", "the PowerShell hardware query failed" + (f": {res.stderr.strip()[:200]}" if res.stderr.strip() else ""), "check that Windows PowerShell is available and not blocked by policy", "warning")
     _cpu(report, data.get("cpu") or {}, data.get("features") or {})
@@ -130,7 +132,8 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
                 g.bus_id = s.bus_id
             fill_nvidia(g, s, "windows")
             if not s and not g.driver_version:
-                p.problem("nvidia_driver_not_loaded", f"{g.name} has no NVIDIA driver", "install the NVIDIA driver from nvidia.com or Windows Update", "error", g.index)
+                p.problem("nvidia_driver_not_loaded", f"{g.name} has no NVIDIA driver", "install the NVIDIA driver from nvidia.com or Windows Update", "error", g.index,
+                          action=Action.UPDATE_DRIVER)
     return found
 
 

@@ -13,8 +13,11 @@ from accelstack.detect import detect
 from accelstack.detect.report import HardwareReport
 from accelstack.detect.system import ReplaySystem
 
-CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
-INSTALL_DIR = "/nonexistent/accelstack-test-home"  # keeps reports independent of this machine's dirs
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "tests" / "fixtures" / "captures"
+# Where reports say runtimes would go: inside the repository (git-ignored, never created), so reports
+# do not depend on this machine's user directories and free disk is measured on the checkout's disk.
+TEST_HOME = REPO / ".cache" / "detect-test-home"
 
 
 def _load_builder():
@@ -35,7 +38,7 @@ def fixture_names():
 
 
 def replay(path, timeout: float = 5.0) -> HardwareReport:
-    return detect(ReplaySystem(str(path)), install_dir=INSTALL_DIR, timeout=timeout)
+    return detect(ReplaySystem(str(path)), home=TEST_HOME, timeout=timeout)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from accelstack.detect.report import HardwareReport
 from accelstack.detect.system import CAPTURE_VERSION, CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.serde import to_dict
 
-from .conftest import CAPTURES, INSTALL_DIR, fixture_names, replay
+from .conftest import CAPTURES, TEST_HOME, fixture_names, replay
 
 
 def comparable(report: HardwareReport) -> Dict[str, Any]:
@@ -25,7 +25,7 @@ def comparable(report: HardwareReport) -> Dict[str, Any]:
 
 def test_live_capture_replays_to_the_same_report(tmp_path):
     capturing = CapturingSystem(LiveSystem())
-    live = detect(capturing, install_dir=INSTALL_DIR)
+    live = detect(capturing, home=TEST_HOME)
     capturing.save(str(tmp_path / "cap"))
 
     index = json.loads((tmp_path / "cap" / "capture.json").read_text(encoding="utf-8"))
@@ -45,7 +45,7 @@ def test_recapturing_a_replay_is_lossless(name, tmp_path):
     """CapturingSystem over a ReplaySystem writes a capture that replays identically (the writer keeps
     commands, links, errors, platform facts and Windows paths)."""
     capturing = CapturingSystem(ReplaySystem(str(CAPTURES / name)))
-    first = detect(capturing, install_dir=INSTALL_DIR)
+    first = detect(capturing, home=TEST_HOME)
     capturing.save(str(tmp_path / "again"))
     assert comparable(replay(tmp_path / "again")) == comparable(first)
 

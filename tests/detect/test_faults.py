@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import threading
@@ -15,11 +16,12 @@ import pytest
 from accelstack.detect import detect
 from accelstack.detect.report import HardwareReport
 from accelstack.detect.system import DEFAULT_TIMEOUT, CapturingSystem, CommandResult, LiveSystem, ReplaySystem
-from accelstack.errors import AccelstackError, CaptureFormatError
+from accelstack.errors import AccelstackError, Action, CaptureFormatError
 
-from .conftest import CAPTURES, INSTALL_DIR, make_fixture, replay
+from .conftest import CAPTURES, TEST_HOME, make_fixture, replay
 
 MIB = 1024 * 1024
+CLI_SYNTAX = re.compile(r"`accelstack|accelstack (detect|install|repair)|--[a-z]")  # library text never names CLI syntax
 RTX4070 = "linux-nvidia-rtx4070-550"
 
 
@@ -41,7 +43,7 @@ def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
 def detect_bounded(system, timeout: float, guard: float = 30.0) -> HardwareReport:
     """Run detection in a thread and fail (instead of hanging the suite) if it never returns."""
     result: List[HardwareReport] = []
-    worker = threading.Thread(target=lambda: result.append(detect(system, install_dir=INSTALL_DIR, timeout=timeout)), daemon=True)
+    worker = threading.Thread(target=lambda: result.append(detect(system, home=TEST_HOME, timeout=timeout)), daemon=True)
     worker.start()
     worker.join(guard)
     assert not worker.is_alive(), "detection did not return: the command timeout was not honoured"
@@ -216,8 +218,24 @@ def windows(builder, stdout: Optional[str] = None, data=None, timed_out: bool = 
 def test_truncated_powershell_json(builder, tmp_path):
     full = json.dumps(WIN_OK)
     r = replay(windows(builder, full[: len(full) // 2]).write(tmp_path / "c"))
-    assert "powershell_garbage" in r.problem_codes()
+    garbage = [p for p in r.problems if p.code == "powershell_garbage"]
+    assert len(garbage) == 1 and garbage[0].action is Action.REPORT_BUG
+    assert "bug report" in garbage[0].hint and not CLI_SYNTAX.search(garbage[0].hint)
     assert r.gpus == [] and r.preference[-1].api == "cpu"
+
+
+def test_cli_renders_a_problem_action_as_the_command(builder, tmp_path, capsys):
+    """The library names the action (report-bug); only the CLI turns it into its command line."""
+    from accelstack.cli import main
+
+    full = json.dumps(WIN_OK)
+    directory = windows(builder, full[: len(full) // 2]).write(tmp_path / "c")
+    assert main(["detect", "--replay", str(directory)]) == 0
+    text = capsys.readouterr().out
+    assert "what to do: attach a capture of this machine's detection to a bug report (run `accelstack detect --capture DIR`)" in text
+    assert main(["detect", "--replay", str(directory), "--json"]) == 0
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert [p["action"] for p in problems if p["code"] == "powershell_garbage"] == ["report-bug"]
 
 
 @pytest.mark.parametrize(
@@ -352,7 +370,8 @@ def test_unknown_amd_and_other_vendor_gpus(builder, tmp_path):
 def test_directory_without_capture_json(tmp_path):
     with pytest.raises(CaptureFormatError) as err:
         ReplaySystem(str(tmp_path))
-    assert "capture.json is missing" in err.value.message and "--capture" in err.value.hint
+    assert "capture.json is missing" in err.value.message and "capturing detection" in err.value.hint
+    assert err.value.action is Action.FIX_INPUT and not CLI_SYNTAX.search(err.value.hint)
 
 
 @pytest.mark.parametrize(
@@ -369,6 +388,9 @@ def test_unsupported_or_malformed_capture(tmp_path, index, words):
     with pytest.raises(CaptureFormatError) as err:
         ReplaySystem(str(tmp_path))
     assert words in err.value.message
+    assert not CLI_SYNTAX.search(err.value.hint)
+    if "is not supported" in words:
+        assert err.value.action is Action.UPDATE_ACCELSTACK
 
 
 def test_capture_json_that_is_not_json(tmp_path):

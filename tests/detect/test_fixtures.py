@@ -6,6 +6,8 @@ from typing import Any, Dict, Optional
 import pytest
 
 from accelstack.detect.report import HardwareReport
+from accelstack.domain import SEVERITIES
+from accelstack.errors import Action
 
 from .conftest import CAPTURES, fixture_names, make_fixture, replay
 
@@ -266,8 +268,16 @@ def test_preference_is_well_formed(name: str, reports: Dict[str, HardwareReport]
         assert api is not None and api.usable and p.gpu in api.gpus
         assert p.reason
     for p in r.problems:
-        assert p.message and p.hint and p.severity in ("error", "warning", "info")
+        assert p.message and p.hint and p.severity in SEVERITIES and isinstance(p.action, Action)
+        assert "accelstack" not in p.hint, "a library hint never names accelstack's command line; set its action"
         assert p.gpu is None or r.gpu(p.gpu) is not None
+
+
+@pytest.mark.parametrize("name, code", [("linux-nvidia-nouveau-intel-haswell", "nvidia_driver_not_loaded"),
+                                        ("linux-nvidia-driver-library-mismatch-580", "nvidia_driver_library_mismatch")])
+def test_driver_problems_name_the_update_driver_action(name: str, code: str, reports: Dict[str, HardwareReport]):
+    found = [p for p in reports[name].problems if p.code == code]
+    assert found and all(p.action is Action.UPDATE_DRIVER and "driver" in p.hint for p in found)
 
 
 def _pos(r: HardwareReport, api: str, gpu: Optional[int]) -> int:

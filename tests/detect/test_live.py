@@ -17,14 +17,14 @@ from accelstack.detect.report import HardwareReport
 from accelstack.detect.system import LiveSystem
 from accelstack.serde import dumps, from_dict, loads, to_dict
 
-from .conftest import CAPTURES, INSTALL_DIR, fixture_names, replay
+from .conftest import CAPTURES, TEST_HOME, fixture_names, replay
 
 LINUX_X86 = sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
 @pytest.fixture(scope="module")
 def live() -> HardwareReport:
-    return detect(LiveSystem(), install_dir=INSTALL_DIR)
+    return detect(LiveSystem(), home=TEST_HOME)
 
 
 def raw_cpu_flags() -> Set[str]:
@@ -57,7 +57,7 @@ def test_live_report_basics(live):
     assert live.source == "live" and live.duration_ms > 0
     assert live.os.python_version == platform.python_version()
     assert live.preference[-1].api == "cpu" and live.api("cpu").usable
-    assert live.memory.ram_total and live.memory.disk_path == INSTALL_DIR
+    assert live.memory.ram_total and live.memory.disk_path == str(TEST_HOME)
 
 
 def test_live_report_json_round_trip(live):

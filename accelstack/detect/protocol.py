@@ -1,0 +1,95 @@
+"""The ``System`` protocol: what detection may ask of a machine, and the plain facts it gets back.
+
+Detection touches the OS only through a ``System`` (``LiveSystem`` in ``live.py``, the recorder in
+``capture.py``, the player in ``replay.py``), so the same probes run on this machine, on a capture
+of a Windows laptop, and in tests, and no module keeps platform globals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
+
+DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass
+class PlatformFacts:
+    system: str  # platform.system(): "Linux" | "Windows" | "Darwin"
+    release: str = ""  # platform.release()
+    version: str = ""  # platform.version()
+    machine: str = ""  # platform.machine(): "x86_64", "AMD64", "arm64", "aarch64"
+    python_version: str = ""
+    libc: str = ""  # platform.libc_ver()[0]
+    libc_version: str = ""
+    mac_version: str = ""  # platform.mac_ver()[0]
+    win_version: str = ""  # platform.win32_ver()[1]
+
+    @property
+    def os_name(self) -> str:
+        """``linux`` | ``windows`` | ``macos`` (the names ``Settings`` uses), else the lowercase system."""
+        system = self.system.lower()
+        return {"darwin": "macos"}.get(system, system)
+
+
+@dataclass
+class CommandResult:
+    argv: List[str]
+    returncode: Optional[int] = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    missing: bool = False  # the program is not installed
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.missing
+
+
+class System(Protocol):
+    """What detection may ask of a machine. File reads raise OSError like ``open`` does."""
+
+    def platform(self) -> PlatformFacts: ...
+
+    def read_text(self, path: str) -> str: ...
+
+    def list_dir(self, path: str) -> List[str]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def readlink(self, path: str) -> Optional[str]: ...
+
+    def access(self, path: str, mode: str) -> bool: ...
+
+    def run(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> CommandResult: ...
+
+    def which(self, name: str) -> Optional[str]: ...
+
+    def env(self, name: str) -> Optional[str]: ...
+
+    def memory(self) -> Tuple[Optional[int], Optional[int]]: ...
+
+    def disk_free(self, path: str) -> Optional[int]: ...
+
+    def cpu_count(self) -> Tuple[Optional[int], Optional[int]]: ...
+
+
+class SystemEnviron(Mapping[str, str]):
+    """A System's environment as a read-only mapping, for rules written against ``os.environ``
+    (``Settings.resolve``). Each lookup goes through ``System.env``, so a capture records it and a
+    replay answers it; the variables cannot be listed, so it iterates as empty."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+
+    def __getitem__(self, name: str) -> str:
+        value = self.system.env(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
