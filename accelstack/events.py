@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
+from .domain import EventKind
+
 
 @dataclass
 class ProgressEvent:
@@ -21,7 +23,7 @@ class ProgressEvent:
     (``fetch``, ``install``, ``verify``...).
     """
 
-    kind: str
+    kind: EventKind
     stage: str
     task: str = ""
     done: int = 0
