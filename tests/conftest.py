@@ -6,28 +6,45 @@ options) in the build cache, so only the first run on a machine pays the few min
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from accelstack.settings import ENV, Settings
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _share_probe_cache() -> None:
-    """Every test (and every CLI it starts) shares one 2 GB probe model, made once per machine.
+def _isolate_from_the_user_dirs() -> None:
+    """Tests never write into the developer's real accelstack directories, and share what is costly.
 
-    Tests point ACCELSTACK_CACHE at temp dirs; without this, each installer test that verifies a
-    runtime would synthesize its own probe there.
+    - home, cache and config file (ACCELSTACK_HOME / _CACHE / _CONFIG): one temporary directory for
+      the session, set even when the developer's shell names real ones, so a test (or a CLI it
+      starts) that relies on the defaults cannot touch real runtimes, receipts, rollback watermarks
+      or downloads. Tests that need their own set them per test, as before.
+    - the ggml build cache (ACCELSTACK_BUILD_CACHE) stays shared in the user's cache dir: builds are
+      keyed by their inputs (source hash + options), so reuse is always correct, and it saves the
+      ~4 minute stable-diffusion.cpp build on every run (CI keeps that directory between runs).
+    - the 2 GB probe model (ACCELSTACK_PROBE_CACHE), made once and shared by every test and CLI they
+      start: in the repository's git-ignored .cache/probe, unless the variable is already set.
     """
-    from accelstack.engine.probe_model import PROBE_CACHE_ENV, probe_cache_root
+    real = Settings.resolve()  # before anything below changes the environment
+    os.environ.setdefault(ENV["build_cache"], str(real.build_cache))
+    os.environ.setdefault(ENV["probe_cache"], str(REPO / ".cache" / "probe"))
+    session = Path(tempfile.mkdtemp(prefix="accelstack-tests-"))
+    atexit.register(shutil.rmtree, session, ignore_errors=True)
+    os.environ[ENV["home"]] = str(session / "home")
+    os.environ[ENV["cache"]] = str(session / "cache")
+    os.environ[ENV["config_file"]] = str(session / "config" / "config.yaml")
 
-    os.environ.setdefault(PROBE_CACHE_ENV, str(probe_cache_root()))
 
-
-_share_probe_cache()
+_isolate_from_the_user_dirs()
 FIXTURES = REPO / "tests" / "fixtures"
 
 
