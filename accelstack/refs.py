@@ -1,4 +1,7 @@
-"""What to fetch: the one type shared by manifests (which name files) and artifacts (which fetch them)."""
+"""What to fetch: the one type shared by manifests (which name files) and artifacts (which fetch them).
+
+It lives below every stage so that importing a Plan does not load the HTTP stack.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

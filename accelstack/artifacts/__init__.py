@@ -26,7 +26,7 @@ from .errors import (
     UnsafeArchiveError,
 )
 from .fetch import OFFLINE_ENV, RetryPolicy, check_disk_space, fetch, fetch_one, offline_from_env
-from .refs import ArtifactRef
+from ..refs import ArtifactRef
 from .transport import Transport, check_url
 from .unpack import detect_format, unpack
 

@@ -47,7 +47,7 @@ from .errors import (
     OfflineError,
     SizeMismatchError,
 )
-from .refs import ArtifactRef
+from ..refs import ArtifactRef
 from .transport import DEFAULT_CHUNK_SIZE, Stream, Transport, check_url
 
 OFFLINE_ENV = "ACCELSTACK_OFFLINE"

@@ -7,32 +7,31 @@ import os
 from pathlib import Path
 from typing import List, Optional
 
-from ..errors import UsageError
+from ..errors import AccelstackError, UsageError
+from ..manifests.envelope import check_envelope
 from ..manifests.errors import ManifestError, ManifestKeyError
-from ..manifests.signing import (
-    RollbackStore,
-    TrustStore,
-    check_expiry,
-    check_manifest,
-    default_user_keys_dir,
-    generate_keypair,
-    keyid_of,
-    parse_envelope,
-    parse_public_key,
-    public_raw_of_private,
-    read_manifest_files,
-    sign_manifest,
-    signature_path,
-)
+from ..manifests.fields import decode
+from ..manifests.keys import generate_keypair, keyid_of, parse_public_key, public_raw_of_private
+from ..manifests.signatures import read_manifest_files, sign_manifest, signature_path
+from ..manifests.trust import TrustedManifests
+from ..settings import Settings
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def _user_keys_dir() -> str:
+    """Where users put trusted keys, for help texts (a bad setting must not break --help)."""
+    try:
+        return str(Settings.resolve().user_keys_dir)
+    except AccelstackError:
+        return "the trusted-keys directory of accelstack's user configuration"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "manifest",
         help="create signing keys, sign and verify manifests (for publishers)",
         description="Publisher tools for signed manifests. A manifest is signed with Ed25519; the signature "
         "lives beside it as MANIFEST.sig. Users trust public keys shipped with accelstack or placed in "
-        f"{default_user_keys_dir()} (one base64 key per *.pub file).",
+        f"{_user_keys_dir()} (one base64 key per *.pub file).",
         epilog="workflow:\n"
         "  accelstack manifest keygen --out keys/release          keys/release.key (secret) + keys/release.pub\n"
         "  accelstack manifest sign manifest.json --key keys/release.key   writes manifest.json.sig\n"
@@ -75,6 +74,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
                     help="accept an unsigned or wrongly signed manifest (only for a local mirror you control)")
     vf.add_argument("--no-rollback", action="store_true", help="skip the rollback check")
     vf.add_argument("--record", action="store_true", help="remember this version as the highest seen for its source")
+    vf.add_argument("--home", metavar="DIR",
+                    help="runtime home whose rollback state is checked and recorded (default: ACCELSTACK_HOME or "
+                    "the user data dir, as for install)")
     vf.add_argument("--json", action="store_true", help="print the result as JSON")
     vf.set_defaults(func=run_verify)
 
@@ -140,7 +142,7 @@ def run_keygen(args: argparse.Namespace) -> int:
         args,
         {"keyid": kid, "private_key": str(key_path), "public_key": str(pub_path)},
         f"key id {kid}\n  private key: {key_path} (keep it secret, mode 0600)\n  public key:  {pub_path} "
-        f"(publish it; users put it in {default_user_keys_dir()})",
+        f"(publish it; users put it in {_user_keys_dir()})",
     )
     return 0
 
@@ -155,9 +157,7 @@ def _read_private(path: str) -> bytes:
 def run_sign(args: argparse.Namespace) -> int:
     manifest = Path(args.manifest)
     data, _ = read_manifest_files(manifest)
-    doc = parse_envelope(data)
-    if not args.allow_expired:
-        check_expiry(doc)
+    envelope = check_envelope(decode(data), check_expiry=not args.allow_expired)
     private_pem = _read_private(args.key)
     out = Path(args.out) if args.out else signature_path(manifest)
     existing: Optional[bytes] = None
@@ -175,9 +175,9 @@ def run_sign(args: argparse.Namespace) -> int:
     os.replace(tmp, out)
     _emit(
         args,
-        {"manifest": str(manifest), "signature": str(out), "keyid": kid, "source": doc["source"],
-         "version": doc["version"], "expires": doc["expires"]},
-        f"signed {manifest} ({doc['source']} version {doc['version']}, expires {doc['expires']}) "
+        {"manifest": str(manifest), "signature": str(out), "keyid": kid, "source": envelope.source,
+         "version": envelope.version, "expires": envelope.expires},
+        f"signed {manifest} ({envelope.source} version {envelope.version}, expires {envelope.expires}) "
         f"with key {kid}\n  signature: {out}",
     )
     return 0
@@ -194,22 +194,26 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.only_keys and not args.key:
         raise UsageError("--only-keys needs at least one --key")
     keys: List[Path] = [Path(k) for k in args.key]
+    settings = Settings.resolve(home=args.home)
     try:
-        trust = TrustStore(keys, include_package=not args.only_keys, include_user=not args.only_keys)
+        trusted = TrustedManifests(
+            keys=keys,
+            user_keys_dir=None if args.only_keys else settings.user_keys_dir,
+            include_package_keys=not args.only_keys,
+            rollback_state=None if args.no_rollback else settings.rollback_state,
+            insecure_unsigned=args.insecure_unsigned,
+        )
     except ManifestKeyError as exc:
         raise UsageError(exc.message, exc.hint) from None
-    rollback = None if args.no_rollback else RollbackStore()
-    result = check_manifest(
-        data, sig, trust=trust, rollback=rollback, insecure_unsigned=args.insecure_unsigned, record=args.record
-    )
-    doc = result.data
-    key = trust.get(result.keyid) if result.keyid else None
+    result = trusted.verify(data, sig, str(manifest), record=args.record)
+    env = result.envelope
+    key = trusted.trust.get(result.keyid) if result.keyid else None
     signer = f"key {result.keyid} ({key.origin})" if key else "NO trusted signature (--insecure-unsigned)"
     _emit(
         args,
-        {"ok": True, "manifest": str(manifest), "source": doc["source"], "version": doc["version"],
-         "kind": doc["kind"], "expires": doc["expires"], "signed": result.signed, "keyid": result.keyid},
-        f"OK: {manifest}: {doc['source']} version {doc['version']} ({doc['kind']}), expires {doc['expires']}, "
+        {"ok": True, "manifest": str(manifest), "source": env.source, "version": env.version,
+         "kind": env.kind, "expires": env.expires, "signed": result.signed, "keyid": result.keyid},
+        f"OK: {manifest}: {env.source} version {env.version} ({env.kind}), expires {env.expires}, "
         f"signed by {signer}",
     )
     return 0

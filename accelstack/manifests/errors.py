@@ -26,3 +26,10 @@ class ManifestRollbackError(ManifestError):
 
 class ManifestKeyError(ManifestError):
     """A key file or key text is not a valid Ed25519 key."""
+
+
+class ExpiredManifestFormatError(ManifestExpiredError, ManifestFormatError):
+    """An expired manifest: both a format problem of its ``expires`` field and an expiry.
+
+    Callers catching either ``ManifestExpiredError`` or ``ManifestFormatError`` see it.
+    """

@@ -9,15 +9,28 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 from packaging.version import Version
 
-from .machine import Device, Machine, kind_rank, slots, sm_name, why_not_device, why_preferred
+from ..domain import ApiName, Backend
+from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
+from .knowledge import Manifests
+from .machine import (
+    Device,
+    Machine,
+    cuda_kernels_for,
+    kind_rank,
+    slots,
+    sm_name,
+    visible_devices_env,
+    why_not_device,
+    why_preferred,
+)
 from .plan import BuildSpec, Candidate, Plan, Request
-from .resolve import Manifests, Requirements, cuda_kernels_for, visible_devices_env
-from .schema import DEFAULT_GGML_TIERS, GgmlTarget
+from .request import Requirements
 
+_API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "vulkan": "vulkan", "metal": "metal", "sycl": "xpu", "cpu": "cpu"}
 _TEXT = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
 # CPU features a build may be specialised for (what a local build's flags depend on)
 _BUILD_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
@@ -32,7 +45,7 @@ def _v(text: str) -> Version:
 @dataclass
 class _Eval:
     name: str
-    backend: str
+    backend: Backend
     device: Optional[Device]
     tier: int
     target: Optional[GgmlTarget] = None
@@ -40,11 +53,17 @@ class _Eval:
     fail: Optional[Tuple[str, str]] = None  # (code, reason)
     how: str = ""
     covers: List[Device] = field(default_factory=list)
-    candidate: Optional[Candidate] = None
 
     @property
     def ok(self) -> bool:
         return self.target is not None and self.fail is None
+
+    @property
+    def tgt(self) -> GgmlTarget:
+        """The target of an evaluation that has one (every accepted one does)."""
+        if self.target is None:
+            raise ValueError(f"{self.name}: no target")
+        return self.target
 
     def sort_key(self) -> tuple:
         prio = -(self.target.priority if self.target else 0)
@@ -74,7 +93,7 @@ class _GgmlResolver:
 
     def device_problem(self, dev: Device, backend: str) -> Optional[Tuple[str, str]]:
         m, g = self.m, dev.first
-        usable = m.api_usable(backend if backend != "sycl" else "xpu", g.index)
+        usable = m.api_usable(_API[backend], g.index)
         if backend == "cuda":
             if usable is True or (usable is None and (dev.cuda_max or dev.driver)):
                 return None
@@ -160,7 +179,7 @@ class _GgmlResolver:
         return None
 
     # -- the resolution ----------------------------------------------------------------------------
-    def evaluate(self, dev: Optional[Device], backend: str, tier: int) -> List[_Eval]:
+    def evaluate(self, dev: Optional[Device], backend: Backend, tier: int) -> List[_Eval]:
         ids = {t.id.lower() for t in self.targets}
         if self.forced and self.forced != backend and not any(t.id.lower() == self.forced and t.backend == backend for t in self.targets):
             return [_Eval(backend, backend, dev, tier, fail=("forced-backend", f"not the requested backend {self.request.backend!r}"))]
@@ -180,7 +199,7 @@ class _GgmlResolver:
             if e.ok and dev is not None:
                 e.covers = [dev] + [o for o in self.m.devices if o is not dev and o.vendor == dev.vendor
                                     and kind_rank(o) == kind_rank(dev)
-                                    and not self.device_problem(o, backend) and self.check(o, e.target)[0] is None]
+                                    and not self.device_problem(o, backend) and self.check(o, e.tgt)[0] is None]
         out.sort(key=lambda e: e.sort_key())
         return out
 
@@ -191,7 +210,7 @@ class _GgmlResolver:
         for tier_i, dev, backend in slots(m.devices, self.tiers):
             if backend not in self.backends_for(dev):
                 continue
-            group = self.evaluate(dev, backend, tier_i)
+            group = self.evaluate(dev, cast(Backend, backend), tier_i)
             evals.extend(group)
             if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
                 hardware.append(group[0])
@@ -199,10 +218,8 @@ class _GgmlResolver:
         if chosen is not None and len(chosen.covers) > 1:
             also = [d for d in chosen.covers if d is not chosen.device]
             evals = [e for e in evals if e.device not in also]
-        plan = Plan(stack="ggml", ok=False, summary="", request=self.request)
-        for e in evals:
-            e.candidate = self.candidate(e, chosen)
-        plan.candidates = [e.candidate for e in evals]
+        plan = Plan(stack="ggml", summary="", request=self.request)
+        plan.candidates = [self.candidate(e, chosen) for e in evals]
         best_hw = hardware[0] if hardware else None
         if chosen is not None:
             self.fill(plan, chosen)
@@ -227,14 +244,13 @@ class _GgmlResolver:
             if mf.stale:
                 self.notes.append(f"{mf.envelope.label} expired on {mf.envelope.expires}")
         plan.notes = self.notes + plan.notes
-        plan.ok = plan.status == "ready" and not plan.conflicts
         return plan
 
     def candidate(self, e: _Eval, chosen: Optional[_Eval]) -> Candidate:
         gpus = [i for d in (e.covers or ([e.device] if e.device else [])) for i in d.indexes]
         where = e.device.label if e.device else "the CPU"
         if not e.ok:
-            code, why = e.fail
+            code, why = e.fail or ("no-artifact", "no build")
             return Candidate(name=e.name, backend=e.backend, accepted=False, code=code, reason=f"{e.name} rejected: {why}", gpus=gpus)
         verdict = "chosen" if e is chosen else "accepted"
         text = f"{e.name} {verdict}: {_TEXT[e.backend]} build for {where}" + (f" ({e.how})" if e.how else "")
@@ -246,8 +262,8 @@ class _GgmlResolver:
 
     def why_not(self, e: _Eval, chosen: _Eval) -> str:
         if e.device is chosen.device and e.backend == chosen.backend:
-            if e.target.priority < chosen.target.priority:
-                return f"{chosen.name} is preferred (priority {chosen.target.priority} vs {e.target.priority})"
+            if e.tgt.priority < chosen.tgt.priority:
+                return f"{chosen.name} is preferred (priority {chosen.tgt.priority} vs {e.tgt.priority})"
             return f"{chosen.name} is listed first"
         return why_not_device(e.device, e.tier, _TEXT[e.backend], chosen.device, chosen.tier, _TEXT[chosen.backend])
 
@@ -256,7 +272,7 @@ class _GgmlResolver:
         plan.status = "ready"
         plan.backend, plan.variant = e.backend, e.name
         plan.gpus = [i for d in e.covers for i in d.indexes]
-        plan.artifacts = list(e.target.artifacts)
+        plan.artifacts = list(e.tgt.artifacts)
         size = sum(a.size for a in plan.artifacts)
         where = e.device.label if e.device else "the CPU"
         plan.summary = f"ggml {e.name} ({_TEXT[e.backend]}) for {where}: {len(plan.artifacts)} file(s), {size / 2**20:.1f} MiB"

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
 from ..detect.report import GPU, HardwareReport
+from ..domain import ApiName
 
 GiB = 1024 ** 3
 _ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
@@ -140,7 +141,7 @@ class Machine:
         """Whose NVIDIA driver table applies: under WSL2 the driver is the Windows host's."""
         return "windows" if self.os == "windows" or self.report.os.wsl else "linux"
 
-    def api_usable(self, name: str, gpu: Optional[int] = None) -> Optional[bool]:
+    def api_usable(self, name: ApiName, gpu: Optional[int] = None) -> Optional[bool]:
         """True/False as the report says; None when the report has no entry for the API."""
         api = self.report.api(name)
         if api is None:
@@ -149,7 +150,7 @@ class Machine:
             return False
         return gpu is None or not api.gpus or gpu in api.gpus
 
-    def api_evidence(self, name: str, gpu: Optional[GPU] = None) -> str:
+    def api_evidence(self, name: ApiName, gpu: Optional[GPU] = None) -> str:
         """Detection's evidence about API ``name`` (about ``gpu`` only, without its "GPU n name: " prefix)."""
         api = self.report.api(name)
         if not api or not api.evidence:
@@ -163,7 +164,7 @@ class Machine:
     def vendor_gpus(self, vendor: str) -> List[GPU]:
         return [g for g in self.report.gpus if g.vendor == vendor]
 
-    def ordinals(self, vendor: str, chosen: List[int], api: str = "") -> List[int]:
+    def ordinals(self, vendor: str, chosen: List[int], api: Optional[ApiName] = None) -> List[int]:
         """Positions of ``chosen`` among the vendor's GPUs as that vendor's runtime numbers them.
 
         With an API entry listing GPUs, its order is used (detection lists them as the runtime
@@ -271,3 +272,52 @@ def why_not_device(dev: Optional[Device], tier: int, text: str, chosen_dev: Opti
     if chosen_dev is not None:
         return f"{chosen_dev.label} is preferred ({why_preferred(chosen_dev, dev)})"
     return "ranks lower"
+
+
+# -- what a build needs from the machine's devices ---------------------------------------------
+def cuda_kernels_for(cc: str, sm: Sequence[str], ptx: Sequence[str]) -> Optional[str]:
+    """How a GPU of compute capability ``cc`` runs a CUDA build, or None when it cannot (cached)."""
+    return _kernels(cc, tuple(sm), tuple(ptx))
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernels(cc: str, sm: Tuple[str, ...], ptx: Tuple[str, ...]) -> Optional[str]:
+    """How a GPU of compute capability ``cc`` runs a CUDA build, or None when it cannot.
+
+    Device code (SASS) for X.y runs on X.z with z >= y; "X.ya" (arch-specific) code only on X.y;
+    PTX for X.y is JIT-compiled on any GPU of compute capability X.y or newer.
+    """
+    gpu = cc_parts(cc)
+    if gpu is None:
+        return None
+    best: Optional[Tuple[int, int, str]] = None
+    for s in sm:
+        specific = s.endswith("a")
+        parts = cc_parts(s.rstrip("a"))
+        if parts is None:
+            continue
+        ok = parts == gpu if specific else (parts[0] == gpu[0] and parts[1] <= gpu[1])
+        if ok and (best is None or parts > best[:2]):
+            best = (parts[0], parts[1], f"sm_{parts[0]}{parts[1]}{'a' if specific else ''}")
+    if best:
+        return best[2]
+    for p in sorted(ptx, key=lambda t: cc_parts(t.rstrip("a")) or (0, 0), reverse=True):
+        parts = cc_parts(p.rstrip("a"))
+        if parts is not None and parts <= gpu:
+            return f"compute_{parts[0]}{parts[1]} (PTX, compiled on first use)"
+    return None
+
+
+def visible_devices_env(machine: Machine, vendor: str, chosen: List[int], api: ApiName) -> Dict[str, str]:
+    """The variables that keep a runtime on ``chosen`` when the vendor has other GPUs too."""
+    all_gpus = [g.index for g in machine.vendor_gpus(vendor)]
+    if not chosen or set(chosen) >= set(all_gpus):
+        return {}
+    ordinals = ",".join(map(str, machine.ordinals(vendor, chosen, api)))
+    if vendor == "nvidia":
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ordinals}
+    if vendor == "amd":
+        return {"HIP_VISIBLE_DEVICES": ordinals}
+    if vendor == "intel":
+        return {"ZE_AFFINITY_MASK": ordinals}
+    return {}

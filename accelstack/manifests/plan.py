@@ -7,13 +7,15 @@ environment to set when the runtime starts.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from ..artifacts.refs import ArtifactRef
+from ..domain import Backend, PlanStatus, Stack
+from ..refs import ArtifactRef
 
 PLAN_FORMAT = 1
-STACKS = ("torch", "ggml")
+STACKS: Tuple[Stack, ...] = ("torch", "ggml")  # the order --help and error messages list them in
 PYTHON_PLACEHOLDER = "{python}"  # commands name the target environment's interpreter this way
 
 
@@ -26,7 +28,7 @@ class Request:
     is the target environment's version ("3.11"; empty: the one in the hardware report).
     """
 
-    stack: str = "torch"
+    stack: Stack = "torch"
     requirements: List[str] = field(default_factory=list)
     backend: str = ""
     python: str = ""
@@ -42,7 +44,7 @@ class Candidate:
     """
 
     name: str  # "cu128", "rocm6.4", "cpu", a ggml target id
-    backend: str  # cuda | rocm | xpu | mps | directml | cpu | vulkan | metal | sycl
+    backend: Backend
     accepted: bool
     reason: str
     code: str = ""
@@ -60,8 +62,6 @@ class Command:
     why: str = ""
 
     def render(self, python: str = "python") -> str:
-        import shlex
-
         return " ".join(shlex.quote(a.replace(PYTHON_PLACEHOLDER, python)) for a in self.argv)
 
 
@@ -69,15 +69,12 @@ class Command:
 class BuildSpec:
     """What a ggml build for this machine needs when no published artifact fits (or a better one could)."""
 
-    backend: str
+    backend: Backend
     os: str
     arch: str
     gpus: List[int] = field(default_factory=list)
     properties: Dict[str, str] = field(default_factory=dict)  # "sm": "12.0", "gfx": "gfx1103", "cpu_features": ...
     reason: str = ""
-
-
-STATUSES = ("ready", "needs-build", "unsatisfiable")
 
 
 @dataclass
@@ -87,13 +84,14 @@ class Plan:
     ``status``: ``ready`` (something to install was chosen: commands or artifacts),
     ``needs-build`` (ggml: no published artifact fits; ``build`` says what a local build needs),
     ``unsatisfiable`` (nothing runs here as requested; the candidates say why).
-    ``ok`` is ``ready`` with nothing in ``conflicts``.
+    ``ok`` (derived, and written to JSON) is ``ready`` with nothing in ``conflicts``.
     """
 
-    stack: str
-    ok: bool
+    __derived__ = ("ok",)
+
+    stack: Stack
     summary: str  # the decision in one sentence
-    status: str = "ready"
+    status: PlanStatus = "ready"
     request: Request = field(default_factory=Request)
     backend: str = ""
     variant: str = ""
@@ -113,6 +111,10 @@ class Plan:
     notes: List[str] = field(default_factory=list)
     manifests: List[str] = field(default_factory=list)  # which data decided: "torch manifest 'builtin' version 1"
     format_version: int = PLAN_FORMAT
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ready" and not self.conflicts
 
     @property
     def chosen(self) -> Optional[Candidate]:

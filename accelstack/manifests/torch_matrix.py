@@ -33,16 +33,16 @@ import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from .schema import (
-    _CC,
-    _GFX,
-    Envelope,
-    check_envelope,
+from ..domain import Backend, Stack
+from .envelope import Envelope, check_envelope, is_expired
+from .fields import (
+    CC,
+    GFX,
     decode,
     fail,
     get,
@@ -50,12 +50,11 @@ from .schema import (
     get_str_list,
     get_str_map,
     get_version,
-    is_expired,
     join,
     parse_version,
 )
 
-TORCH_BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
+TORCH_BACKENDS: Tuple[Backend, ...] = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
 PLATFORMS = ("linux-x86_64", "linux-arm64", "windows-x86_64", "windows-arm64", "macos-arm64", "macos-x86_64", "wsl-x86_64")
 COMPANIONS = ("torchvision", "torchaudio")
 BUILTIN = "torch.json"
@@ -89,7 +88,7 @@ class PlatformBuild:
 @dataclass
 class Variant:
     name: str
-    backend: str
+    backend: Backend
     platforms: Dict[str, PlatformBuild]
     cuda: str = ""
     rocm: str = ""
@@ -161,7 +160,7 @@ class TorchMatrix:
     stale: bool = False  # expired bundled data, used anyway (the plan says so)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Stack:
         return "torch"
 
     def toolkit(self, cuda: str) -> Optional[CudaToolkit]:
@@ -195,9 +194,9 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
     if not isinstance(obj, dict):
         raise fail(path, "expected an object")
     build = PlatformBuild(
-        sm=get_str_list(obj, "sm", path, pattern=_CC),
-        ptx=get_str_list(obj, "ptx", path, pattern=_CC),
-        gfx=get_str_list(obj, "gfx", path, pattern=_GFX),
+        sm=get_str_list(obj, "sm", path, pattern=CC),
+        ptx=get_str_list(obj, "ptx", path, pattern=CC),
+        gfx=get_str_list(obj, "gfx", path, pattern=GFX),
         macos_min=get_version(obj, "macos_min", path, required=False),
         windows_min_build=get(obj, "windows_min_build", path, int, required=False, default=0),
         glibc=get_version(obj, "glibc", path, required=False),
@@ -213,7 +212,7 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
 def _parse_variant(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> Variant:
     if not isinstance(obj, dict):
         raise fail(path, "expected an object")
-    backend = get_str(obj, "backend", path, choices=TORCH_BACKENDS)
+    backend = cast(Backend, get_str(obj, "backend", path, choices=TORCH_BACKENDS))
     plats_raw = get(obj, "platforms", path, dict)
     if not plats_raw:
         raise fail(join(path, "platforms"), "must name at least one platform")
@@ -296,10 +295,10 @@ def _parse_release(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> 
     rel.by_name = {v.name: v for v in variants}
     rel.python_spec = _spec(rel.python, join(path, "python"))
     for i, text in enumerate(rel.versions):
-        v = parse_version(text, join(join(path, "versions"), i))
-        if (v.major, v.minor) != (rel.version.major, rel.version.minor):
+        known = parse_version(text, join(join(path, "versions"), i))
+        if (known.major, known.minor) != (rel.version.major, rel.version.minor):
             raise fail(join(join(path, "versions"), i), f"{text} is not in the {line} release line")
-        rel.known_versions.append(v)
+        rel.known_versions.append(known)
     return rel
 
 
@@ -346,11 +345,11 @@ def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
         if gfx == "comment":
             continue
         p = join("gfx_overrides", gfx)
-        if not _GFX.match(gfx):
+        if not GFX.match(gfx):
             raise fail(p, f"{gfx!r} is not a gfx target")
         if not isinstance(o, dict):
             raise fail(p, "expected an object")
-        overrides[gfx] = GfxOverride(target=get_str(o, "target", p, pattern=_GFX), value=get_version(o, "value", p),
+        overrides[gfx] = GfxOverride(target=get_str(o, "target", p, pattern=GFX), value=get_version(o, "value", p),
                                      sources=get_str_list(o, "sources", p))
     refused = {k: v for k, v in get_str_map(doc, "gfx_override_refused", "").items() if k != "comment"}
     xpu = get(doc, "xpu_devices", "", dict, required=False, default={})
@@ -380,7 +379,7 @@ def load_torch_matrix(data: bytes, *, now: Optional[datetime] = None, check_expi
 
 @functools.lru_cache(maxsize=1)
 def _builtin_bytes() -> bytes:
-    return resources.files("accelstack.manifests").joinpath("data", BUILTIN).read_bytes()
+    return resources.files("accelstack.manifests").joinpath("data").joinpath(BUILTIN).read_bytes()
 
 
 def builtin_torch_matrix(now: Optional[datetime] = None) -> TorchMatrix:

@@ -108,9 +108,9 @@ def fixture_names() -> List[str]:
     return sorted(p.name for p in CAPTURES.iterdir() if (p / "capture.json").is_file())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def replay(name: str) -> HardwareReport:
     from accelstack.detect import detect
     from accelstack.detect.system import ReplaySystem
 
-    return detect(ReplaySystem(str(CAPTURES / name)), install_dir="/nonexistent/accelstack-test-home")
+    return detect(ReplaySystem(str(CAPTURES / name)), home=Path("/nonexistent/accelstack-test-home"))

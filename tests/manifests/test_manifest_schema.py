@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from accelstack.errors import Action
 from accelstack.manifests import ExpiredManifestFormatError, GgmlManifest, TorchMatrix, load_manifest, load_manifest_file
 from accelstack.manifests.errors import ManifestError, ManifestExpiredError, ManifestFormatError, ManifestSignatureError
 from accelstack.manifests.torch_matrix import builtin_torch_matrix
@@ -142,6 +143,7 @@ def test_newer_format_version_says_upgrade():
     with pytest.raises(ManifestFormatError) as info:
         load(doc)
     assert "upgrade accelstack" in info.value.hint
+    assert info.value.action is Action.UPDATE_ACCELSTACK
 
 
 def test_expired_manifest_is_refused_as_format_and_expiry_error():
@@ -212,18 +214,18 @@ def test_builtin_matrix_past_expiry_is_stale_not_refused():
 
 
 def test_verified_load_checks_signature_then_body(tmp_path):
-    from accelstack.manifests import load_verified
-    from accelstack.manifests.signing import TrustStore, generate_keypair, sign_manifest
+    from accelstack.manifests import TrustedManifests
+    from accelstack.manifests.signing import generate_keypair, sign_manifest
 
     private, public = generate_keypair()
-    trust = TrustStore([public], include_package=False, include_user=False)
+    trusted = TrustedManifests(keys=[public], include_package_keys=False)
     data = json.dumps(ggml_doc()).encode()
     sig = sign_manifest(data, private)
-    assert isinstance(load_verified(data, sig, trust=trust), GgmlManifest)
-    with pytest.raises(ManifestSignatureError):
-        load_verified(data.replace(b'"version": 3', b'"version": 4'), sig, trust=trust)
+    assert isinstance(trusted.load(data, sig, "https://example.org/m.json"), GgmlManifest)
+    with pytest.raises(ManifestSignatureError, match=r"^https://example.org/m.json: .*modified after signing"):
+        trusted.load(data.replace(b'"version": 3', b'"version": 4'), sig, "https://example.org/m.json")
     bad = ggml_doc()
     bad["targets"][0]["artifacts"][0]["sha256"] = "x"
     bad_data = json.dumps(bad).encode()
     with pytest.raises(ManifestFormatError, match=r"targets\[0\]\.artifacts\[0\]\.sha256"):
-        load_verified(bad_data, sign_manifest(bad_data, private), trust=trust)
+        trusted.load(bad_data, sign_manifest(bad_data, private))

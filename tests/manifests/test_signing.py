@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from accelstack.cli import main
+from accelstack.errors import Action
 from accelstack.manifests.errors import (
     ManifestError,
     ManifestExpiredError,
@@ -24,15 +25,15 @@ from accelstack.manifests.errors import (
 from accelstack.manifests.signing import (
     RollbackStore,
     TrustStore,
-    check_manifest,
-    default_state_path,
     generate_keypair,
     keyid_of,
     sign_manifest,
-    verify_manifest,
 )
+from accelstack.manifests.trust import TrustedManifests, VerifiedManifest
+from accelstack.settings import Settings
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+SHA = "ab" * 32
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +51,9 @@ def manifest(**over) -> bytes:
         "version": 7,
         "expires": "2027-06-01T00:00:00Z",
         "kind": "ggml",
-        "variants": [],
+        "package": "stable-diffusion.cpp",
+        "targets": [{"id": "cpu", "os": "linux", "arch": "x86_64", "backend": "cpu",
+                     "artifacts": [{"name": "cpu.whl", "sha256": SHA, "size": 10, "url": "https://example.org/cpu.whl"}]}],
     }
     doc.update(over)
     for key in [k for k, v in over.items() if v is ...]:
@@ -66,17 +69,27 @@ def keys():
 
 @pytest.fixture
 def trust(keys):
-    return TrustStore([keys[1]], include_package=False, include_user=False)
+    """The publisher's public key only (the shipped ones and the user's are left out)."""
+    return [keys[1]]
 
 
 @pytest.fixture
 def rollback(tmp_path):
-    return RollbackStore(tmp_path / "state" / "versions.json")
+    return tmp_path / "state" / "versions.json"
 
 
-def verify(data, sig, trust, **kw):
-    kw.setdefault("now", NOW)
-    return verify_manifest(data, sig, trust=trust, **kw)
+def verify(data, sig, trust, *, rollback=None, insecure_unsigned=False, now=NOW, record=True) -> dict:
+    """Verify as accelstack does; the manifest's envelope as a dict, plus its signer."""
+    result = checked(data, sig, trust, rollback=rollback, insecure_unsigned=insecure_unsigned, now=now, record=record)
+    env = result.envelope
+    return {"source": env.source, "version": env.version, "kind": env.kind, "keyid": result.keyid}
+
+
+def checked(data, sig, trust, *, rollback=None, insecure_unsigned=False, now=NOW, record=True) -> VerifiedManifest:
+    clock = (lambda: now) if now is not None else None
+    trusted = TrustedManifests(keys=trust, include_package_keys=False, rollback_state=rollback,
+                               insecure_unsigned=insecure_unsigned, **({"clock": clock} if clock else {}))
+    return trusted.verify(data, sig, record=record)
 
 
 # -- signatures ------------------------------------------------------------------------------------
@@ -88,7 +101,7 @@ def test_sign_and_verify_round_trip(keys, trust, rollback):
     assert doc["format"] == "accelstack-signature"
     assert doc["signatures"][0]["keyid"] == hashlib.sha256(raw).hexdigest()[:16] == keyid_of(raw)
     assert verify(data, sig, trust, rollback=rollback)["version"] == 7
-    assert rollback.highest("official") == 7
+    assert RollbackStore(rollback).highest("official") == 7
 
 
 def test_tampered_manifest_is_refused(keys, trust):
@@ -102,13 +115,23 @@ def test_tampered_manifest_is_refused(keys, trust):
         verify(one_byte, sig, trust)
 
 
-def test_unsigned_manifest_is_refused_unless_insecure(trust, rollback):
+def test_unsigned_manifest_is_refused_unless_insecure(keys, trust, rollback):
     data = manifest()
     with pytest.raises(ManifestSignatureError, match="not signed") as info:
         verify(data, None, trust)
-    assert "--insecure-unsigned" in info.value.hint
+    assert info.value.action is Action.ALLOW_UNSIGNED and "mirror you control" in info.value.hint
+    assert "--" not in info.value.hint and "accelstack " not in info.value.hint
     assert verify(data, None, trust, insecure_unsigned=True, rollback=rollback)["source"] == "official"
-    assert rollback.highest("official") is None, "an unverified manifest never raises the watermark"
+    assert RollbackStore(rollback).highest("official") is None, "an unverified manifest never raises the watermark"
+    # a wrong signature accepted on the user's word does not raise it either; a valid one does
+    other_pem, _ = generate_keypair()
+    assert verify(data, sign_manifest(data, other_pem), trust, insecure_unsigned=True, rollback=rollback)["keyid"] is None
+    assert RollbackStore(rollback).highest("official") is None
+    assert verify(data, sign_manifest(data, keys[0]), trust, insecure_unsigned=True, rollback=rollback)["keyid"]
+    assert RollbackStore(rollback).highest("official") == 7
+    # and the watermark still refuses an older one, signed or not
+    with pytest.raises(ManifestRollbackError):
+        verify(manifest(version=6), None, trust, insecure_unsigned=True, rollback=rollback)
 
 
 def test_insecure_unsigned_still_checks_envelope_and_expiry(trust):
@@ -122,11 +145,11 @@ def test_untrusted_key_is_refused(keys):
     other_pem, other_pub = generate_keypair()
     data = manifest()
     sig = sign_manifest(data, other_pem)
-    trust = TrustStore([keys[1]], include_package=False, include_user=False)
-    with pytest.raises(ManifestSignatureError, match="not trusted"):
-        verify(data, sig, trust)
+    with pytest.raises(ManifestSignatureError, match="not trusted") as info:
+        verify(data, sig, [keys[1]])
+    assert info.value.action is Action.TRUST_KEY
     with pytest.raises(ManifestSignatureError, match="not trusted.*none"):
-        verify(data, sig, TrustStore(include_package=False, include_user=False))
+        verify(data, sig, [])
 
 
 def test_cosigned_manifest_verifies_with_either_key(keys):
@@ -138,7 +161,7 @@ def test_cosigned_manifest_verifies_with_either_key(keys):
     sig = sign_manifest(data, keys[0], existing=sig)  # re-signing replaces, not duplicates
     assert len(json.loads(sig)["signatures"]) == 2
     for pub in (keys[1], other_pub):
-        assert verify(data, sig, TrustStore([pub], include_package=False, include_user=False))
+        assert verify(data, sig, [pub])["keyid"] == keyid_of(base64.b64decode(pub))
 
 
 @pytest.mark.parametrize("sig", [
@@ -173,7 +196,11 @@ def test_expired_manifest_is_refused(keys, trust):
         verify(data, sign_manifest(data, keys[0]), trust)
     future = (datetime.now(timezone.utc) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     data = manifest(expires=future)
-    assert verify_manifest(data, sign_manifest(data, keys[0]), trust=trust)
+    assert verify(data, sign_manifest(data, keys[0]), trust, now=None)
+    # the clock is an input
+    assert verify(data, sign_manifest(data, keys[0]), trust, now=datetime.now(timezone.utc) + timedelta(days=29))
+    with pytest.raises(ManifestExpiredError):
+        verify(data, sign_manifest(data, keys[0]), trust, now=datetime.now(timezone.utc) + timedelta(days=31))
 
 
 def test_rollback_is_refused_and_newer_is_recorded(keys, trust, rollback):
@@ -186,19 +213,22 @@ def test_rollback_is_refused_and_newer_is_recorded(keys, trust, rollback):
     with pytest.raises(ManifestRollbackError, match="version 6 is older than version 7"):
         verify(*signed(6), trust, rollback=rollback)
     verify(*signed(9), trust, rollback=rollback)
-    assert rollback.highest("official") == 9
+    assert RollbackStore(rollback).highest("official") == 9
     with pytest.raises(ManifestRollbackError):
         verify(*signed(8), trust, rollback=rollback)
     verify(*signed(1, source="mirror-b"), trust, rollback=rollback)  # per source
     # persisted across instances
-    again = RollbackStore(rollback.path)
+    again = RollbackStore(rollback)
     assert again.highest("official") == 9 and again.highest("mirror-b") == 1
     # record=False checks without remembering
     verify(*signed(20), trust, rollback=rollback, record=False)
-    assert rollback.highest("official") == 9
+    assert again.highest("official") == 9
+    # no rollback state: no check
+    verify(*signed(2), trust)
 
 
 def test_rollback_state_is_atomic_and_corruption_is_loud(rollback):
+    rollback = RollbackStore(rollback)
     rollback.check("s", 3)
     assert [p.name for p in rollback.path.parent.iterdir() if p.name.endswith(".tmp")] == []
     assert json.loads(rollback.path.read_text())["sources"]["s"]["version"] == 3
@@ -208,13 +238,20 @@ def test_rollback_state_is_atomic_and_corruption_is_loud(rollback):
     assert "delete" in info.value.hint
 
 
-def test_default_state_path_honours_accelstack_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("ACCELSTACK_HOME", str(tmp_path / "h"))
-    assert default_state_path() == tmp_path / "h" / "state" / "manifest-versions.json"
-    assert RollbackStore().path == default_state_path()
-    monkeypatch.delenv("ACCELSTACK_HOME")
-    assert default_state_path().name == "manifest-versions.json"
-    assert str(tmp_path / "xdg-data") in str(default_state_path())
+def test_trust_follows_settings_of_the_home(tmp_path, keys):
+    settings = Settings.resolve(home=tmp_path / "h", config_dir=tmp_path / "cfg", trusted_keys=[keys[1]], env={})
+    trusted = TrustedManifests.from_settings(settings, clock=lambda: NOW)
+    assert trusted.rollback is not None
+    assert trusted.rollback.path == tmp_path / "h" / "state" / "manifest-versions.json" == settings.rollback_state
+    data = manifest()
+    assert trusted.verify(data, sign_manifest(data, keys[0])).signed
+    assert RollbackStore(settings.rollback_state).highest("official") == 7
+    # the user's trusted-keys directory comes from the settings too
+    pem2, pub2 = generate_keypair()
+    settings.user_keys_dir.mkdir(parents=True)
+    (settings.user_keys_dir / "publisher.pub").write_text(pub2)
+    data = manifest(version=8)
+    assert TrustedManifests.from_settings(settings, clock=lambda: NOW).verify(data, sign_manifest(data, pem2)).signed
 
 
 # -- envelope --------------------------------------------------------------------------------------------
@@ -240,7 +277,7 @@ def test_default_state_path_honours_accelstack_home(tmp_path, monkeypatch):
 ])
 def test_envelope_errors_name_the_field(keys, trust, over, field):
     data = manifest(**over)
-    with pytest.raises(ManifestFormatError, match=f"'{field}'"):
+    with pytest.raises(ManifestFormatError, match=f"^{field}:"):
         verify(data, sign_manifest(data, keys[0]), trust)
 
 
@@ -254,7 +291,7 @@ def test_unknown_format_version_says_upgrade(keys, trust):
     data = manifest(format_version=2)
     with pytest.raises(ManifestFormatError) as info:
         verify(data, sign_manifest(data, keys[0]), trust)
-    assert "upgrade" in info.value.hint
+    assert "upgrade" in info.value.hint and info.value.action is Action.UPDATE_ACCELSTACK
 
 
 # -- trust store ---------------------------------------------------------------------------------------
@@ -271,18 +308,21 @@ def test_trust_store_sources(tmp_path, keys):
     explicit = tmp_path / "explicit.pub"
     explicit.write_text(keys[1])
 
-    store = TrustStore([explicit], package_dir=pkg_dir)  # user dir from platformdirs (XDG_CONFIG_HOME)
+    store = TrustStore([explicit], package_dir=pkg_dir, user_dir=user_dir)
     ids = {keyid_of(base64.b64decode(p)) for p in (keys[1], pub2, pub3)}
     assert set(store.keyids) == ids
     assert store.get(keyid_of(base64.b64decode(pub2))).origin.startswith("user:")
     assert store.get(keyid_of(base64.b64decode(pub3))).origin.startswith("package:")
-    assert TrustStore(include_package=False, include_user=False).keyids == []
+    assert TrustStore(include_package=False).keyids == []
+    assert TrustStore(package_dir=pkg_dir).keyids == [keyid_of(base64.b64decode(pub3))], "no user dir given: none read"
     data = manifest()
-    assert verify(data, sign_manifest(data, pem2), store)
+    trusted = TrustedManifests(keys=[str(explicit)], user_keys_dir=user_dir, include_package_keys=False, clock=lambda: NOW)
+    assert trusted.verify(data, sign_manifest(data, pem2)).keyid == keyid_of(base64.b64decode(pub2))
+    assert trusted.verify(data, sign_manifest(data, keys[0])).keyid == keyid_of(base64.b64decode(keys[1]))
 
 
 def test_shipped_keys_directory_loads():
-    store = TrustStore(include_user=False)  # whatever ships must parse
+    store = TrustStore()  # whatever ships must parse
     for kid in store.keyids:
         assert len(kid) == 16
 
@@ -292,7 +332,9 @@ def test_bad_key_files_are_loud(tmp_path, text):
     bad = tmp_path / "bad.pub"
     bad.write_text(text)
     with pytest.raises(ManifestKeyError, match="bad.pub"):
-        TrustStore([bad], include_package=False, include_user=False)
+        TrustStore([bad], include_package=False)
+    with pytest.raises(ManifestKeyError, match="bad.pub"):
+        TrustedManifests(keys=[str(bad)])
 
 
 # -- CLI -----------------------------------------------------------------------------------------------
@@ -335,7 +377,7 @@ def test_cli_sign_refuses_broken_or_expired_manifests(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_bytes(manifest(version="x"))
     assert main(["manifest", "sign", str(bad), "--key", str(tmp_path / "k.key")]) == 1
-    assert "'version'" in capsys.readouterr().err
+    assert "version:" in capsys.readouterr().err
     old = tmp_path / "old.json"
     old.write_bytes(manifest(expires="2020-01-01T00:00:00Z"))
     assert main(["manifest", "sign", str(old), "--key", str(tmp_path / "k.key")]) == 1
@@ -356,9 +398,26 @@ def test_cli_verify_rollback_state(tmp_path, capsys, keys):
         assert rc == (0 if version == 5 else 1)
     assert "rollback" in capsys.readouterr().err
     assert main(["manifest", "verify", str(m), "--key", str(pub), "--no-rollback"]) == 0
+    # the same watermark install uses: the home's, from Settings (ACCELSTACK_HOME here)
+    state = Settings.resolve().rollback_state
+    assert state == tmp_path / "home" / "state" / "manifest-versions.json"
+    assert RollbackStore(state).highest("official") == 5
+    with pytest.raises(ManifestRollbackError):
+        TrustedManifests.from_settings(Settings.resolve(trusted_keys=[str(pub)])).verify(
+            m.read_bytes(), (tmp_path / "m.json.sig").read_bytes())
+    # --home names another home, with its own watermark
+    other = tmp_path / "other-home"
+    assert main(["manifest", "verify", str(m), "--key", str(pub), "--record", "--home", str(other)]) == 0
+    assert RollbackStore(Settings.resolve(home=other).rollback_state).highest("official") == 4
 
 
-def test_check_manifest_reports_the_key(keys, trust):
+def test_verify_reports_the_key_and_refuses_another_kind(keys, trust):
     data = manifest()
-    result = check_manifest(data, sign_manifest(data, keys[0]), trust=trust, now=NOW)
+    result = checked(data, sign_manifest(data, keys[0]), trust)
     assert result.signed and result.keyid == keyid_of(base64.b64decode(keys[1]))
+    assert result.manifest.targets[0].id == "cpu"
+    trusted = TrustedManifests(keys=trust, include_package_keys=False, clock=lambda: NOW)
+    assert trusted.load(data, sign_manifest(data, keys[0]), "m.json").package == "stable-diffusion.cpp"
+    torch = manifest(kind="torch")
+    with pytest.raises(ManifestFormatError, match="^m.json: kind: expected a ggml manifest"):
+        trusted.load(torch, sign_manifest(torch, keys[0]), "m.json")

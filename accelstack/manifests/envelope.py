@@ -1,0 +1,97 @@
+"""The envelope every manifest carries, and its expiry: checked here and nowhere else.
+
+    {"format": "accelstack-manifest", "format_version": 1, "source": "official",
+     "version": 42, "expires": "2027-06-01T00:00:00Z", "kind": "ggml" | "torch", ...body}
+
+``source`` names the channel whose ``version`` must never go down (rollback protection, see
+:mod:`accelstack.manifests.rollback`); ``expires`` bounds how long a captured manifest can be
+replayed to a user.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Optional, Tuple, cast
+
+from ..domain import STACKS, Stack
+from ..errors import Action
+from .errors import ExpiredManifestFormatError
+from .fields import fail, get, get_str
+
+MANIFEST_FORMAT = "accelstack-manifest"
+SUPPORTED_FORMAT_VERSIONS: Tuple[int, ...] = (1,)
+KINDS: Tuple[Stack, ...] = STACKS
+_ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$")
+
+
+@dataclass
+class Envelope:
+    """What every manifest says about itself."""
+
+    source: str
+    version: int
+    expires: str
+    kind: Stack
+    format_version: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} manifest '{self.source}' version {self.version}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def parse_expires(value: str, path: str = "expires") -> datetime:
+    """An ISO-8601 date-time with a zone (``Z`` or ``+hh:mm``) as an aware UTC datetime."""
+    if not _ISO.match(value):
+        raise fail(path, f"{value!r} is not an ISO-8601 date-time with a time zone, e.g. 2027-06-01T00:00:00Z")
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    try:
+        return datetime.fromisoformat(text).astimezone(timezone.utc)
+    except ValueError:
+        raise fail(path, f"{value!r} is not a valid date-time") from None
+
+
+def is_expired(envelope: Envelope, now: Optional[datetime] = None) -> bool:
+    now = now or utcnow()
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return now >= parse_expires(envelope.expires)
+
+
+def check_envelope(doc: Any, *, now: Optional[datetime] = None, check_expiry: bool = True) -> Envelope:
+    """The envelope of ``doc``; raise for a wrong format, unknown format version, bad or past expiry."""
+    if not isinstance(doc, dict):
+        raise fail("", f"a manifest must be a JSON object, got {type(doc).__name__}")
+    fmt = get_str(doc, "format", "")
+    if fmt != MANIFEST_FORMAT:
+        raise fail("format", f"expected {MANIFEST_FORMAT!r}, got {fmt!r}")
+    fv = get(doc, "format_version", "", int)
+    if fv not in SUPPORTED_FORMAT_VERSIONS:
+        newer = fv > max(SUPPORTED_FORMAT_VERSIONS)
+        raise fail(
+            "format_version",
+            f"unknown format version {fv} (this accelstack reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})",
+            "upgrade accelstack to read this manifest" if newer else "the manifest is malformed; get it again from its publisher",
+            action=Action.UPDATE_ACCELSTACK if newer else Action.NONE,
+        )
+    env = Envelope(
+        source=get_str(doc, "source", ""),
+        version=get(doc, "version", "", int),
+        expires=get_str(doc, "expires", ""),
+        kind=cast(Stack, get_str(doc, "kind", "", choices=KINDS)),
+        format_version=fv,
+    )
+    if env.version < 0:
+        raise fail("version", f"must be >= 0, got {env.version}")
+    parse_expires(env.expires)
+    if check_expiry and is_expired(env, now):
+        raise ExpiredManifestFormatError(
+            f"expires: {env.label} expired on {env.expires}",
+            "get a current manifest from its publisher (an expired one may list known-bad files), "
+            "and check the system clock",
+        )
+    return env

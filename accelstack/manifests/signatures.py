@@ -1,0 +1,132 @@
+"""Signatures of manifests: the ``.sig`` document beside a manifest, made and checked.
+
+The signed bytes are the manifest file's exact bytes. The signature travels beside it as
+``<manifest>.sig``::
+
+    {"format": "accelstack-signature",
+     "signatures": [{"keyid": "<16 hex>", "sig": "<base64 Ed25519 signature of the manifest bytes>"}]}
+
+Several publishers may co-sign one manifest; any trusted key's valid signature is enough.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+from ..errors import Action
+from .errors import ManifestError, ManifestSignatureError
+from .keys import TrustStore, keyid_of, load_private_key, public_raw_of_private
+
+SIGNATURE_FORMAT = "accelstack-signature"
+SIG_SUFFIX = ".sig"
+
+
+def sign_manifest(data: bytes, private_pem: bytes, existing: Optional[bytes] = None) -> bytes:
+    """The ``.sig`` document for ``data`` signed with ``private_pem``.
+
+    With ``existing`` (a current ``.sig``), its other keys' entries are kept and this key's entry
+    is replaced: several publishers can co-sign one manifest.
+    """
+    key = load_private_key(private_pem)
+    kid = keyid_of(public_raw_of_private(private_pem))
+    entries: List[Dict[str, str]] = []
+    if existing:
+        entries = [e for e in parse_signature(existing) if e["keyid"] != kid]
+    entries.append({"keyid": kid, "sig": base64.b64encode(key.sign(data)).decode("ascii")})
+    doc = {"format": SIGNATURE_FORMAT, "signatures": entries}
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def parse_signature(signature: bytes) -> List[Dict[str, str]]:
+    """The entries of a ``.sig`` document; raise :class:`ManifestSignatureError` if malformed."""
+    try:
+        doc = json.loads(signature.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestSignatureError(f"signature file is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SIGNATURE_FORMAT:
+        raise ManifestSignatureError(f"signature file: 'format' must be {SIGNATURE_FORMAT!r}")
+    entries = doc.get("signatures")
+    if not isinstance(entries, list):
+        raise ManifestSignatureError("signature file: 'signatures' must be a list")
+    out = []
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("keyid"), str)
+            or not isinstance(entry.get("sig"), str)
+        ):
+            raise ManifestSignatureError(f"signature file: signatures[{i}] needs string 'keyid' and 'sig'")
+        out.append({"keyid": entry["keyid"], "sig": entry["sig"]})
+    return out
+
+
+def verify_signature(data: bytes, signature: Optional[bytes], trust: TrustStore) -> str:
+    """The key id of a trusted key whose valid signature of ``data`` is in ``signature``.
+
+    Raise :class:`ManifestSignatureError` if the manifest is unsigned, signed only by untrusted
+    keys, or if no trusted signature matches the bytes (tampering).
+    """
+    from cryptography.exceptions import InvalidSignature
+
+    if signature is None:
+        raise ManifestSignatureError(
+            "the manifest is not signed (no .sig file beside it)",
+            "get the manifest from its publisher; accept unsigned manifests only from a mirror you control",
+            action=Action.ALLOW_UNSIGNED,
+        )
+    entries = parse_signature(signature)
+    if not entries:
+        raise ManifestSignatureError("the signature file holds no signature")
+    tried: List[str] = []
+    for entry in entries:
+        key = trust.get(entry["keyid"])
+        if key is None:
+            continue
+        tried.append(entry["keyid"])
+        try:
+            sig = base64.b64decode(entry["sig"], validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        try:
+            key.verifier().verify(sig, data)
+            return key.keyid
+        except InvalidSignature:
+            continue
+    if tried:
+        raise ManifestSignatureError(
+            f"the manifest does not match its signature by trusted key {', '.join(tried)}: "
+            "it was modified after signing, or is corrupt",
+            "download the manifest again from its publisher",
+            action=Action.RETRY,
+        )
+    signed_by = ", ".join(e["keyid"] for e in entries)
+    raise ManifestSignatureError(
+        f"the manifest is signed by key {signed_by}, which is not trusted (trusted: {', '.join(trust.keyids) or 'none'})",
+        "trust the publisher's public key (put it in the trusted-keys directory) if you trust the publisher",
+        action=Action.TRUST_KEY,
+    )
+
+
+def signature_path(manifest_path: Union[str, Path]) -> Path:
+    """Where a manifest's signature lives: ``<manifest file name>.sig`` beside it."""
+    p = Path(manifest_path)
+    return p.with_name(p.name + SIG_SUFFIX)
+
+
+def read_manifest_files(manifest_path: Union[str, Path]) -> Tuple[bytes, Optional[bytes]]:
+    """The manifest's bytes and its signature's (``None`` if there is no ``.sig``)."""
+    p = Path(manifest_path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})") from None
+    try:
+        sig: Optional[bytes] = signature_path(p).read_bytes()
+    except FileNotFoundError:
+        sig = None
+    except OSError as exc:
+        raise ManifestError(f"cannot read signature {signature_path(p)} ({exc.strerror or exc})") from None
+    return data, sig
