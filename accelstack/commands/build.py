@@ -9,8 +9,8 @@ from ..serde import to_dict
 from .progress import progress_renderer
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
-    from ..publisher.build import VARIANTS
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..publisher.build import COMPILE_TIMEOUT, VARIANTS
 
     p = sub.add_parser(
         "build",
@@ -26,16 +26,19 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--sdist", metavar="PATH", help="stable_diffusion_cpp_python-*.tar.gz (default: downloaded from the package registry)")
     p.add_argument("--out", metavar="DIR", help="copy the wheel and its build record here")
     p.add_argument("--jobs", type=int, default=0, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--timeout", type=float, default=COMPILE_TIMEOUT, metavar="SECONDS",
+                   help=f"stop a compile that runs longer than this (default {COMPILE_TIMEOUT:.0f})")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..publisher.build import build_ggml
 
     with progress_renderer(json_mode=args.json) as progress:
         result = build_ggml(args.backend, sdist=Path(args.sdist) if args.sdist else None,
-                            out_dir=Path(args.out) if args.out else None, jobs=args.jobs or None, progress=progress)
+                            out_dir=Path(args.out) if args.out else None, jobs=args.jobs or None, progress=progress,
+                            compile_timeout=args.timeout)
     if args.json:
         print(json.dumps({"result": to_dict(result)}, indent=2))
     else:

@@ -1,25 +1,29 @@
 """Publisher side: turn a directory of ggml builds into a signed manifest for a static host.
 
-``accelstack build ggml --out DIR`` leaves ``<wheel>.build.json`` beside each wheel; this module
-collects them into one ``kind: ggml`` manifest (targets described by properties, artifacts with
-sha256/size/URL), writes it and signs it. Upload the directory as-is to any static host.
+A build exported to a directory (``build_ggml(..., out_dir=DIR)``) leaves ``<wheel>.build.json``
+beside its wheel; this module collects them into one ``kind: ggml`` manifest (targets described by
+properties, artifacts with sha256/size/URL), writes it and signs it. Upload the directory as-is to any static host.
 """
 from __future__ import annotations
 
 import json
+import logging
 import platform
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..errors import AccelstackError
+from ..errors import Action
+from ..manifests.signing import sign_manifest, signature_path
 from .build import BuildResult
+from .errors import PublishError
+from .sdist import SDIST_PACKAGE, SDIST_VERSION
+
+__all__ = ["MANIFEST_NAME", "PublishError", "build_manifest", "target_for", "write_signed_manifest"]
+
+log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "ggml-manifest.json"
-
-
-class PublishError(AccelstackError):
-    """The build directory cannot be turned into a manifest."""
 
 
 def _os_arch() -> Dict[str, str]:
@@ -28,16 +32,21 @@ def _os_arch() -> Dict[str, str]:
     return {"os": system, "arch": machine}
 
 
+def _strings(value: object) -> List[str]:
+    """A list property of a build record (JSON: a list of strings); anything else is empty."""
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
 def target_for(build: BuildResult, url: str, glibc: str = "") -> Dict[str, Any]:
     props = dict(build.properties)
     backend = str(props.pop("backend", build.variant))
     requires: Dict[str, Any] = {}
-    if props.get("cpu_features"):
-        requires["cpu_features"] = list(props["cpu_features"])  # type: ignore[arg-type]
-    if props.get("sm"):
-        requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in props["sm"]]  # type: ignore[union-attr]
-    if props.get("gfx"):
-        requires["gfx"] = list(props["gfx"])  # type: ignore[arg-type]
+    if _strings(props.get("cpu_features")):
+        requires["cpu_features"] = _strings(props["cpu_features"])
+    if _strings(props.get("sm")):
+        requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in _strings(props["sm"])]
+    if _strings(props.get("gfx")):
+        requires["gfx"] = _strings(props["gfx"])
     if glibc:
         requires["glibc"] = glibc
     where = _os_arch()
@@ -67,7 +76,9 @@ def build_manifest(
     directory = Path(directory)
     records = sorted(directory.rglob("*.whl.build.json"))
     if not records:
-        raise PublishError(f"no builds found in {directory}", hint="run `accelstack build ggml --backend cpu --out DIR` first")
+        raise PublishError(f"no builds found in {directory}",
+                           hint="build at least one variant into this directory first; each build leaves a "
+                                "<wheel>.build.json record beside its wheel", action=Action.FIX_INPUT)
     base = base_url.rstrip("/") + "/"
     targets: List[Dict[str, Any]] = []
     glibc = platform.libc_ver()[1] if platform.system() == "Linux" else ""
@@ -81,6 +92,7 @@ def build_manifest(
             raise PublishError(f"{rec} names {wheel.name}, which is missing")
         rel = wheel.relative_to(directory).as_posix()
         targets.append(target_for(build, base + rel, glibc))
+    log.info("manifest of %s: %d build(s)", directory, len(targets))
     now = now or datetime.now(timezone.utc)
     return {
         "format": "accelstack-manifest",
@@ -89,19 +101,18 @@ def build_manifest(
         "version": version,
         "expires": (now + timedelta(days=expires_days)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kind": "ggml",
-        "package": "stable-diffusion-cpp-python",
-        "release": release or "0.4.7",
+        "package": SDIST_PACKAGE,
+        "release": release or SDIST_VERSION,
         "targets": targets,
     }
 
 
 def write_signed_manifest(directory: Path, doc: Dict[str, Any], private_pem: Optional[bytes]) -> Path:
     """Write ``ggml-manifest.json`` (and its ``.sig`` when a key is given) into ``directory``."""
-    from ..manifests.signing import sign_manifest, signature_path
-
     path = Path(directory) / MANIFEST_NAME
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     path.write_bytes(data)
     if private_pem is not None:
         signature_path(path).write_bytes(sign_manifest(data, private_pem))
+    log.info("wrote %s (%d targets, %s)", path, len(doc.get("targets", [])), "signed" if private_pem else "unsigned")
     return path

@@ -1,0 +1,103 @@
+"""Run one long external step (pip, a CMake/ninja compile) with its output in a log file and a time
+limit that stops the whole process tree: a compile runs many compiler processes below pip."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+log = logging.getLogger(__name__)
+
+TASKKILL_TIMEOUT = 30.0  # seconds for `taskkill /T` on Windows
+
+
+@dataclass
+class Outcome:
+    """How a step ended: its exit status, or ``timed_out`` when the time limit stopped it."""
+
+    returncode: int
+    timed_out: bool
+    seconds: float
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` of the step's output."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_logged(cmd: List[str], *, log_path: Path, timeout: float, env: Optional[Mapping[str, str]] = None,
+               on_line: Optional[Callable[[str], None]] = None) -> Outcome:
+    """Run ``cmd``, writing its output to ``log_path`` and passing each line to ``on_line``.
+
+    Past ``timeout`` seconds the process and everything it started are killed and the outcome
+    says ``timed_out``. ``on_line`` runs on the calling thread; a watchdog thread only kills.
+    """
+    start = time.monotonic()
+    expired = threading.Event()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8", errors="replace") as out:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                env=dict(env) if env is not None else None, **_own_group())
+
+        def expire() -> None:
+            expired.set()
+            log.info("%s ran past %.0f s; stopping it and its children", cmd[0], timeout)
+            kill_tree(proc)
+
+        watchdog = threading.Timer(timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                if on_line is not None:
+                    on_line(line)
+            rc = proc.wait()
+        except BaseException:  # an interrupt or a failing callback: leave no compiler running
+            kill_tree(proc)
+            proc.wait()
+            raise
+        finally:
+            watchdog.cancel()
+    return Outcome(rc, expired.is_set(), time.monotonic() - start, log_path)
+
+
+def _own_group() -> Dict[str, Any]:
+    """Popen arguments that make the child the head of a process group ``kill_tree`` can end."""
+    if os.name == "nt":
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    return {"start_new_session": True}
+
+
+def kill_tree(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` and the processes it started (its process group / job tree)."""
+    if os.name == "nt":
+        try:
+            subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=TASKKILL_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        _kill(proc)
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its head while children run
+    except OSError:
+        _kill(proc)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    try:
+        proc.kill()
+    except OSError:
+        pass

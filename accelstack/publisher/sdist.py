@@ -1,0 +1,59 @@
+"""The bindings' source distribution: downloaded once from the package index into the build cache."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..errors import Action
+from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..settings import Settings
+from .errors import BuildError, BuildTimeout
+from .process import run_logged
+
+log = logging.getLogger(__name__)
+
+SDIST_PACKAGE = "stable-diffusion-cpp-python"
+SDIST_VERSION = "0.4.7"
+
+
+def sdist_name(version: str = SDIST_VERSION) -> str:
+    return f"{SDIST_PACKAGE.replace('-', '_')}-{version}.tar.gz"
+
+
+def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress, *,
+                timeout: Optional[float] = None, python: Optional[str] = None) -> Path:
+    """The source distribution of ``version``, from the package index with ``python``'s pip (default:
+    this interpreter), kept in ``dest``; a copy already there is used as is.
+
+    ``timeout`` (default: the pip time limit of :class:`Settings`) bounds the download; past it the
+    download is stopped and :class:`BuildTimeout` raised.
+    """
+    dest = Path(dest)
+    target = dest / sdist_name(version)
+    if target.is_file():
+        log.debug("source distribution %s already downloaded", target)
+        return target
+    dest.mkdir(parents=True, exist_ok=True)
+    limit = Settings.resolve().timeouts.pip if timeout is None else timeout
+    progress(ProgressEvent("message", "build", message=f"downloading {SDIST_PACKAGE}=={version} source"))
+    log.info("downloading %s==%s into %s (time limit %.0f s)", SDIST_PACKAGE, version, dest, limit)
+    cmd = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "-d", str(dest), f"{SDIST_PACKAGE}=={version}"]
+    outcome = run_logged(cmd, log_path=dest / f"download-{version}.log", timeout=limit)
+    if outcome.timed_out:
+        raise BuildTimeout(
+            f"downloading the {SDIST_PACKAGE} {version} source did not finish within {limit:.0f} s",
+            hint="check the connection to the package index, or build from a local copy of the source distribution",
+            action=Action.CHECK_NETWORK, log=outcome.log)
+    if outcome.returncode != 0 or not target.is_file():
+        log.info("downloading %s %s failed (exit %s); full output in %s", SDIST_PACKAGE, version,
+                    outcome.returncode, outcome.log)
+        raise BuildError(
+            f"could not download the {SDIST_PACKAGE} {version} source: {outcome.tail(8)[-500:]}",
+            hint="check the connection to the package index, or build from a local copy of the source "
+                 f"distribution ({sdist_name(version)})",
+            action=Action.GIVE_SOURCE, log=outcome.log)
+    log.info("downloaded %s in %.1f s", target, outcome.seconds)
+    return target

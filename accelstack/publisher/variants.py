@@ -1,0 +1,51 @@
+"""The backend variants a ggml runtime is built in: CMake options, the tools a build needs, and the
+properties a manifest entry of the variant requires of a target machine."""
+from __future__ import annotations
+
+import shutil
+from typing import Dict, List
+
+# CMake options per backend variant. GGML_NATIVE=OFF keeps -march=native out (builds must run on
+# other machines); ggml then enables the x86-64-v3 set (AVX, AVX2, FMA, F16C, BMI2) unless told otherwise.
+VARIANTS: Dict[str, List[str]] = {
+    "cpu": ["-DGGML_NATIVE=OFF"],
+    "cpu-noavx2": [
+        "-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF",
+        "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF", "-DGGML_SSE42=ON",
+    ],
+    "cuda": ["-DGGML_NATIVE=OFF", "-DSD_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=61-virtual;70-virtual;75-virtual;80;86;89;90;120"],
+    "vulkan": ["-DGGML_NATIVE=OFF", "-DSD_VULKAN=ON"],
+    "rocm": ["-DGGML_NATIVE=OFF", "-DSD_HIPBLAS=ON", "-DGPU_TARGETS=gfx906;gfx908;gfx90a;gfx942;gfx1030;gfx1100;gfx1101;gfx1102;gfx1200;gfx1201"],
+    "metal": ["-DSD_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
+}
+# What each variant needs on the build machine, checked before a long build starts.
+TOOLCHAINS: Dict[str, List[str]] = {
+    "cpu": ["cmake", "c++"],
+    "cpu-noavx2": ["cmake", "c++"],
+    "cuda": ["cmake", "c++", "nvcc"],
+    "vulkan": ["cmake", "c++", "glslc"],
+    "rocm": ["cmake", "hipcc"],
+    "metal": ["cmake", "xcrun"],
+}
+# What to install when a variant's tools are missing (a sentence for a person).
+TOOLCHAIN_HINTS: Dict[str, str] = {
+    "cuda": "install the CUDA toolkit (nvcc), CMake and a C++ compiler",
+    "vulkan": "install the Vulkan SDK (glslc), CMake and a C++ compiler",
+    "rocm": "install ROCm with hipcc, and CMake",
+    "metal": "build on macOS with Xcode and CMake",
+}
+DEFAULT_TOOLCHAIN_HINT = "install CMake and a C++ compiler"
+# The properties a manifest entry carries for the variant (what the target machine must have).
+PROPERTIES: Dict[str, Dict[str, object]] = {
+    "cpu": {"backend": "cpu", "cpu_features": ["avx2", "fma", "f16c"]},
+    "cpu-noavx2": {"backend": "cpu", "cpu_features": ["sse4.2"]},
+    "cuda": {"backend": "cuda", "sm": ["61", "70", "75", "80", "86", "89", "90", "120"]},
+    "vulkan": {"backend": "vulkan"},
+    "rocm": {"backend": "rocm", "gfx": ["gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"]},
+    "metal": {"backend": "metal"},
+}
+
+
+def missing_toolchain(variant: str) -> List[str]:
+    """The tools ``variant`` needs that are not on PATH (empty: the build can start)."""
+    return [tool for tool in TOOLCHAINS.get(variant, []) if shutil.which(tool) is None]
