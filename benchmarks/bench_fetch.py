@@ -22,6 +22,7 @@ chunk more than the missing half).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import multiprocessing as mp
 import os
@@ -199,7 +200,8 @@ def main() -> int:
         (out_dir / "warmup.bin").unlink()
         for i in range(args.repeat):
             # alternate the order, and start each run with no dirty pages waiting for the disk
-            for run in ((run_plain, lambda: run_fetch(i)) if i % 2 == 0 else (lambda: run_fetch(i), run_plain)):
+            this_fetch = functools.partial(run_fetch, i)
+            for run in ((run_plain, this_fetch) if i % 2 == 0 else (this_fetch, run_plain)):
                 os.sync()
                 run()
         a, b = statistics.median(plain_times), statistics.median(fetch_times)

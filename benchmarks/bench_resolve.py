@@ -17,6 +17,7 @@ and the one-off cost of loading the manifests (paid once per process, not per pl
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -65,7 +66,7 @@ def machines():
     if CAPTURES.is_dir():
         for name in sorted(os.listdir(CAPTURES)):
             if (CAPTURES / name / "capture.json").is_file():
-                out[name] = detect(ReplaySystem(str(CAPTURES / name)), install_dir="/nonexistent/accelstack-bench")
+                out[name] = detect(ReplaySystem(str(CAPTURES / name)), home=Path("/nonexistent/accelstack-bench"))
     out.update(built_reports())
     return out
 
@@ -73,7 +74,8 @@ def machines():
 def torchruntime_platform(report):
     """torchruntime's answer for ``report`` (its platform globals set to the machine's), or None if absent."""
     try:
-        from torchruntime import device_db, platform_detection as pd
+        from torchruntime import device_db
+        from torchruntime import platform_detection as pd
     except ImportError:
         return None
     pd.os_name = {"linux": "Linux", "windows": "Windows", "macos": "Darwin"}.get(report.os.name, "Linux")
@@ -129,8 +131,8 @@ def main() -> int:
             t = time.perf_counter()
             resolve(report, requests["torch"], manifests)
             first_plan_ms = (time.perf_counter() - t) * 1000
-        torch_ms = timed(lambda: resolve(report, requests["torch"], manifests), args.rounds)
-        ggml_ms = timed(lambda: resolve(report, requests["ggml"], manifests), args.rounds)
+        torch_ms = timed(functools.partial(resolve, report, requests["torch"], manifests), args.rounds)
+        ggml_ms = timed(functools.partial(resolve, report, requests["ggml"], manifests), args.rounds)
         tr = torchruntime_platform(report)
         base_ms = None
         if tr is not None:

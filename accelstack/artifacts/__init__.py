@@ -1,59 +1,76 @@
 """Artifacts: the only code that talks to the network.
 
-Fetch files known by content (:class:`ArtifactRef`: name, sha256, size, mirror URLs) into a
-content-addressed cache, verified, resumable and locked; unpack archives safely.
+Fetch files known by content (:class:`~accelstack.refs.ArtifactRef`: name, sha256, size, mirror
+URLs) into a content-addressed cache, verified, resumable and locked; unpack archives safely.
 
     from accelstack.artifacts import ArtifactRef, fetch, unpack
     paths = fetch(refs, progress=callback)      # {sha256: Path}
     unpack(paths[ref.sha256], target_dir)
 
-See ``docs/artifacts.md``.
+Names are imported on first use, so ``import accelstack.artifacts.cache`` (the installer's
+garbage collection) does not load the HTTP stack. See ``docs/artifacts.md``.
 """
 from __future__ import annotations
 
-from .cache import CACHE_ENV, Cache, default_cache_dir
-from .errors import (
-    ArchiveFormatError,
-    ArtifactError,
-    CacheError,
-    DiskSpaceError,
-    FetchCancelled,
-    FetchError,
-    HashMismatchError,
-    InsecureURLError,
-    OfflineError,
-    SizeMismatchError,
-    UnsafeArchiveError,
-)
-from .fetch import OFFLINE_ENV, RetryPolicy, check_disk_space, fetch, fetch_one, offline_from_env
-from ..refs import ArtifactRef
-from .transport import Transport, check_url
-from .unpack import detect_format, unpack
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..refs import ArtifactRef
+    from .archive import detect_format, unpack
+    from .batch import check_disk_space, fetch, fetch_one
+    from .cache import Cache
+    from .documents import fetch_document, fetch_optional_document
+    from .errors import (
+        ArchiveFormatError,
+        ArtifactError,
+        CacheError,
+        DiskSpaceError,
+        FetchCancelled,
+        FetchError,
+        HashMismatchError,
+        InsecureURLError,
+        OfflineError,
+        SizeMismatchError,
+        UnsafeArchiveError,
+    )
+    from .retry import RetryPolicy
+    from .transport import Transport, check_url
+
+_EXPORTS = {
+    "ArtifactRef": "accelstack.refs",
+    "Cache": "accelstack.artifacts.cache",
+    "fetch_document": "accelstack.artifacts.documents",
+    "fetch_optional_document": "accelstack.artifacts.documents",
+    "fetch": "accelstack.artifacts.batch",
+    "fetch_one": "accelstack.artifacts.batch",
+    "check_disk_space": "accelstack.artifacts.batch",
+    "RetryPolicy": "accelstack.artifacts.retry",
+    "Transport": "accelstack.artifacts.transport",
+    "check_url": "accelstack.artifacts.transport",
+    "unpack": "accelstack.artifacts.archive",
+    "detect_format": "accelstack.artifacts.archive",
+    **{name: "accelstack.artifacts.errors" for name in (
+        "ArtifactError", "FetchError", "HashMismatchError", "SizeMismatchError", "InsecureURLError", "OfflineError",
+        "FetchCancelled", "DiskSpaceError", "CacheError", "UnsafeArchiveError", "ArchiveFormatError")},
+}
 
 __all__ = [
-    "ArtifactRef",
-    "fetch",
-    "fetch_one",
-    "unpack",
-    "detect_format",
-    "Cache",
-    "default_cache_dir",
-    "CACHE_ENV",
-    "OFFLINE_ENV",
-    "offline_from_env",
-    "RetryPolicy",
-    "Transport",
-    "check_url",
-    "check_disk_space",
-    "ArtifactError",
-    "FetchError",
-    "HashMismatchError",
-    "SizeMismatchError",
-    "InsecureURLError",
-    "OfflineError",
-    "FetchCancelled",
-    "DiskSpaceError",
-    "CacheError",
-    "UnsafeArchiveError",
-    "ArchiveFormatError",
+    "ArchiveFormatError", "ArtifactError", "ArtifactRef", "Cache", "CacheError", "DiskSpaceError", "FetchCancelled",
+    "FetchError", "HashMismatchError", "InsecureURLError", "OfflineError", "RetryPolicy", "SizeMismatchError",
+    "Transport", "UnsafeArchiveError", "check_disk_space", "check_url", "detect_format", "fetch", "fetch_document",
+    "fetch_one", "fetch_optional_document", "unpack",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accelstack.artifacts' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_EXPORTS))

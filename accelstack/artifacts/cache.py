@@ -1,7 +1,6 @@
 """The content-addressed download cache.
 
-Layout under the cache root (``ACCELSTACK_CACHE``, else platformdirs' user cache dir for
-``accelstack``)::
+Layout under the cache root (``Settings.cache``: ``ACCELSTACK_CACHE``, else the user cache dir)::
 
     blobs/sha256/<hex>        a verified file, read-only, named by its sha256
     blobs/sha256/<hex>.part   bytes downloaded so far (resumed with an HTTP Range request)
@@ -18,23 +17,13 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
+from ..settings import Settings
 from .errors import CacheError
 
-CACHE_ENV = "ACCELSTACK_CACHE"
 HASH_CHUNK = 1 << 20
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def default_cache_dir() -> Path:
-    """``$ACCELSTACK_CACHE`` if set, else the platform's user cache directory for accelstack."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("accelstack"))
 
 
 def check_sha256(value: str) -> str:
@@ -44,7 +33,7 @@ def check_sha256(value: str) -> str:
     return value
 
 
-def hash_file(path: Union[str, Path], limit: Optional[int] = None) -> "hashlib._Hash":
+def hash_file(path: Union[str, Path], limit: Optional[int] = None) -> hashlib._Hash:
     """The sha256 object of the first ``limit`` bytes (all when ``None``) of ``path``."""
     h = hashlib.sha256()
     remaining = limit
@@ -76,10 +65,10 @@ def remove_file(path: Path) -> None:
 
 
 class Cache:
-    """A content-addressed blob store rooted at ``root``."""
+    """A content-addressed blob store rooted at ``root`` (default: ``Settings.resolve().cache``)."""
 
     def __init__(self, root: Union[str, Path, None] = None) -> None:
-        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.root = Path(root).expanduser() if root is not None else Settings.resolve().cache
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
@@ -94,7 +83,7 @@ class Cache:
         except OSError as exc:
             raise CacheError(
                 f"cannot create the download cache at {self.blob_dir} ({exc.strerror or exc})",
-                f"set {CACHE_ENV} to a writable directory",
+                "use a writable directory for the download cache",
             ) from None
 
     def blob_path(self, sha256: str) -> Path:
@@ -106,7 +95,7 @@ class Cache:
     def lock_path(self, sha256: str) -> Path:
         return self.blob_dir / (check_sha256(sha256) + ".lock")
 
-    def lock(self, sha256: str):
+    def lock(self, sha256: str) -> Any:
         """The per-blob inter-process lock (a ``filelock.FileLock``; use as a context manager)."""
         import filelock
 

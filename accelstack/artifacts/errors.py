@@ -1,12 +1,13 @@
 """Errors raised while fetching, caching and unpacking artifacts.
 
-Every one says what happened and, where a person can act, what to do (``hint``).
+Every one says what happened and, where a person can act, what to do: ``hint`` in words and
+``action`` for programs (each class has a default; a raise site may set a better one).
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import AccelstackError
+from ..errors import AccelstackError, Action
 
 
 class ArtifactError(AccelstackError):
@@ -20,6 +21,8 @@ class FetchError(ArtifactError):
     (connection errors, timeouts, 5xx) or not (404, 403, a mirror serving another file).
     """
 
+    default_action = Action.CHECK_NETWORK
+
     def __init__(
         self,
         message: str,
@@ -29,8 +32,9 @@ class FetchError(ArtifactError):
         status: Optional[int] = None,
         retry_after: Optional[float] = None,
         url: Optional[str] = None,
+        action: Optional[Action] = None,
     ) -> None:
-        super().__init__(message, hint)
+        super().__init__(message, hint, action=action)
         self.transient = transient
         self.status = status
         self.retry_after = retry_after
@@ -39,6 +43,8 @@ class FetchError(ArtifactError):
 
 class HashMismatchError(FetchError):
     """The bytes served do not hash to the expected sha256."""
+
+    default_action = Action.REPORT_BUG
 
     def __init__(self, message: str, *, expected: str, actual: str, hint: Optional[str] = None, url: Optional[str] = None) -> None:
         super().__init__(message, hint, url=url)
@@ -49,25 +55,37 @@ class HashMismatchError(FetchError):
 class SizeMismatchError(FetchError):
     """A mirror serves (or announces) a different number of bytes than the reference declares."""
 
+    default_action = Action.REPORT_BUG
+
 
 class InsecureURLError(FetchError):
     """A URL is not https (nor loopback http, nor file://)."""
+
+    default_action = Action.FIX_INPUT
 
 
 class OfflineError(FetchError):
     """Offline mode is on and a file is not in the cache."""
 
+    default_action = Action.GO_ONLINE
+
 
 class FetchCancelled(FetchError):
     """The batch was cancelled (Ctrl-C); partial files are kept for the next run."""
+
+    default_action = Action.RETRY
 
 
 class DiskSpaceError(ArtifactError):
     """Not enough free disk space for what is about to be written."""
 
+    default_action = Action.FREE_DISK
+
 
 class CacheError(ArtifactError):
     """The cache directory cannot be created, locked or written."""
+
+    default_action = Action.FIX_CONFIG
 
 
 class UnsafeArchiveError(ArtifactError):

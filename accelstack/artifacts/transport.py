@@ -19,7 +19,7 @@ import re
 import socket
 import threading
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, Optional
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
@@ -103,7 +103,7 @@ class Stream:
         """Close from another thread, waking a reader blocked on the network."""
         self.close()
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -147,7 +147,7 @@ _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECA
 
 
 class _HTTPStream(Stream):
-    def __init__(self, url: str, response) -> None:  # response: requests.Response
+    def __init__(self, url: str, response: Any) -> None:  # response: requests.Response
         self.url = url
         self._resp = response
         self.status = response.status_code
@@ -253,10 +253,10 @@ class Transport:
             user_agent = f"accelstack/{version}"
         self.user_agent = user_agent
         self._local = threading.local()
-        self._sessions = []
+        self._sessions: List[Any] = []
         self._lock = threading.Lock()
 
-    def _session(self):
+    def _session(self) -> Any:
         session = getattr(self._local, "session", None)
         if session is None:
             import requests
@@ -277,7 +277,7 @@ class Transport:
         for session in sessions:
             session.close()
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,7 +11,7 @@ from ..errors import UsageError
 from .progress import progress_renderer
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fetch",
         help="download a file by URL and sha256 into the verified cache",

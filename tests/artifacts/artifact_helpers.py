@@ -63,7 +63,7 @@ def throttle(chunk: int, delay: float) -> dict:
     return {"kind": "throttle", "chunk": chunk, "delay": delay}
 
 
-def gate(at: int, event: "threading.Event") -> dict:
+def gate(at: int, event: threading.Event) -> dict:
     """Send up to byte ``at``, then wait until ``event`` is set before sending the rest."""
     return {"kind": "gate", "at": at, "event": event}
 

@@ -12,6 +12,17 @@ import random
 import stat
 
 import pytest
+from artifact_helpers import (
+    content_length,
+    drip,
+    drop,
+    extra,
+    no_range,
+    payload,
+    ref_for,
+    status,
+    wrong_bytes,
+)
 
 from accelstack.artifacts import (
     ArtifactError,
@@ -27,19 +38,10 @@ from accelstack.artifacts import (
     fetch,
     fetch_one,
 )
-from artifact_helpers import (
-    content_length,
-    drip,
-    drop,
-    extra,
-    no_range,
-    payload,
-    ref_for,
-    status,
-    wrong_bytes,
-)
+from accelstack.errors import Action
 
-fetch_module = importlib.import_module("accelstack.artifacts.fetch")  # the module, not the function
+batch_module = importlib.import_module("accelstack.artifacts.batch")  # the module, not the function
+partfile_module = importlib.import_module("accelstack.artifacts.partfile")
 
 SIZE = 300_000
 
@@ -93,7 +95,7 @@ def test_corrupted_cached_blob_is_fetched_again(server, cache, transport, retry)
     assert len(server.hits("/a.bin")) == 2
 
 
-def test_default_cache_honours_env(server, transport, retry, tmp_path, monkeypatch):
+def test_default_cache_is_the_settings_cache(server, transport, retry, tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "envcache"))
     data = payload(1000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
@@ -142,13 +144,16 @@ def test_drops_at_random_offsets_resume_with_only_missing_bytes(server, cache, t
     assert server.sent("/a.bin") == SIZE, "resume must fetch only the missing bytes"
 
 
-def test_500_then_success_retries_with_backoff(server, cache, transport, retry, events):
+def test_500_then_success_retries_with_backoff(server, cache, transport, retry, events, caplog):
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", status(500), status(503))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry, progress=events).read_bytes() == data
+    with caplog.at_level("INFO", logger="accelstack.artifacts"):
+        assert fetch_one(ref, cache=cache, transport=transport, retry=retry, progress=events).read_bytes() == data
     assert [h.status for h in server.hits("/a.bin")] == [500, 503, 200]
     assert any("retrying" in e.message for e in events.of("a.bin", "message"))
+    retries = [r for r in caplog.records if r.name == "accelstack.artifacts.download" and "retry" in r.getMessage()]
+    assert len(retries) == 2 and "HTTP 500" in retries[0].getMessage()
 
 
 def test_persistent_500_gives_up_after_retries(server, cache, transport, retry):
@@ -162,13 +167,15 @@ def test_persistent_500_gives_up_after_retries(server, cache, transport, retry):
 
 
 @pytest.mark.parametrize("code", [404, 403])
-def test_404_and_403_are_not_retried_and_next_mirror_is_used(server, cache, transport, retry, code):
+def test_404_and_403_are_not_retried_and_next_mirror_is_used(server, cache, transport, retry, code, caplog):
     data = payload(SIZE)
     good = server.serve("/good.bin", data)
     server.serve("/bad.bin", data)
     server.fault("/bad.bin", status(code), always=True)
     ref = ref_for("a.bin", data, server.url("/bad.bin"), good)
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    with caplog.at_level("WARNING", logger="accelstack.artifacts"):
+        assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert any("next mirror" in r.getMessage() and str(code) in r.getMessage() for r in caplog.records)
     assert len(server.hits("/bad.bin")) == 1, "no retry on 404/403"
     assert len(server.hits("/good.bin")) == 1
 
@@ -251,13 +258,13 @@ def test_more_bytes_than_declared_are_never_written(server, cache, transport, re
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", extra(5000), always=True)  # no Content-Length, too many bytes
     biggest = []
-    real_write = fetch_module._PartFile.write
+    real_write = partfile_module.PartFile.write
 
     def spy(self, chunk):
         real_write(self, chunk)
         biggest.append(self.offset)
 
-    monkeypatch.setattr(fetch_module._PartFile, "write", spy)
+    monkeypatch.setattr(partfile_module.PartFile, "write", spy)
     with pytest.raises(SizeMismatchError, match="more than the declared"):
         fetch_one(ref, cache=cache, transport=transport, retry=retry)
     assert max(biggest) <= SIZE
@@ -415,8 +422,10 @@ def test_offline_serves_from_cache_or_fails_clearly(server, cache, transport, re
     monkeypatch.setenv("ACCELSTACK_OFFLINE", "1")
     assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
     other = ref_for("b.bin", b"other", server.serve("/b.bin", b"other"))
-    with pytest.raises(OfflineError, match="ACCELSTACK_OFFLINE"):
+    with pytest.raises(OfflineError, match="b.bin") as info:
         fetch_one(other, cache=cache, transport=transport, retry=retry)
+    assert info.value.action is Action.GO_ONLINE and "offline mode" in info.value.hint
+    assert "ACCELSTACK" not in info.value.hint and "--" not in info.value.hint
     assert len(server.hits("/a.bin")) == 1 and server.hits("/b.bin") == []
 
 
@@ -432,10 +441,11 @@ def test_disk_space_is_checked_for_the_whole_batch_first(server, cache, transpor
         return usage._replace(free=250_000)
 
     monkeypatch.setattr(psutil, "disk_usage", tiny)
-    monkeypatch.setattr(fetch_module, "DISK_HEADROOM", 0)
+    monkeypatch.setattr(batch_module, "DISK_HEADROOM", 0)
     with pytest.raises(DiskSpaceError, match="300000 bytes") as info:
         _fetch(refs, cache, transport, retry)
-    assert info.value.hint
+    assert info.value.action is Action.FREE_DISK and "free at least" in info.value.hint
+    assert "ACCELSTACK" not in info.value.hint
     assert all(server.hits(f"/f{i}") == [] for i in range(3))
 
 
@@ -462,7 +472,7 @@ def test_several_failures_are_reported_together(server, cache, transport, retry)
 # -- the hash-behind thread (used for big files) ----------------------------------------------------
 @pytest.fixture
 def hash_behind(monkeypatch):
-    monkeypatch.setattr(fetch_module, "HASH_BEHIND_MIN", 0)
+    monkeypatch.setattr(partfile_module, "HASH_BEHIND_MIN", 0)
 
 
 def test_hash_behind_with_drops_restart_and_mismatch(server, cache, transport, retry, hash_behind):
@@ -493,8 +503,9 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     import threading
     import time
 
-    from accelstack.artifacts import Transport
     from artifact_helpers import gate
+
+    from accelstack.artifacts import Transport
 
     release = threading.Event()
     refs = []

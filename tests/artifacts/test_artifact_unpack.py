@@ -236,5 +236,17 @@ def test_zst_without_zstandard_is_a_clear_error(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_zstd)
-    with pytest.raises(ArchiveFormatError, match="pip install zstandard"):
+    with pytest.raises(ArchiveFormatError, match="install the .zstandard. Python package"):
         unpack(archive, tmp_path / "out")
+
+
+def test_package_names_are_the_functions_whatever_was_imported_first():
+    import importlib
+
+    for module in ("batch", "archive", "download", "partfile", "retry", "extract", "cache", "transport"):
+        importlib.import_module(f"accelstack.artifacts.{module}")
+    from accelstack.artifacts import fetch as fetch_function
+    from accelstack.artifacts import unpack as unpack_function
+
+    assert callable(fetch_function) and callable(unpack_function)
+    assert unpack_function is unpack
