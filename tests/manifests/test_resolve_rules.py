@@ -403,6 +403,17 @@ def test_resolve_is_deterministic_and_the_plan_round_trips():
     assert from_dict(Plan, json.loads(json.dumps(to_dict(g)))) == g
 
 
+def test_plan_ok_is_derived_and_still_in_json():
+    plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 4070", cc="8.9", vram=12)), "torch")
+    doc = to_dict(plan)
+    assert doc["ok"] is True and plan.ok
+    plan.conflicts = ["torch<2 leaves no CUDA build"]
+    assert not plan.ok and to_dict(plan)["ok"] is False
+    doc["ok"] = False  # a stored "ok" (old JSON, or edited) is ignored: ok follows status and conflicts
+    assert from_dict(Plan, doc).ok
+    assert not from_dict(Plan, {**doc, "status": "needs-build"}).ok
+
+
 def test_chosen_is_the_first_accepted_candidate():
     for report in (machine(nvidia()), machine(amd(0), nvidia(1, vram=8)), machine(apple(), os="macos", arch="arm64")):
         for stack in ("torch", "ggml"):
