@@ -1,11 +1,16 @@
 """accelstack: find the accelerator, pick the runtime that runs on it, install it safely, prove it works.
 
-The public API is small and typed; every stage returns data that round-trips through JSON:
+    import accelstack
+    report  = accelstack.detect()                             # or detect(ReplaySystem(dir))
+    plan    = accelstack.plan(report, stack="ggml")           # or stack="torch", requirements=[...]
+    receipt = accelstack.install(plan, on_progress=callback)  # stage -> engine verify -> switch
+    result  = accelstack.verify(receipt)                      # VerifyReport; result.ok
+    accelstack.status(), accelstack.repair(), accelstack.upgrade(), accelstack.rollback()
+    accelstack.generate(model, prompt, "out.png")
 
-    from accelstack import detect, LiveSystem
-    report = detect(LiveSystem())
-
-Other names are imported on first use, so the CLI pays only for the command it runs.
+Every function takes ``settings=Settings.resolve(...)`` and ``on_progress=callback``; errors are
+``AccelstackError`` subclasses with a ``code`` and a structured hint (``action``, ``hint``).
+Names are imported on first use, so the CLI pays only for the command it runs.
 """
 from __future__ import annotations
 
@@ -14,22 +19,50 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# `detect` is both a subpackage and its main function: bind the function now, because importing
+import logging as _logging
+
+# The library logs diagnostics and never prints: without a handler of the app's own, nothing shows.
+_logging.getLogger("accelstack").addHandler(_logging.NullHandler())
+
+# `detect` is both a subpackage and the main function: bind the function now, because importing
 # the subpackage (which any later `import accelstack.detect...` does) would otherwise shadow it.
-from .detect import detect  # noqa: E402
+from .core.detection import detect  # noqa: E402
 
 _EXPORTS = {
-    "AccelstackError": "accelstack.errors",
+    # the core: one function per job, both stacks
+    "plan": "accelstack.core.planning",
+    "install": "accelstack.core.lifecycle",
+    "install_runtime": "accelstack.core.lifecycle",
+    "InstallSummary": "accelstack.core.lifecycle",
+    "upgrade": "accelstack.core.lifecycle",
+    "repair": "accelstack.core.lifecycle",
+    "rollback": "accelstack.core.lifecycle",
+    "uninstall": "accelstack.core.lifecycle",
+    "gc": "accelstack.core.lifecycle",
+    "status": "accelstack.core.lifecycle",
+    "verify": "accelstack.core.running",
+    "generate": "accelstack.core.running",
+    "default_verifier": "accelstack.core.verifiers",
+    "import_verifier": "accelstack.core.verifiers",
+    # the data that crosses stages
+    "Settings": "accelstack.settings",
     "HardwareReport": "accelstack.detect.report",
     "LiveSystem": "accelstack.detect.system",
     "ReplaySystem": "accelstack.detect.system",
     "CapturingSystem": "accelstack.detect.system",
-    "resolve": "accelstack.manifests.resolve",
-    "Manifests": "accelstack.manifests.resolve",
     "Request": "accelstack.manifests.plan",
     "Plan": "accelstack.manifests.plan",
+    "Receipt": "accelstack.installer.records",
+    "VerifyReport": "accelstack.verdict",
+    "ProgressEvent": "accelstack.events",
+    "ArtifactRef": "accelstack.artifacts",
+    # errors
+    "AccelstackError": "accelstack.errors",
+    "Action": "accelstack.errors",
+    # lower-level stage functions
+    "resolve": "accelstack.manifests.resolve",
+    "Manifests": "accelstack.manifests.resolve",
     "fetch": "accelstack.artifacts",
-    "ArtifactRef": "accelstack.artifacts.refs",
 }
 
 __all__ = ["__version__", "detect", *_EXPORTS]

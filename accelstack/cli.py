@@ -74,17 +74,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    level = os.environ.get("ACCELSTACK_LOG", "").upper() or ("DEBUG" if os.environ.get("ACCELSTACK_DEBUG") else "")
+    if level:  # the library logs diagnostics; show them on stderr when asked
+        import logging
+
+        logging.basicConfig(level=getattr(logging, level, logging.DEBUG), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.func(args) or 0)
     except AccelstackError as exc:
         if os.environ.get("ACCELSTACK_DEBUG"):
             raise
+        from .commands.common import render_action
+
+        command = render_action(exc.action.value)
         if getattr(args, "json", False):
-            print(json.dumps({"error": type(exc).__name__, "message": exc.message, "hint": exc.hint or ""}))
+            print(json.dumps({"error": type(exc).__name__, "code": exc.code, "message": exc.message, "hint": exc.hint,
+                              "action": exc.action.value, "command": command}))
         else:
             print(f"accelstack: error: {exc.message}", file=sys.stderr)
             if exc.hint:
                 print(f"  what to do: {exc.hint}", file=sys.stderr)
+            if command:
+                print(f"  {'run: ' if command.startswith('accelstack') else ''}{command}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("accelstack: interrupted", file=sys.stderr)

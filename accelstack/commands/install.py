@@ -1,37 +1,18 @@
-"""`accelstack install | status | repair | upgrade | rollback | uninstall | gc`: runtimes on disk."""
+"""`accelstack install | status | repair | upgrade | rollback | uninstall | gc`: runtimes on disk.
+
+Each command parses its arguments into one ``Settings``, calls the core, and renders its events
+and result; the work itself is :mod:`accelstack.core`'s.
+"""
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import sys
-from pathlib import Path
 
-from ..detect import detect
-from ..detect.report import HardwareReport
-from ..detect.system import LiveSystem, ReplaySystem
-from ..errors import UsageError
-from ..manifests.plan import Request
-from ..serde import loads, to_dict
+from .common import (add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from,
+                     settings_from)
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
-
-
-def _common(p: argparse.ArgumentParser, manifests: bool = True) -> None:
-    p.add_argument("--json", action="store_true", help="print the result as JSON (progress as JSON lines)")
-    p.add_argument("--home", metavar="DIR", help="runtime home (default: ACCELSTACK_HOME or the user data dir)")
-    p.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for another accelstack to finish")
-    if manifests:
-        p.add_argument("--manifest", action="append", default=[], metavar="URL",
-                       help="ggml manifest to install from (URL or path; its .sig is fetched beside it). Repeatable.")
-        p.add_argument("--insecure-unsigned", action="store_true", help="accept an unsigned manifest (a local mirror you control)")
-        p.add_argument("--trusted-key", action="append", default=[], metavar="KEY", help="extra trusted public key (base64 or .pub file)")
-        p.add_argument("--offline", action="store_true", help="use only the download cache, no network (or ACCELSTACK_OFFLINE=1)")
-        p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
-        p.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
-        p.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
@@ -40,245 +21,190 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="first run: detect, plan, fetch, install, verify and activate a runtime",
         description="Install the runtime that fits this machine. ggml (default): a stable-diffusion.cpp build, "
         "fetched from a signed manifest or built from source, installed into its own directory and activated "
-        "only after it loads. torch: the planned PyTorch wheel installed into a Python environment, checked "
-        "there, and rolled back to what was there before if it does not work. A second run on a healthy "
-        "install does nothing.",
+        "only after it generates an image here. torch: the planned PyTorch wheel installed into a Python "
+        "environment, checked there, and rolled back to what was there before if it does not work. A second "
+        "run on a healthy install does nothing.",
         epilog="examples:\n"
         "  accelstack install                               ggml runtime for this machine\n"
         "  accelstack install --manifest https://host/ggml-manifest.json\n"
-        "  accelstack install --dry-run --json              what would be installed\n"
+        "  accelstack install --dry-run --json              what would be installed (touches nothing)\n"
         "  accelstack install --stack torch --venv .venv    the right torch build into .venv",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--stack", choices=["ggml", "torch"], default="ggml")
-    p.add_argument("--backend", default="", help="force a backend (cuda, vulkan, cpu, ...) or ACCELSTACK_BACKEND")
-    p.add_argument("--dry-run", action="store_true", help="show what would be installed and stop")
+    p.add_argument("--backend", default=None, help="force a backend (cuda, vulkan, cpu, ...) or ACCELSTACK_BACKEND")
+    p.add_argument("--dry-run", action="store_true", help="show what would be installed and stop; nothing on disk changes")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (installs never prompt when not on a terminal)")
     p.add_argument("--force", action="store_true", help="reinstall even if the same runtime is installed")
     p.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter to install into (default: this one)")
     p.add_argument("--venv", metavar="DIR", help="torch: install into this virtual environment (created if missing)")
     p.add_argument("--uv", action="store_true", help="torch: use uv instead of pip when available")
     p.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch: pins such as 'torch==2.6.*'")
-    _common(p)
+    add_home_arguments(p)
+    add_manifest_arguments(p)
     p.set_defaults(func=run_install)
 
     p = sub.add_parser("status", help="what is installed and active, and whether it still fits this machine")
-    _common(p)
+    add_home_arguments(p)
+    add_manifest_arguments(p)
     p.set_defaults(func=run_status)
 
-    p = sub.add_parser("repair", help="re-hash installed files, restore missing or corrupt ones, re-check")
-    _common(p, manifests=False)
+    p = sub.add_parser("repair", help="rebuild a damaged state file, restore missing or corrupt runtime files, re-verify")
+    add_home_arguments(p)
     p.add_argument("--offline", action="store_true", help="use only the download cache")
     p.set_defaults(func=run_repair)
 
-    p = sub.add_parser("upgrade", help="install the newest fitting runtime side by side, check it, switch")
-    p.add_argument("--backend", default="")
-    _common(p)
-    p.set_defaults(func=run_upgrade, stack="ggml", dry_run=False, force=False, yes=True, requirements=[])
+    p = sub.add_parser("upgrade", help="install the newest fitting runtime side by side, verify it, switch")
+    p.add_argument("--backend", default=None)
+    add_home_arguments(p)
+    add_manifest_arguments(p)
+    p.set_defaults(func=run_upgrade)
 
     p = sub.add_parser("rollback", help="switch back to the previous runtime")
-    _common(p, manifests=False)
+    add_home_arguments(p)
     p.set_defaults(func=run_rollback)
 
     p = sub.add_parser("uninstall", help="remove the installed ggml runtimes")
-    _common(p, manifests=False)
+    add_home_arguments(p)
     p.add_argument("--yes", "-y", action="store_true")
     p.set_defaults(func=run_uninstall)
 
     p = sub.add_parser("gc", help="remove inactive runtimes (keeping the previous one) and unused downloads")
-    _common(p, manifests=False)
+    add_home_arguments(p)
     p.set_defaults(func=run_gc)
 
 
-def _home(args):
-    from ..installer.state import Home
-
-    return Home(Path(args.home) if args.home else None)
-
-
-def _report(args) -> HardwareReport:
-    if getattr(args, "hardware", None):
-        return loads(HardwareReport, Path(args.hardware).read_text(), args.hardware)
-    if getattr(args, "replay", None):
-        return detect(ReplaySystem(args.replay))
-    return detect(LiveSystem())
-
-
-def _opts(args):
-    from ..installer.flow import ManifestOptions
-
-    offline = True if args.offline else None
-    return ManifestOptions(urls=list(args.manifest), insecure_unsigned=args.insecure_unsigned, offline=offline,
-                           allow_build=not args.no_build, extra_keys=list(args.trusted_key))
-
-
-def _emit(args, data, text: str) -> None:
-    if args.json:
-        print(json.dumps({"result": to_dict(data)}, indent=2))
-    else:
-        print(text)
-
-
-def _check():
-    """The check run before activating: the engine's verify when available, else the import check."""
-    from ..installer import ggml as ggml_rt
-
-    try:
-        from ..engine.verify import runtime_check  # type: ignore[attr-defined]
-
-        return runtime_check
-    except ImportError:
-        return ggml_rt.import_check
-
-
 def run_install(args) -> int:
-    backend = args.backend or os.environ.get("ACCELSTACK_BACKEND", "")
-    report = _report(args)
-    if args.stack == "torch":
-        return _install_torch(args, report, backend)
-    from ..installer import flow
+    from .. import core
 
+    s = settings_from(args, backend=args.backend, torch_venv=optional_path(args.venv), torch_python=args.target_python,
+                      use_uv=True if args.uv else None)
+    report = report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
-        summary = flow.install(report, Request(stack="ggml", backend=backend), _opts(args), _home(args), force=args.force,
-                               dry_run=args.dry_run, wait=args.wait, check=_check(), progress=progress)
-    lines = [f"plan: {summary.plan.summary}"]
-    if summary.recovered:
-        lines += [f"recovered: {r}" for r in summary.recovered]
-    if args.dry_run:
-        lines.append(f"dry run: would install runtime {summary.runtime}" + (" (built from source)" if summary.built_locally else ""))
-        for a in summary.plan.artifacts:
+        plan = core.plan(report, args.stack, requirements=args.requirements, settings=s, on_progress=progress)
+        summary = core.install_runtime(plan, report=report, settings=s, force=args.force, dry_run=args.dry_run,
+                                       on_progress=progress)
+    emit(args, summary, _install_text(summary))
+    return 0
+
+
+def _install_text(summary) -> str:
+    plan = summary.plan
+    lines = [f"plan: {plan.summary}"]
+    lines += [f"recovered: {r}" for r in summary.recovered]
+    if summary.dry_run:
+        if summary.would_build:
+            lines.append(f"dry run: would build the {summary.would_build} variant from source, then install and verify it")
+        else:
+            lines.append(f"dry run: would install runtime {summary.runtime}")
+        for a in plan.artifacts:
             lines.append(f"  {a.name}  {a.size / MiB:.1f} MiB  sha256 {a.sha256[:16]}…")
-    elif not summary.changed:
+        lines += [f"  $ {c.render()}" for c in plan.commands]
+        return "\n".join(lines)
+    r = summary.receipt
+    if not summary.changed:
         lines.append(f"runtime {summary.runtime} is already installed and active: nothing to do")
-    else:
-        r = summary.receipt
-        lines.append(f"installed and activated runtime {summary.runtime}" + (f" (previous: {summary.previous}, kept for `accelstack rollback`)" if summary.previous else ""))
-        if r is not None:
-            lines.append(f"  at {r.path}: {len(r.files)} files, check: {r.verification.get('check', '')} ok")
-        if summary.timings:
-            lines.append("  " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.timings.items()))
-    _emit(args, summary, "\n".join(lines))
-    return 0
-
-
-def _install_torch(args, report: HardwareReport, backend: str) -> int:
-    from ..installer.state import Receipt, now_iso
-    from ..installer.torch import ensure_venv, install_torch
-    from ..manifests.resolve import Manifests, resolve
-
-    python = args.target_python or sys.executable
-    py_version = ""
-    if args.venv:
-        python = ensure_venv(Path(args.venv)) if not args.dry_run else str(Path(args.venv) / "bin" / "python")
-    if args.target_python or args.venv:
-        import subprocess
-
-        if Path(python).exists():
-            py_version = subprocess.run([python, "-c", "import sys;print('%d.%d'%sys.version_info[:2])"], stdout=subprocess.PIPE, text=True).stdout.strip()
-    plan = resolve(report, Request(stack="torch", requirements=list(args.requirements), backend=backend, python=py_version), Manifests.builtin())
-    if not plan.ok:
-        raise UsageError(f"no torch build fits: {plan.summary}", "; ".join(plan.conflicts) or "run `accelstack plan --stack torch`")
-    if args.dry_run:
-        _emit(args, plan, f"plan: {plan.summary}\n" + "\n".join("  $ " + c.render(python) for c in plan.commands))
-        return 0
-    home = _home(args)
-    home.ensure()
-    with home.lock("install torch", wait=args.wait), progress_renderer(json_mode=args.json) as progress:
-        result = install_torch(plan, python, use_uv=args.uv, progress=progress)
-        from ..installer.flow import hardware_fingerprint
-
-        # one receipt per target environment: the same interpreter path always gets the same id
-        rid = f"torch-{plan.variant}-{hashlib.sha256(str(Path(python).absolute()).encode()).hexdigest()[:10]}"
-        receipt = Receipt(id=rid, stack="torch", backend=plan.backend, path=python, plan=to_dict(plan), env=dict(plan.env),
-                          hardware_fingerprint=hardware_fingerprint(report), installed_at=now_iso(), verified_at=now_iso(),
-                          verification={"check": "torch", "ok": result.ok, "reason": result.reason, **result.details})
-        home.write_receipt(receipt)
-        home.set_active("torch", rid)
-    _emit(args, receipt, f"plan: {plan.summary}\ninstalled into {python}: {result.reason}")
-    return 0
+        return "\n".join(lines)
+    where = f" (previous: {summary.previous}, kept for `accelstack rollback`)" if summary.previous else ""
+    lines.append(f"installed and activated runtime {summary.runtime}{where}")
+    if r is not None:
+        v = r.verification
+        lines.append(f"  {r.path}: {len(r.files)} files; {v.check} check {v.verdict}" + (f" on {v.device.name}" if v.device else ""))
+    if summary.timings:
+        lines.append("  " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.timings.items()))
+    return "\n".join(lines)
 
 
 def run_status(args) -> int:
-    from ..installer import flow
+    from .. import core
 
-    home = _home(args)
-    report = _report(args)
-    opts = _opts(args)
-    if not opts.urls:
-        opts.urls = flow.remembered_manifests(home)
-    stats = flow.status(report, home, opts)
-    lines = [f"runtime home: {home.root}"]
+    s = settings_from(args)
+    stats = core.status(report=report_from(args, s), settings=s)
+    lines = [f"runtime home: {s.home}"]
     for st in stats:
         if not st.installed and not st.active:
             lines.append(f"{st.stack}: nothing installed")
+            lines += problem_lines(st.problems)
             continue
-        lines.append(f"{st.stack}: active {st.active or '(none)'}" + (f", previous {st.previous}" if st.previous else ""))
+        lines.append(f"{st.stack}: active {st.active or '(none)'}" + (f", previous {st.previous}" if st.previous else "")
+                     + ("" if not st.active else "  [healthy]" if st.healthy else "  [needs attention]"))
         if st.receipt:
             r = st.receipt
-            lines.append(f"  backend {r.backend}, installed {r.installed_at}, verified {r.verified_at}, at {r.path}")
+            lines.append(f"  backend {r.backend}, installed {r.installed_at}, verified {r.verified_at} "
+                         f"({r.verification.verdict}), at {st.runtime_path}")
             lines.append(f"  fits this machine: {'yes' if st.hardware_matches else 'no' if st.hardware_matches is False else 'unknown'}")
         if st.upgrade_available:
             lines.append(f"  upgrade available: {st.upgrade_available} (run `accelstack upgrade`)")
         others = [i for i in st.installed if i not in (st.active, st.previous)]
         if others:
             lines.append(f"  also installed: {', '.join(others)} (`accelstack gc` removes them)")
-        lines += [f"  problem: {p}" for p in st.problems]
-    _emit(args, stats, "\n".join(lines))
+        lines += problem_lines(st.problems)
+    emit(args, stats, "\n".join(lines))
     return 0
 
 
 def run_repair(args) -> int:
-    from ..installer import flow
+    from .. import core
 
+    s = settings_from(args)
     with progress_renderer(json_mode=args.json) as progress:
-        rep = flow.repair(_home(args), check=_check(), offline=True if args.offline else None, wait=args.wait, progress=progress)
+        rep = core.repair(settings=s, on_progress=progress)
+    v = rep.verification
+    verdict = f"check {v.verdict}" + (f": {v.reason}" if v is not None and not v.ok else "") if v is not None else "not checked"
+    lines = []
+    if rep.pointer_rebuilt:
+        lines.append("active.json was damaged: rebuilt from the receipts")
     if rep.healthy:
-        text = f"runtime {rep.runtime}: all {rep.checked} files intact; check passed"
+        lines.append(f"runtime {rep.runtime}: all {rep.checked} files intact; {verdict}")
     else:
-        text = f"runtime {rep.runtime}: {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} files; restored {len(rep.fixed)}; check passed"
-        text += "".join(f"\n  fixed {f}" for f in rep.fixed)
-    _emit(args, rep, text)
-    return 0
+        lines.append(f"runtime {rep.runtime}: {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} files; "
+                     f"restored {len(rep.fixed)}; {verdict}")
+        lines += [f"  fixed {f}" for f in rep.fixed]
+    emit(args, rep, "\n".join(lines))
+    return 0 if v is None or v.ok else 1
 
 
 def run_upgrade(args) -> int:
-    from ..installer import flow
+    from .. import core
 
-    report = _report(args)
+    s = settings_from(args)
+    report = report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
-        summary = flow.upgrade(report, Request(stack="ggml", backend=args.backend), _opts(args), _home(args), wait=args.wait,
-                               check=_check(), progress=progress)
+        summary = core.upgrade(report=report, settings=s, backend=args.backend, on_progress=progress)
     if summary.changed:
         text = f"upgraded to {summary.runtime}" + (f"; {summary.previous} kept for `accelstack rollback`" if summary.previous else "")
     else:
         text = f"already up to date: {summary.runtime}"
-    _emit(args, summary, text)
+    emit(args, summary, text)
     return 0
 
 
 def run_rollback(args) -> int:
-    from ..installer import flow
+    from .. import core
 
-    state = flow.rollback(_home(args), wait=args.wait)
-    _emit(args, state, f"active ggml runtime is now {state.active.get('ggml')} (previous: {state.previous.get('ggml', '-')})")
+    state = core.rollback(settings=settings_from(args))
+    emit(args, state, f"active ggml runtime is now {state.active.get('ggml')} (previous: {state.previous.get('ggml', '-')})")
     return 0
 
 
 def run_uninstall(args) -> int:
-    from ..installer import flow
+    from .. import core
 
     if not args.yes and sys.stdin.isatty():
         if input("remove every installed ggml runtime? [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
-    removed = flow.uninstall(_home(args), wait=args.wait)
-    _emit(args, removed, f"removed {len(removed)} runtime(s)" + "".join(f"\n  {r}" for r in removed))
+    removed = core.uninstall(settings=settings_from(args))
+    emit(args, removed, f"removed {len(removed)} runtime(s)" + "".join(f"\n  {r}" for r in removed))
     return 0
 
 
 def run_gc(args) -> int:
-    from ..installer import flow
+    from .. import core
 
-    rep = flow.gc(_home(args), wait=args.wait)
-    _emit(args, rep, f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {rep.bytes_freed / MiB:.1f} MiB")
+    rep = core.gc(settings=settings_from(args))
+    text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {rep.bytes_freed / MiB:.1f} MiB"
+    if rep.blobs_kept_shared:
+        text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
+    emit(args, rep, text)
     return 0

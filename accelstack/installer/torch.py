@@ -1,105 +1,91 @@
-"""Install a torch runtime into a Python environment, check it there, and undo it if it fails.
+"""The torch destination: a Python environment that gets the planned torch, checked there, or undone.
 
 The plan gives exact pip/uv commands (``{python}`` stands for the target interpreter). Before
 running them, the distributions the plan will replace are moved aside (a rename within the same
-site-packages, so it costs nothing for a multi-GB CUDA torch); if pip fails or the post-install
-check fails, the new ones are uninstalled and the old ones moved back. The check runs in the
-target interpreter and catches the "no kernel image" failure before generation time: the GPU's
-architecture must be in ``torch.cuda.get_arch_list()``.
+site-packages, so it costs nothing for a multi-GB CUDA torch); if pip fails or the verifier says
+FAIL, the new ones are uninstalled and the old ones moved back. The receipt lives in the home;
+the environment itself is the user's and is never deleted.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ..errors import AccelstackError
-from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..manifests.plan import PYTHON_PLACEHOLDER, Plan
+from ..errors import Action, SubprocessTimeout
+from ..events import ProgressCallback, ProgressEvent
+from ..manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
+from .home import Home
+from .records import InstalledFile, Receipt
+from .torch_scripts import _CHECK, _INSPECT
+from .transaction import StagedRuntime
+from .wheel import InstallError
+
+log = logging.getLogger(__name__)
 
 
-class TorchInstallError(AccelstackError):
+class TorchInstallError(InstallError):
     """pip failed or the installed torch does not work; what was there before has been restored."""
 
 
-_INSPECT = r"""
-import json, sys
-from importlib import metadata
-names = set(json.loads(sys.argv[1]))
-out = []
-for dist in metadata.distributions():
-    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-    if name in names:
-        files = [str(f) for f in (dist.files or [])]
-        out.append({"name": name, "version": dist.version, "location": str(dist.locate_file("")), "files": files})
-print(json.dumps({"python": sys.version.split()[0], "prefix": sys.prefix, "dists": out}))
-"""
-
-_CHECK = r"""
-import json, sys
-want = json.loads(sys.argv[1])
-out = {"ok": False}
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda or ""
-    out["hip"] = getattr(torch.version, "hip", None) or ""
-    backend = want.get("backend", "cpu")
-    if backend in ("cuda", "rocm"):
-        out["available"] = bool(torch.cuda.is_available())
-        if out["available"]:
-            out["device"] = torch.cuda.get_device_name(0)
-            major, minor = torch.cuda.get_device_capability(0)
-            out["arch_list"] = torch.cuda.get_arch_list()
-            out["device_arch"] = f"sm_{major}{minor}" if backend == "cuda" else torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
-    elif backend == "xpu":
-        out["available"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
-    elif backend == "mps":
-        out["available"] = bool(torch.backends.mps.is_available())
-    elif backend == "directml":
-        import torch_directml
-        out["available"] = torch_directml.device_count() > 0
-    else:
-        out["available"] = True
-        x = torch.ones(4, 4) @ torch.ones(4, 4)
-        out["matmul"] = float(x.sum())
-    out["ok"] = True
-except Exception as exc:
-    out["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
-"""
-
-
-@dataclass
-class TorchCheck:
-    ok: bool
-    reason: str
-    details: Dict[str, object] = field(default_factory=dict)
-
-
-def _run_json(python: str, code: str, arg: object, timeout: float = 300) -> Dict[str, object]:
-    res = subprocess.run([python, "-c", code, json.dumps(arg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+def run_json(python: str, code: str, arg: object, timeout: float) -> Dict[str, object]:
+    """Run ``code`` in ``python`` with one JSON argument; its last stdout line is a JSON object."""
     try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        res = subprocess.run([python, "-c", code, json.dumps(arg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SubprocessTimeout(f"{python} did not answer within {timeout:.0f} s", hint="the environment may be "
+                                "starting very slowly or hanging on import; try again") from None
+    except OSError as exc:
+        raise TorchInstallError(f"cannot run {python}: {exc.strerror or exc}", action=Action.FIX_INPUT) from None
+    try:
+        data = json.loads(res.stdout.strip().splitlines()[-1])
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data
     except (ValueError, IndexError):
         raise TorchInstallError(f"{python} could not run the check: {(res.stderr.strip().splitlines() or ['no output'])[-1]}") from None
 
 
-def ensure_venv(venv: Path, base_python: str = sys.executable) -> str:
+def python_version(python: str, timeout: float) -> str:
+    """``"3.11"`` for the interpreter ``python``."""
+    info = run_json(python, "import json,sys;print(json.dumps({'v':'%d.%d'%sys.version_info[:2]}))", None, timeout)
+    return str(info.get("v", ""))
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_venv(venv: Path, timeout: float, base_python: str = sys.executable) -> str:
     """Create ``venv`` if it does not exist; return its interpreter."""
-    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    py = venv_python(venv)
     if not py.exists():
-        res = subprocess.run([base_python, "-m", "venv", str(venv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            res = subprocess.run([base_python, "-m", "venv", str(venv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SubprocessTimeout(f"creating the virtual environment {venv} took longer than {timeout:.0f} s") from None
         if res.returncode != 0:
-            raise TorchInstallError(f"could not create the virtual environment {venv}: {res.stdout.strip()[-300:]}")
+            raise TorchInstallError(f"could not create the virtual environment {venv}: {res.stdout.strip()[-300:]}",
+                                    action=Action.FIX_INPUT)
     return str(py)
+
+
+def receipt_id(plan: Plan, python: str) -> str:
+    """One receipt per target environment: the same interpreter path always gets the same id."""
+    return f"torch-{plan.variant}-{hashlib.sha256(str(Path(python).absolute()).encode()).hexdigest()[:10]}"
 
 
 def package_names(plan: Plan) -> List[str]:
@@ -112,41 +98,55 @@ def package_names(plan: Plan) -> List[str]:
     return names
 
 
-def check_torch(python: str, plan: Plan, report_gpus: Optional[List[Dict[str, str]]] = None) -> TorchCheck:
-    """Post-install check in the target interpreter: import, build flavour, device, kernels."""
-    info = _run_json(python, _CHECK, {"backend": plan.backend})
+def import_check(staged: StagedRuntime, progress: ProgressCallback, timeout: float = 300) -> VerifyReport:
+    """The cheap check (no generation): torch imports in the target interpreter, is the planned
+    build, sees the planned device, and has kernels for the GPU's architecture."""
+    plan: Plan = staged.handle.plan if staged.handle is not None else None  # type: ignore[assignment]
+    backend = staged.backend
+    t0 = time.perf_counter()
+    info = run_json(staged.python or str(staged.path), _CHECK, {"backend": backend}, timeout)
+    ok, reason = _judge(info, backend, plan.torch_version if plan is not None else "")
+    dev = DeviceInfo(name=str(info.get("device", backend)), kind="cpu" if backend == "cpu" else "gpu")
+    return VerifyReport(ok=ok, reason="" if ok else reason, runtime=str(staged.path), backend=backend, check="import",
+                        device=dev, checks=[VerifyCheck("torch", ok, reason)], total_seconds=round(time.perf_counter() - t0, 4),
+                        details={k: v for k, v in info.items() if k != "ok"})
+
+
+def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bool, str]:
     if not info.get("ok"):
-        return TorchCheck(False, f"torch does not import: {info.get('error', 'unknown error')}", info)
-    want_version = plan.torch_version
+        return False, f"torch does not import: {info.get('error', 'unknown error')}"
     got = str(info.get("torch", ""))
     if want_version and not got.startswith(want_version):
-        return TorchCheck(False, f"torch {got} is installed but the plan asked for {want_version}", info)
-    if plan.backend == "cuda" and not info.get("cuda"):
-        return TorchCheck(False, f"torch {got} is not a CUDA build (torch.version.cuda is empty)", info)
-    if plan.backend == "rocm" and not info.get("hip"):
-        return TorchCheck(False, f"torch {got} is not a ROCm build (torch.version.hip is empty)", info)
-    if plan.backend in ("cuda", "rocm", "xpu", "mps", "directml") and not info.get("available"):
-        return TorchCheck(False, f"torch {got} cannot use the {plan.backend} device here", info)
+        return False, f"torch {got} is installed but the plan asked for {want_version}"
+    if backend == "cuda" and not info.get("cuda"):
+        return False, f"torch {got} is not a CUDA build (torch.version.cuda is empty)"
+    if backend == "rocm" and not info.get("hip"):
+        return False, f"torch {got} is not a ROCm build (torch.version.hip is empty)"
+    if backend in ("cuda", "rocm", "xpu", "mps", "directml") and not info.get("available"):
+        return False, f"torch {got} cannot use the {backend} device here"
     arch = str(info.get("device_arch", ""))
-    if arch and arch not in [str(a) for a in info.get("arch_list", [])]:  # type: ignore[union-attr]
-        return TorchCheck(False, f"torch {got} has no kernels for {arch} (\"no kernel image is available\"); it was built for {info.get('arch_list')}", info)
-    return TorchCheck(True, f"torch {got} works on {info.get('device', plan.backend)}", info)
+    archs = info.get("arch_list")
+    if arch and isinstance(archs, list) and arch not in [str(a) for a in archs]:
+        return False, f"torch {got} has no kernels for {arch} (\"no kernel image is available\"); it was built for {archs}"
+    return True, f"torch {got} works on {info.get('device', backend)}"
 
 
 class _Backup:
     """Moves installed distributions aside and back: the undo log of a torch install."""
 
-    def __init__(self, python: str, names: List[str], where: Path) -> None:
+    def __init__(self, python: str, names: List[str], where: Path, timeout: float) -> None:
         self.python = python
         self.names = names
         self.where = where
-        self.moved: List[tuple] = []
+        self.timeout = timeout
+        self.moved: List[Tuple[Path, Path]] = []
         self.previous: Dict[str, str] = {}
 
     def stash(self) -> None:
-        info = _run_json(self.python, _INSPECT, self.names)
+        info = run_json(self.python, _INSPECT, self.names, self.timeout)
         self.where.mkdir(parents=True, exist_ok=True)
-        for dist in info.get("dists", []):  # type: ignore[union-attr]
+        dists = info.get("dists", [])
+        for dist in dists if isinstance(dists, list) else []:
             self.previous[dist["name"]] = dist["version"]
             location = Path(dist["location"])
             tops = sorted({Path(f).parts[0] for f in dist["files"] if not f.startswith("..") and Path(f).parts})
@@ -169,48 +169,99 @@ class _Backup:
         self.moved.clear()
 
 
-def install_torch(
-    plan: Plan,
-    python: str,
-    *,
-    use_uv: bool = False,
-    progress: ProgressCallback = null_progress,
-    checker=check_torch,
-) -> TorchCheck:
-    """Run the plan's commands against ``python``; keep the old torch if the new one fails."""
-    if plan.stack != "torch" or not plan.ok or not plan.commands:
-        raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", hint="run `accelstack plan --stack torch` to see why")
-    names = package_names(plan)
-    info = _run_json(python, _INSPECT, names)
-    backup_dir = Path(str(info.get("prefix", ""))) / ".accelstack-backup"
-    backup = _Backup(python, names, backup_dir)
-    backup.stash()
-    try:
-        for cmd in plan.commands:
-            argv = [a.replace(PYTHON_PLACEHOLDER, python) for a in cmd.argv]
-            if use_uv and cmd.tool == "pip" and shutil.which("uv"):
-                argv = ["uv", "pip"] + argv[argv.index("pip") + 1:] + ["--python", python]
-            progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            assert proc.stdout is not None
-            tail: List[str] = []
-            errors: List[str] = []
+@dataclass
+class _Undo:
+    plan: Plan
+    backup: _Backup
+    names: List[str]
+
+
+@dataclass
+class PipCommands:
+    """A source: the plan's commands, run with pip (or uv when asked and on PATH)."""
+
+    commands: List[Command]
+    use_uv: bool = False
+
+
+class TorchEnvironment:
+    """Destination for torch runtimes: the interpreter ``python`` (a venv's or any other)."""
+
+    stack = "torch"
+
+    def __init__(self, home: Home, python: str, pip_timeout: float, probe_timeout: float) -> None:
+        self.home = home
+        self.python = python
+        self.pip_timeout = pip_timeout
+        self.probe_timeout = probe_timeout
+
+    def stage(self, plan: Plan, source: PipCommands, progress: ProgressCallback) -> StagedRuntime:
+        if plan.stack != "torch" or not plan.ok or not source.commands:
+            raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", action=Action.EXPLAIN_PLAN)
+        names = package_names(plan)
+        info = run_json(self.python, _INSPECT, names, self.probe_timeout)
+        backup = _Backup(self.python, names, Path(str(info.get("prefix", ""))) / ".accelstack-backup", self.probe_timeout)
+        backup.stash()
+        staged = StagedRuntime(stack="torch", backend=plan.backend, path=Path(self.python), env=dict(plan.env),
+                               python=self.python, handle=_Undo(plan, backup, names))
+        try:
+            for cmd in source.commands:
+                self._run(cmd, source.use_uv, progress)
+        except BaseException:
+            self.abort(staged)
+            raise
+        return staged
+
+    def _run(self, cmd: Command, use_uv: bool, progress: ProgressCallback) -> None:
+        argv = [a.replace(PYTHON_PLACEHOLDER, self.python) for a in cmd.argv]
+        if use_uv and cmd.tool == "pip" and shutil.which("uv"):
+            argv = ["uv", "pip"] + argv[argv.index("pip") + 1:] + ["--python", self.python]
+        progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        deadline = time.monotonic() + self.pip_timeout
+        tail: List[str] = []
+        errors: List[str] = []
+        try:
             for line in proc.stdout:
                 tail = (tail + [line.rstrip()])[-12:]
                 if line.startswith("ERROR:") and len(errors) < 3:
                     errors.append(line.strip())
                 progress(ProgressEvent("message", "install", task="pip", message=line.rstrip()))
-            if proc.wait() != 0:
-                reason = errors[0] if errors else (tail[-1] if tail else "no output")
-                raise TorchInstallError(f"pip failed: {reason}", hint="the previous torch (if any) has been restored; see the pip output above")
-        result = checker(python, plan)
-        if not result.ok:
-            raise TorchInstallError(f"the installed torch does not work: {result.reason}", hint="the previous torch (if any) has been restored")
-    except BaseException:
-        subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", *names], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        backup.restore()
-        backup.discard()
-        raise
-    backup.discard()
-    result.details["previous"] = backup.previous
-    return result
+                if time.monotonic() > deadline:
+                    raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s",
+                                            hint="the previous torch (if any) has been restored; try again on a faster connection")
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if code != 0:
+            reason = errors[0] if errors else (tail[-1] if tail else "no output")
+            raise TorchInstallError(f"pip failed: {reason}", hint="the previous torch (if any) has been restored")
+
+    def files(self, staged: StagedRuntime) -> List[InstalledFile]:
+        return []  # the environment is the user's; its files are pip's to track
+
+    def commit(self, staged: StagedRuntime, receipt: Receipt) -> Optional[Path]:
+        undo: _Undo = staged.handle
+        receipt.path = self.python
+        receipt.verification.details.setdefault("previous", dict(undo.backup.previous))
+        self.home.write_receipt(receipt)
+        undo.backup.discard()
+        return None
+
+    def abort(self, staged: StagedRuntime) -> None:
+        undo: _Undo = staged.handle
+        try:
+            subprocess.run([self.python, "-m", "pip", "uninstall", "-y", "-q", *undo.names], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=self.pip_timeout)
+        except (subprocess.TimeoutExpired, OSError):
+            log.warning("pip uninstall in %s did not finish; restoring the previous files anyway", self.python)
+        undo.backup.restore()
+        undo.backup.discard()
+
+    def retire(self, old: Path) -> None:  # never: the environment is the user's
+        return None

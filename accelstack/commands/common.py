@@ -1,0 +1,105 @@
+"""What every command shares: Settings from arguments, the hardware report, hints as commands."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..errors import Action
+from ..serde import to_dict
+
+# How the CLI says each action: the library names the step, the command line says how.
+ACTION_COMMANDS: Dict[str, str] = {
+    Action.INSTALL.value: "accelstack install",
+    Action.REINSTALL.value: "accelstack install --force",
+    Action.REPAIR.value: "accelstack repair",
+    Action.UPGRADE.value: "accelstack upgrade",
+    Action.ROLLBACK.value: "accelstack rollback",
+    Action.VERIFY.value: "accelstack verify",
+    Action.EXPLAIN_PLAN.value: "accelstack plan",
+    Action.STATUS.value: "accelstack status",
+    Action.WAIT.value: "retry later, or pass --wait SECONDS",
+    Action.RETRY.value: "run the same command again",
+    Action.CHOOSE_HOME.value: "pass --home DIR (or set ACCELSTACK_HOME) to a writable directory on one disk",
+    Action.ADD_MANIFEST.value: "pass --manifest URL of a manifest with a build for this machine",
+    Action.TRUST_KEY.value: "pass --trusted-key KEY (the publisher's public key)",
+    Action.ALLOW_UNSIGNED.value: "pass --insecure-unsigned only for a mirror you control",
+    Action.GIVE_SOURCE.value: "pass --sdist PATH of a local source distribution",
+    Action.GO_ONLINE.value: "run without --offline (and unset ACCELSTACK_OFFLINE)",
+    Action.FIX_CONFIG.value: "fix the file, or pass --config PATH",
+    Action.REPORT_BUG.value: "accelstack detect --capture DIR, and attach DIR to a bug report",
+}
+
+
+def render_action(action: str) -> str:
+    return ACTION_COMMANDS.get(action, "")
+
+
+def add_home_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON (progress as JSON lines)")
+    p.add_argument("--home", metavar="DIR", help="runtime home (default: ACCELSTACK_HOME or the user data dir)")
+    p.add_argument("--wait", type=float, default=None, metavar="S", help="wait up to S seconds for another accelstack to finish")
+
+
+def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--manifest", action="append", default=[], metavar="URL",
+                   help="ggml manifest to install from (URL or path; its .sig is fetched beside it). Repeatable.")
+    p.add_argument("--insecure-unsigned", action="store_true", help="accept an unsigned manifest (a local mirror you control)")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="KEY", help="extra trusted public key (base64 or .pub file)")
+    p.add_argument("--offline", action="store_true", help="use only the download cache, no network (or ACCELSTACK_OFFLINE=1)")
+    p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
+    p.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
+    p.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
+
+
+def settings_from(args: argparse.Namespace, **extra: Any):
+    """One Settings for the whole command: arguments over ACCELSTACK_* variables over defaults."""
+    from ..settings import Settings, Timeouts
+
+    s = Settings.resolve(
+        home=getattr(args, "home", None),
+        manifests=list(getattr(args, "manifest", []) or []) or None,
+        trusted_keys=list(getattr(args, "trusted_key", []) or []) or None,
+        insecure_unsigned=True if getattr(args, "insecure_unsigned", False) else None,
+        offline=True if getattr(args, "offline", False) else None,
+        allow_build=False if getattr(args, "no_build", False) else None,
+        **{k: v for k, v in extra.items() if v is not None},
+    )
+    wait = getattr(args, "wait", None)
+    if wait is not None:
+        s.timeouts = Timeouts(**{**to_dict(s.timeouts), "lock_wait": float(wait)})
+    return s
+
+
+def report_from(args: argparse.Namespace, settings):
+    """``--hardware FILE`` / ``--replay DIR`` (tests, support), else this machine."""
+    from ..core.detection import detect
+    from ..detect.report import HardwareReport
+    from ..detect.system import ReplaySystem
+    from ..serde import loads
+
+    if getattr(args, "hardware", None):
+        return loads(HardwareReport, Path(args.hardware).read_text(), args.hardware)
+    if getattr(args, "replay", None):
+        return detect(ReplaySystem(args.replay), settings=settings)
+    return detect(settings=settings)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps({"result": to_dict(data)}, indent=2))
+    else:
+        print(text)
+
+
+def problem_lines(problems: List[Any], indent: str = "  ") -> List[str]:
+    out = []
+    for p in problems:
+        cmd = render_action(getattr(p, "action", ""))
+        out.append(f"{indent}problem: {p.message}" + (f" (run `{cmd}`)" if cmd.startswith("accelstack") else f" ({cmd})" if cmd else ""))
+    return out
+
+
+def optional_path(value: Optional[str]) -> Optional[Path]:
+    return Path(value).expanduser() if value else None

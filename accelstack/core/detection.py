@@ -1,0 +1,18 @@
+"""``detect``: the first step of the core, kept light (importing it loads only the detect stage)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..detect import detect as _detect
+from ..detect.report import HardwareReport
+from ..detect.system import System
+from ..settings import Settings
+
+
+def detect(system: Optional[System] = None, *, settings: Optional[Settings] = None) -> HardwareReport:
+    """What is in this machine (or in a replayed capture, with ``system=ReplaySystem(dir)``).
+
+    Free disk is measured at the runtime home: ``settings.home`` when settings are given, else
+    the home rule applied to the system's own environment (a replayed Windows capture measures
+    its ``%LOCALAPPDATA%``)."""
+    return _detect(system, home=settings.home if settings is not None else None)

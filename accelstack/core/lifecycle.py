@@ -1,0 +1,337 @@
+"""Install, upgrade, repair, rollback, uninstall, gc and status: the same functions for both stacks.
+
+Each one resolves ``Settings`` once, takes the home's lock (a dry run takes nothing and touches
+nothing), runs ``recover`` first so a killed run never leaves a mess, and reports progress only
+through the ``on_progress`` callback.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from ..detect.report import HardwareReport
+from ..errors import AccelstackError, Action, UsageError
+from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..installer import maintenance
+from ..installer.home import Home
+from ..installer.records import Active, Receipt, StateError
+from ..installer.recovery import active_or_rebuild, recover
+from ..installer.repair import RepairReport, repair_ggml, unrepairable_error
+from ..installer.transaction import Provenance, Verifier, install as run_transaction
+from ..manifests.plan import Plan
+from ..manifests.resolve import Manifests
+from ..settings import Settings
+from .detection import detect
+from .planning import LOCAL_SOURCE, hardware_fingerprint, load_manifests, plan, remember_manifests
+from .verifiers import default_verifier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InstallSummary:
+    """What ``install_runtime`` did; ``receipt`` is None only for a dry run."""
+
+    stack: str
+    runtime: str
+    changed: bool
+    plan: Plan
+    receipt: Optional[Receipt] = None
+    previous: str = ""
+    timings: dict = field(default_factory=dict)  # seconds, each named for what it measured
+    recovered: List[str] = field(default_factory=list)
+    built_locally: bool = False
+    dry_run: bool = False
+    would_build: str = ""  # dry run: the variant that would be compiled first
+
+
+def home_of(settings: Settings) -> Home:
+    return Home(settings.home)
+
+
+def _prepare(settings: Settings, command: str):
+    home = home_of(settings)
+    home.ensure()
+    return home, home.lock(command, wait=settings.timeouts.lock_wait)
+
+
+def install(plan: Plan, *, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
+            verifier: Optional[Verifier] = None, force: bool = False,
+            on_progress: Optional[ProgressCallback] = None) -> Receipt:
+    """Install what ``plan`` chose, verify it, and make it active; returns its receipt.
+
+    ``verifier`` defaults to the engine's real generation check (ggml) or the torch check in the
+    target environment (torch); pass a cheaper one explicitly if you must."""
+    summary = install_runtime(plan, report=report, settings=settings, verifier=verifier, force=force, on_progress=on_progress)
+    assert summary.receipt is not None
+    return summary.receipt
+
+
+def install_runtime(plan: Plan, *, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
+                    verifier: Optional[Verifier] = None, force: bool = False, dry_run: bool = False,
+                    on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+    """:func:`install` with the whole story: no-op or not, previous runtime, timings, recovery."""
+    s = settings or Settings.resolve()
+    progress = on_progress or null_progress
+    if plan.stack == "torch":
+        return _install_torch(plan, report, s, verifier, dry_run, progress)
+    if plan.stack != "ggml":
+        raise UsageError(f"unknown stack {plan.stack!r}")
+    return _install_ggml(plan, report, s, verifier, force, dry_run, progress)
+
+
+def _install_ggml(plan: Plan, report: Optional[HardwareReport], s: Settings, verifier: Optional[Verifier], force: bool,
+                  dry_run: bool, progress: ProgressCallback) -> InstallSummary:
+    from ..installer.ggml import FetchedWheel, GgmlDirectory, runtime_id, wheel_of
+
+    t0 = time.perf_counter()
+    if dry_run:
+        if plan.ok:
+            return InstallSummary("ggml", runtime_id(plan), False, plan, dry_run=True)
+        _require_buildable(plan, s)
+        return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=_local_variant(plan))
+    report = report if report is not None else detect(settings=s)
+    home, lock = _prepare(s, "install")
+    with lock:
+        recovered = recover(home)
+        manifests, loaded = load_manifests(s, record=True, progress=progress)
+        built = False
+        timings = {"manifests": time.perf_counter() - t0}
+        if not plan.ok:
+            _require_buildable(plan, s)
+            t = time.perf_counter()
+            manifests = _build_locally(report, plan, manifests, s, progress)
+            timings["local build"] = time.perf_counter() - t
+            plan = _replan(report, plan, manifests, s)
+            built = True
+        source, version = _provenance(plan, manifests)
+        rid = runtime_id(plan)
+        if not force and home.runtime_intact("ggml", rid):
+            return _already_installed(home, plan, rid, recovered, built)
+        ref = wheel_of(plan)
+        t = time.perf_counter()
+        progress(ProgressEvent("message", "install", message=f"fetching {ref.name}"))
+        from ..artifacts import Cache, fetch
+
+        paths = fetch([ref], cache=Cache(s.cache), progress=progress, offline=s.offline)
+        timings["download"] = time.perf_counter() - t
+        outcome = run_transaction(plan, FetchedWheel(paths[ref.sha256], ref.name), GgmlDirectory(home, rid),
+                                  verifier or default_verifier(s), home=home, runtime_id=rid,
+                                  provenance=Provenance(source, version, hardware_fingerprint(report)), progress=progress)
+        timings.update(outcome.timings)
+        if loaded:
+            remember_manifests(s, [m.url for m in loaded])
+        maintenance.register_home(Cache(s.cache), home, maintenance.referenced_blobs(home))
+        return InstallSummary("ggml", rid, True, plan, outcome.receipt, outcome.previous, timings, recovered, built)
+
+
+def _already_installed(home: Home, plan: Plan, rid: str, recovered: List[str], built: bool) -> InstallSummary:
+    receipt = home.read_receipt(rid)
+    try:
+        previous = home.read_active().active.get("ggml", "")
+    except StateError:
+        previous = ""
+    if previous != rid:
+        home.set_active("ggml", rid)
+        return InstallSummary("ggml", rid, True, plan, receipt, previous, recovered=recovered, built_locally=built)
+    return InstallSummary("ggml", rid, False, plan, receipt, recovered=recovered, built_locally=built)
+
+
+def _require_buildable(plan: Plan, s: Settings) -> None:
+    if plan.status == "needs-build" and s.allow_build and not plan.artifacts:
+        return
+    raise AccelstackError(f"nothing to install: {plan.summary}", hint="; ".join(plan.conflicts) or
+                          "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
+
+
+def _local_variant(plan: Plan) -> str:
+    backend = plan.build.backend if plan.build else (plan.backend or "cpu")
+    features = (plan.build.properties.get("cpu_features", "") if plan.build else "").replace(",", " ").split()
+    if backend == "cpu" and plan.build and plan.build.arch == "x86_64" and "avx2" not in features:
+        return "cpu-noavx2"
+    return backend
+
+
+def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
+                   progress: ProgressCallback) -> Manifests:
+    """Build the variant this machine needs from source and offer it to the resolver as a manifest."""
+    import json
+
+    from ..manifests.schema import parse_manifest
+    from ..publisher.build import build_ggml, missing_toolchain
+    from ..publisher.publish import build_manifest
+    from ..serde import to_dict
+
+    variant = _local_variant(plan)
+    missing = missing_toolchain(variant)
+    if missing:
+        raise AccelstackError(f"no published ggml build fits this machine and a local {variant} build needs {', '.join(missing)}",
+                              hint=f"install {', '.join(missing)}, or use a manifest with a build for this machine",
+                              action=Action.INSTALL_TOOLCHAIN)
+    progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
+    result = build_ggml(variant, cache_dir=s.build_cache, progress=progress)
+    out = Path(result.wheel).parent
+    build_json = out / f"{Path(result.wheel).name}.build.json"
+    if not build_json.is_file():  # the record build_manifest reads; written once per build
+        build_json.write_text(json.dumps({**to_dict(result), "cache_hit": False}))
+    doc = build_manifest(out, out.as_uri(), source=LOCAL_SOURCE, version=1)
+    extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
+    extended.add(parse_manifest(doc))
+    return extended
+
+
+def _replan(report: HardwareReport, old: Plan, manifests: Manifests, s: Settings) -> Plan:
+    new = plan(report, "ggml", requirements=old.request.requirements, backend=old.request.backend, settings=s, manifests=manifests)
+    new.notes.append("built locally from the stable-diffusion-cpp-python source (no published build fits this machine)")
+    if not new.ok:
+        raise AccelstackError(f"the local build does not fit this machine: {new.summary}", action=Action.REPORT_BUG)
+    return new
+
+
+def _provenance(plan: Plan, manifests: Manifests):
+    """The trusted manifest that publishes the plan's exact artifacts: a plan edited on its way
+    here (another URL or hash) matches none and is refused."""
+    want = sorted(a.sha256 for a in plan.artifacts)
+    for m in manifests.ggml:
+        for t in m.targets:
+            if t.id == plan.variant and sorted(a.sha256 for a in t.artifacts) == want:
+                return m.envelope.source, m.envelope.version
+    raise AccelstackError("the plan's build is not published by any trusted manifest",
+                          hint="make the plan again from the current manifests", action=Action.EXPLAIN_PLAN)
+
+
+def _install_torch(plan: Plan, report: Optional[HardwareReport], s: Settings, verifier: Optional[Verifier], dry_run: bool,
+                   progress: ProgressCallback) -> InstallSummary:
+    from ..installer.torch import PipCommands, TorchEnvironment, receipt_id
+    from .planning import target_python
+
+    if not plan.ok:
+        raise AccelstackError(f"no torch build fits: {plan.summary}", hint="; ".join(plan.conflicts) or
+                              "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
+    if dry_run:
+        python = target_python(s, create=False)[0]
+        return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True)
+    report = report if report is not None else detect(settings=s)
+    python = target_python(s, create=True)[0]
+    home, lock = _prepare(s, "install torch")
+    with lock:
+        recovered = recover(home)
+        rid = receipt_id(plan, python)
+        dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
+        outcome = run_transaction(plan, PipCommands(list(plan.commands), s.use_uv), dest, verifier or default_verifier(s),
+                                  home=home, runtime_id=rid, provenance=Provenance("builtin", 0, hardware_fingerprint(report)),
+                                  progress=progress)
+    return InstallSummary("torch", rid, True, plan, outcome.receipt, outcome.previous, outcome.timings, recovered)
+
+
+def upgrade(*, stack: str = "ggml", report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
+            backend: Optional[str] = None, verifier: Optional[Verifier] = None,
+            on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+    """Plan again from the current (or remembered) manifests; install the result side by side,
+    verify it, switch. The old runtime stays for rollback."""
+    s = settings or Settings.resolve()
+    report = report if report is not None else detect(settings=s)
+    if not s.manifests:
+        from .planning import remembered_manifests
+
+        s = s.replace(manifests=remembered_manifests(s))
+    if backend is None:
+        backend = _active_backend_request(s, stack)
+    p = plan(report, stack, backend=backend, settings=s, on_progress=on_progress)
+    return install_runtime(p, report=report, settings=s, verifier=verifier, on_progress=on_progress)
+
+
+def _active_backend_request(s: Settings, stack: str) -> str:
+    home = home_of(s)
+    try:
+        rid = home.read_active().active.get(stack, "")
+        return home.read_receipt(rid).plan.request.backend if rid else s.backend
+    except StateError:
+        return s.backend
+
+
+def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier: Optional[Verifier] = None,
+           on_progress: Optional[ProgressCallback] = None) -> RepairReport:
+    """Rebuild a damaged ``active.json`` from the receipts, restore the active runtime's missing or
+    corrupt files (package metadata included) and verify it again."""
+    from ..artifacts import Cache, fetch
+
+    s = settings or Settings.resolve()
+    progress = on_progress or null_progress
+    home, lock = _prepare(s, "repair")
+    with lock:
+        state, rebuilt = active_or_rebuild(home)
+        recover(home)
+        if rebuilt:
+            state = home.read_active()
+        rid = state.active.get(stack)
+        if not rid:
+            raise StateError(f"no {stack} runtime is active, so there is nothing to repair", hint="install one first",
+                             action=Action.INSTALL)
+        if stack != "ggml":
+            raise UsageError("repair restores ggml runtimes; a torch environment is repaired by installing it again",
+                             action=Action.REINSTALL)
+        cache = Cache(s.cache)
+        rep = repair_ggml(home, rid, lambda ref: fetch([ref], cache=cache, progress=progress, offline=s.offline)[ref.sha256],
+                          verifier or default_verifier(s), progress)
+        rep.pointer_rebuilt = rebuilt
+    if rep.unrepairable:
+        raise unrepairable_error(rep)
+    return rep
+
+
+def rollback(*, stack: str = "ggml", settings: Optional[Settings] = None) -> Active:
+    """Switch back to the previous runtime of ``stack``."""
+    s = settings or Settings.resolve()
+    home, lock = _prepare(s, "rollback")
+    with lock:
+        recover(home)
+        return maintenance.rollback(home, stack)
+
+
+def uninstall(*, stack: str = "ggml", settings: Optional[Settings] = None) -> List[str]:
+    """Remove every runtime of ``stack`` (a torch environment itself is never touched)."""
+    s = settings or Settings.resolve()
+    home, lock = _prepare(s, "uninstall")
+    with lock:
+        recover(home)
+        return maintenance.uninstall(home, stack)
+
+
+def gc(*, settings: Optional[Settings] = None) -> maintenance.GcReport:
+    """Remove inactive runtimes (keeping the previous one) and downloads no home needs any more."""
+    from ..artifacts import Cache
+
+    s = settings or Settings.resolve()
+    home, lock = _prepare(s, "gc")
+    with lock:
+        recover(home)
+        return maintenance.gc(home, Cache(s.cache))
+
+
+def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
+           check_upgrades: bool = True) -> List[maintenance.StackStatus]:
+    """What is installed and active, whether its files are all there, whether it still fits this
+    machine, and (from the manifests) whether a newer build would be chosen now. Reads only."""
+    s = settings or Settings.resolve()
+    home = home_of(s)
+    report = report if report is not None else detect(settings=s)
+    out = maintenance.local_status(home, hardware_fingerprint(report))
+    for st in out:
+        if st.stack != "ggml" or st.receipt is None or not check_upgrades:
+            continue
+        try:
+            manifests, loaded = load_manifests(s, record=False)
+            if not loaded:
+                continue
+            from ..installer.ggml import runtime_id
+
+            p = plan(report, "ggml", backend=st.receipt.plan.request.backend, settings=s, manifests=manifests)
+            if p.ok and runtime_id(p) != st.active:
+                st.upgrade_available = runtime_id(p)
+        except AccelstackError as exc:
+            st.problems.append(maintenance.StatusProblem(f"could not check for upgrades: {exc.message}", exc.action.value))
+    return out

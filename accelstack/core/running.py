@@ -1,0 +1,85 @@
+"""Run what is installed: ``verify`` (does it generate here) and ``generate`` (make images).
+
+Both default to the runtime ``install`` activated, with its receipt's backend and environment.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..errors import Action
+from ..events import ProgressCallback, null_progress
+from ..installer.home import Home
+from ..installer.records import Receipt, StateError, now_iso
+from ..installer.transaction import StagedRuntime
+from ..settings import Settings
+from ..verdict import VerifyReport
+from .verifiers import default_verifier
+
+
+class NoRuntimeError(StateError):
+    """No runtime was given and none is active."""
+
+    default_action = Action.INSTALL
+
+
+def active_receipt(stack: str = "ggml", settings: Optional[Settings] = None) -> Receipt:
+    s = settings or Settings.resolve()
+    home = Home(s.home)
+    rid = home.read_active().active.get(stack)
+    if not rid:
+        raise NoRuntimeError(f"no {stack} runtime is active", hint="install one first")
+    return home.read_receipt(rid)
+
+
+def _staged(receipt: Receipt, home: Home) -> StagedRuntime:
+    path = home.runtime_path(receipt)
+    if receipt.stack == "torch":
+        return StagedRuntime(stack="torch", backend=receipt.backend, path=path, env=dict(receipt.env), python=str(path))
+    return StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=path, env=dict(receipt.env))
+
+
+def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: Optional[Settings] = None,
+           output: Optional[Union[str, Path]] = None, on_progress: Optional[ProgressCallback] = None) -> VerifyReport:
+    """Prove that an installed runtime generates on this machine (default: the active one).
+
+    A FAIL is a report (``result.ok`` is False, ``reason`` says why), not an exception; the receipt
+    of an installed runtime records the latest verdict."""
+    s = settings or Settings.resolve()
+    home = Home(s.home)
+    receipt = receipt if receipt is not None else active_receipt(stack, s)
+    if not home.runtime_path(receipt).exists():
+        raise StateError(f"the runtime {receipt.id} is missing from {home.runtime_path(receipt)}", hint="repair restores it",
+                         action=Action.REPAIR)
+    check = default_verifier(s, Path(output) if output is not None else None)
+    report = check(_staged(receipt, home), on_progress or null_progress)
+    if home.receipt_path(receipt.id).is_file():
+        try:
+            receipt.verification, receipt.verified_at = report, now_iso()
+            home.write_receipt(receipt)
+        except OSError:
+            pass  # a read-only home still verifies
+    return report
+
+
+def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
+             stack: str = "ggml", settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None,
+             **request: Any) -> Any:
+    """Generate images with an installed runtime (default: the active one); ``request`` takes the
+    fields of :class:`accelstack.engine.GenerateRequest` (negative_prompt, width, height, steps,
+    seed, sampler...). Returns the engine's ``GenerateReport`` with the saved PNG paths."""
+    from ..engine import GenerateRequest, Runtime
+    from ..engine import generate as engine_generate
+    from ..engine.config import load_config
+
+    s = settings or Settings.resolve()
+    home = Home(s.home)
+    receipt = receipt if receipt is not None else active_receipt(stack, s)
+    path = home.runtime_path(receipt)
+    if receipt.stack == "torch":
+        runtime = Runtime(path=path.parent, backend="torch", env=dict(receipt.env), python=str(path))
+    else:
+        runtime = Runtime(path=path, backend=receipt.backend, env=dict(receipt.env))
+    options = load_config(s.config_file if s.config_file.exists() else None)
+    return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
+                           progress=on_progress or null_progress)

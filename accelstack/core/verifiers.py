@@ -1,0 +1,83 @@
+"""The checks a runtime must pass before it is activated, built from the engine for the installer.
+
+The installer never imports the engine (it stands before it in the pipeline); the core hands it
+one of these. The default is the real thing: a generation on the probe model (ggml) or torch
+operations plus a diffusers step in the target interpreter (torch). ``import_verifier`` is the
+cheap check (the library loads), for callers that explicitly cannot afford a generation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import SubprocessTimeout
+from ..events import ProgressCallback
+from ..serde import from_dict, to_dict
+from ..settings import Settings
+from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
+from ..installer.transaction import StagedRuntime, Verifier
+
+
+def as_verdict(report: Any) -> VerifyReport:
+    """The engine's report as the shared type (they are the same fields; this makes it so)."""
+    return report if isinstance(report, VerifyReport) else from_dict(VerifyReport, to_dict(report))
+
+
+def default_verifier(settings: Optional[Settings] = None, output: Optional[Path] = None) -> Verifier:
+    """The engine's generation check for ggml runtimes, the torch check for torch environments."""
+    s = settings or Settings.resolve()
+
+    def check(staged: StagedRuntime, progress: ProgressCallback) -> VerifyReport:
+        from ..engine import Runtime, verify, verify_torch
+
+        if staged.stack == "torch":
+            return as_verdict(verify_torch(python=staged.python or str(staged.path), env=dict(staged.env), progress=progress))
+        runtime = Runtime(path=Path(staged.path), backend=staged.backend, env=dict(staged.env))
+        out = output or (s.cache / "verify" / f"verify-{staged.backend}.png")
+        return as_verdict(verify(runtime, output=out, probe_cache=s.probe_cache, progress=progress))
+
+    return check
+
+
+_IMPORT = (
+    "import json, stable_diffusion_cpp as s, stable_diffusion_cpp.stable_diffusion_cpp as lib;"
+    "print(json.dumps({'version': getattr(s, '__version__', ''), 'system_info': "
+    "(lib.sd_get_system_info() or b'').decode('utf-8', 'replace').strip()}))"
+)
+
+
+def import_verifier(timeout: float = 120) -> Verifier:
+    """The cheap check: the bindings import and their native library loads, in a fresh process
+    (ggml), or torch imports as the planned build and sees its device (torch). No generation."""
+
+    def check(staged: StagedRuntime, progress: ProgressCallback) -> VerifyReport:
+        if staged.stack == "torch":
+            from ..installer.torch import import_check
+
+            return import_check(staged, progress, timeout)
+        t0 = time.perf_counter()
+        try:
+            res = subprocess.run([sys.executable, "-c", _IMPORT], env={**os.environ, **staged.env, "PYTHONPATH": str(staged.path)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SubprocessTimeout(f"loading the runtime took longer than {timeout:.0f} s") from None
+        seconds = round(time.perf_counter() - t0, 4)
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            return VerifyReport(ok=False, reason=f"the runtime does not load: {last}", runtime=str(staged.path),
+                                backend=staged.backend, check="import", total_seconds=seconds,
+                                checks=[VerifyCheck("load", False, last)], log_tail=res.stderr.strip().splitlines()[-20:])
+        try:
+            info = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            info = {}
+        return VerifyReport(ok=True, reason="", runtime=str(staged.path), backend=staged.backend, check="import",
+                            device=DeviceInfo(name=staged.backend), total_seconds=seconds,
+                            checks=[VerifyCheck("load", True, str(info.get("system_info", ""))[:200])], details=info)
+
+    return check

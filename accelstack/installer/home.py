@@ -1,0 +1,243 @@
+"""The runtime home: its layout, its state files, what it owns, and the lock that guards it.
+
+Invariants, enforced here:
+- a directory under ``runtimes/<stack>/`` is complete and never modified once renamed into place
+  (it is built under ``staging/`` first); a forced reinstall builds a *new* directory and retires
+  the old one only after the receipt points at the new one, so no instant has a half runtime;
+- ``active.json`` and receipts are only ever replaced whole (``atomic_write``);
+- accelstack deletes only directories it created and marked as its own (a marker file inside),
+  that are real directories (never through a symlink) and that lie inside the home;
+- one process at a time changes the home (``install.lock``, an OS lock a killed holder cannot wedge).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..errors import Action
+from ..serde import from_dict, to_dict
+from .records import Active, LockHeldError, Receipt, StateError, atomic_write, dump_receipt, load_receipt, now_iso
+
+log = logging.getLogger(__name__)
+
+OWNER_MARK = ".accelstack-owned"  # in every directory accelstack creates and may delete
+MAX_STATE_BYTES = 64 << 20  # receipts and active.json are small; refuse to read absurd files
+
+
+class Home:
+    """The runtime home directory and the operations on its state files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- layout ------------------------------------------------------------------------------
+    def runtimes(self, stack: str) -> Path:
+        return self.root / "runtimes" / stack
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def receipts(self) -> Path:
+        return self.root / "receipts"
+
+    @property
+    def active_path(self) -> Path:
+        return self.root / "active.json"
+
+    def runtime_path(self, receipt: Receipt) -> Path:
+        """Where a receipt's runtime lives (ggml: under the home; torch: the interpreter)."""
+        return self.root / receipt.path  # an absolute path (torch, format-1 receipts) stays as it is
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def ensure(self) -> None:
+        """Create the layout and prove the home is writable; raises before any other work."""
+        try:
+            for d in (self.root, self.staging, self.receipts, self.root / "runtimes"):
+                d.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise StateError(f"the runtime home {self.root} is not writable ({exc.strerror or exc})",
+                             hint="choose a writable directory as the runtime home, or fix its permissions",
+                             action=Action.CHOOSE_HOME) from None
+
+    def check_same_filesystem(self, stack: str) -> None:
+        """Staging and runtimes must share a filesystem, or the final rename cannot be atomic."""
+        target = self.runtimes(stack)
+        target.mkdir(parents=True, exist_ok=True)
+        if os.stat(self.staging).st_dev != os.stat(target).st_dev:
+            raise StateError(f"{self.staging} and {target} are on different filesystems, so a runtime cannot be "
+                             "switched in atomically", hint="keep the whole runtime home on one disk: to use another "
+                             "disk, choose a home directory on that disk instead of linking part of it there",
+                             action=Action.CHOOSE_HOME)
+
+    # -- owned directories ---------------------------------------------------------------------
+    def make_owned_dir(self, parent: Path, name: str) -> Path:
+        """A new, marked directory ``parent/name`` (``name.N`` if taken): ours to delete later."""
+        parent.mkdir(parents=True, exist_ok=True)
+        path = parent / name
+        while True:
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                path = parent / f"{name}.{uuid.uuid4().hex[:8]}"
+        (path / OWNER_MARK).write_text(json.dumps({"pid": os.getpid(), "created": now_iso()}))
+        return path
+
+    def owns(self, path: Path) -> bool:
+        """True for a real directory inside the home, not reached through a symlink, with our mark."""
+        try:
+            if path.is_symlink() or not path.is_dir():
+                return False
+            mark = path / OWNER_MARK
+            if mark.is_symlink() or not mark.is_file():
+                return False
+            root = self.root.resolve()
+            real = path.resolve()
+            return real != root and root in real.parents and real.parent == path.parent.resolve()
+        except OSError:
+            return False
+
+    def remove_owned(self, path: Path) -> bool:
+        """Delete ``path`` only if accelstack owns it (see :meth:`owns`); False when it was left alone."""
+        if not self.owns(path):
+            if path.exists() or path.is_symlink():
+                log.warning("left %s alone: not a directory accelstack created", path)
+            return False
+        shutil.rmtree(path, ignore_errors=True)  # rmtree never follows symlinks inside
+        return True
+
+    def owned_children(self, parent: Path) -> List[Path]:
+        """Marked directories directly in ``parent``; a symlinked ``parent`` is never entered."""
+        if parent.is_symlink() or not parent.is_dir():
+            return []
+        return sorted(p for p in parent.iterdir() if self.owns(p))
+
+    # -- receipts ------------------------------------------------------------------------------
+    def receipt_path(self, rid: str) -> Path:
+        return self.receipts / f"{rid}.json"
+
+    def write_receipt(self, receipt: Receipt) -> None:
+        atomic_write(self.receipt_path(receipt.id), dump_receipt(receipt))
+
+    def read_receipt(self, rid: str) -> Receipt:
+        path = self.receipt_path(rid)
+        try:
+            text = _read_small(path)
+            return load_receipt(text, f"receipt {rid}")
+        except FileNotFoundError:
+            raise StateError(f"no receipt for runtime {rid} ({path})", hint="reinstall the runtime", action=Action.REINSTALL) from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise StateError(f"the receipt {path} is corrupt ({str(exc)[:200]})",
+                             hint="reinstall the runtime; its files themselves are untouched", action=Action.REINSTALL) from None
+        except StateError:
+            raise
+        except Exception as exc:  # SerializationError and friends: wrong types inside
+            raise StateError(f"the receipt {path} is corrupt ({str(exc)[:200]})",
+                             hint="reinstall the runtime; its files themselves are untouched", action=Action.REINSTALL) from None
+
+    def receipt_ids(self) -> List[str]:
+        if not self.receipts.is_dir():
+            return []
+        return sorted(p.stem for p in self.receipts.glob("*.json") if not p.name.startswith("."))
+
+    def runtime_intact(self, stack: str, rid: str) -> bool:
+        """Cheap: the receipt reads and its runtime exists (torch: the interpreter does)."""
+        try:
+            receipt = self.read_receipt(rid)
+        except StateError:
+            return False
+        return receipt.stack == stack and self.runtime_path(receipt).exists()
+
+    # -- active pointer ------------------------------------------------------------------------
+    def read_active(self) -> Active:
+        try:
+            data = json.loads(_read_small(self.active_path))
+            return from_dict(Active, data, "active.json")
+        except FileNotFoundError:
+            return Active()
+        except Exception as exc:  # garbage, truncated, wrong types, not UTF-8
+            raise StateError(f"{self.active_path} is damaged ({str(exc)[:200]})",
+                             hint="repair rebuilds it from the receipts", action=Action.REPAIR) from None
+
+    def write_active(self, state: Active) -> None:
+        state.changed_at = now_iso()
+        atomic_write(self.active_path, json.dumps(to_dict(state), indent=2))
+
+    def set_active(self, stack: str, rid: str) -> Active:
+        state = self.read_active()
+        old = state.active.get(stack)
+        if old and old != rid:
+            state.previous[stack] = old
+        state.active[stack] = rid
+        self.write_active(state)
+        return state
+
+    # -- lock ----------------------------------------------------------------------------------
+    def lock(self, command: str, wait: float = 0.0) -> "InstallLock":
+        return InstallLock(self.root / "install.lock", command, wait)
+
+
+def _read_small(path: Path) -> str:
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(f"larger than {MAX_STATE_BYTES >> 20} MiB")
+    return data.decode("utf-8")
+
+
+class InstallLock:
+    """An exclusive lock on the home, naming its holder (OS file lock + an info file)."""
+
+    def __init__(self, path: Path, command: str, wait: float) -> None:
+        self.path = path
+        self.command = command
+        self.wait = wait
+        self._lock: Optional[Any] = None
+
+    def __enter__(self) -> "InstallLock":
+        from filelock import FileLock, Timeout
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.path))
+        try:
+            self._lock.acquire(timeout=self.wait)
+        except Timeout:
+            holder = self.holder()
+            who = f"process {holder.get('pid')} ({holder.get('command')}, since {holder.get('since')})" if holder else "another process"
+            raise LockHeldError(f"the runtime home {self.path.parent} is being changed by {who}",
+                                hint="wait for it to finish, or allow a waiting time") from None
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": now_iso()}
+        atomic_write(self.info_path, json.dumps(info))
+        return self
+
+    @property
+    def info_path(self) -> Path:
+        return self.path.with_suffix(".owner")
+
+    def holder(self) -> Dict[str, Any]:
+        try:
+            data = json.loads(self.info_path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.info_path.unlink()
+        except OSError:
+            pass
+        if self._lock is not None:
+            self._lock.release()

@@ -1,0 +1,224 @@
+"""Operations on installed runtimes: status, rollback, uninstall, gc, and the cache's home registry.
+
+Each runs under the home's lock (except ``status``, which only reads) after ``recover``.
+Deletion follows the home's rules: only directories accelstack marked as its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Set
+
+from ..artifacts.cache import Cache
+from ..domain import STACKS
+from ..errors import Action
+from .home import Home
+from .records import Active, Receipt, StateError, atomic_write, now_iso
+from .recovery import readable_receipts
+from .repair import missing_files
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StatusProblem:
+    message: str
+    action: str = ""  # an accelstack.errors.Action value
+
+
+@dataclass
+class StackStatus:
+    stack: str
+    active: str = ""
+    previous: str = ""
+    receipt: Optional[Receipt] = None
+    runtime_path: str = ""  # absolute, where the active runtime is now
+    installed: List[str] = field(default_factory=list)
+    hardware_matches: Optional[bool] = None
+    missing_files: int = 0
+    upgrade_available: str = ""  # runtime id the current plan would install, when different
+    problems: List[StatusProblem] = field(default_factory=list)
+
+    __derived__ = ("healthy",)
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.active) and self.receipt is not None and not self.missing_files and self.hardware_matches is not False
+
+
+def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
+    """What is installed and active, whether its files are there, whether it still fits."""
+    out: List[StackStatus] = []
+    try:
+        state = home.read_active()
+        damaged = ""
+    except StateError as exc:
+        state, damaged = Active(), exc.message
+    receipts, unreadable = readable_receipts(home)
+    for stack in STACKS:
+        st = StackStatus(stack=stack, active=state.active.get(stack, ""), previous=state.previous.get(stack, ""))
+        if damaged:
+            st.problems.append(StatusProblem(damaged + "; repair rebuilds it from the receipts", Action.REPAIR.value))
+        st.problems += [StatusProblem(m, Action.REINSTALL.value) for m in unreadable]
+        st.installed = sorted(rid for rid, r in receipts.items() if r.stack == stack)
+        st.receipt = receipts.get(st.active) if st.active else None
+        if st.active and st.receipt is None:
+            st.problems.append(StatusProblem(f"the active runtime {st.active} has no readable receipt", Action.REPAIR.value))
+        if st.receipt is not None:
+            where = home.runtime_path(st.receipt)
+            st.runtime_path = str(where)
+            if not where.exists():
+                st.missing_files = max(1, len(st.receipt.files))
+                st.problems.append(StatusProblem(f"the active runtime's files are gone ({where})", Action.REINSTALL.value))
+            else:
+                st.missing_files = len(missing_files(home, st.active))
+                if st.missing_files:
+                    st.problems.append(StatusProblem(f"{st.missing_files} file(s) of the active runtime are missing; "
+                                                     "repair restores them", Action.REPAIR.value))
+            if fingerprint is not None:
+                st.hardware_matches = st.receipt.hardware_fingerprint == fingerprint
+                if not st.hardware_matches:
+                    st.problems.append(StatusProblem("the hardware or driver changed since this runtime was installed; "
+                                                     "upgrading re-plans for it", Action.UPGRADE.value))
+        out.append(st)
+    return out
+
+
+def rollback(home: Home, stack: str) -> Active:
+    state = home.read_active()
+    prev = state.previous.get(stack)
+    if not prev:
+        raise StateError(f"there is no previous {stack} runtime to go back to", hint="the status lists what is installed",
+                         action=Action.STATUS)
+    if not home.runtime_intact(stack, prev):
+        raise StateError(f"the previous runtime {prev} is no longer complete", hint="install it again", action=Action.INSTALL)
+    current = state.active.get(stack, "")
+    state.active[stack] = prev
+    if current:
+        state.previous[stack] = current
+    home.write_active(state)
+    return state
+
+
+def uninstall(home: Home, stack: str) -> List[str]:
+    """Remove every runtime of ``stack`` (ggml directories; torch receipts only, never the user's env)."""
+    removed: List[str] = []
+    try:
+        state = home.read_active()
+    except StateError:
+        state = Active()
+    state.active.pop(stack, None)
+    state.previous.pop(stack, None)
+    home.write_active(state)  # first unpoint, then delete: a crash leaves only garbage
+    receipts, _ = readable_receipts(home)
+    for rid, r in receipts.items():
+        if r.stack == stack:
+            remove_runtime(home, r)
+            removed.append(rid)
+    for leftover in home.owned_children(home.runtimes(stack)):
+        home.remove_owned(leftover)
+    return sorted(removed)
+
+
+def remove_runtime(home: Home, receipt: Receipt) -> None:
+    """Delete an inactive runtime: receipt first, so a crash leaves only a stray directory for gc."""
+    home.receipt_path(receipt.id).unlink(missing_ok=True)
+    if receipt.stack != "torch":
+        home.remove_owned(home.runtime_path(receipt))
+
+
+@dataclass
+class GcReport:
+    runtimes_removed: List[str] = field(default_factory=list)
+    blobs_removed: List[str] = field(default_factory=list)
+    blobs_kept_shared: List[str] = field(default_factory=list)  # still named by another home using this cache
+    other_homes: List[str] = field(default_factory=list)
+    bytes_freed: int = 0
+
+
+def gc(home: Home, cache: Cache) -> GcReport:
+    """Remove inactive runtimes (keeping the previous one for rollback) and cached blobs no home needs."""
+    out = GcReport()
+    state = home.read_active()
+    keep = set(state.active.values()) | set(state.previous.values())
+    receipts, _ = readable_receipts(home)
+    referenced: Set[str] = set()
+    kept_dirs: Set[Path] = set()
+    for rid, r in receipts.items():
+        if rid in keep:
+            referenced |= {a.sha256 for a in r.artifacts}
+            kept_dirs.add(home.runtime_path(r).resolve())
+            continue
+        out.bytes_freed += sum(f.size for f in r.files)
+        remove_runtime(home, r)
+        out.runtimes_removed.append(rid)
+    for stack in STACKS:
+        for d in home.owned_children(home.runtimes(stack)):
+            if d.resolve() not in kept_dirs and home.remove_owned(d):
+                out.runtimes_removed.append(d.name)
+    register_home(cache, home, referenced)
+    others, homes = blobs_of_other_homes(cache, home)
+    out.other_homes = homes
+    if cache.blob_dir.is_dir() and not cache.blob_dir.is_symlink():
+        for blob in sorted(cache.blob_dir.iterdir()):
+            name = blob.name
+            if len(name) != 64 or name in referenced or blob.is_symlink():
+                continue
+            if name in others:
+                out.blobs_kept_shared.append(name)
+                continue
+            with cache.lock(name):  # a concurrent fetch of this blob finishes (or waits) first
+                try:
+                    size = blob.stat().st_size
+                    blob.unlink()
+                except FileNotFoundError:
+                    continue
+            out.bytes_freed += size
+            out.blobs_removed.append(name)
+    return out
+
+
+# -- which homes use a cache -----------------------------------------------------------------
+def _registry(cache: Cache) -> Path:
+    return cache.root / "homes"
+
+
+def register_home(cache: Cache, home: Home, blobs: Set[str]) -> None:
+    """Record in the cache which blobs this home's runtimes were installed from, so gc run from
+    another home sharing the cache keeps them."""
+    reg = _registry(cache)
+    try:
+        reg.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(str(home.root.resolve()).encode()).hexdigest()[:16]
+        atomic_write(reg / f"{key}.json", json.dumps({"home": str(home.root.resolve()), "blobs": sorted(blobs), "updated": now_iso()}))
+    except OSError as exc:
+        log.warning("could not record this home in the cache registry %s: %s", reg, exc)
+
+
+def blobs_of_other_homes(cache: Cache, home: Home) -> "tuple[Set[str], List[str]]":
+    mine = str(home.root.resolve())
+    blobs: Set[str] = set()
+    homes: List[str] = []
+    reg = _registry(cache)
+    if not reg.is_dir():
+        return blobs, homes
+    for entry in sorted(reg.glob("*.json")):
+        try:
+            data: Dict = json.loads(entry.read_text(encoding="utf-8"))
+            other = str(data["home"])
+            names = {str(b) for b in data["blobs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if other == mine or not Path(other).is_dir():
+            continue  # this home, or one that no longer exists
+        homes.append(other)
+        blobs |= names
+    return blobs, homes
+
+
+def referenced_blobs(home: Home) -> Set[str]:
+    receipts, _ = readable_receipts(home)
+    return {a.sha256 for r in receipts.values() for a in r.artifacts}

@@ -1,0 +1,119 @@
+"""What the home records on disk: receipts, the ``active`` pointer, and how they are written.
+
+A receipt is everything needed to check, repair and explain one installed runtime. Paths in it
+are relative to the home (a copied or moved home keeps working); a torch receipt's ``path`` is
+the target interpreter, which lives outside the home and stays absolute.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List
+
+from ..domain import Stack
+from ..errors import Action, AccelstackError
+from ..manifests.plan import Plan
+from ..refs import ArtifactRef
+from ..serde import from_dict, to_dict
+from ..verdict import VerifyReport
+
+RECEIPT_FORMAT = 2  # 2: typed plan/artifacts/verification, ggml paths relative to the home
+
+
+class StateError(AccelstackError):
+    """The runtime home is unusable (read-only, corrupt receipt, missing runtime)."""
+
+
+class LockHeldError(StateError):
+    """Another accelstack process is changing the runtime home."""
+
+    default_action = Action.WAIT
+
+
+@dataclass
+class InstalledFile:
+    path: str  # relative to the runtime directory, '/'-separated
+    sha256: str
+    size: int
+
+
+@dataclass
+class Receipt:
+    """One installed runtime: where it is, what it came from, what it contains, how it was verified."""
+
+    id: str
+    stack: Stack
+    backend: str
+    path: str  # ggml: the runtime directory relative to the home; torch: the target interpreter
+    plan: Plan
+    manifest_source: str = ""
+    manifest_version: int = 0
+    artifacts: List[ArtifactRef] = field(default_factory=list)
+    files: List[InstalledFile] = field(default_factory=list)
+    hardware_fingerprint: str = ""
+    env: Dict[str, str] = field(default_factory=dict)  # to set when launching it
+    installed_at: str = ""
+    verified_at: str = ""
+    verification: VerifyReport = field(default_factory=lambda: VerifyReport(ok=False, reason="not verified", runtime="", backend=""))
+    format_version: int = RECEIPT_FORMAT
+
+
+@dataclass
+class Active:
+    """What is active per stack, and what was before (for rollback)."""
+
+    active: Dict[str, str] = field(default_factory=dict)  # stack -> runtime id
+    previous: Dict[str, str] = field(default_factory=dict)
+    changed_at: str = ""
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` whole: a crash leaves the old content or the new, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(str(path.parent), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def dump_receipt(receipt: Receipt) -> str:
+    return json.dumps(to_dict(receipt), indent=2)
+
+
+def load_receipt(text: str, where: str) -> Receipt:
+    data = json.loads(text)
+    if isinstance(data, dict) and data.get("format_version", 1) < 2:
+        data = _upgrade_v1(data)
+    return from_dict(Receipt, data, where)
+
+
+def _upgrade_v1(data: dict) -> dict:
+    """Format 1 kept the verification as a free dict; its ``ok`` and reason carry over."""
+    ver = data.get("verification")
+    if isinstance(ver, dict) and "runtime" not in ver:
+        data["verification"] = {"ok": bool(ver.get("ok")), "reason": str(ver.get("reason", "")), "runtime": str(data.get("path", "")),
+                                "backend": str(data.get("backend", "")), "check": str(ver.get("check", "verify"))}
+    return data

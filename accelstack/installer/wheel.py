@@ -1,0 +1,82 @@
+"""Unpack a runtime wheel into a directory with PyPA's ``installer`` library.
+
+Why not ``pip install --target``: pip writes a ``direct_url.json`` naming its random temp path
+and a ``RECORD`` that hashes it, so two installs of the same wheel differ and ``repair`` cannot
+restore those files. ``installer`` writes exactly what the wheel holds (plus a fixed
+``INSTALLER``), in process, without a subprocess or a network: the tree is deterministic, so every
+file of a runtime has one right hash.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import List
+
+from ..artifacts.cache import hash_file
+from ..errors import Action, AccelstackError
+from .home import OWNER_MARK
+from .records import InstalledFile
+
+log = logging.getLogger(__name__)
+
+
+class InstallError(AccelstackError):
+    """The install could not complete; the previous runtime is still active."""
+
+
+def _script_kind() -> str:
+    if os.name != "nt":
+        return "posix"
+    import platform
+
+    return "win-arm64" if platform.machine().lower() in ("arm64", "aarch64") else "win-amd64"
+
+
+def install_wheel(wheel: Path, target: Path, name: str) -> None:
+    """Install the wheel file ``wheel`` (stored under any name; ``name`` is its real file name)
+    into ``target`` as a flat import root, like ``pip install --target --no-deps``."""
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    t = str(target)
+    scheme = {"purelib": t, "platlib": t, "headers": os.path.join(t, "include"), "scripts": os.path.join(t, "bin"),
+              "data": os.path.join(t, "data")}
+    dest = SchemeDictionaryDestination(scheme, interpreter=sys.executable, script_kind=_script_kind(),  # type: ignore[arg-type]
+                                       bytecode_optimization_levels=())
+    with tempfile.TemporaryDirectory(prefix="accelstack-wheel-") as tmp:
+        link = Path(tmp) / name  # the wheel's name carries its distribution and tags; blobs are stored by hash
+        try:
+            os.link(wheel, link)
+        except OSError:
+            shutil.copyfile(wheel, link)
+        try:
+            with WheelFile.open(str(link)) as source:
+                source.validate_record()
+                install(source, dest, {"INSTALLER": b"accelstack\n"})
+        except OSError as exc:
+            if getattr(exc, "errno", None) == 28:  # ENOSPC
+                raise InstallError(f"the disk is full while installing {name}", hint="free some disk space and try again; "
+                                   "nothing was changed", action=Action.FREE_DISK) from None
+            raise InstallError(f"could not install {name}: {exc}", hint="nothing was changed", action=Action.RETRY) from None
+        except Exception as exc:  # a wheel whose RECORD does not match its files, a malformed archive
+            raise InstallError(f"{name} is not a valid wheel: {exc}", hint="nothing was changed; the published build is "
+                               "broken", action=Action.REPORT_BUG) from None
+    log.info("installed %s into %s", name, target)
+
+
+def hash_tree(root: Path) -> List[InstalledFile]:
+    """Every regular file under ``root`` with its hash, skipping caches and our ownership mark."""
+    out: List[InstalledFile] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for fn in filenames:
+            p = Path(dirpath) / fn
+            if p.is_symlink() or (fn == OWNER_MARK and Path(dirpath) == root):
+                continue
+            out.append(InstalledFile(path=p.relative_to(root).as_posix(), sha256=hash_file(p).hexdigest(), size=p.stat().st_size))
+    return sorted(out, key=lambda f: f.path)
