@@ -84,7 +84,7 @@ def main() -> None:
     from accelstack.engine.png import read_png
     from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.engine.runtime import Runtime
-    from accelstack.engine.verify import verify
+    from accelstack.engine.verification import verify
     from accelstack.publisher.build import VARIANTS, build_cache_dir, build_ggml
 
     cache = build_cache_dir()

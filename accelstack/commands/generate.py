@@ -43,7 +43,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.generate import generate
+    from ..engine.generation import generate
     from ..engine.modelfile import check_model
     from ..engine.protocol import GenerateRequest
 

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_torch(args)
     from ..engine.probe_model import DEFAULT_SEED
     from ..engine.runtime import Runtime
-    from ..engine.verify import DEFAULT_TOLERANCE, verify
+    from ..engine.verification import DEFAULT_TOLERANCE, verify
 
     options = engine_options(args)
     runtime = runtime_from_args(args)
@@ -200,7 +200,7 @@ def render(r) -> str:
 
 def _run_torch(args: argparse.Namespace) -> int:
     from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
-    from ..engine.torch_check import verify_torch
+    from ..engine.torch_verification import torch_check_details as verify_torch  # the per-op view it renders
 
     python, env = _torch_python(args.runtime)
     probe = None

@@ -6,7 +6,9 @@
 
 The worker (``python -m accelstack.engine.worker``) runs in the runtime's environment and imports
 the stack there; everything else runs in the caller's process. Names are imported lazily so
-that the worker, which imports this package, starts without loading the supervisor's deps.
+that the worker, which imports this package, starts without loading the supervisor's deps. No
+submodule shares a name with an exported function (``verification`` holds ``verify``,
+``generation`` holds ``generate``), so importing a submodule never shadows one.
 """
 from __future__ import annotations
 
@@ -23,16 +25,33 @@ _EXPORTS = {
     "WorkerStatus": ".protocol",
     "DeviceInfo": ".protocol",
     "Supervisor": ".supervisor",
-    "SupervisorPolicy": ".supervisor",
+    "SupervisorPolicy": ".policy",
+    "LivenessJudge": ".policy",
+    "RestartRecord": ".policy",
+    "WorkerClient": ".client",
+    "WorkerProcess": ".process",
+    "kill_tree": ".process",
     "ensure_probe_model": ".probe_model",
     "ProbeModel": ".probe_model",
-    "verify": ".verify",
-    "VerifyReport": ".verify",
-    "generate": ".generate",
-    "GenerateReport": ".generate",
+    "verify": ".verification",
+    "runtime_check": ".verification",
+    "VerifyReport": ".verification",
+    "VerifyCheck": ".verification",
+    "PixelStats": ".verification",
+    "generate": ".generation",
+    "GenerateReport": ".generation",
     "check_model": ".modelfile",
-    "verify_torch": ".torch_check",
-    "TorchVerifyReport": ".torch_check",
+    "verify_torch": ".torch_verification",
+    "EngineError": ".errors",
+    "ConfigError": ".errors",
+    "ProbeModelError": ".errors",
+    "RuntimeNotFoundError": ".errors",
+    "WorkerStartError": ".errors",
+    "WorkerCrashedError": ".errors",
+    "ModelLoadError": ".errors",
+    "GenerationError": ".errors",
+    "VerifyFailedError": ".errors",
+    "CancelledError": ".errors",
 }
 
 __all__ = sorted(_EXPORTS)

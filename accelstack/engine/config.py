@@ -1,4 +1,4 @@
-"""Engine options: from ``config.yaml`` (the user config dir, or ``--config``) and CLI flags.
+"""Engine options: from ``config.yaml`` (a path the caller names, else ``Settings.config_file``) and overrides.
 
 The file has one section that this module owns::
 
@@ -15,14 +15,14 @@ Invalid keys and values raise :class:`ConfigError` naming the key and the allowe
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
+from ..errors import Action
+from ..settings import Settings
 from .errors import ConfigError
 
-CONFIG_ENV = "ACCELSTACK_CONFIG"
 SECTION = "engine"
 KNOWN_SECTIONS = (SECTION,)
 
@@ -43,7 +43,7 @@ class EngineOptions:
     threads: int = 0
     weight_type: str = "default"
 
-    def validate(self) -> "EngineOptions":
+    def validate(self) -> EngineOptions:
         for key in ("flash_attention", "offload_to_cpu", "vae_tiling"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"engine option {key} must be true or false, got {getattr(self, key)!r}")
@@ -56,16 +56,6 @@ class EngineOptions:
             raise ConfigError(f"engine option weight_type must be one of {', '.join(WEIGHT_TYPES)}, "
                               f"got {self.weight_type!r}")
         return self
-
-
-def default_config_path() -> Path:
-    """``$ACCELSTACK_CONFIG``, else ``config.yaml`` in the platform's user config dir."""
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("accelstack")) / "config.yaml"
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -117,14 +107,16 @@ def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
 
 
 def load_config(path: Optional[Union[str, Path]] = None) -> EngineOptions:
-    """Options from ``path`` (must exist) or the default config file (defaults when it is absent)."""
+    """Options from ``path`` (must exist), else from ``Settings.resolve().config_file`` (the
+    defaults when that file is absent)."""
     explicit = path is not None
-    target = Path(path) if explicit else default_config_path()
+    target = Path(path) if path is not None else Settings.resolve().config_file
     try:
         text = target.read_text(encoding="utf-8")
     except FileNotFoundError:
         if explicit:
-            raise ConfigError(f"config file {target} does not exist", hint="check the --config path") from None
+            raise ConfigError(f"config file {target} does not exist", hint="check the path of the config file",
+                              action=Action.FIX_INPUT) from None
         return EngineOptions()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {target}: {exc.strerror or exc}") from None

@@ -1,9 +1,14 @@
-"""Errors of the generation engine. Each says what happened and what a person can do."""
+"""Errors of the generation engine. Each says what happened and what a person can do.
+
+Hints are plain sentences (an app embedding the engine has no command line); the machine-readable
+next step is the error's ``action`` (see :class:`accelstack.errors.Action`), set per class below
+and overridden where a raise site knows better.
+"""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
-from ..errors import AccelstackError
+from ..errors import AccelstackError, Action, Hint
 
 
 class EngineError(AccelstackError):
@@ -14,40 +19,55 @@ class ConfigError(EngineError):
     """config.yaml or an engine option has an invalid key or value."""
 
     exit_code = 2
+    default_action = Action.FIX_CONFIG
 
 
 class ProbeModelError(EngineError):
     """The probe model could not be synthesized (disk full, unwritable cache)."""
 
+    default_action = Action.FREE_DISK
+
 
 class RuntimeNotFoundError(EngineError):
     """No runtime is known, or the runtime directory does not hold the bindings."""
+
+    default_action = Action.INSTALL
 
 
 class WorkerStartError(EngineError):
     """The worker process did not become ready (it crashed, or missed its deadline)."""
 
-    def __init__(self, message: str, hint: Optional[str] = None, *, log_tail: Optional[List[str]] = None) -> None:
-        super().__init__(message, hint)
+    default_action = Action.REINSTALL
+
+    def __init__(self, message: str, hint: Optional[Union[str, Hint]] = None, *, action: Optional[Action] = None,
+                 code: Optional[str] = None, log_tail: Optional[List[str]] = None) -> None:
+        super().__init__(message, hint, action=action, code=code)
         self.log_tail = list(log_tail or [])
 
 
 class WorkerCrashedError(EngineError):
     """The worker died or hung, and the restart budget is spent (or restarts are off)."""
 
+    default_action = Action.VERIFY
+
 
 class ModelLoadError(EngineError):
     """A model file could not be loaded; the message names the file and the reason."""
 
     exit_code = 3
+    default_action = Action.FIX_INPUT
 
 
 class GenerationError(EngineError):
     """A generation request was invalid or failed inside the worker."""
 
+    default_action = Action.FIX_INPUT
+
 
 class VerifyFailedError(EngineError):
     """verify ran and the runtime failed it (raised only by the installer's check)."""
+
+    default_action = Action.EXPLAIN_PLAN
 
 
 class CancelledError(EngineError):

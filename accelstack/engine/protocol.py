@@ -10,6 +10,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..verdict import DeviceInfo
 from .errors import GenerationError
 
 # Names stable-diffusion.cpp 0.4.x accepts ("default" lets it choose for the model).
@@ -19,6 +20,9 @@ SCHEDULERS = ("default", "discrete", "karras", "exponential", "ays", "gits", "sg
               "smoothstep", "kl_optimal", "lcm", "bong_tangent")
 MIN_SIDE, MAX_SIDE, SIDE_MULTIPLE = 64, 4096, 8
 MAX_STEPS, MAX_BATCH = 1000, 64
+
+# The per-launch token reaches the worker in this variable (never on its command line).
+TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
 
 # Worker phases, in the order a healthy worker goes through them.
 PHASES = ("starting", "loading", "ready", "generating", "error", "stopping")
@@ -46,7 +50,7 @@ class GenerateRequest:
     batch_count: int = 1
     clip_skip: int = -1
 
-    def validate(self) -> "GenerateRequest":
+    def validate(self) -> GenerateRequest:
         """Raise :class:`GenerationError` naming the bad field and what is allowed."""
         if not isinstance(self.prompt, str):
             raise GenerationError("prompt must be text")
@@ -73,17 +77,6 @@ class GenerateRequest:
 
 def _round8(v: int) -> int:
     return int(round(v / SIDE_MULTIPLE)) * SIDE_MULTIPLE
-
-
-@dataclass
-class DeviceInfo:
-    """The compute device the runtime uses, as the runtime itself reports it."""
-
-    name: str = ""
-    description: str = ""
-    kind: str = ""  # cpu, gpu, igpu, accel
-    memory_total: Optional[int] = None
-    memory_free: Optional[int] = None
 
 
 @dataclass

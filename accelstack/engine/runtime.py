@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
+from ..errors import Action
 from .errors import ConfigError, RuntimeNotFoundError
 
-BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl", "musa", "opencl", "torch")
+GGML_BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl")
+BACKENDS = GGML_BACKENDS + ("torch",)  # what a Runtime's ``backend`` may be ("torch": the torch stack)
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Runtime:
         return self.python or sys.executable
 
     @classmethod
-    def torch(cls, path: Path, env: Optional[Mapping[str, str]] = None) -> "Runtime":
+    def torch(cls, path: Path, env: Optional[Mapping[str, str]] = None) -> Runtime:
         """A torch runtime: a venv (the worker runs under its ``bin/python``) or a
         ``pip --target`` directory (put first on the worker's ``PYTHONPATH``)."""
         p = Path(path)
@@ -44,17 +46,23 @@ class Runtime:
         return cls(path=p, backend="torch", env=dict(env or {}))
 
     def worker_command(self) -> List[str]:
-        """The worker's command line up to its options. A torch runtime's own interpreter (a
-        venv) need not have accelstack installed: accelstack's import root is then appended to
-        the *end* of its ``sys.path``, so the venv's packages win over ours."""
+        """The worker's command line up to its options: ``accelstack.engine.worker`` run as
+        ``__main__`` by a bootstrap that registers the ``accelstack`` package without running its
+        ``__init__`` (the public API there imports the whole pipeline; the worker needs only the
+        standard library, so it starts fast and does not depend on accelstack's dependencies).
+
+        A torch runtime's own interpreter (a venv) need not have accelstack installed:
+        accelstack's import root is appended to the *end* of its ``sys.path``, so the venv's
+        packages win over ours. (``python -m accelstack.engine.worker`` works too.)"""
+        root = Path(__file__).resolve().parents[2]
+        boot = ("import runpy, sys, types; sys.path.append(%r); "
+                "pkg = types.ModuleType('accelstack'); pkg.__path__ = [%r]; sys.modules['accelstack'] = pkg; "
+                "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)"
+                % (str(root), str(root / "accelstack")))
         if self.backend != "torch":
-            return [self.interpreter(), "-m", "accelstack.engine.worker"]
-        if self.python:  # (a venv's python is often a link to ours: compare nothing, always bootstrap)
-            root = str(Path(__file__).resolve().parents[2])
-            boot = ("import runpy, sys; sys.path.append(%r); "
-                    "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)" % root)
-            return [self.python, "-c", boot, "--backend", "torch"]
-        return [self.interpreter(), "-m", "accelstack.engine.worker", "--backend", "torch"]
+            return [self.interpreter(), "-c", boot]
+        # (a venv's python is often a link to ours: compare nothing, always bootstrap)
+        return [self.interpreter(), "-c", boot, "--backend", "torch"]
 
     def worker_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path."""
@@ -66,17 +74,19 @@ class Runtime:
         env.setdefault("PYTHONIOENCODING", "utf-8")
         return env
 
-    def check(self) -> "Runtime":
+    def check(self) -> Runtime:
         """Fail early, with a hint, when the directory cannot hold a ggml runtime."""
         if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}", hint=f"choose one of: {', '.join(BACKENDS)}")
+            raise ConfigError(f"unknown backend {self.backend!r}", hint=f"choose one of: {', '.join(BACKENDS)}",
+                              action=Action.FIX_INPUT)
         p = Path(self.path)
         if not p.is_dir():
             raise RuntimeNotFoundError(f"runtime directory {p} does not exist",
-                                       hint="pass --runtime DIR of an installed runtime, or run `accelstack install`")
+                                       hint="use the directory of an installed runtime, or install one",
+                                       action=Action.INSTALL)
         if self.backend != "torch" and not (p / "stable_diffusion_cpp").is_dir():
             raise RuntimeNotFoundError(
                 f"{p} is not a ggml runtime: it has no stable_diffusion_cpp package",
-                hint="pass the directory the stable-diffusion-cpp-python wheel was installed into "
-                "(pip install --target DIR), or run `accelstack install`")
+                hint="use the directory the stable-diffusion-cpp-python wheel was installed into, or install a runtime",
+                action=Action.INSTALL)
         return self

@@ -1,74 +1,43 @@
 """The supervisor: starts the worker, waits for it, watches it, restarts it, and stops it.
 
-Liveness is judged on more than a ping. A worker deep in a heavy step may answer a ping late
-(the field's usual approach kills it then, and the user loses a healthy generation), so a job is
-"stalled" only when, for ``stall_timeout`` seconds, *none* of these moved:
-
-* the worker's progress callbacks (``ticks``: sampling steps, VAE tiles, loading), read from
-  ``/status`` when it answers;
-* the worker's CPU time (user + system of the process tree), read from the OS, which needs no
-  answer from the worker at all.
-
-A process that is gone is "dead" at once. Heartbeats (the worker's clock, advanced by its own
+It combines three parts: :mod:`~accelstack.engine.process` (the OS process, its log, killing its
+tree), :mod:`~accelstack.engine.client` (the worker's HTTP API) and
+:mod:`~accelstack.engine.policy` (deadlines, the liveness judge, restart backoff). A process
+that is gone is "dead" at once; a job is "stalled" only when neither progress callbacks nor CPU
+time moved for ``stall_timeout`` seconds. Heartbeats (the worker's clock, advanced by its own
 thread) tell a slow answer from a wedged interpreter in the diagnostics. Dead and stalled
-workers are killed (the whole process tree) and restarted on next use with exponential
-backoff, at most ``max_restarts`` times within ``restart_window`` seconds.
+workers are killed and restarted on next use, with backoff.
 
-Library code: no prints; progress goes to the ``progress`` callback (stage ``generate``).
+Library code: no prints; progress goes to the ``progress`` callback (stage ``generate``),
+diagnostics to ``logging``.
 """
 from __future__ import annotations
 
-import http.client
 import json
+import logging
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
+from .client import TRANSPORT_ERRORS, WorkerClient
 from .config import EngineOptions
-from .errors import (CancelledError, EngineError, GenerationError, ModelLoadError, WorkerCrashedError,
-                     WorkerStartError)
-from .protocol import EXIT_CANCELLED, GenerateRequest, GenerateResult, WorkerStatus
+from .errors import CancelledError, EngineError, GenerationError, ModelLoadError, WorkerCrashedError, WorkerStartError
+from .policy import LivenessJudge, RestartBudget, RestartRecord, SupervisorPolicy
+from .process import WorkerProcess, kill_tree, signal_name, tree_cpu_seconds
+from .protocol import EXIT_CANCELLED, TOKEN_ENV, GenerateRequest, GenerateResult, WorkerStatus
 from .runtime import Runtime
 
-TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
+__all__ = ["Supervisor", "SupervisorPolicy", "LivenessJudge", "RestartRecord", "kill_tree", "EngineError", "TOKEN_ENV"]
 
-
-@dataclass
-class SupervisorPolicy:
-    """Deadlines and limits, in seconds. The defaults suit real models on real hardware;
-    tests shrink them."""
-
-    startup_timeout: float = 60.0  # until the worker is listening (Python start + imports)
-    load_timeout: float = 900.0  # until the model is loaded (big models on slow disks)
-    poll_interval: float = 1.0  # long-poll window: changes (steps, the end) arrive at once anyway
-    ping_timeout: float = 2.0  # one /status call; a late answer is not a verdict by itself
-    stall_timeout: float = 180.0  # no progress callback and no CPU time for this long = hung
-    cpu_progress: float = 0.05  # CPU seconds that count as "working"
-    job_timeout: Optional[float] = None  # whole job; None = no limit (stalls are caught anyway)
-    max_restarts: int = 3
-    restart_window: float = 600.0
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    shutdown_grace: float = 3.0
-
-
-@dataclass
-class RestartRecord:
-    """Why the worker was restarted, and the backoff it waited."""
-
-    reason: str
-    delay: float
-    at: float
+log = logging.getLogger(__name__)
 
 
 class _WorkerLost(Exception):
@@ -77,78 +46,6 @@ class _WorkerLost(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-class LivenessJudge:
-    """Decides "working" vs "stalled" from what can be observed from outside.
-
-    ``observe`` takes the time, the process tree's CPU seconds (None if unknown) and the
-    worker's progress ``ticks`` (None when ``/status`` did not answer in time).
-    """
-
-    def __init__(self, stall_timeout: float, cpu_progress: float = 0.05) -> None:
-        self.stall_timeout = stall_timeout
-        self.cpu_progress = cpu_progress
-        self.last_progress = 0.0
-        self.cpu_mark: Optional[float] = None
-        self.ticks_mark: Optional[int] = None
-        self.evidence = "started"
-
-    def reset(self, now: float, cpu: Optional[float] = None, ticks: Optional[int] = None) -> None:
-        self.last_progress, self.cpu_mark, self.ticks_mark, self.evidence = now, cpu, ticks, "started"
-
-    def observe(self, now: float, cpu: Optional[float], ticks: Optional[int]) -> str:
-        if ticks is not None:
-            if self.ticks_mark is None or ticks != self.ticks_mark:
-                if self.ticks_mark is not None:
-                    self.last_progress, self.evidence = now, "progress callback"
-                self.ticks_mark = ticks
-        if cpu is not None:
-            if self.cpu_mark is None:
-                self.cpu_mark = cpu
-            elif cpu - self.cpu_mark >= self.cpu_progress:
-                self.last_progress, self.evidence, self.cpu_mark = now, "CPU time", cpu
-        return "stalled" if now - self.last_progress > self.stall_timeout else "working"
-
-    def idle_for(self, now: float) -> float:
-        return now - self.last_progress
-
-
-def _tree_cpu_seconds(pid: int) -> Optional[float]:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        total = 0.0
-        for p in [proc] + proc.children(recursive=True):
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        return total
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
-def kill_tree(pid: int, timeout: float = 5.0) -> None:
-    """Kill ``pid`` and every descendant (children first found, then all at once)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    try:
-        procs = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        procs = [root]
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=timeout)
 
 
 class Supervisor:
@@ -170,20 +67,18 @@ class Supervisor:
         self.restarts: List[RestartRecord] = []
         self.launches = 0
         self.last_status: Optional[WorkerStatus] = None
-        self._proc: Optional[subprocess.Popen] = None
-        self._port = 0
-        self._token = ""
+        self.client = WorkerClient(0, "")
+        self._proc: Optional[WorkerProcess] = None  # the latest launch (it may have died)
         self._dir: Optional[Path] = None  # per-supervisor folder: ready files and worker logs
         self._log_path: Optional[Path] = None
-        self._log_file = None
-        self._failures: List[float] = []  # times of crashes/stalls, for backoff and the cap
+        self._budget = RestartBudget(self.policy)
         self._pending_restart: Optional[str] = None
         self._saved_tail: List[str] = []
         self._cancel = threading.Event()
         self._lock = threading.RLock()
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> "Supervisor":
+    def __enter__(self) -> Supervisor:
         self.start()
         return self
 
@@ -199,7 +94,7 @@ class Supervisor:
         return self._log_path
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.alive()
 
     def start(self) -> WorkerStatus:
         """Launch the worker and wait until it is ready (model loaded). On failure nothing is
@@ -219,34 +114,22 @@ class Supervisor:
         """Ask the worker to shut down; kill its whole process tree if it does not go in time."""
         with self._lock:
             proc = self._proc
-            if self._log_path is not None and self._log_path.is_file():
-                self._saved_tail = self.log_tail(40)
-            if proc is not None and proc.poll() is None:
-                try:
-                    self._request("POST", "/shutdown", {}, timeout=1.0)
-                except (OSError, http.client.HTTPException):
-                    pass
-                try:
-                    proc.wait(self.policy.shutdown_grace)
-                except subprocess.TimeoutExpired:
-                    pass
             if proc is not None:
-                kill_tree(proc.pid)
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    pass
+                self._saved_tail = proc.log_tail(40) or self._saved_tail
+                if proc.alive():
+                    self.client.shutdown(timeout=1.0)
+                    proc.wait(self.policy.shutdown_grace)
+                proc.kill("stopping the supervisor")
+                log.info("worker %d stopped (exit code %s)", proc.pid, proc.returncode)
+                proc.close()
             self._proc = None
-            if self._log_file is not None:
-                self._log_file.close()
-                self._log_file = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
     def restart(self, reason: str = "requested") -> WorkerStatus:
         with self._lock:
-            self._kill()
+            self._kill(f"restart: {reason}")
             self._pending_restart = reason
             return self._ensure_running()
 
@@ -254,183 +137,112 @@ class Supervisor:
     def _launch(self) -> None:
         if self._dir is None or not self._dir.is_dir():
             self._dir = Path(tempfile.mkdtemp(prefix="accelstack-worker-"))
+        if self._proc is not None:
+            self._proc.close()
         self.launches += 1
-        ready = self._dir / f"ready-{self.launches}.json"
-        self._token = secrets.token_urlsafe(32)
+        token = secrets.token_urlsafe(32)
         env = self.runtime.worker_env()
         env.update(self.extra_env)
-        env[TOKEN_ENV] = self._token
-        cmd = self.runtime.worker_command() + ["--ready-file", str(ready),
+        env[TOKEN_ENV] = token
+        cmd = self.runtime.worker_command() + ["--ready-file", str(self._dir / f"ready-{self.launches}.json"),
                "--parent-pid", str(os.getpid()), "--options", json.dumps(to_dict(self.options))]
         if self.model:
             cmd += ["--model", self.model]
-        if self._log_file is not None:
-            self._log_file.close()
-        self._log_path = self._dir / f"worker-{self.launches}.log"
-        self._log_file = open(self._log_path, "wb")
-        kwargs: Dict[str, Any] = {}
-        if os.name == "posix":
-            kwargs["start_new_session"] = True  # its own process group: Ctrl-C goes to us, we stop it
-        else:
-            kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
-                                          stderr=subprocess.STDOUT, env=env, cwd=str(self._dir), **kwargs)
-        except OSError as exc:
-            raise WorkerStartError(f"cannot start the worker with {cmd[0]}: {exc.strerror or exc}",
-                                   hint="check the runtime's Python interpreter") from None
-        deadline = time.monotonic() + self.policy.startup_timeout
-        while not ready.is_file():
-            if self._proc.poll() is not None:
-                raise self._start_failure(f"the worker exited during start (exit code {self._proc.returncode})")
-            if time.monotonic() > deadline:
-                self._kill()
-                raise WorkerStartError(f"the worker did not start within {self.policy.startup_timeout:.0f} s",
-                                       hint=f"see the worker log {self._log_path}", log_tail=self.log_tail())
-            time.sleep(0.02)
-        info = json.loads(ready.read_text())
-        self._port = int(info["port"])
+        self._proc = WorkerProcess(cmd, env, self._dir, self.launches)
+        self._log_path = self._proc.log_path
+        port = self._proc.start(self.policy.startup_timeout)
+        self.client = WorkerClient(port, token)
+
+    def _log_hint(self) -> str:
+        return f"see the worker log {self._log_path}"
 
     def _wait_ready(self) -> WorkerStatus:
         deadline = time.monotonic() + self.policy.load_timeout
-        assert self._proc is not None
+        proc = self._proc
+        assert proc is not None
         version = -1
         while True:
-            if self._proc.poll() is not None:
-                rc = self._proc.returncode
+            rc = proc.poll()
+            if rc is not None:
+                log.warning("worker %d exited while starting (exit code %d)", proc.pid, rc)
                 if self.model:
-                    tail = self._reason_from_log()
+                    tail = proc.reason_from_log()
                     raise ModelLoadError(
                         f"cannot load model {self.model}: the runtime crashed while loading it (exit code {rc})"
                         + (f": {tail}" if tail else ""),
                         hint="the file may be damaged or not a Stable Diffusion model; "
                         f"the worker log was {self._log_path}")
-                raise self._start_failure(f"the worker exited while starting (exit code {rc})")
-            st = self._try_status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
+                raise proc.start_failure(f"the worker exited while starting (exit code {rc})")
+            st = self._status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
             if st is None:
                 time.sleep(0.05)
             else:
                 version = st.version
                 if st.phase == "ready":
+                    log.info("worker %d ready (%s)", proc.pid, st.runtime_version or self.runtime.backend)
                     return st
                 if st.phase == "error":
-                    self._kill()
+                    self._kill(f"it could not start: {st.error}")
                     if st.error_kind == "ModelLoadError":
                         raise ModelLoadError(st.error, hint="check that the file is a complete Stable Diffusion "
                                              "model (.safetensors, .gguf, .ckpt or a diffusers folder)")
                     raise WorkerStartError(f"the worker could not start the runtime: {st.error}",
                                            hint="the runtime is broken or does not match this machine; "
-                                           "reinstall it with `accelstack install`", log_tail=self.log_tail())
+                                           "reinstall it", action=Action.REINSTALL, log_tail=self.log_tail())
             if time.monotonic() > deadline:
-                self._kill()
+                self._kill("it was not ready in time")
                 raise WorkerStartError(f"the worker was not ready within {self.policy.load_timeout:.0f} s",
-                                       hint=f"see the worker log {self._log_path}", log_tail=self.log_tail())
-
-    def _start_failure(self, what: str) -> WorkerStartError:
-        return WorkerStartError(what + (": " + self._reason_from_log() if self._reason_from_log() else ""),
-                                hint=f"see the worker log {self._log_path}", log_tail=self.log_tail())
+                                       hint=self._log_hint(), action=Action.RETRY, log_tail=self.log_tail())
 
     def log_tail(self, lines: int = 20) -> List[str]:
         """The last lines of the current worker's log (or of the last one, once stopped)."""
-        if self._log_path is None or not self._log_path.is_file():
-            return self._saved_tail[-lines:]
-        if self._log_file is not None:
-            self._log_file.flush()
-        text = self._log_path.read_bytes()[-16384:].decode("utf-8", errors="replace")
-        return [line for line in text.splitlines() if line.strip()][-lines:]
+        tail = self._proc.log_tail(lines) if self._proc is not None else []
+        return tail or self._saved_tail[-lines:]
 
-    def _reason_from_log(self) -> str:
-        tail = self.log_tail(40)
-        for tag in ("[ERROR]", "Error", "[WARN]"):
-            hits = [line.strip() for line in tail if tag in line]
-            if hits:
-                return hits[-1]
-        return tail[-1].strip() if tail else ""
-
-    def _kill(self) -> None:
+    def _kill(self, reason: str) -> None:
         if self._proc is not None:
-            kill_tree(self._proc.pid)
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
+            self._proc.kill(reason)
 
     def _ensure_running(self) -> WorkerStatus:
         """Start the worker if it is not running, after the backoff its failures earned."""
         if self.alive():
-            st = self._try_status(self.policy.ping_timeout)
+            st = self._status(self.policy.ping_timeout)
             if st is None or st.phase in ("ready", "generating"):
                 return st or WorkerStatus(phase="ready", pid=self.pid or 0)
         now = time.monotonic()
         if self._proc is not None and self._pending_restart is None:  # it died while idle: a crash too
             rc = self._proc.poll()
             if rc not in (None, 0, EXIT_CANCELLED):
-                self._failures.append(now)
-                self._pending_restart = f"the worker died while idle (exit code {rc}{_signal_name(rc)})"
-        recent = [t for t in self._failures if now - t <= self.policy.restart_window]
-        self._failures = recent
-        delay = 0.0
-        if recent:
-            if len(recent) > self.policy.max_restarts:
-                raise WorkerCrashedError(
-                    f"the worker failed {len(recent)} times in {self.policy.restart_window:.0f} s "
-                    f"(last: {self._pending_restart or 'unknown'}); not restarting it again",
-                    hint=f"see the worker log {self._log_path}; the runtime may not work on this machine")
-            delay = min(self.policy.backoff_max, self.policy.backoff_initial * 2 ** (len(recent) - 1))
+                self._budget.record(now)
+                self._pending_restart = f"the worker died while idle (exit code {rc}{signal_name(rc)})"
+        delay = self._budget.delay(now, self._pending_restart or "", self._log_hint())
         if self._proc is not None or self._pending_restart:
-            self.restarts.append(RestartRecord(reason=self._pending_restart or "worker exited", delay=delay,
-                                               at=time.time()))
+            reason = self._pending_restart or "worker exited"
+            self.restarts.append(RestartRecord(reason=reason, delay=delay, at=time.time()))
+            log.warning("restarting the worker (%s) after %.1f s", reason, delay)
             self.progress(ProgressEvent("message", "generate", message=f"restarting the worker "
                                         f"({self._pending_restart or 'it exited'}) after {delay:.1f} s"))
             if delay:
                 time.sleep(delay)
         self._pending_restart = None
-        self._kill()
+        self._kill("replaced by a new launch")
         self._launch()
         return self._wait_ready()
 
     # -- requests -------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-                 timeout: float = 10.0) -> Tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self._port, timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Authorization": f"Bearer {self._token}"}
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, (json.loads(raw) if raw else {})
-        finally:
-            conn.close()
-
-    def _try_status(self, timeout: float, wait: float = 0.0, since: Optional[int] = None) -> Optional[WorkerStatus]:
-        """The worker's status; with ``wait`` and ``since``, a long poll that answers as soon as
-        the worker's state version differs from ``since`` (a phase change, a step)."""
-        path = f"/status?wait={wait}&since={since}" if wait and since is not None else "/status"
-        try:
-            code, data = self._request("GET", path, timeout=timeout + wait)
-        except (OSError, http.client.HTTPException, ValueError):
-            return None
-        if code != 200:
-            return None
-        st = from_dict(WorkerStatus, data)
-        self.last_status = st
+    def _status(self, timeout: float, wait: float = 0.0, since: Optional[int] = None) -> Optional[WorkerStatus]:
+        st = self.client.status(timeout, wait=wait, since=since)
+        if st is not None:
+            self.last_status = st
         return st
 
     def ping(self, timeout: Optional[float] = None) -> bool:
-        try:
-            code, _ = self._request("GET", "/ping", timeout=timeout or self.policy.ping_timeout)
-            return code == 200
-        except (OSError, http.client.HTTPException, ValueError):
-            return False
+        return self.client.ping(timeout or self.policy.ping_timeout)
 
     def status(self, timeout: Optional[float] = None) -> WorkerStatus:
-        st = self._try_status(timeout or self.policy.ping_timeout)
+        st = self._status(timeout or self.policy.ping_timeout)
         if st is None:
-            raise WorkerCrashedError("the worker did not answer a status request",
-                                     hint=f"see the worker log {self._log_path}")
+            raise WorkerCrashedError("the worker did not answer a status request", hint=self._log_hint())
         return st
 
     def cancel(self) -> bool:
@@ -438,11 +250,7 @@ class Supervisor:
         call gets a fresh worker (a running step cannot be interrupted inside the worker).
         Returns True if the worker was generating when asked."""
         self._cancel.set()
-        try:
-            code, data = self._request("POST", "/cancel", {}, timeout=self.policy.ping_timeout)
-            return code == 200 and bool(data.get("cancelled"))
-        except (OSError, http.client.HTTPException, ValueError):
-            return False
+        return self.client.cancel(self.policy.ping_timeout)
 
     # -- generation -----------------------------------------------------------------------------
     def generate(self, request: GenerateRequest, attempts: int = 1) -> GenerateResult:
@@ -453,36 +261,34 @@ class Supervisor:
             raise GenerationError("this supervisor has no model loaded", hint="pass model= to Supervisor")
         restarts_before = len(self.restarts)
         last = ""
-        for attempt in range(max(1, attempts)):
+        for _attempt in range(max(1, attempts)):
             with self._lock:
                 self._ensure_running()
             self._cancel.clear()
             try:
                 result = self._run_job(request)
                 result.restarts = len(self.restarts) - restarts_before
-                self._failures.clear()  # a success resets the backoff
+                self._budget.clear()  # a success resets the backoff
                 return result
             except _WorkerLost as lost:
+                log.warning("worker lost during a job: %s", lost.reason)
                 last = lost.reason
-                self._failures.append(time.monotonic())
+                self._budget.record(time.monotonic())
                 self._pending_restart = lost.reason
         tail = " | ".join(self.log_tail(3))
         raise WorkerCrashedError(f"generation failed: {last}" + (f" (tried {attempts} times)" if attempts > 1 else ""),
-                                 hint="the runtime may not work on this machine; try `accelstack verify`"
-                                 + (f"; the worker's last log lines: {tail}" if tail else ""))
+                                 hint="the runtime may not work on this machine; a verification of it gives the "
+                                 "details" + (f"; the worker's last log lines: {tail}" if tail else ""),
+                                 action=Action.VERIFY)
 
     def _run_job(self, request: GenerateRequest) -> GenerateResult:
-        assert self._proc is not None
+        proc = self._proc
+        assert proc is not None
         try:
-            code, data = self._request("POST", "/generate", to_dict(request), timeout=max(5.0, self.policy.ping_timeout))
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self._kill()
+            job = self.client.submit(request, timeout=max(5.0, self.policy.ping_timeout))
+        except TRANSPORT_ERRORS as exc:
+            self._kill("it did not accept a job")
             raise _WorkerLost(f"the worker did not accept the job ({exc})") from None
-        if code == 400:
-            raise GenerationError(data.get("error", "bad request"), hint=data.get("hint") or None)
-        if code != 202:
-            raise GenerationError(f"the worker refused the job: {data.get('error', code)}")
-        job = data["job"]
         self.last_status = None  # from now on, the statuses of this job
         cancel_sent = False
         total = request.steps * request.batch_count
@@ -491,29 +297,29 @@ class Supervisor:
         self.progress(ProgressEvent("start", "generate", task=task, total=total, extra={"unit": "step"}))
         judge = LivenessJudge(self.policy.stall_timeout, self.policy.cpu_progress)
         started = time.monotonic()
-        judge.reset(started, _tree_cpu_seconds(self._proc.pid))
+        judge.reset(started, tree_cpu_seconds(proc.pid))
         done, version = 0, -1
         try:
             while True:
-                if self._proc.poll() is not None:
-                    rc = self._proc.returncode
+                rc = proc.poll()
+                if rc is not None:
                     if self._cancel.is_set() or rc == EXIT_CANCELLED:
                         self._pending_restart = "cancelled"
+                        log.info("worker %d ended for a cancel (exit code %d)", proc.pid, rc)
                         raise CancelledError("generation cancelled")
-                    raise _WorkerLost(f"the worker died during generation (exit code {rc}{_signal_name(rc)})")
+                    raise _WorkerLost(f"the worker died during generation (exit code {rc}{signal_name(rc)})")
                 if self._cancel.is_set() and not cancel_sent:  # a cancel that raced with the job's start
                     cancel_sent = True
-                    try:
-                        self._request("POST", "/cancel", {}, timeout=self.policy.ping_timeout)
-                    except (OSError, http.client.HTTPException, ValueError):
-                        pass
+                    self.client.cancel(self.policy.ping_timeout)
                 # One long poll per step (or per poll_interval): the status answers at the next change.
-                st = self._try_status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
+                st = self._status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
+                result_timeout = max(2.0, self.policy.ping_timeout)
                 if st is not None:
                     version = st.version
-                    outcome = self._poll_result(job, wait=0.0) if st.job != job or st.phase != "generating" else None
+                    outcome = (self.client.result(job, 0.0, result_timeout)
+                               if st.job != job or st.phase != "generating" else None)
                 else:  # no answer in time (busy, or hung): wait on the result itself, judge below
-                    outcome = self._poll_result(job, wait=self.policy.poll_interval)
+                    outcome = self.client.result(job, self.policy.poll_interval, result_timeout)
                 if outcome is not None:
                     if "result" in outcome:
                         result = from_dict(GenerateResult, outcome["result"])
@@ -521,49 +327,20 @@ class Supervisor:
                         return result
                     raise GenerationError(outcome.get("error", "generation failed"), hint=outcome.get("hint") or None)
                 now = time.monotonic()
-                verdict = judge.observe(now, _tree_cpu_seconds(self._proc.pid), st.ticks if st else None)
+                verdict = judge.observe(now, tree_cpu_seconds(proc.pid), st.ticks if st else None)
                 if st is not None and st.job == job:
                     now_done = min(total, st.images_done * request.steps + st.step)
                     if now_done != done:
                         done = now_done
                         self.progress(ProgressEvent("advance", "generate", task=task, done=done, total=total))
                 if verdict == "stalled":
-                    beat = ""
-                    if st is not None:
-                        beat = f"; its heartbeat is {max(0.0, st.now - st.heartbeat):.1f} s old"
-                    self._kill()
+                    beat = f"; its heartbeat is {max(0.0, st.now - st.heartbeat):.1f} s old" if st is not None else ""
+                    self._kill("it stopped making progress")
                     raise _WorkerLost(f"the worker stopped making progress for {judge.idle_for(now):.0f} s "
                                       f"(no step, no CPU time{beat if st else '; it does not answer'})")
                 if self.policy.job_timeout is not None and now - started > self.policy.job_timeout:
-                    self._kill()
+                    self._kill("the job ran over its time limit")
                     raise _WorkerLost(f"the job ran over its {self.policy.job_timeout:.0f} s limit")
         except BaseException:
             self.progress(ProgressEvent("end", "generate", task=task, ok=False, done=done, total=total))
             raise
-
-    def _poll_result(self, job: str, wait: float) -> Optional[Dict[str, Any]]:
-        """The job's outcome, or None while it runs (with ``wait``, a long poll that answers as
-        soon as the job ends)."""
-        try:
-            code, data = self._request("GET", f"/result?job={job}&wait={wait}",
-                                       timeout=wait + max(2.0, self.policy.ping_timeout))
-        except (OSError, http.client.HTTPException, ValueError):
-            time.sleep(0.05)  # a worker that refuses connections is about to show up as dead
-            return None
-        if code == 200:
-            return data
-        if code == 404:
-            raise GenerationError(f"the worker lost job {job}")
-        return None
-
-
-def _signal_name(rc: Optional[int]) -> str:
-    if rc is None or rc >= 0:
-        return ""
-    try:
-        return f", killed by {signal.Signals(-rc).name}"
-    except ValueError:
-        return ""
-
-
-__all__ = ["Supervisor", "SupervisorPolicy", "LivenessJudge", "RestartRecord", "kill_tree", "EngineError"]

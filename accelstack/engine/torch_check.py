@@ -6,8 +6,9 @@ Runs as a script inside the *target* interpreter (the runtime's venv, where torc
 
 and prints one JSON object. The script part imports only the standard library and torch (and,
 when installed, diffusers/transformers/safetensors), so it runs in any interpreter that has
-torch, with or without accelstack installed. :func:`verify_torch` is the parent side: it starts
-the script with a timeout and returns a typed :class:`TorchVerifyReport`.
+torch, with or without accelstack installed. The parent side,
+:func:`accelstack.engine.torch_verification.verify_torch`, starts the script with a timeout and
+turns its JSON into a :class:`~accelstack.engine.report.VerifyReport`.
 
 Device order: CUDA (also ROCm builds, which answer as ``torch.cuda``) > XPU > MPS > DirectML >
 CPU. A device wins only if a small computation on it succeeds, so an installed
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 DEVICE_ORDER = ("cuda", "xpu", "mps", "directml", "cpu")
@@ -33,7 +33,6 @@ TOLERANCES = {"conv2d": 1e-2, "sdpa": 1e-2, "group_norm": 1e-2, "matmul_fp16": 2
 RESULT_MARK = "ACCELSTACK_TORCH_CHECK "
 
 
-# =========================================================================== child side
 def _candidates(torch: Any) -> List[Tuple[str, Any, str]]:
     """(kind, device, name) for each device kind this torch offers, in DEVICE_ORDER."""
     found: List[Tuple[str, Any, str]] = []
@@ -51,7 +50,7 @@ def _candidates(torch: Any) -> List[Tuple[str, Any, str]]:
                 found.append(("mps", torch.device("mps"), "Apple GPU (MPS)"))
             elif kind == "directml":
                 try:
-                    import torch_directml  # type: ignore
+                    import torch_directml
                 except ImportError:
                     continue
                 found.append(("directml", torch_directml.device(), torch_directml.device_name(0)))
@@ -155,8 +154,8 @@ def build_probe_pipeline(torch: Any, folder: str, device: Any, dtype: Any) -> An
     Shared with the torch generation worker (:mod:`accelstack.engine.torch_engine`)."""
     import os
 
-    import diffusers  # type: ignore
-    import transformers  # type: ignore
+    import diffusers
+    import transformers
     from safetensors.torch import load_file  # type: ignore
 
     unet = diffusers.UNet2DConditionModel(**SD1_UNET)
@@ -191,9 +190,9 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
     """One 64x64 step of a StableDiffusionPipeline on the probe model (no tokenizer needed:
     the prompt is given as fixed token ids run through the text encoder)."""
     try:
-        import diffusers  # type: ignore
-        import transformers  # type: ignore
+        import diffusers  # noqa: F401
         import safetensors.torch  # type: ignore  # noqa: F401
+        import transformers  # noqa: F401
     except ImportError as exc:
         return {"ran": False, "ok": True, "detail": f"skipped: {exc.name or exc} is not installed"}
 
@@ -224,7 +223,7 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
 def run_check(probe: Optional[str] = None, device_kind: Optional[str] = None) -> Dict[str, Any]:
     start = time.perf_counter()
     try:
-        import torch  # type: ignore
+        import torch
     except ImportError as exc:
         return {"ok": False, "reason": f"torch cannot be imported: {exc}", "torch_version": ""}
     out: Dict[str, Any] = {"torch_version": torch.__version__, "cuda_version": getattr(torch.version, "cuda", None),
@@ -235,7 +234,7 @@ def run_check(probe: Optional[str] = None, device_kind: Optional[str] = None) ->
             if device_kind not in cands:
                 return {**out, "ok": False, "reason": f"device {device_kind} is not available to this torch"}
             device, name = cands[device_kind]
-            kind, rejected = device_kind, {}
+            kind, rejected = device_kind, {}  # type: Tuple[str, Dict[str, str]]
         else:
             kind, device, name, rejected = pick_device(torch)
     except Exception as exc:
@@ -265,72 +264,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout.write(RESULT_MARK + json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0
-
-
-# =========================================================================== parent side
-@dataclass
-class TorchOp:
-    name: str
-    ok: bool
-    tolerance: float
-    error: Optional[float] = None
-    seconds: Optional[float] = None
-    detail: str = ""
-
-
-@dataclass
-class TorchVerifyReport:
-    ok: bool
-    reason: str
-    python: str
-    torch_version: str = ""
-    device_kind: str = ""
-    device_name: str = ""
-    rejected: Dict[str, str] = field(default_factory=dict)
-    ops: List[TorchOp] = field(default_factory=list)
-    diffusers: Dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.ok else "FAIL"
-
-
-def verify_torch(python: Optional[str] = None, env: Optional[Dict[str, str]] = None, probe: Optional[str] = None,
-                 device: Optional[str] = None, timeout: float = 900.0) -> TorchVerifyReport:
-    """Run the check in ``python`` (default: this interpreter) with ``env`` added to ours."""
-    import os
-    import subprocess
-
-    exe = python or sys.executable
-    cmd = [exe, os.path.abspath(__file__)]
-    if probe:
-        cmd += ["--probe", str(probe)]
-    if device:
-        cmd += ["--device", device]
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    start = time.perf_counter()
-    try:
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return TorchVerifyReport(ok=False, reason=f"the torch check did not finish within {timeout:.0f} s", python=exe,
-                                 seconds=round(time.perf_counter() - start, 3))
-    except OSError as exc:
-        return TorchVerifyReport(ok=False, reason=f"cannot run {exe}: {exc.strerror or exc}", python=exe)
-    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
-    if line is None:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
-        return TorchVerifyReport(ok=False, reason=f"the torch check crashed (exit code {res.returncode}): "
-                                 + " | ".join(tail), python=exe, seconds=round(time.perf_counter() - start, 3))
-    data = json.loads(line[len(RESULT_MARK):])
-    ops = [TorchOp(name=o["name"], ok=bool(o.get("ok")), tolerance=o.get("tolerance", 0.0), error=o.get("error"),
-                   seconds=o.get("seconds"), detail=o.get("detail", "")) for o in data.get("ops", [])]
-    return TorchVerifyReport(ok=bool(data.get("ok")), reason=data.get("reason", ""), python=exe,
-                             torch_version=data.get("torch_version", ""), device_kind=data.get("device_kind", ""),
-                             device_name=data.get("device_name", ""), rejected=data.get("rejected", {}), ops=ops,
-                             diffusers=data.get("diffusers", {}), seconds=round(time.perf_counter() - start, 3))
 
 
 if __name__ == "__main__":

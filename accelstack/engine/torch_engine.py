@@ -22,7 +22,7 @@ import collections
 import os
 import random
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
@@ -57,10 +57,10 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, log_stream) -> None:
+    def __init__(self, log_stream: IO[str]) -> None:
         self.log_stream = log_stream
         self.log_tail: Deque[Tuple[str, str]] = collections.deque(maxlen=200)
-        self.sd = None  # the pipeline (the worker checks it is loaded before a job)
+        self.sd: Any = None  # the pipeline (the worker checks it is loaded before a job)
         self.torch: Any = None
         self.diffusers: Any = None
         self.on_progress: Callable[[int, int], None] = lambda step, steps: None
@@ -68,7 +68,7 @@ class TorchBackend:
         self.kind = ""
         self.device_obj: Any = None
         self.device_name = ""
-        self.rejected: dict = {}
+        self.rejected: Dict[str, str] = {}
         self.dtype: Any = None
         self.tokenizer_free = False
         self._base_scheduler: Any = None
@@ -83,12 +83,12 @@ class TorchBackend:
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
-        import torch  # type: ignore  # from the runtime's interpreter / path
+        import torch  # from the runtime's interpreter / path
 
         try:
-            import diffusers  # type: ignore
-            import transformers  # type: ignore  # noqa: F401
+            import diffusers
             import safetensors  # type: ignore  # noqa: F401
+            import transformers  # noqa: F401
         except ImportError as exc:
             raise ImportError(f"{exc.name or exc} is not installed next to torch "
                               "(the torch worker needs diffusers, transformers and safetensors)") from None
@@ -196,7 +196,7 @@ class TorchBackend:
         if sampler == "default" and scheduler in ("default", "discrete"):
             return self._base_scheduler
         cls_name, extra = SAMPLER_CLASSES.get(sampler, (type(self._base_scheduler).__name__, {}))
-        config = dict(extra)
+        config: Dict[str, Any] = dict(extra)
         config.update(SCHEDULE_CONFIG.get(scheduler, {}))
         try:
             cls = getattr(self.diffusers, cls_name)
@@ -220,7 +220,7 @@ class TorchBackend:
             self.on_progress(int(i) + 1, steps)
             return kwargs
 
-        kwargs: dict = {}
+        kwargs: Dict[str, Any] = {}
         out: List[GeneratedImage] = []
         start = time.perf_counter()
         with torch.inference_mode():

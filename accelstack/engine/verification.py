@@ -12,16 +12,21 @@ generates a 64x64 image in one step with a fixed seed, twice, and checks:
                     build agrees within a tolerance (mean absolute difference, 0-255 scale).
 
 A failing runtime gives a FAIL report with the reason; it does not raise. Only problems that
-make a verdict impossible (no runtime directory, no disk space for the probe) raise.
+make a verdict impossible (no runtime directory, no disk space for the probe) raise. The
+report type, :class:`VerifyReport`, lives in :mod:`accelstack.verdict` (below the installer, which
+stores it in receipts) and is re-exported here.
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
+from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..settings import Settings
+from ..verdict import PixelStats, VerifyCheck, VerifyReport
 from .config import EngineOptions
 from .errors import EngineError, VerifyFailedError
 from .png import parameters_text, write_png
@@ -30,54 +35,17 @@ from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
+__all__ = ["VerifyReport", "VerifyCheck", "PixelStats", "verify", "runtime_check", "pixel_stats", "image_diff",
+           "probe_request", "default_output", "DEFAULT_TOLERANCE"]
+
+log = logging.getLogger(__name__)
+
 PROBE_PROMPT = "accelstack probe"
 PROBE_SIZE = 64
 PROBE_STEPS = 1
 PROBE_SEED = 42
 MAX_SATURATED = 0.5  # fraction of pixels that are pure black or white
 DEFAULT_TOLERANCE = 8.0  # mean |GPU - CPU| per channel, 0..255
-
-
-@dataclass
-class VerifyCheck:
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass
-class PixelStats:
-    distinct: int
-    mean: float
-    saturated: float  # fraction of pixels whose channels are all 0 or all 255
-
-
-@dataclass
-class VerifyReport:
-    """The verdict. ``reason`` is empty on PASS, else what failed, in words."""
-
-    ok: bool
-    reason: str
-    runtime: str
-    backend: str
-    device: Optional[DeviceInfo] = None
-    load_seconds: Optional[float] = None
-    step_seconds: Optional[float] = None
-    its_per_second: Optional[float] = None
-    generate_seconds: Optional[float] = None
-    probe_seconds: float = 0.0  # synthesis time (0 when the probe came from the cache)
-    probe_path: str = ""
-    image: str = ""
-    total_seconds: float = 0.0
-    checks: List[VerifyCheck] = field(default_factory=list)
-    pixels: Optional[PixelStats] = None
-    cpu_mean_diff: Optional[float] = None
-    cpu_max_diff: Optional[int] = None
-    log_tail: List[str] = field(default_factory=list)
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.ok else "FAIL"
 
 
 def pixel_stats(rgb: bytes) -> PixelStats:
@@ -91,7 +59,7 @@ def pixel_stats(rgb: bytes) -> PixelStats:
                       saturated=round(saturated / max(1, n), 4))
 
 
-def image_diff(a: bytes, b: bytes) -> tuple:
+def image_diff(a: bytes, b: bytes) -> Tuple[float, int]:
     """(mean absolute difference, largest absolute difference) of two equal-size byte images."""
     if len(a) != len(b):
         raise ValueError("images differ in size")
@@ -106,28 +74,33 @@ def probe_request(seed: int = PROBE_SEED) -> GenerateRequest:
                            cfg_scale=7.0, sampler="euler", scheduler="discrete", seed=seed)
 
 
-def default_output(backend: str) -> Path:
-    from ..artifacts.cache import default_cache_dir
-
-    return default_cache_dir() / "verify" / f"verify-{backend}.png"
+def default_output(backend: str, cache: Optional[Path] = None) -> Path:
+    """``verify-<backend>.png`` in ``<cache>/verify`` (``cache`` default: ``Settings.resolve().cache``)."""
+    root = Path(cache) if cache is not None else Settings.resolve().cache
+    return root / "verify" / f"verify-{backend}.png"
 
 
 def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options: Optional[EngineOptions] = None,
            policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
            tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
            probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress) -> VerifyReport:
-    """Verify ``runtime``; see the module docstring for the checks."""
+    """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
+    torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
+
+    ``output`` (the probe image) defaults to :func:`default_output`, ``probe_cache`` to
+    ``Settings.resolve().probe_cache``. A runtime that fails gives ``ok=False`` and the reason.
+    """
     start = time.perf_counter()
     runtime.check()
     if cpu_runtime is not None:
         cpu_runtime.check()
     probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress)
-    report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend,
-                          probe_seconds=probe.seconds, probe_path=probe.path)
+    report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path)
     request = probe_request(seed)
     out = Path(output) if output is not None else default_output(runtime.backend)
 
     def fail(reason: str) -> VerifyReport:
+        log.info("verify of %s: FAIL: %s", runtime.path, reason)
         report.ok, report.reason = False, reason
         report.total_seconds = round(time.perf_counter() - start, 4)
         progress(ProgressEvent("end", "verify", task=runtime.backend, ok=False, message=reason))
@@ -178,6 +151,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     if failed:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
     report.ok = True
+    log.info("verify of %s: PASS", runtime.path)
     report.total_seconds = round(time.perf_counter() - start, 4)
     progress(ProgressEvent("end", "verify", task=runtime.backend, ok=True, done=len(report.checks),
                            total=len(report.checks)))
@@ -217,12 +191,14 @@ def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request
 def runtime_check(runtime: Path, env: Optional[Dict[str, str]] = None, backend: str = "cpu",
                   progress: ProgressCallback = null_progress) -> Dict[str, object]:
     """The installer's check before it activates a runtime: :func:`verify`, as a dict for the
-    receipt. Raises :class:`VerifyFailedError` (with the reason) when the runtime does not pass."""
+    receipt. Raises :class:`VerifyFailedError` (with the reason) when the runtime does not pass.
+    (Kept until the installer stores the :class:`VerifyReport` itself.)"""
     report = verify(Runtime(path=Path(runtime), backend=backend, env=dict(env or {})), progress=progress)
     if not report.ok:
         raise VerifyFailedError(f"the runtime does not generate on this machine: {report.reason}",
-                                hint="the build may not match this machine; run `accelstack plan` to see why it "
-                                "was chosen, or `accelstack verify --runtime DIR` for the details")
+                                hint="the build may not match this machine; the plan's reasons say why it was "
+                                "chosen, and a full verification of the runtime gives the details",
+                                action=Action.EXPLAIN_PLAN)
     dev = report.device
     return {"check": "verify", "ok": True, "device": dev.name if dev else "", "device_description":
             dev.description if dev else "", "load_seconds": report.load_seconds, "step_seconds": report.step_seconds,

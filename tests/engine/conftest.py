@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model, probe_cache_root
+from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
 from accelstack.engine.runtime import Runtime
+from accelstack.settings import Settings
 
 # Read before any test changes the environment: the persistent probe cache (2 GB, made once):
 # ACCELSTACK_PROBE_CACHE, else probe/ in ACCELSTACK_CACHE or the user cache dir.
-PROBE_ROOT = probe_cache_root()
+PROBE_ROOT = Settings.resolve().probe_cache
 
 
 @pytest.fixture(autouse=True)

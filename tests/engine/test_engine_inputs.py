@@ -7,14 +7,15 @@ import struct
 from pathlib import Path
 
 import pytest
+from engine_helpers import cli_env, run_cli
 
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, GenerationError, ModelLoadError, RuntimeNotFoundError
-from accelstack.engine.generate import output_paths
+from accelstack.engine.generation import output_paths
 from accelstack.engine.modelfile import check_model
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
-from engine_helpers import cli_env, run_cli
+from accelstack.errors import Action
 
 
 # -- config.yaml ---------------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def test_runtime_checks(tmp_path):
         Runtime(tmp_path / "nope").check()
     with pytest.raises(RuntimeNotFoundError, match="no stable_diffusion_cpp") as err:
         Runtime(tmp_path).check()
-    assert "accelstack install" in (err.value.hint or "")
+    assert err.value.action == Action.INSTALL and err.value.hint and "accelstack" not in err.value.hint
     env = Runtime(tmp_path, env={"CUDA_VISIBLE_DEVICES": "1"}).worker_env({"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"].split(":")[:2] == [str(tmp_path), "/x"] and env["CUDA_VISIBLE_DEVICES"] == "1"
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from accelstack.engine.errors import ProbeModelError
-from accelstack.engine.probe_model import (FILES, MARKER, base_pool, ensure_probe_model, probe_dir_name, sd1_tensors,
-                                           value_rule)
+from accelstack.engine.probe_model import FILES, MARKER, base_pool, ensure_probe_model, probe_dir_name, sd1_tensors, value_rule
+from accelstack.errors import Action
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sd1-diffusers-tensors.json"
 
@@ -131,7 +131,7 @@ def test_unwritable_cache_says_what_to_do(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(ProbeModelError) as err:
         ensure_probe_model(1, cache_root=blocker / "probe", architecture=TINY)
-    assert "ACCELSTACK_CACHE" in (err.value.hint or "")
+    assert err.value.action == Action.FREE_DISK and "writable" in err.value.hint
 
 
 def test_default_dir_name_is_keyed_by_seed_and_format():

@@ -13,9 +13,10 @@ import subprocess
 import sys
 
 import pytest
-
-from accelstack.engine.torch_check import verify_torch
 from engine_helpers import cli_env, run_cli
+
+from accelstack.engine import VerifyReport
+from accelstack.engine.torch_verification import verify_torch
 
 TORCH_PATH_ENV = "ACCELSTACK_TEST_TORCH_PATH"
 
@@ -56,13 +57,18 @@ def test_diffusers_step_on_the_probe_model(torch_env, probe_model):
     if not _importable("diffusers, transformers, safetensors", torch_env):
         pytest.skip("diffusers/transformers/safetensors not importable next to torch")
     report = verify_torch(env=torch_env, probe=probe_model.path)
-    assert report.ok, report.reason
-    assert report.diffusers["ran"] and report.diffusers["finite"] and report.diffusers["shape"] == [64, 64, 3]
+    assert isinstance(report, VerifyReport) and report.ok, report.reason
+    assert report.check == "torch" and report.backend in ("cuda", "xpu", "mps", "directml", "cpu")
+    step = report.details["diffusers"]
+    assert step["ran"] and step["finite"] and step["shape"] == [64, 64, 3]
+    assert {c.name for c in report.checks} >= {"import", "device", "conv2d", "diffusers"}
+    assert report.step_seconds and report.probe_path == probe_model.path
 
 
 def test_torch_verify_failures_are_reports(tmp_path):
     missing = verify_torch(python=str(tmp_path / "no-python"))
-    assert not missing.ok and "cannot run" in missing.reason
+    assert isinstance(missing, VerifyReport) and not missing.ok and "cannot run" in missing.reason
+    assert missing.verdict == "FAIL" and missing.checks and not missing.checks[0].ok
     if not _importable("torch", {"PYTHONPATH": ""}):
         no_torch = verify_torch(env={"PYTHONPATH": str(tmp_path)})
         assert not no_torch.ok and "torch cannot be imported" in no_torch.reason

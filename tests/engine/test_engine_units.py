@@ -12,9 +12,10 @@ import psutil
 import pytest
 
 from accelstack.engine.png import decode_png, encode_png, parameters_text, read_png, write_png
-from accelstack.engine.supervisor import LivenessJudge, kill_tree
+from accelstack.engine.policy import LivenessJudge
+from accelstack.engine.process import kill_tree
 from accelstack.engine.torch_check import pick_device
-from accelstack.engine.verify import image_diff, pixel_stats
+from accelstack.engine.verification import image_diff, pixel_stats
 
 
 # -- PNG --------------------------------------------------------------------------------------------

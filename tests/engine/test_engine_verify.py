@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine_helpers import cli_env, run_cli
+
 from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.verify import verify
-from engine_helpers import cli_env, run_cli
+from accelstack.engine.verification import verify
 
 
 def test_verify_cli_passes_on_the_cpu_runtime(cpu_runtime, cache_with_probe, tmp_path):
@@ -66,12 +67,15 @@ def _broken_runtime(root: Path, why: str) -> Path:
 
 
 def test_verify_uses_the_active_runtime_by_default(tmp_path, cache_with_probe):
-    from accelstack.installer.state import Home, Receipt
+    from accelstack.installer.home import Home
+    from accelstack.installer.records import Receipt
+    from accelstack.manifests.plan import Plan
 
-    rt = _broken_runtime(tmp_path / "rt", "libcudart.so.12: cannot open shared object file")
-    home = Home(tmp_path / "home")
+    home = Home(tmp_path / "home")  # the home cli_env names
     home.ensure()
-    home.write_receipt(Receipt(id="ggml-cuda-1", stack="ggml", backend="cuda", path=str(rt)))
+    rt = _broken_runtime(home.runtimes("ggml") / "ggml-cuda-1", "libcudart.so.12: cannot open shared object file")
+    home.write_receipt(Receipt(id="ggml-cuda-1", stack="ggml", backend="cuda", path=home.relative(rt),
+                               plan=Plan(stack="ggml", summary="cuda build", backend="cuda")))
     home.set_active("ggml", "ggml-cuda-1")
     res = run_cli(["verify", "--json"], cli_env(cache_with_probe, tmp_path))
     assert res.returncode == 1, res.stderr
@@ -82,14 +86,16 @@ def test_verify_uses_the_active_runtime_by_default(tmp_path, cache_with_probe):
 
 def test_the_installers_check_raises_with_the_reason(tmp_path, cache_with_probe, monkeypatch):
     from accelstack.engine.errors import VerifyFailedError
-    from accelstack.engine.verify import runtime_check
+    from accelstack.engine.verification import runtime_check
+    from accelstack.errors import Action
 
     monkeypatch.setenv("ACCELSTACK_CACHE", str(cache_with_probe))
     rt = _broken_runtime(tmp_path / "rt", "illegal instruction in libggml-cpu")
     try:
         runtime_check(rt, {"GGML_X": "1"})
     except VerifyFailedError as exc:
-        assert "illegal instruction" in exc.message and "accelstack plan" in (exc.hint or "")
+        assert "illegal instruction" in exc.message and exc.action == Action.EXPLAIN_PLAN
+        assert "plan" in exc.hint and "accelstack" not in exc.hint and "--" not in exc.hint
     else:
         raise AssertionError("a broken runtime passed the check")
 

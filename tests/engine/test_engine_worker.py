@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.supervisor import Supervisor, SupervisorPolicy
 from accelstack.engine.worker import STATUS_DELAY_ENV
+from accelstack.errors import Action
 
 POLICY = SupervisorPolicy(startup_timeout=60, load_timeout=300, poll_interval=0.3, ping_timeout=1.0,
                           stall_timeout=60, backoff_initial=0.1, backoff_max=1.0, shutdown_grace=2.0)
@@ -100,13 +102,13 @@ def test_generate_one_step(sup, one_step):
 
 def test_requests_need_the_token(sup):
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        conn = http.client.HTTPConnection("127.0.0.1", sup._port, timeout=5)
+        conn = http.client.HTTPConnection("127.0.0.1", sup.client.port, timeout=5)
         conn.request("GET", "/status", headers=headers)
         resp = conn.getresponse()
         assert resp.status == 403 and json.loads(resp.read())["kind"] == "Forbidden"
         conn.close()
     # the token is not on the worker's command line
-    assert not any(sup._token in part for part in psutil.Process(sup.pid).cmdline())
+    assert not any(sup.client.token in part for part in psutil.Process(sup.pid).cmdline())
 
 
 def test_batch_and_seeds(sup):
@@ -209,10 +211,10 @@ def test_worker_exits_when_its_parent_dies(cpu_runtime):
 
 
 def test_a_model_that_fails_to_load_names_the_file_and_the_reason(cpu_runtime, tmp_path):
-    from accelstack.engine.probe_model import _header
+    from accelstack.engine.probe_weights import safetensors_header
 
     path = tmp_path / "not-sd.safetensors"
-    path.write_bytes(_header({"foo.weight": (4, 4)}, {}) + b"\0" * 32)  # valid file, not a diffusion model
+    path.write_bytes(safetensors_header({"foo.weight": (4, 4)}, {}) + b"\0" * 32)  # valid file, not a diffusion model
     with pytest.raises(ModelLoadError) as err:
         Supervisor(cpu_runtime, model=str(path), policy=POLICY).start()
     msg = err.value.message
@@ -220,10 +222,13 @@ def test_a_model_that_fails_to_load_names_the_file_and_the_reason(cpu_runtime, t
     assert len(msg) > len(f"cannot load model {path}: ") + 10  # a reason follows the name
 
 
-def test_a_broken_runtime_is_a_start_error(tmp_path):
+def test_a_broken_runtime_is_a_start_error(tmp_path, caplog):
     pkg = tmp_path / "stable_diffusion_cpp"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise ImportError('libstable-diffusion.so: cannot open shared object file')\n")
-    with pytest.raises(WorkerStartError) as err:
+    with caplog.at_level(logging.INFO, logger="accelstack.engine"), pytest.raises(WorkerStartError) as err:
         Supervisor(Runtime(tmp_path), model=None, policy=POLICY).start()
     assert "cannot import the runtime" in err.value.message and "libstable-diffusion.so" in err.value.message
+    assert err.value.action == Action.REINSTALL and "accelstack" not in err.value.hint
+    logged = " | ".join(r.getMessage() for r in caplog.records)
+    assert "started" in logged and "killing worker" in logged and "stopped" in logged

@@ -1,0 +1,203 @@
+"""The ggml side of the generation worker: stable-diffusion.cpp through its Python bindings.
+
+Runs inside the worker process (:mod:`accelstack.engine.worker`), importing
+``stable_diffusion_cpp`` from the runtime directory. The bindings print through a log callback
+that this backend replaces, so the runtime's log lines reach the worker's log (stderr) and the
+last ones explain a failed load. :mod:`accelstack.engine.torch_engine` has the same surface.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import random
+from typing import IO, Any, Callable, Deque, List, Optional, Tuple
+
+from .config import EngineOptions
+from .errors import GenerationError, ModelLoadError
+from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
+
+LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
+DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+
+
+class GgmlBackend:
+    """stable-diffusion.cpp through ``stable_diffusion_cpp`` (imported from the runtime)."""
+
+    name = "ggml"
+
+    def __init__(self, log_stream: IO[str]) -> None:
+        self.log_stream = log_stream
+        self.log_tail: Deque[Tuple[str, str]] = collections.deque(maxlen=200)
+        self.sd: Any = None  # the loaded StableDiffusion (None until load)
+        self.sd_cpp: Any = None  # the bindings' ctypes module
+        self._callbacks: List[Any] = []  # ctypes callbacks must outlive the C side's pointers
+        self.on_progress: Callable[[int, int], None] = lambda step, steps: None
+        self.threads = 0
+        self.library_seconds: Optional[float] = None
+        self.vae_tiling = False
+        self.vae_tile_size = 32
+
+    # -- library -------------------------------------------------------------------------------
+    def import_runtime(self) -> None:
+        import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp  # from the runtime directory on sys.path
+
+        self.sd_cpp = sd_cpp
+
+        @sd_cpp.sd_log_callback
+        def log_cb(level, text, data):  # replaces the bindings' logger, which prints
+            line = text.decode("utf-8", errors="replace").rstrip("\n")
+            lvl = LOG_LEVELS.get(level, str(level))
+            self.log_tail.append((lvl, line))
+            try:
+                self.log_stream.write(f"[{lvl}] {line}\n")
+                self.log_stream.flush()
+            except (OSError, ValueError):
+                pass
+
+        @sd_cpp.sd_progress_callback
+        def progress_cb(step, steps, seconds, data):
+            self.on_progress(int(step), int(steps))
+
+        self._callbacks += [log_cb, progress_cb]
+        sd_cpp.sd_set_log_callback(log_cb, None)
+        sd_cpp.sd_set_progress_callback(progress_cb, None)
+
+    def version(self) -> str:
+        try:
+            return self.sd_cpp.sd_version().decode() + " " + self.sd_cpp.sd_commit().decode()
+        except Exception:
+            return ""
+
+    def system_info(self) -> str:
+        try:
+            return self.sd_cpp.sd_get_system_info().decode().strip()
+        except Exception:
+            return ""
+
+    def device(self) -> DeviceInfo:
+        """The device stable-diffusion.cpp computes on: the first GPU-like one, else the CPU."""
+        import ctypes
+
+        try:
+            lib = self.sd_cpp._lib
+            lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+            lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+            lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+            for fn in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
+                fn.restype = ctypes.c_char_p
+                fn.argtypes = [ctypes.c_void_p]
+            lib.ggml_backend_dev_type.restype = ctypes.c_int
+            lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+            lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                                    ctypes.POINTER(ctypes.c_size_t)]
+            devices = []
+            for i in range(lib.ggml_backend_dev_count()):
+                dev = lib.ggml_backend_dev_get(i)
+                free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+                lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+                devices.append(DeviceInfo(
+                    name=(lib.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
+                    description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace").strip(),
+                    kind=DEVICE_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
+                    memory_total=total.value or None, memory_free=free.value or None))
+        except Exception:  # an older library without the device API: name what we know
+            return DeviceInfo(name="unknown")
+        for kind in ("gpu", "igpu", "accel"):
+            for dev in devices:
+                if dev.kind == kind:
+                    return dev
+        return devices[0] if devices else DeviceInfo(name="unknown")
+
+    # -- model ---------------------------------------------------------------------------------
+    def load(self, model: str, options: EngineOptions) -> None:
+        from stable_diffusion_cpp import StableDiffusion
+
+        threads = options.threads or max(1, int(self.sd_cpp.sd_get_num_physical_cores()))
+        self.log_tail.clear()
+        try:
+            sd = StableDiffusion(
+                model_path=model,
+                n_threads=threads,
+                wtype=options.weight_type,
+                offload_params_to_cpu=options.offload_to_cpu,
+                diffusion_flash_attn=options.flash_attention,
+                vae_decode_only=True,
+                verbose=True,  # output goes through our log callback, not print()
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelLoadError(f"cannot load model {model}: {self.load_reason() or exc}") from None
+        # A failed load is a NULL context; the bindings only notice later ("NULL pointer access").
+        if not getattr(sd, "_model", None) or not sd._model.model:
+            raise ModelLoadError(f"cannot load model {model}: {self.load_reason() or 'stable-diffusion.cpp returned no context'}")
+        self.sd = sd
+        self.threads = threads
+        self.vae_tiling = options.vae_tiling
+        self.vae_tile_size = options.vae_tile_size
+
+    def _logged_seconds(self) -> Optional[float]:
+        """stable-diffusion.cpp's own timing of the last generate_image (from its log line)."""
+        for _lvl, line in reversed(self.log_tail):
+            if "generate_image completed in " in line:
+                try:
+                    return float(line.rsplit("completed in ", 1)[1].strip().rstrip("s"))
+                except ValueError:
+                    return None
+        return None
+
+    def load_reason(self) -> str:
+        """The runtime's own explanation: its last error lines, else its last warnings."""
+        for wanted in ("ERROR", "WARN"):
+            lines = [line.strip() for lvl, line in self.log_tail if lvl == wanted and line.strip()]
+            if lines:
+                return "; ".join(dict.fromkeys(lines[-3:]))
+        return ""
+
+    def resolve_defaults(self, sampler: str, scheduler: str) -> Tuple[str, str]:
+        """Name what "default" means for the loaded model (reported and embedded in PNGs)."""
+        import ctypes
+
+        try:
+            lib = self.sd_cpp._lib
+            lib.sd_sample_method_name.restype = ctypes.c_char_p
+            lib.sd_sample_method_name.argtypes = [ctypes.c_int]
+            lib.sd_scheduler_name.restype = ctypes.c_char_p
+            lib.sd_scheduler_name.argtypes = [ctypes.c_int]
+            model = self.sd.model
+            method = self.sd_cpp.sd_get_default_sample_method(model)
+            if sampler == "default":
+                sampler = lib.sd_sample_method_name(int(method)).decode()
+            else:
+                from stable_diffusion_cpp.stable_diffusion import SAMPLE_METHOD_MAP
+
+                method = SAMPLE_METHOD_MAP[sampler]
+            if scheduler == "default":
+                scheduler = lib.sd_scheduler_name(int(self.sd_cpp.sd_get_default_scheduler(model, method))).decode()
+        except Exception:
+            pass  # an older library: keep "default"
+        return sampler, scheduler
+
+    def generate(self, req: GenerateRequest) -> Tuple[List[GeneratedImage], int, str, str]:
+        seed = req.seed if req.seed >= 0 else random.randint(0, 2 ** 31 - 1)
+        sampler, scheduler = self.resolve_defaults(req.sampler, req.scheduler)
+        self.log_tail.clear()  # this job's log lines only (its timing, its errors)
+        tile = f"{self.vae_tile_size}x{self.vae_tile_size}"
+        try:
+            images = self.sd.generate_image(
+                prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,
+                sample_steps=req.steps, cfg_scale=float(req.cfg_scale), sample_method=req.sampler,
+                scheduler=req.scheduler, seed=seed, batch_count=req.batch_count, clip_skip=req.clip_skip,
+                vae_tiling=self.vae_tiling, vae_tile_size=tile,
+            )
+        except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks)
+            raise GenerationError(f"the runtime rejected the request: {exc}") from None
+        self.library_seconds = self._logged_seconds()
+        if not images or len(images) != req.batch_count:
+            raise GenerationError(f"the runtime returned {len(images or [])} images for a batch of {req.batch_count}: "
+                                  f"{self.load_reason() or 'no reason logged'}")
+        out = []
+        for i, img in enumerate(images):
+            rgb = img.convert("RGB")
+            out.append(GeneratedImage(width=rgb.width, height=rgb.height, seed=seed + i,
+                                      pixels_b64=base64.b64encode(rgb.tobytes()).decode("ascii")))
+        return out, seed, sampler, scheduler
+

@@ -1,0 +1,123 @@
+"""The probe model's values and files: a hashed pool of normal-like values, written as safetensors.
+
+Instead of sampling 1.07 billion values, a *pool* of ``POOL`` (a prime, about 1 M)
+standard-normal-like values is made once per seed, one f16 copy of it is kept per distinct scale
+(about 20), and each tensor is filled with consecutive *windows* of its scale's pool that start
+at pseudo-random offsets derived from ``sha256(seed, tensor name, window index)``. Writing a
+tensor is then only ``write()`` calls of slices of a ready buffer: the cost is the disk's.
+See :mod:`accelstack.engine.probe_model` for why the values still run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from .probe_architecture import Shape, value_rule
+
+POOL = 1_048_573  # a prime, so windows never line up with power-of-two row lengths
+
+
+def _splitmix64(counter, np):
+    """The splitmix64 finalizer on a uint64 array (wrapping arithmetic is the point)."""
+    z = counter + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def base_pool(seed: int, size: int = POOL):
+    """``size`` float64 values, mean 0, variance 1: Irwin-Hall sums of 12 uniforms from a hash.
+
+    Each 64-bit hash gives two 24-bit uniforms; sums of such dyadic numbers are exact in float64,
+    so the result is bit-identical everywhere.
+    """
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        acc = np.zeros(size, dtype=np.float64)
+        base = np.uint64((seed & 0xFFFFFFFF) << 32)
+        idx = np.arange(size, dtype=np.uint64)
+        for k in range(6):
+            h = _splitmix64(base + idx * np.uint64(8) + np.uint64(k), np)
+            acc += (h >> np.uint64(40)).astype(np.float64)
+            acc += ((h >> np.uint64(8)) & np.uint64(0xFFFFFF)).astype(np.float64)
+    acc *= 1.0 / (1 << 24)
+    acc -= 6.0
+    return acc
+
+
+def _offset(seed: int, name: str, window: int) -> int:
+    digest = hashlib.sha256(f"{seed}\0{name}\0{window}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % POOL
+
+
+class Pools:
+    """Per seed: one doubled f16 copy of the base pool per scale, so any window is a contiguous slice."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._base: Optional[Any] = None  # the float64 pool, made on first use
+        self._scaled: Dict[float, memoryview] = {}
+
+    def get(self, std: float) -> memoryview:
+        import numpy as np
+
+        view = self._scaled.get(std)
+        if view is None:
+            if self._base is None:
+                self._base = base_pool(self.seed)
+            scaled = (self._base * std).astype("<f2")
+            doubled = np.concatenate([scaled, scaled])
+            view = self._scaled[std] = memoryview(doubled.tobytes())
+        return view
+
+
+def _const_bytes(value: float, count: int) -> bytes:
+    import numpy as np
+
+    return np.full(count, value, dtype="<f2").tobytes()
+
+
+def safetensors_header(tensors: Dict[str, Shape], meta: Dict[str, str]) -> bytes:
+    """The length-prefixed JSON header of an all-f16 safetensors file holding ``tensors``."""
+    entries: Dict[str, object] = {"__metadata__": meta}
+    offset = 0
+    for name, shape in tensors.items():
+        n = math.prod(shape) * 2
+        entries[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    raw += b" " * (-(8 + len(raw)) % 8)  # data starts 8-byte aligned
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_part(path: Path, tensors: Dict[str, Shape], pools: Pools, meta: Dict[str, str],
+                tick: Callable[[int], None]) -> int:
+    """Write one part (a safetensors file) of ``tensors``; ``tick(n)`` after each tensor of n values."""
+    window_bytes = POOL * 2
+    written = 0
+    with open(path, "wb", buffering=0) as fh:
+        head = safetensors_header(tensors, meta)
+        fh.write(head)
+        for name, shape in tensors.items():
+            count = math.prod(shape)
+            kind, value = value_rule(name, shape)
+            if kind == "const":
+                fh.write(_const_bytes(value, count))
+            else:
+                pool = pools.get(value)
+                remaining, window = count * 2, 0
+                while remaining:
+                    take = min(remaining, window_bytes)
+                    start = _offset(pools.seed, name, window) * 2
+                    fh.write(pool[start:start + take])
+                    remaining -= take
+                    window += 1
+            written += count
+            tick(count)
+    return written
+
