@@ -52,13 +52,13 @@ from typing import Dict, Optional
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..settings import ENV, Settings
+from ..settings import Settings
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, Shape, sd1_tensors, value_rule
 from .probe_weights import POOL, Pools, base_pool, safetensors_header, write_part
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "POOL", "MARKER", "FILES", "Architecture", "Shape", "ProbeModel",
-           "ensure_probe_model", "probe_cache_root", "probe_dir_name", "sd1_tensors", "value_rule", "base_pool",
+           "ensure_probe_model", "probe_dir_name", "sd1_tensors", "value_rule", "base_pool",
            "safetensors_header"]
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,6 @@ FILES = {
     "unet": "unet/diffusion_pytorch_model.safetensors",
     "vae": "vae/diffusion_pytorch_model.safetensors",
 }
-
-
-PROBE_CACHE_ENV = ENV["probe_cache"]  # the variable Settings reads (kept for test fixtures that share one probe)
-
-
-def probe_cache_root() -> Path:
-    """The default probe cache: ``Settings.resolve().probe_cache``."""
-    return Settings.resolve().probe_cache
 
 
 def probe_dir_name(seed: int, architecture: Optional[Architecture] = None) -> str:
