@@ -9,7 +9,7 @@ from .progress import progress_renderer
 from .verify import add_engine_arguments, add_runtime_arguments, engine_options, runtime_from_args
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     from ..engine.protocol import SAMPLERS, SCHEDULERS
 
     p = sub.add_parser(

@@ -8,14 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import (add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from,
-                     settings_from)
+from .common import add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from, settings_from
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "install",
         help="first run: detect, plan, fetch, install, verify and activate a runtime",

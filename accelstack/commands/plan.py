@@ -16,7 +16,7 @@ BACKEND_ENV = "ACCELSTACK_BACKEND"
 MiB = 1024 * 1024
 
 
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="decide which torch or ggml build to install here, with the reasons",

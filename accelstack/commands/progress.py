@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import IO, Dict, Iterator, Optional
+from typing import IO, Any, Dict, Iterator, Optional
 
 from ..events import ProgressEvent
 
@@ -38,9 +38,9 @@ class ProgressRenderer:
             raise ValueError(f"unknown progress mode {mode!r}")
         self.mode = mode
         self._lock = threading.Lock()
-        self._bars: Dict[tuple, object] = {}  # (stage, task) -> tqdm
+        self._bars: Dict[tuple, Any] = {}  # (stage, task) -> tqdm
         self._done: Dict[tuple, int] = {}  # (stage, task) -> last done, for the total bar
-        self._totals: Dict[str, object] = {}  # stage -> tqdm total bar
+        self._totals: Dict[str, Any] = {}  # stage -> tqdm total bar
 
     def __call__(self, event: ProgressEvent) -> None:
         if self.mode == "quiet":

@@ -58,16 +58,17 @@ def engine_options(args: argparse.Namespace):
 
 
 def active_runtime(stack: str = "ggml"):
-    """The runtime `accelstack install` activated for ``stack`` (None when there is none)."""
+    """(receipt, where its runtime is) of the runtime `accelstack install` activated, or None."""
+    from ..core.running import NoRuntimeError, active_receipt
+    from ..installer.home import Home
+    from ..settings import Settings
+
+    s = Settings.resolve()
     try:
-        from ..installer.state import Home
-    except ImportError:
+        receipt = active_receipt(stack, s)
+    except NoRuntimeError:
         return None
-    home = Home()
-    rid = home.read_active().active.get(stack)
-    if not rid:
-        return None
-    return home.read_receipt(rid)
+    return receipt, Home(s.home).runtime_path(receipt)
 
 
 def runtime_from_args(args: argparse.Namespace):
@@ -75,16 +76,21 @@ def runtime_from_args(args: argparse.Namespace):
     backend and environment."""
     from ..engine.errors import RuntimeNotFoundError
     from ..engine.runtime import Runtime
+    from ..errors import Action
+    from ..installer.records import StateError
 
     if args.backend == "torch":
         return _torch_runtime(args.runtime)
     if args.runtime:
         return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
-    receipt = active_runtime("ggml")
-    if receipt is None:
+    found = active_runtime("ggml")
+    if found is None:
         raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT)
-    return Runtime(path=Path(receipt.path), backend=args.backend or receipt.backend or "cpu",
-                   env=dict(receipt.env)).check()
+    receipt, path = found
+    if not path.is_dir():
+        raise StateError(f"the active runtime {receipt.id} is missing from {path}", hint="repair restores it",
+                         action=Action.REPAIR)
+    return Runtime(path=path, backend=args.backend or receipt.backend or "cpu", env=dict(receipt.env)).check()
 
 
 def _torch_runtime(runtime_dir: Optional[str]):
@@ -94,10 +100,10 @@ def _torch_runtime(runtime_dir: Optional[str]):
 
     if runtime_dir:
         return Runtime.torch(Path(runtime_dir).expanduser().resolve()).check()
-    receipt = active_runtime("torch")
-    if receipt is None:
+    found = active_runtime("torch")
+    if found is None:
         return Runtime(path=Path(sys.prefix), backend="torch")
-    exe = Path(receipt.path)
+    receipt, exe = found
     return Runtime(path=exe.parent, backend="torch", env=dict(receipt.env), python=str(exe)).check()
 
 
@@ -105,10 +111,10 @@ def _torch_python(runtime_dir: Optional[str]):
     """A torch runtime is a venv (use its interpreter) or a --target dir (put it on PYTHONPATH);
     without one, the active torch runtime's interpreter, else this interpreter."""
     if not runtime_dir:
-        receipt = active_runtime("torch")
-        if receipt is None:
+        found = active_runtime("torch")
+        if found is None:
             return None, {}
-        return receipt.path, dict(receipt.env)  # a torch receipt's path is its interpreter
+        return str(found[1]), dict(found[0].env)  # a torch receipt's path is its interpreter
     d = Path(runtime_dir).expanduser().resolve()
     for exe in (d / "bin" / "python", d / "Scripts" / "python.exe"):
         if exe.is_file():
@@ -121,7 +127,7 @@ def _torch_python(runtime_dir: Optional[str]):
 
 
 # -- the command -------------------------------------------------------------------------------------
-def register(sub: "argparse._SubParsersAction") -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
         help="prove that a runtime generates on this machine (synthesized probe model, no download)",
@@ -163,10 +169,14 @@ def run(args: argparse.Namespace) -> int:
         report = verify(runtime, output=args.output, options=options, cpu_runtime=cpu,
                         tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
                         probe_seed=DEFAULT_SEED if args.probe_seed is None else args.probe_seed, progress=progress)
+    installed = not args.runtime
     if args.json:
         print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
     else:
         print(render(report))
+        if installed and not report.ok:
+            print("  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
+                  "fails, `accelstack plan` shows why this build was chosen")
     return 0 if report.ok else 1
 
 

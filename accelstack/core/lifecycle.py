@@ -20,7 +20,8 @@ from ..installer.home import Home
 from ..installer.records import Active, Receipt, StateError
 from ..installer.recovery import active_or_rebuild, recover
 from ..installer.repair import RepairReport, repair_ggml, unrepairable_error
-from ..installer.transaction import Provenance, Verifier, install as run_transaction
+from ..installer.transaction import Provenance, Verifier
+from ..installer.transaction import install as run_transaction
 from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..settings import Settings

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..detect.report import HardwareReport
+from ..domain import STACKS
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..manifests.plan import Plan, Request
@@ -79,6 +80,8 @@ def load_manifests(settings: Settings, *, record: bool = True, progress: Progres
     if not urls:
         return manifests, loaded
     trusted = TrustedManifests.from_settings(settings)
+    if not record and not settings.rollback_state.exists():
+        trusted.rollback = None  # nothing seen yet, so nothing to check; and a dry run must write nothing
     for url in urls:
         progress(ProgressEvent("message", "plan", message=f"reading manifest {url}"))
         try:
@@ -127,6 +130,8 @@ def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requir
         python = target_python(s, create=False)[1]
     if manifests is None:
         manifests = load_manifests(s, record=False, progress=progress)[0] if stack == "ggml" else Manifests.builtin()
+    if stack not in STACKS:
+        raise UsageError(f"unknown stack {stack!r}: choose one of {', '.join(STACKS)}")
     request = Request(stack=stack, requirements=list(requirements), backend=s.backend if backend is None else backend,
                       python=python or "")
     return resolve(report, request, manifests)

@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 from ..errors import SubprocessTimeout
 from ..events import ProgressCallback
+from ..installer.transaction import StagedRuntime, Verifier
 from ..serde import from_dict, to_dict
 from ..settings import Settings
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
-from ..installer.transaction import StagedRuntime, Verifier
 
 
 def as_verdict(report: Any) -> VerifyReport:

@@ -61,6 +61,11 @@ class Home:
 
     def ensure(self) -> None:
         """Create the layout and prove the home is writable; raises before any other work."""
+        for d in (self.staging, self.receipts):
+            if d.is_symlink():
+                raise StateError(f"{d} is a symbolic link; accelstack keeps its staging and receipts inside the home and "
+                                 "never works through a link out of it", hint="remove the link, or choose another home",
+                                 action=Action.CHOOSE_HOME)
         try:
             for d in (self.root, self.staging, self.receipts, self.root / "runtimes"):
                 d.mkdir(parents=True, exist_ok=True)
@@ -186,7 +191,7 @@ class Home:
         return state
 
     # -- lock ----------------------------------------------------------------------------------
-    def lock(self, command: str, wait: float = 0.0) -> "InstallLock":
+    def lock(self, command: str, wait: float = 0.0) -> InstallLock:
         return InstallLock(self.root / "install.lock", command, wait)
 
 
@@ -207,7 +212,7 @@ class InstallLock:
         self.wait = wait
         self._lock: Optional[Any] = None
 
-    def __enter__(self) -> "InstallLock":
+    def __enter__(self) -> InstallLock:
         from filelock import FileLock, Timeout
 
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -198,7 +198,7 @@ def register_home(cache: Cache, home: Home, blobs: Set[str]) -> None:
         log.warning("could not record this home in the cache registry %s: %s", reg, exc)
 
 
-def blobs_of_other_homes(cache: Cache, home: Home) -> "tuple[Set[str], List[str]]":
+def blobs_of_other_homes(cache: Cache, home: Home) -> tuple[Set[str], List[str]]:
     mine = str(home.root.resolve())
     blobs: Set[str] = set()
     homes: List[str] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from ..domain import Stack
-from ..errors import Action, AccelstackError
+from ..errors import AccelstackError, Action
 from ..manifests.plan import Plan
 from ..refs import ArtifactRef
 from ..serde import from_dict, to_dict
@@ -71,7 +71,9 @@ class Active:
 
 
 def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """UTC with microseconds: receipts installed in the same second still sort in install order."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List
 
 from ..artifacts.cache import hash_file
-from ..errors import Action, AccelstackError
+from ..errors import AccelstackError, Action
 from .home import OWNER_MARK
 from .records import InstalledFile
 
@@ -55,7 +55,7 @@ def install_wheel(wheel: Path, target: Path, name: str) -> None:
         except OSError:
             shutil.copyfile(wheel, link)
         try:
-            with WheelFile.open(str(link)) as source:
+            with WheelFile.open(link) as source:
                 source.validate_record()
                 install(source, dest, {"INSTALLER": b"accelstack\n"})
         except OSError as exc:

@@ -3,9 +3,10 @@ an isolated environment, a temporary cache, fast retries and short timeouts."""
 from __future__ import annotations
 
 import pytest
-from artifact_helpers import Events, start_server
 
 from accelstack.artifacts import Cache, RetryPolicy, Transport
+
+from artifact_helpers import Events, start_server
 
 
 @pytest.fixture

@@ -12,17 +12,6 @@ import random
 import stat
 
 import pytest
-from artifact_helpers import (
-    content_length,
-    drip,
-    drop,
-    extra,
-    no_range,
-    payload,
-    ref_for,
-    status,
-    wrong_bytes,
-)
 
 from accelstack.artifacts import (
     ArtifactError,
@@ -39,6 +28,18 @@ from accelstack.artifacts import (
     fetch_one,
 )
 from accelstack.errors import Action
+
+from artifact_helpers import (
+    content_length,
+    drip,
+    drop,
+    extra,
+    no_range,
+    payload,
+    ref_for,
+    status,
+    wrong_bytes,
+)
 
 batch_module = importlib.import_module("accelstack.artifacts.batch")  # the module, not the function
 partfile_module = importlib.import_module("accelstack.artifacts.partfile")
@@ -503,9 +504,9 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     import threading
     import time
 
-    from artifact_helpers import gate
-
     from accelstack.artifacts import Transport
+
+    from artifact_helpers import gate
 
     release = threading.Event()
     refs = []

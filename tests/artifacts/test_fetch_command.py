@@ -5,11 +5,12 @@ import io
 import json
 
 import pytest
-from artifact_helpers import drop, payload, ref_for
 
 from accelstack.cli import main
 from accelstack.commands.progress import ProgressRenderer
 from accelstack.events import ProgressEvent
+
+from artifact_helpers import drop, payload, ref_for
 
 
 def _run(argv, capsys):

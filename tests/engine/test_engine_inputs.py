@@ -7,7 +7,6 @@ import struct
 from pathlib import Path
 
 import pytest
-from engine_helpers import cli_env, run_cli
 
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, GenerationError, ModelLoadError, RuntimeNotFoundError
@@ -16,6 +15,8 @@ from accelstack.engine.modelfile import check_model
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
 from accelstack.errors import Action
+
+from engine_helpers import cli_env, run_cli
 
 
 # -- config.yaml ---------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from engine_helpers import cli_env, run_cli
 
 from accelstack.engine import VerifyReport
 from accelstack.engine.torch_verification import verify_torch
+
+from engine_helpers import cli_env, run_cli
 
 TORCH_PATH_ENV = "ACCELSTACK_TEST_TORCH_PATH"
 

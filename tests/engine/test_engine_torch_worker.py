@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_helpers import cli_env, run_cli
 
 from accelstack.engine import GenerateRequest, Runtime, Supervisor
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
+
+from engine_helpers import cli_env, run_cli
 
 WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
 TORCH_PIN = "torch==2.13.*"

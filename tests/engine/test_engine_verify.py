@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine_helpers import cli_env, run_cli
-
 from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.verification import verify
+
+from engine_helpers import cli_env, run_cli
 
 
 def test_verify_cli_passes_on_the_cpu_runtime(cpu_runtime, cache_with_probe, tmp_path):

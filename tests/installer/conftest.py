@@ -15,9 +15,9 @@ from typing import Dict
 
 import pytest
 
+from accelstack.manifests.signing import generate_keypair
 from accelstack.publisher.build import BuildResult
 from accelstack.publisher.publish import build_manifest, write_signed_manifest
-from accelstack.manifests.signing import generate_keypair
 from accelstack.serde import to_dict
 
 

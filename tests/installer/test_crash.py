@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from accelstack.installer.ggml import audit
-from accelstack.installer.state import Home
+from accelstack.installer.home import Home
+from accelstack.installer.repair import audit
 
 from installer_helpers import cli_env, result_of, run_cli
 
@@ -22,6 +22,7 @@ KILL_POINTS = {
     "fetch": lambda e: e.get("stage") == "fetch" and e.get("kind") == "advance" and e.get("task") and 0 < e.get("done", 0),
     "unpack": lambda e: e.get("stage") == "install" and e.get("kind") == "start",
     "check": lambda e: e.get("stage") == "install" and "checking" in e.get("message", ""),
+    "verify": lambda e: e.get("stage") == "verify" and e.get("kind") == "start",
     "after-switch": lambda e: e.get("stage") == "install" and e.get("kind") == "end",
 }
 

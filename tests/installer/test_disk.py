@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.installer.ggml import audit
-from accelstack.installer.state import Home
+from accelstack.installer.home import Home
+from accelstack.installer.repair import audit
 
 from installer_helpers import cli_env, error_of, result_of, run_cli
 
@@ -64,7 +64,7 @@ def test_read_only_home_is_a_clear_error(site, tmp_path, tmpfs):
     proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", site["public_key"]], env)
     assert proc.returncode != 0
     err = error_of(proc)
-    assert "not writable" in err["message"] and "ACCELSTACK_HOME" in err["hint"]
+    assert "not writable" in err["message"] and err["action"] == "choose-home" and "--home" in err["command"]
 
 
 def test_corrupt_receipt_is_reported_and_repaired_by_reinstall(site, tmp_path):
@@ -72,15 +72,16 @@ def test_corrupt_receipt_is_reported_and_repaired_by_reinstall(site, tmp_path):
     key = site["public_key"]
     rid = result_of(run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", key], env))["runtime"]
     h = Home(tmp_path / "home")
-    runtime_files = sorted(p.name for p in Path(h.runtime_dir("ggml", rid)).iterdir())
+    runtime_dir = h.runtime_path(h.read_receipt(rid))
+    runtime_files = sorted(p.name for p in runtime_dir.iterdir())
     h.receipt_path(rid).write_text('{"id": 12, "stack": ')
     proc = run_cli(["repair", "--json"], env)
     assert proc.returncode != 0
     err = error_of(proc)
-    assert "corrupt" in err["message"] and "--force" in err["hint"]
+    assert "corrupt" in err["message"] and err["action"] == "reinstall" and "--force" in err["command"]
     status = result_of(run_cli(["status", "--json"], env))
-    assert any("corrupt" in p for s in status for p in s["problems"])
-    assert sorted(p.name for p in Path(h.runtime_dir("ggml", rid)).iterdir()) == runtime_files  # nothing lost
+    assert any("corrupt" in p["message"] for s in status for p in s["problems"])
+    assert sorted(p.name for p in runtime_dir.iterdir()) == runtime_files  # nothing lost
     proc = run_cli(["install", "--json", "--no-build", "--force", "--manifest", site["v1"], "--trusted-key", key], env)
     assert proc.returncode == 0, proc.stderr
     assert h.read_receipt(rid).id == rid
@@ -95,13 +96,13 @@ def test_a_second_install_says_who_holds_the_lock(tmp_path, site):
     assert proc.returncode != 0
     err = error_of(proc)
     assert str(os.getpid()) in err["message"] and "install (test holder)" in err["message"]
-    assert "--wait" in err["hint"]
+    assert err["action"] == "wait" and "--wait" in err["command"]
 
 
 def test_a_lock_left_by_a_killed_process_is_recovered(tmp_path, site):
     home_dir = tmp_path / "home"
     code = (
-        "import sys, time; from accelstack.installer.state import Home; "
+        "import sys, time; from accelstack.installer.home import Home; "
         f"h = Home({str(home_dir)!r}); h.ensure(); l = h.lock('install'); l.__enter__(); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accelstack.installer.state import Home
+from accelstack.installer.home import Home
 
 from installer_helpers import cli_env, error_of, result_of, run_cli
 
@@ -26,10 +26,11 @@ def test_install_repair_upgrade_rollback(site, tmp_path):
     h = Home(home)
     assert h.read_active().active["ggml"] == rid1
     receipt = h.read_receipt(rid1)
-    runtime = Path(receipt.path)
+    runtime = h.runtime_path(receipt)
+    assert not Path(receipt.path).is_absolute()  # a moved home keeps working
     assert (runtime / "stable_diffusion_cpp" / "__init__.py").is_file()
     assert receipt.manifest_source == "test-channel" and receipt.manifest_version == 1
-    assert receipt.verification["ok"] is True
+    assert receipt.verification.ok is True and receipt.verification.check == "verify"
     assert len(receipt.files) > 5 and all(len(f.sha256) == 64 for f in receipt.files)
     assert not any(h.staging.iterdir())
 
@@ -57,7 +58,7 @@ def test_install_repair_upgrade_rollback(site, tmp_path):
     up = result_of(proc)
     rid2 = up["runtime"]
     assert rid2 != rid1 and up["previous"] == rid1
-    assert (Path(h.read_receipt(rid2).path) / "stable_diffusion_cpp" / "_release.txt").read_text() == "v2\n"
+    assert (h.runtime_path(h.read_receipt(rid2)) / "stable_diffusion_cpp" / "_release.txt").read_text() == "v2\n"
     assert runtime.is_dir()  # the old one stays for rollback
 
     status = result_of(run_cli(["status", "--json"], env))

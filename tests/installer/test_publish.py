@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from installer_helpers import cli_env, result_of, run_cli
-
 from accelstack.manifests.schema import load_manifest
+
+from installer_helpers import cli_env, result_of, run_cli
 
 
 def test_build_keygen_manifest_build_verify(ggml_cpu_build, tmp_path):
