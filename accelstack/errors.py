@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional
 
 
 class Action(str, enum.Enum):
@@ -25,7 +24,6 @@ class Action(str, enum.Enum):
     REINSTALL = "reinstall"  # install again over a damaged or stale runtime
     REPAIR = "repair"  # restore damaged files / state of the installed runtime
     UPGRADE = "upgrade"  # re-plan for changed hardware or a newer build
-    ROLLBACK = "rollback"
     VERIFY = "verify"  # run the generation check for details
     EXPLAIN_PLAN = "explain-plan"  # look at the plan's candidates and reasons
     STATUS = "status"  # look at what is installed
@@ -47,17 +45,6 @@ class Action(str, enum.Enum):
     REPORT_BUG = "report-bug"  # capture the machine and attach it to a bug report
 
 
-@dataclass(frozen=True)
-class Hint:
-    """A structured hint: ``action`` for programs, ``detail`` for people."""
-
-    action: Action = Action.NONE
-    detail: str = ""
-
-    def __bool__(self) -> bool:
-        return bool(self.action.value or self.detail)
-
-
 def _code_of(cls: type) -> str:
     name = cls.__name__
     if name.endswith("Error") and name != "Error":
@@ -71,13 +58,10 @@ class AccelstackError(Exception):
     exit_code = 1
     default_action: Action = Action.NONE
 
-    def __init__(self, message: str, hint: Optional[Union[str, Hint]] = None, *,
+    def __init__(self, message: str, hint: Optional[str] = None, *,
                  action: Optional[Action] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
-        if isinstance(hint, Hint):
-            action = action or hint.action
-            hint = hint.detail
         self.hint: str = hint or ""
         self.action: Action = Action(action) if action is not None else self.default_action
         self._code = code
@@ -85,10 +69,6 @@ class AccelstackError(Exception):
     @property
     def code(self) -> str:
         return self._code or _code_of(type(self))
-
-    @property
-    def remedy(self) -> Hint:
-        return Hint(self.action, self.hint)
 
     def to_dict(self) -> dict:
         return {"code": self.code, "type": type(self).__name__, "message": self.message,

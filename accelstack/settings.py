@@ -29,6 +29,7 @@ ENV = {
     "build_cache": "ACCELSTACK_BUILD_CACHE",
     "probe_cache": "ACCELSTACK_PROBE_CACHE",
     "config_file": "ACCELSTACK_CONFIG",
+    "config_dir": "ACCELSTACK_CONFIG_DIR",  # user configuration: trusted-keys/
     "offline": "ACCELSTACK_OFFLINE",
     "backend": "ACCELSTACK_BACKEND",
     "trusted_keys": "ACCELSTACK_TRUSTED_KEYS",  # os.pathsep-separated keys or .pub files
@@ -47,7 +48,6 @@ class Timeouts:
     pip: float = 3600.0  # one pip/uv command (a multi-GB CUDA torch on a slow line)
     venv: float = 300.0  # creating a virtual environment
     probe: float = 120.0  # asking an interpreter or the runtime a question
-    toolchain: float = 30.0  # `cmake --version` and friends
     lock_wait: float = 0.0  # waiting for another accelstack process to release the home
 
 
@@ -103,19 +103,20 @@ class Settings:
         given: Dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         dirs = platform_dirs(os_name or current_os(), env)
 
+        def argument(name: str, default: Path) -> Path:
+            return Path(given[name]).expanduser() if name in given else default
+
         def path(name: str, default: Path) -> Path:
-            if name in given:
-                return Path(given[name]).expanduser()
-            return _env_path(env, name) or default
+            return argument(name, _env_path(env, name) or default)
 
         cache = path("cache", dirs["cache"])
         out = cls(
-            home=path("home", dirs["data"]),
+            home=argument("home", cls.resolve_home(env=env, os_name=os_name)),
             cache=cache,
             build_cache=path("build_cache", cache / "builds"),
             probe_cache=path("probe_cache", cache / "probe"),
             config_file=path("config_file", dirs["config"] / "config.yaml"),
-            config_dir=Path(given["config_dir"]).expanduser() if "config_dir" in given else dirs["config"],
+            config_dir=path("config_dir", dirs["config"]),
         )
         out.offline = bool(given["offline"]) if "offline" in given else _flag(env, ENV["offline"])
         out.backend = str(given.get("backend", env.get(ENV["backend"], ""))).strip()
@@ -134,21 +135,16 @@ class Settings:
 
     @staticmethod
     def resolve_home(*, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None) -> Path:
-        """``home`` as :meth:`resolve` finds it when no argument names one (``ACCELSTACK_HOME``, else
-        the platform's data directory), reading only the variables that rule needs: detection
-        applies it to a captured machine's environment, which records every variable read."""
+        """The home rule, which :meth:`resolve` applies when no argument names a home:
+        ``ACCELSTACK_HOME``, else the platform's data directory. It reads only the variables that
+        rule needs: detection applies it to a captured machine's environment, which records every
+        variable read (and must not fail on a bad ``ACCELSTACK_OFFLINE`` there)."""
         env = os.environ if env is None else env
         return _env_path(env, "home") or platform_dirs(os_name or current_os(), env)["data"]
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (None values are ignored, like in :meth:`resolve`)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-    def export_env(self) -> Dict[str, str]:
-        """The variables that make a child accelstack process (a worker, a CLI) see these settings."""
-        return {ENV["home"]: str(self.home), ENV["cache"]: str(self.cache), ENV["build_cache"]: str(self.build_cache),
-                ENV["probe_cache"]: str(self.probe_cache), ENV["config_file"]: str(self.config_file),
-                **({ENV["offline"]: "1"} if self.offline else {})}
 
 
 def current_os() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .domain import Verdict
+
 
 @dataclass
 class DeviceInfo:
@@ -68,5 +70,5 @@ class VerifyReport:
     __derived__ = ("verdict",)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return "PASS" if self.ok else "FAIL"

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _isolate_from_the_user_dirs() -> None:
     """Tests never write into the developer's real accelstack directories, and share what is costly.
 
-    - home, cache and config file (ACCELSTACK_HOME / _CACHE / _CONFIG): one temporary directory for
+    - home, cache, config file and config dir (ACCELSTACK_HOME / _CACHE / _CONFIG / _CONFIG_DIR, which
+      holds the user's trusted keys): one temporary directory for
       the session, set even when the developer's shell names real ones, so a test (or a CLI it
       starts) that relies on the defaults cannot touch real runtimes, receipts, rollback watermarks
       or downloads. Tests that need their own set them per test, as before.
@@ -42,6 +43,7 @@ def _isolate_from_the_user_dirs() -> None:
     os.environ[ENV["home"]] = str(session / "home")
     os.environ[ENV["cache"]] = str(session / "cache")
     os.environ[ENV["config_file"]] = str(session / "config" / "config.yaml")
+    os.environ[ENV["config_dir"]] = str(session / "config")
 
 
 _isolate_from_the_user_dirs()

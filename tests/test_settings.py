@@ -16,7 +16,7 @@ from accelstack.errors import UsageError
 from accelstack.settings import ENV, Settings, Timeouts, current_os
 
 REPO = Path(__file__).resolve().parents[1]
-PATH_FIELDS = ("home", "cache", "build_cache", "probe_cache", "config_file")
+PATH_FIELDS = ("home", "cache", "build_cache", "probe_cache", "config_file", "config_dir")
 LINUX_ENV = {"HOME": "/home/ann"}
 
 
@@ -75,9 +75,18 @@ def test_linux_follows_xdg_variables_and_ignores_relative_ones():
 
 
 def test_resolve_home_is_the_same_rule():
-    for env, os_name in ((LINUX_ENV, "linux"), ({**LINUX_ENV, ENV["home"]: "/srv/rt"}, "linux"),
-                         ({"HOME": "/Users/ann"}, "macos"), ({"LOCALAPPDATA": r"C:\L"}, "windows")):
-        assert Settings.resolve_home(env=env, os_name=os_name) == Settings.resolve(env=env, os_name=os_name).home
+    """``resolve`` takes its home from ``resolve_home``; check the rule itself, per OS."""
+    for env, os_name, expected in ((LINUX_ENV, "linux", "/home/ann/.local/share/accelstack"),
+                                   ({**LINUX_ENV, ENV["home"]: "/srv/rt"}, "linux", "/srv/rt"),
+                                   ({"HOME": "/Users/ann"}, "macos", "/Users/ann/Library/Application Support/accelstack"),
+                                   ({"LOCALAPPDATA": r"C:\L"}, "windows", r"C:\L\accelstack")):
+        home = Settings.resolve_home(env=env, os_name=os_name)
+        assert home == Settings.resolve(env=env, os_name=os_name).home
+        assert (win(home) == PureWindowsPath(expected)) if os_name == "windows" else home == Path(expected)
+    # an argument beats the rule; the rule never reads the other variables (a capture records each read)
+    bad = {**LINUX_ENV, ENV["offline"]: "not-a-flag"}
+    assert Settings.resolve_home(env=bad, os_name="linux") == Path("/home/ann/.local/share/accelstack")
+    assert Settings.resolve(env={**LINUX_ENV, ENV["home"]: "/srv/rt"}, os_name="linux", home="/x").home == Path("/x")
 
 
 # -- precedence: argument > ACCELSTACK_* variable > platform default ------------------------------
@@ -96,7 +105,7 @@ def test_precedence_for_every_path_field(field, os_name, env, tmp_path):
     assert getattr(Settings.resolve(env=env, os_name=os_name, **{field: None}), field) == default  # None = not given
 
 
-def test_config_dir_has_an_argument_but_no_variable(tmp_path):
+def test_config_dir_holds_the_user_trusted_keys(tmp_path):
     assert Settings.resolve(env=LINUX_ENV, os_name="linux", config_dir=tmp_path).user_keys_dir == tmp_path / "trusted-keys"
 
 
@@ -164,13 +173,6 @@ def test_plain_options_and_unknown_names():
     assert Settings.resolve(env=LINUX_ENV, os_name="linux").allow_build is True
     with pytest.raises(TypeError, match="hoem"):
         Settings.resolve(env=LINUX_ENV, os_name="linux", hoem="/x")
-
-
-def test_export_env_hands_the_same_paths_to_a_child(tmp_path):
-    s = Settings.resolve(env=LINUX_ENV, os_name="linux", home=tmp_path / "h", cache=tmp_path / "c", offline=True)
-    child = Settings.resolve(env={**LINUX_ENV, **s.export_env()}, os_name="linux")
-    assert [getattr(child, f) for f in PATH_FIELDS] == [getattr(s, f) for f in PATH_FIELDS]
-    assert child.offline is True
 
 
 # -- the live machine -----------------------------------------------------------------------------

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from ..detect import detect
 from ..detect.report import GPU, HardwareReport, Problem
-from ..detect.system import CapturingSystem, LiveSystem, ReplaySystem
-from ..errors import Action, UsageError
+from ..detect.system import DEFAULT_TIMEOUT, CapturingSystem, LiveSystem, ReplaySystem
+from ..errors import UsageError
 from ..serde import to_dict
+from .common import what_to_do
 
 GiB = 1024 ** 3
 
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--capture", metavar="DIR", help="save every file, command output and platform fact read into DIR")
     src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
     p.add_argument("--json", action="store_true", help="print the HardwareReport as JSON")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="limit for each external command (default 5 s)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"limit for each external command (default {DEFAULT_TIMEOUT:g} s)")
     p.set_defaults(func=run)
 
 
@@ -58,16 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # The command line for a problem's action, where one exists (the library names the action only).
-_COMMANDS: Dict[Action, str] = {
-    Action.REPORT_BUG: "accelstack detect --capture DIR",
-}
-
-
 def _what_to_do(problem: Problem) -> Optional[str]:
-    command = _COMMANDS.get(problem.action)
-    if not command:
-        return problem.hint or None
-    return f"{problem.hint} (run `{command}`)" if problem.hint else f"run `{command}`"
+    return what_to_do(problem.hint, problem.action) or None
 
 
 def _size(n: Optional[int]) -> str:

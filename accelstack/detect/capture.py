@@ -33,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..errors import UsageError
 from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts, System
 
 CAPTURE_FORMAT = "accelstack-capture"
@@ -129,8 +130,15 @@ class CapturingSystem:
         return self._cpu_count
 
     def save(self, directory: str) -> Path:
-        """Write the capture directory; returns its path."""
+        """Write the capture into ``directory`` (new or empty); returns its path.
+
+        A directory with anything in it is refused: replay treats every file under ``files/`` as
+        part of the machine, so an older capture's files would mix into this one, and files that
+        are not accelstack's must not be overwritten."""
         root = Path(directory)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise UsageError(f"{root} is not an empty directory; a capture is written into a new or empty one",
+                             hint="choose a new directory for the capture, or remove the old capture first")
         (root / "files").mkdir(parents=True, exist_ok=True)
         (root / "commands").mkdir(exist_ok=True)
         for path, text in self.files.items():

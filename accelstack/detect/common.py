@@ -8,7 +8,7 @@ from typing import List, Optional
 from ..domain import GpuKind, Severity
 from ..errors import Action
 from . import tables
-from .protocol import CommandResult, System
+from .protocol import DEFAULT_TIMEOUT, CommandResult, System
 from .report import GPU, Problem
 
 NVIDIA_SMI_QUERY = [
@@ -30,7 +30,7 @@ class Probe:
 
     system: System
     problems: List[Problem] = field(default_factory=list)
-    timeout: float = 5.0
+    timeout: float = DEFAULT_TIMEOUT
 
     def problem(self, code: str, message: str, hint: str = "", severity: Severity = "warning", gpu: Optional[int] = None,
                 action: Action = Action.NONE) -> None:

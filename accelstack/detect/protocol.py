@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-DEFAULT_TIMEOUT = 5.0
+from ..settings import Timeouts
+
+DEFAULT_TIMEOUT = Timeouts.detect  # seconds for one probe command; the one default is Settings'
 
 
 @dataclass

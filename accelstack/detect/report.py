@@ -2,21 +2,18 @@
 
 Every field is plain data so the report round-trips through JSON (``accelstack detect --json``
 writes it, ``accelstack plan --hardware report.json`` reads it back). Sizes are bytes, versions
-are strings as the vendor prints them, PCI ids are 4 lowercase hex digits.
+are strings as the vendor prints them, PCI ids are 4 lowercase hex digits. Vendors, GPU kinds and
+API names are plain strings too; their ``Literal`` types in ``accelstack.domain`` say which.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..domain import API_NAMES, GPU_KINDS, VENDORS, ApiName, GpuKind, Severity, Vendor
+from ..domain import ApiName, GpuKind, Severity, Vendor
 from ..errors import Action
 
 REPORT_FORMAT = 1
-
-# Vendors, kinds and API names are plain strings in JSON; the Literal types say which (domain.py).
-__all__ = ["API_NAMES", "GPU_KINDS", "VENDORS", "REPORT_FORMAT", "Problem", "OSInfo", "CPUInfo", "MemoryInfo", "GPU",
-           "AcceleratorAPI", "Preference", "HardwareReport"]
 
 
 @dataclass

@@ -7,12 +7,9 @@ OS. This module gathers them under the import path callers have always used.
 """
 from __future__ import annotations
 
-from .capture import CAPTURE_FORMAT, CAPTURE_VERSION, CapturingSystem
+from .capture import CAPTURE_VERSION, CapturingSystem
 from .live import LiveSystem
-from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts, System, SystemEnviron
+from .protocol import DEFAULT_TIMEOUT, CommandResult, System
 from .replay import ReplaySystem
 
-__all__ = [
-    "CAPTURE_FORMAT", "CAPTURE_VERSION", "DEFAULT_TIMEOUT", "CapturingSystem", "CommandResult", "LiveSystem",
-    "PlatformFacts", "ReplaySystem", "System", "SystemEnviron",
-]
+__all__ = ["CAPTURE_VERSION", "DEFAULT_TIMEOUT", "CapturingSystem", "CommandResult", "LiveSystem", "ReplaySystem", "System"]

@@ -26,15 +26,14 @@ from ..artifacts.cache import hash_file
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
+from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
-from .process import run_logged
-from .sdist import SDIST_PACKAGE, SDIST_VERSION, fetch_sdist
-from .variants import DEFAULT_TOOLCHAIN_HINT, PROPERTIES, TOOLCHAIN_HINTS, TOOLCHAINS, VARIANTS, missing_toolchain
+from .sdist import fetch_sdist
+from .variants import DEFAULT_TOOLCHAIN_HINT, PROPERTIES, TOOLCHAIN_HINTS, VARIANTS, missing_toolchain
 
 __all__ = [
-    "BUILDER_VERSION", "COMPILE_TIMEOUT", "PROPERTIES", "SDIST_PACKAGE", "SDIST_VERSION", "TOOLCHAINS", "VARIANTS",
-    "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir", "build_ggml", "cache_key", "cached_sha256",
-    "fetch_sdist", "missing_toolchain", "sha256_file",
+    "BUILDER_VERSION", "COMPILE_TIMEOUT", "VARIANTS", "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir",
+    "build_ggml", "cache_key", "cached_sha256", "missing_toolchain", "sha256_file",
 ]
 
 log = logging.getLogger(__name__)
@@ -122,6 +121,7 @@ def build_ggml(
         raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
                          action=Action.FIX_INPUT)
     cache = Path(cache_dir) if cache_dir is not None else build_cache_dir()
+    in_cache = sdist is None  # only files in the cache get a remembered digest beside them
     if sdist is None:
         sdist = fetch_sdist(cache / "sdist", progress=progress, timeout=download_timeout)
     sdist = Path(sdist)
@@ -129,7 +129,7 @@ def build_ggml(
         raise BuildError(f"source distribution {sdist} does not exist",
                          hint="give the path of an existing stable_diffusion_cpp_python-*.tar.gz", action=Action.FIX_INPUT)
     cmake_args = VARIANTS[variant] + list(extra_cmake_args or [])
-    source_sha = cached_sha256(sdist)
+    source_sha = cached_sha256(sdist) if in_cache else sha256_file(sdist)
     key = cache_key(source_sha, variant, cmake_args)
     slot = cache / key
     slot.mkdir(parents=True, exist_ok=True)
@@ -212,7 +212,7 @@ def _compile(variant: str, sdist: Path, source_sha: str, cmake_args: List[str], 
         if outcome.timed_out or outcome.returncode != 0 or not wheels:
             progress(ProgressEvent("end", "build", task=variant, ok=False))
             log.info("building %s failed (%s); full log: %s", variant,
-                        "time limit" if outcome.timed_out else f"exit {outcome.returncode}", log_path)
+                     "time limit" if outcome.timed_out else f"exit {outcome.returncode}", log_path)
             if outcome.timed_out:
                 raise BuildTimeout(f"building the {variant} variant did not finish within {timeout:.0f} s",
                                    hint=f"give the build more time or fewer targets; its output so far is in {log_path}",
@@ -228,7 +228,7 @@ def _compile(variant: str, sdist: Path, source_sha: str, cmake_args: List[str], 
     return BuildResult(
         variant=variant,
         wheel=str(final),
-        sha256=sha256_file(final),
+        sha256=cached_sha256(final),  # records the digest, so the first cache hit does not hash again
         size=final.stat().st_size,
         cmake_args=cmake_args,
         source_sha256=source_sha,

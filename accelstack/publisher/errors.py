@@ -6,9 +6,9 @@ embeds the builder has no command line to point at).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
-from ..errors import AccelstackError, Action, Hint, SubprocessTimeout
+from ..errors import AccelstackError, Action, SubprocessTimeout
 
 
 class BuildError(AccelstackError):
@@ -17,7 +17,7 @@ class BuildError(AccelstackError):
     ``log`` is the full output of the failing step when there is one.
     """
 
-    def __init__(self, message: str, hint: Optional[Union[str, Hint]] = None, *, action: Optional[Action] = None,
+    def __init__(self, message: str, hint: Optional[str] = None, *, action: Optional[Action] = None,
                  code: Optional[str] = None, log: Optional[Path] = None) -> None:
         super().__init__(message, hint, action=action, code=code)
         self.log = log

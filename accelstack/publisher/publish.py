@@ -11,7 +11,7 @@ import logging
 import platform
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Action
 from ..manifests.signing import sign_manifest, signature_path
@@ -41,12 +41,13 @@ def target_for(build: BuildResult, url: str, glibc: str = "") -> Dict[str, Any]:
     props = dict(build.properties)
     backend = str(props.pop("backend", build.variant))
     requires: Dict[str, Any] = {}
-    if _strings(props.get("cpu_features")):
-        requires["cpu_features"] = _strings(props["cpu_features"])
-    if _strings(props.get("sm")):
-        requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in _strings(props["sm"])]
-    if _strings(props.get("gfx")):
-        requires["gfx"] = _strings(props["gfx"])
+    features, sms, gfx = (_strings(props.get(name)) for name in ("cpu_features", "sm", "gfx"))
+    if features:
+        requires["cpu_features"] = features
+    if sms:
+        requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in sms]
+    if gfx:
+        requires["gfx"] = gfx
     if glibc:
         requires["glibc"] = glibc
     where = _os_arch()
@@ -80,8 +81,7 @@ def build_manifest(
                            hint="build at least one variant into this directory first; each build leaves a "
                                 "<wheel>.build.json record beside its wheel", action=Action.FIX_INPUT)
     base = base_url.rstrip("/") + "/"
-    targets: List[Dict[str, Any]] = []
-    glibc = platform.libc_ver()[1] if platform.system() == "Linux" else ""
+    builds: List[Tuple[BuildResult, str]] = []
     for rec in records:
         try:
             build = BuildResult(**json.loads(rec.read_text()))
@@ -90,9 +90,16 @@ def build_manifest(
         wheel = rec.with_name(rec.name[: -len(".build.json")])
         if not wheel.is_file():
             raise PublishError(f"{rec} names {wheel.name}, which is missing")
-        rel = wheel.relative_to(directory).as_posix()
-        targets.append(target_for(build, base + rel, glibc))
-    log.info("manifest of %s: %d build(s)", directory, len(targets))
+        builds.append((build, base + wheel.relative_to(directory).as_posix()))
+    log.info("manifest of %s: %d build(s)", directory, len(builds))
+    return manifest_of(builds, source=source, version=version, expires_days=expires_days, release=release, now=now)
+
+
+def manifest_of(builds: List[Tuple[BuildResult, str]], *, source: str, version: int, expires_days: int = 180,
+                release: str = "", now: Optional[datetime] = None) -> Dict[str, Any]:
+    """The manifest document for ``builds``, each a build and the URL its wheel is served from
+    (the core offers a local build to the resolver this way, with its wheel's ``file:`` URL)."""
+    glibc = platform.libc_ver()[1] if platform.system() == "Linux" else ""
     now = now or datetime.now(timezone.utc)
     return {
         "format": "accelstack-manifest",
@@ -103,7 +110,7 @@ def build_manifest(
         "kind": "ggml",
         "package": SDIST_PACKAGE,
         "release": release or SDIST_VERSION,
-        "targets": targets,
+        "targets": [target_for(build, url, glibc) for build, url in builds],
     }
 
 

@@ -9,8 +9,8 @@ from typing import Optional
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
+from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
-from .process import run_logged
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 import shutil
 from typing import Dict, List
 
+# The GPU targets a CUDA and a ROCm build carry, written once: the CMake options compile for them
+# and the manifest properties promise them to target machines, so the two cannot drift apart.
+CUDA_SM = ["61", "70", "75", "80", "86", "89", "90", "120"]
+CUDA_PTX_ONLY = {"61", "70", "75"}  # older GPUs get PTX the driver compiles (keeps the wheel small)
+ROCM_GFX = ["gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"]
+_CUDA_ARCHITECTURES = ";".join(f"{sm}-virtual" if sm in CUDA_PTX_ONLY else sm for sm in CUDA_SM)
+
 # CMake options per backend variant. GGML_NATIVE=OFF keeps -march=native out (builds must run on
 # other machines); ggml then enables the x86-64-v3 set (AVX, AVX2, FMA, F16C, BMI2) unless told otherwise.
 VARIANTS: Dict[str, List[str]] = {
@@ -13,9 +20,9 @@ VARIANTS: Dict[str, List[str]] = {
         "-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF",
         "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF", "-DGGML_SSE42=ON",
     ],
-    "cuda": ["-DGGML_NATIVE=OFF", "-DSD_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=61-virtual;70-virtual;75-virtual;80;86;89;90;120"],
+    "cuda": ["-DGGML_NATIVE=OFF", "-DSD_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={_CUDA_ARCHITECTURES}"],
     "vulkan": ["-DGGML_NATIVE=OFF", "-DSD_VULKAN=ON"],
-    "rocm": ["-DGGML_NATIVE=OFF", "-DSD_HIPBLAS=ON", "-DGPU_TARGETS=gfx906;gfx908;gfx90a;gfx942;gfx1030;gfx1100;gfx1101;gfx1102;gfx1200;gfx1201"],
+    "rocm": ["-DGGML_NATIVE=OFF", "-DSD_HIPBLAS=ON", f"-DGPU_TARGETS={';'.join(ROCM_GFX)}"],
     "metal": ["-DSD_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
 }
 # What each variant needs on the build machine, checked before a long build starts.
@@ -39,9 +46,9 @@ DEFAULT_TOOLCHAIN_HINT = "install CMake and a C++ compiler"
 PROPERTIES: Dict[str, Dict[str, object]] = {
     "cpu": {"backend": "cpu", "cpu_features": ["avx2", "fma", "f16c"]},
     "cpu-noavx2": {"backend": "cpu", "cpu_features": ["sse4.2"]},
-    "cuda": {"backend": "cuda", "sm": ["61", "70", "75", "80", "86", "89", "90", "120"]},
+    "cuda": {"backend": "cuda", "sm": list(CUDA_SM)},
     "vulkan": {"backend": "vulkan"},
-    "rocm": {"backend": "rocm", "gfx": ["gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"]},
+    "rocm": {"backend": "rocm", "gfx": list(ROCM_GFX)},
     "metal": {"backend": "metal"},
 }
 

@@ -11,6 +11,7 @@ from accelstack.cli import main
 from accelstack.detect import detect
 from accelstack.detect.report import HardwareReport
 from accelstack.detect.system import CAPTURE_VERSION, CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.errors import Action, UsageError
 from accelstack.serde import to_dict
 
 from .conftest import CAPTURES, TEST_HOME, fixture_names, replay
@@ -48,6 +49,26 @@ def test_recapturing_a_replay_is_lossless(name, tmp_path):
     first = detect(capturing, home=TEST_HOME)
     capturing.save(str(tmp_path / "again"))
     assert comparable(replay(tmp_path / "again")) == comparable(first)
+
+
+def test_a_capture_is_never_written_over_other_files(tmp_path, capsys):
+    """An older capture's files/ would mix into the new one on replay, and a user's files are not
+    accelstack's to overwrite: only a new or empty directory takes a capture."""
+    name = fixture_names()[0]
+    capturing = CapturingSystem(ReplaySystem(str(CAPTURES / name)))
+    detect(capturing, home=TEST_HOME)
+    (tmp_path / "empty").mkdir()
+    assert (capturing.save(str(tmp_path / "empty")) / "capture.json").is_file()
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    (tmp_path / "notes.txt").write_text("mine")
+    for occupied in (tmp_path / "empty", tmp_path, tmp_path / "notes.txt"):
+        with pytest.raises(UsageError) as err:
+            capturing.save(str(occupied))
+        assert "not an empty directory" in err.value.message and err.value.action is Action.FIX_INPUT
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == sorted(before + ["notes.txt"])
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert main(["detect", "--capture", str(tmp_path / "empty")]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
 
 
 def test_cli_capture_then_replay(tmp_path, capsys):

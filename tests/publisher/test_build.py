@@ -2,6 +2,7 @@
 typed errors with an action (no command-line syntax), and the build cache taken from Settings."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tarfile
@@ -12,10 +13,21 @@ from pathlib import Path
 import pytest
 
 from accelstack.errors import Action, SubprocessTimeout
-from accelstack.publisher.build import BuildError, BuildTimeout, build_cache_dir, build_ggml, missing_toolchain
-from accelstack.publisher.process import run_logged
+from accelstack.publisher.build import (
+    VARIANTS,
+    BuildError,
+    BuildResult,
+    BuildTimeout,
+    build_cache_dir,
+    build_ggml,
+    cache_key,
+    cached_sha256,
+    missing_toolchain,
+    sha256_file,
+)
 from accelstack.publisher.publish import PublishError, build_manifest
 from accelstack.publisher.sdist import fetch_sdist
+from accelstack.subprocesses import run_logged
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="the fake commands are shell scripts")
 
@@ -136,6 +148,30 @@ def test_a_compile_past_its_limit_is_a_typed_timeout_and_stops_the_compiler(tmp_
     assert events[-1].kind == "end" and events[-1].ok is False
     assert _wait_dead(int(pidfile.read_text())), "the build backend pip started outlived the time limit"
     assert not list((tmp_path / "cache").glob("*/build.json")), "a failed build must not be recorded"
+
+
+def test_a_cache_hit_writes_nothing_beside_a_given_source(tmp_path):
+    """The build cache remembers digests beside its own files only: a source distribution the
+    caller names stays alone in its folder, and a recorded build is reused, not compiled again."""
+    from dataclasses import asdict
+
+    sdist = tmp_path / "mine" / "stable_diffusion_cpp_python-0.4.7.tar.gz"
+    sdist.parent.mkdir()
+    sdist.write_bytes(b"source bytes")
+    cache = tmp_path / "cache"
+    key = cache_key(sha256_file(sdist), "cpu", VARIANTS["cpu"])
+    wheel = cache / key / "stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"wheel bytes")
+    record = BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=11, cmake_args=VARIANTS["cpu"],
+                         source_sha256=sha256_file(sdist), key=key)
+    (wheel.parent / "build.json").write_text(json.dumps(asdict(record)))
+    result = build_ggml("cpu", sdist=sdist, cache_dir=cache)
+    assert result.cache_hit and result.wheel == str(wheel) and result.key == key
+    assert sorted(p.name for p in sdist.parent.iterdir()) == [sdist.name]
+    assert (wheel.parent / (wheel.name + ".sha256")).read_text().split()[0] == record.sha256
+    wheel.write_bytes(b"changed wheel")  # a changed wheel is hashed again, so it no longer matches its record
+    assert cached_sha256(wheel) == sha256_file(wheel) != record.sha256
 
 
 def test_input_errors_carry_an_action_and_no_command_line(tmp_path):

@@ -1,5 +1,9 @@
-"""Run one long external step (pip, a CMake/ninja compile) with its output in a log file and a time
-limit that stops the whole process tree: a compile runs many compiler processes below pip."""
+"""Run one long external step (pip, a CMake/ninja compile) with a time limit that stops the whole
+process tree — a compile runs many compiler processes below pip, pip its build backends — passing
+each output line on as it comes and, when asked, keeping the output in a log file.
+
+Shared by the installer (torch's pip commands) and the publisher (sdist download, compile); the
+limit is kept by a watchdog thread, so a step that hangs without printing is stopped too."""
 from __future__ import annotations
 
 import logging
@@ -8,13 +12,16 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
 
 log = logging.getLogger(__name__)
 
 TASKKILL_TIMEOUT = 30.0  # seconds for `taskkill /T` on Windows
+TAIL_LINES = 200
 
 
 @dataclass
@@ -24,28 +31,27 @@ class Outcome:
     returncode: int
     timed_out: bool
     seconds: float
-    log: Path
+    log: Optional[Path]
+    last_lines: List[str] = field(default_factory=list)  # the end of the output, kept in memory
 
     def tail(self, lines: int = 15) -> str:
         """The last ``lines`` of the step's output."""
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.strip().splitlines()[-lines:])
+        return "\n".join(self.last_lines[-lines:])
 
 
-def run_logged(cmd: List[str], *, log_path: Path, timeout: float, env: Optional[Mapping[str, str]] = None,
+def run_logged(cmd: List[str], *, timeout: float, log_path: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
                on_line: Optional[Callable[[str], None]] = None) -> Outcome:
-    """Run ``cmd``, writing its output to ``log_path`` and passing each line to ``on_line``.
+    """Run ``cmd``, passing each output line to ``on_line`` (and writing it to ``log_path``).
 
     Past ``timeout`` seconds the process and everything it started are killed and the outcome
     says ``timed_out``. ``on_line`` runs on the calling thread; a watchdog thread only kills.
     """
     start = time.monotonic()
     expired = threading.Event()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", encoding="utf-8", errors="replace") as out:
+    last: Deque[str] = deque(maxlen=TAIL_LINES)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    with (open(log_path, "w", encoding="utf-8", errors="replace") if log_path is not None else nullcontext()) as out:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                 env=dict(env) if env is not None else None, **_own_group())
 
@@ -60,7 +66,9 @@ def run_logged(cmd: List[str], *, log_path: Path, timeout: float, env: Optional[
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                out.write(line)
+                last.append(line.rstrip("\n"))
+                if out is not None:
+                    out.write(line)
                 if on_line is not None:
                     on_line(line)
             rc = proc.wait()
@@ -70,7 +78,7 @@ def run_logged(cmd: List[str], *, log_path: Path, timeout: float, env: Optional[
             raise
         finally:
             watchdog.cancel()
-    return Outcome(rc, expired.is_set(), time.monotonic() - start, log_path)
+    return Outcome(rc, expired.is_set(), time.monotonic() - start, log_path, list(last))
 
 
 def _own_group() -> Dict[str, Any]:
