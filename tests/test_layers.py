@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "accelstack"
-BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict")
+BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses")
 ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "commands", "cli"]
 FORBIDDEN = {
     **{b: tuple(ORDER) + ("publisher",) for b in BOTTOM},
@@ -37,10 +37,14 @@ def _modules() -> Dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, top_only: bool) -> Set[str]:
+def _imports(name: str, path: Path, top_only: bool, *, type_checking: bool = False) -> Set[str]:
+    """The accelstack modules ``path`` imports: all, or those at module level (``top_only``; with
+    ``type_checking``, also those in a module-level ``if TYPE_CHECKING:`` block)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     nodes: List[ast.AST] = list(tree.body) if top_only else list(ast.walk(tree))
+    if top_only and type_checking:
+        nodes += [n for node in tree.body if isinstance(node, ast.If) for n in node.body]
     out: Set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):

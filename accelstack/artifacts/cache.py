@@ -111,7 +111,8 @@ class Cache:
     def valid(self, sha256: str, size: int, *, verify: bool = True) -> bool:
         """True if the blob is present with ``size`` bytes (and, with ``verify``, the right hash).
 
-        Has no side effects; safe to call while holding the blob's lock.
+        Has no side effects, so it is safe under the blob's lock; a blob that fails is replaced by
+        the next download of it (see :mod:`.download`).
         """
         path = self.blob_path(sha256)
         try:
@@ -126,24 +127,6 @@ class Cache:
             return hash_file(path).hexdigest() == sha256
         except OSError:
             return False
-
-    def has(self, sha256: str, size: int, *, verify: bool = True) -> bool:
-        """Like :meth:`valid`, but a blob that fails the check is removed (under its lock)
-        so that it will be fetched again. Do not call while holding the blob's lock.
-        """
-        if self.valid(sha256, size, verify=verify):
-            return True
-        if self.blob_path(sha256).exists() or self.blob_path(sha256).is_symlink():
-            with self.lock(sha256):
-                # Another process may have placed a good copy meanwhile.
-                if self.valid(sha256, size, verify=verify):
-                    return True
-                remove_file(self.blob_path(sha256))
-        return False
-
-    def get(self, sha256: str, size: int, *, verify: bool = True) -> Optional[Path]:
-        """The blob's path if it is cached (see :meth:`has`), else ``None``."""
-        return self.blob_path(sha256) if self.has(sha256, size, verify=verify) else None
 
     def place(self, part: Path, sha256: str, *, durable: bool = True) -> Path:
         """Atomically move a verified ``.part`` into place, read-only. Call under the blob's lock.

@@ -40,6 +40,15 @@ def corrupt_errors() -> Tuple[Type[BaseException], ...]:
     return tuple(errors)
 
 
+def _mkdir(path: Path) -> Optional[os.stat_result]:
+    """Create the directory ``path``: ``None`` when made, else what is already there (not followed)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        os.mkdir(path, 0o755)
+        return None
+
+
 class Extractor:
     """Writes archive members under ``root``, refusing anything unsafe; knows no archive format."""
 
@@ -87,12 +96,8 @@ class Extractor:
         current = self.root
         for part in rel.split("/")[:-1]:
             current = current / part
-            try:
-                st = os.lstat(current)
-            except FileNotFoundError:
-                os.mkdir(current, 0o755)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
+            st = _mkdir(current)
+            if st is not None and not stat.S_ISDIR(st.st_mode):
                 kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a directory"
                 raise UnsafeArchiveError(
                     f"{self.archive}: {rel!r} would be written through {current.relative_to(self.root)} ({kind})"
@@ -116,13 +121,8 @@ class Extractor:
         if rel is None:
             return
         self._parent(rel)
-        path = self.root / rel
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            os.mkdir(path, 0o755)
-            return
-        if not stat.S_ISDIR(st.st_mode):
+        st = _mkdir(self.root / rel)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
             raise UnsafeArchiveError(f"{self.archive}: directory {rel!r} collides with a file or link")
 
     def file(self, rel: Optional[str], src: IO[bytes], mode: int, mtime: Optional[float], declared: Optional[int]) -> None:

@@ -53,12 +53,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--retries must be >= 0")
     name = args.name or os.path.basename(args.urls[0].rstrip("/").split("?")[0]) or sha[:12]
     ref = ArtifactRef(name=name, sha256=sha, size=args.size, urls=list(args.urls))
-    cache = Cache(args.cache) if args.cache else Cache()
     transport = Transport(connect_timeout=args.connect_timeout, read_timeout=args.read_timeout)
-    with progress_renderer(json_mode=args.json) as progress:
+    with transport, progress_renderer(json_mode=args.json) as progress:
         paths = fetch(
             [ref],
-            cache=cache,
+            cache=Cache(args.cache),
             progress=progress,
             offline=True if args.offline else None,
             transport=transport,

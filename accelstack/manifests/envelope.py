@@ -62,8 +62,10 @@ def is_expired(envelope: Envelope, now: Optional[datetime] = None) -> bool:
     return now >= parse_expires(envelope.expires)
 
 
-def check_envelope(doc: Any, *, now: Optional[datetime] = None, check_expiry: bool = True) -> Envelope:
-    """The envelope of ``doc``; raise for a wrong format, unknown format version, bad or past expiry."""
+def check_envelope(doc: Any, *, now: Optional[datetime] = None, check_expiry: bool = True,
+                   expect: Optional[Stack] = None) -> Envelope:
+    """The envelope of ``doc``; raise for a wrong format, unknown format version, a kind other
+    than ``expect`` (when given), a bad or past expiry."""
     if not isinstance(doc, dict):
         raise fail("", f"a manifest must be a JSON object, got {type(doc).__name__}")
     fmt = get_str(doc, "format", "")
@@ -87,6 +89,8 @@ def check_envelope(doc: Any, *, now: Optional[datetime] = None, check_expiry: bo
     )
     if env.version < 0:
         raise fail("version", f"must be >= 0, got {env.version}")
+    if expect is not None and env.kind != expect:
+        raise fail("kind", f"expected a {expect} manifest, got {env.label}")
     parse_expires(env.expires)
     if check_expiry and is_expired(env, now):
         raise ExpiredManifestFormatError(

@@ -1,7 +1,7 @@
 """Errors about manifests: their envelope, signature, freshness and version history."""
 from __future__ import annotations
 
-from ..errors import AccelstackError
+from ..errors import AccelstackError, Action
 
 
 class ManifestError(AccelstackError):
@@ -22,6 +22,12 @@ class ManifestExpiredError(ManifestError):
 
 class ManifestRollbackError(ManifestError):
     """The manifest is older than one already seen from the same source."""
+
+
+class ManifestStateError(ManifestError):
+    """The file of manifest versions seen cannot be written (a read-only or full home)."""
+
+    default_action = Action.CHOOSE_HOME
 
 
 class ManifestKeyError(ManifestError):

@@ -103,6 +103,27 @@ def get_str_map(obj: dict, key: str, path: str, *, required: bool = False) -> Di
     return dict(values)
 
 
+def get_tiers(doc: dict, path: str, backends: Sequence[str], default: Sequence[Sequence[str]]) -> List[List[str]]:
+    """``backend_tiers``: groups of equally preferred backends, best first; each known, none listed twice."""
+    raw = get(doc, "backend_tiers", path, list, required=False, default=None)
+    if raw is None:
+        return [list(t) for t in default]
+    tiers: List[List[str]] = []
+    seen = set()
+    for i, tier in enumerate(raw):
+        p = join(join(path, "backend_tiers"), i)
+        if not isinstance(tier, list) or not tier:
+            raise fail(p, f"expected a non-empty list of backends, got {describe(tier)}")
+        for j, b in enumerate(tier):
+            if b not in backends:
+                raise fail(join(p, j), f"unknown backend {b!r} (known: {', '.join(backends)})")
+            if b in seen:
+                raise fail(join(p, j), f"backend {b!r} is listed twice")
+            seen.add(b)
+        tiers.append(list(tier))
+    return tiers
+
+
 def decode(data: Union[bytes, str], what: str = "manifest") -> Any:
     """The JSON value of a document's bytes; a format error when it is not UTF-8 JSON."""
     try:

@@ -22,7 +22,7 @@ and a requirement this accelstack does not understand is refused rather than ign
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple, cast
+from typing import Any, Dict, List, Tuple, cast
 
 from ..domain import Backend, Stack
 from ..errors import Action
@@ -39,6 +39,7 @@ from .fields import (
     get_str,
     get_str_list,
     get_str_map,
+    get_tiers,
     get_version,
     join,
     parse_version,
@@ -143,26 +144,6 @@ def _parse_requirements(obj: dict, path: str) -> GgmlRequirements:
     return req
 
 
-def _parse_tiers(doc: dict, path: str, backends: Sequence[str]) -> List[List[str]]:
-    raw = get(doc, "backend_tiers", path, list, required=False, default=None)
-    if raw is None:
-        return [list(t) for t in DEFAULT_GGML_TIERS]
-    tiers: List[List[str]] = []
-    seen = set()
-    for i, tier in enumerate(raw):
-        p = join(join(path, "backend_tiers"), i)
-        if not isinstance(tier, list) or not tier:
-            raise fail(p, f"expected a non-empty list of backends, got {describe(tier)}")
-        for j, b in enumerate(tier):
-            if b not in backends:
-                raise fail(join(p, j), f"unknown backend {b!r} (known: {', '.join(backends)})")
-            if b in seen:
-                raise fail(join(p, j), f"backend {b!r} is listed twice")
-            seen.add(b)
-        tiers.append(list(tier))
-    return tiers
-
-
 def parse_ggml_manifest(doc: dict, envelope: Envelope) -> GgmlManifest:
     targets_raw = get(doc, "targets", "", list)
     targets: List[GgmlTarget] = []
@@ -196,6 +177,6 @@ def parse_ggml_manifest(doc: dict, envelope: Envelope) -> GgmlManifest:
         package=get_str(doc, "package", ""),
         release=get_str(doc, "release", "", required=False),
         targets=targets,
-        backend_tiers=_parse_tiers(doc, "", GGML_BACKENDS),
+        backend_tiers=get_tiers(doc, "", GGML_BACKENDS, DEFAULT_GGML_TIERS),
         sources=get_str_map(doc, "sources", ""),
     )

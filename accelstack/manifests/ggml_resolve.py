@@ -7,11 +7,8 @@ properties a local build needs (``Plan.build``).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, cast
-
-from packaging.version import Version
 
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
@@ -23,6 +20,8 @@ from .machine import (
     kind_rank,
     slots,
     sm_name,
+    version_of,
+    version_or_none,
     visible_devices_env,
     why_not_device,
     why_preferred,
@@ -35,11 +34,6 @@ _TEXT = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "
 # CPU features a build may be specialised for (what a local build's flags depend on)
 _BUILD_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
                    "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "dotprod", "fp16", "i8mm", "sve", "sve2", "sme")
-
-
-@functools.lru_cache(maxsize=256)
-def _v(text: str) -> Version:
-    return Version(text)
 
 
 @dataclass
@@ -124,9 +118,9 @@ class _GgmlResolver:
         if m.os == "linux":
             if m.musl:
                 return ("glibc", f"{t.id} is built for glibc; this system uses musl libc"), ""
-            if req.glibc and m.glibc is not None and m.glibc < _v(req.glibc):
+            if req.glibc and m.glibc is not None and m.glibc < version_of(req.glibc):
                 return ("glibc", f"{t.id} needs glibc >= {req.glibc}; this system has glibc {m.report.os.libc_version}"), ""
-        if req.macos_min and m.macos is not None and m.macos < _v(req.macos_min):
+        if req.macos_min and m.macos is not None and m.macos < version_of(req.macos_min):
             return ("os-version", f"{t.id} needs macOS {req.macos_min} or newer; this Mac runs macOS {m.report.os.version}"), ""
         missing = [f for f in req.cpu_features if f not in m.report.cpu.features]
         if missing:
@@ -155,7 +149,8 @@ class _GgmlResolver:
         elif dev is not None and t.backend == "vulkan" and req.vulkan:
             api = m.report.api("vulkan")
             have = api.version if api else ""
-            if have and _v(have.split()[0]) < _v(req.vulkan):
+            offered = version_or_none(have)  # the driver's own text: may carry more than a version
+            if offered is not None and offered < version_of(req.vulkan):
                 return ("driver", f"{t.id} needs Vulkan {req.vulkan}; the driver offers Vulkan {have}"), ""
         return None, how or (f"runs on {dev.name}" if dev is not None else "")
 
@@ -163,7 +158,7 @@ class _GgmlResolver:
         req, g = t.requires, dev.first
         min_drv = req.nvidia_driver.get(self.m.driver_os, "")
         if req.cuda and dev.cuda_max is not None:
-            if dev.cuda_max >= _v(req.cuda):
+            if dev.cuda_max >= version_of(req.cuda):
                 return None
             who = f"NVIDIA driver {g.driver_version}" if g.driver_version else "The NVIDIA driver"
             tail = f" (driver >= {min_drv})" if min_drv else ""
@@ -171,7 +166,7 @@ class _GgmlResolver:
         if min_drv:
             if dev.driver is None:
                 return ("driver", f"the NVIDIA driver version is unknown; {t.id} needs driver >= {min_drv}")
-            if dev.driver < _v(min_drv):
+            if dev.driver < version_of(min_drv):
                 return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs (update the NVIDIA driver)")
             return None
         if req.cuda:

@@ -23,6 +23,12 @@ _VENDOR_TEXT = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel", "apple": "Ap
 
 
 @functools.lru_cache(maxsize=512)
+def version_of(text: str) -> Version:
+    """A version from checked manifest data (parsed once per distinct text)."""
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=512)
 def version_or_none(text: str) -> Optional[Version]:
     text = (text or "").strip()
     if not text:

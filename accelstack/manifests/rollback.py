@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-from .errors import ManifestError, ManifestRollbackError
+from .errors import ManifestError, ManifestRollbackError, ManifestStateError
 
 STATE_FORMAT = "accelstack-manifest-versions"
 
@@ -85,15 +85,29 @@ class RollbackStore:
 
     def check(self, source: str, version: int, *, record: bool = True) -> None:
         """Refuse ``version`` if lower than the highest seen for ``source``; with ``record``,
-        remember it as the highest if it is."""
-        with self._thread_lock, self._lock():
-            versions = self._read()
-            seen = versions.get(source)
-            if seen is not None and version < seen:
-                raise ManifestRollbackError(
-                    f"manifest '{source}' version {version} is older than version {seen} already seen (rollback)",
-                    "someone may be serving an outdated manifest; get the current one from the publisher",
-                )
-            if record and (seen is None or version > seen):
-                versions[source] = version
-                self._write(versions)
+        remember it as the highest if it is. Without ``record`` nothing is written, not even a
+        lock file (the state is replaced atomically, so reading it needs no lock): a plan or a
+        dry run leaves the home as it was."""
+        if not record:
+            self._refuse_older(source, version, self._read())
+            return
+        try:
+            with self._thread_lock, self._lock():
+                versions = self._read()
+                self._refuse_older(source, version, versions)
+                seen = versions.get(source)
+                if seen is None or version > seen:
+                    versions[source] = version
+                    self._write(versions)
+        except OSError as exc:
+            raise ManifestStateError(f"cannot record manifest versions in {self.path} ({exc.strerror or exc})",
+                                     "the runtime home must be writable; choose another one or fix its permissions") from None
+
+    @staticmethod
+    def _refuse_older(source: str, version: int, versions: Dict[str, int]) -> None:
+        seen = versions.get(source)
+        if seen is not None and version < seen:
+            raise ManifestRollbackError(
+                f"manifest '{source}' version {version} is older than version {seen} already seen (rollback)",
+                "someone may be serving an outdated manifest; get the current one from the publisher",
+            )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import Action
-from .envelope import check_envelope
+from .envelope import Envelope, check_envelope
 from .errors import ManifestError, ManifestFormatError
 from .fields import decode
 from .ggml_manifest import GGML_BACKENDS, GgmlManifest, GgmlTarget, parse_ggml_manifest
@@ -25,15 +25,19 @@ from .torch_matrix import TorchMatrix, parse_torch_matrix
 AnyManifest = Union[GgmlManifest, TorchMatrix]
 
 __all__ = ["AnyManifest", "GGML_BACKENDS", "GgmlManifest", "GgmlTarget", "TorchMatrix",
-           "load_manifest", "load_manifest_file", "parse_manifest"]
+           "load_manifest", "load_manifest_file", "parse_body", "parse_manifest"]
 
 
 def parse_manifest(doc: Any, *, now: Optional[datetime] = None, check_expiry: bool = True) -> AnyManifest:
     """Check the envelope and body of an already-decoded manifest; return its typed form."""
-    env = check_envelope(doc, now=now, check_expiry=check_expiry)
-    if env.kind == "ggml":
-        return parse_ggml_manifest(doc, env)
-    return parse_torch_matrix(doc, env)
+    return parse_body(doc, check_envelope(doc, now=now, check_expiry=check_expiry))
+
+
+def parse_body(doc: dict, envelope: Envelope) -> AnyManifest:
+    """The body of a document whose ``envelope`` was checked, parsed as its kind says."""
+    if envelope.kind == "ggml":
+        return parse_ggml_manifest(doc, envelope)
+    return parse_torch_matrix(doc, envelope)
 
 
 def load_manifest(data: Union[bytes, str], *, now: Optional[datetime] = None, check_expiry: bool = True) -> AnyManifest:

@@ -17,18 +17,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import Backend
-from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name
+from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name, version_of
 from .plan import Candidate, Request
 from .request import Requirements
 from .torch_matrix import CudaToolkit, PlatformBuild, Release, TorchMatrix, Variant
 
 REQUEST_CODES = ("python", "requirement")
 BACKEND_TEXT = {"cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU", "mps": "MPS", "directml": "DirectML", "cpu": "CPU"}
-
-
-@functools.lru_cache(maxsize=512)
-def version_of(text: str) -> Version:
-    return Version(text)
 
 
 @functools.lru_cache(maxsize=512)

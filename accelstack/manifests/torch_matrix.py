@@ -49,6 +49,7 @@ from .fields import (
     get_str,
     get_str_list,
     get_str_map,
+    get_tiers,
     get_version,
     join,
     parse_version,
@@ -57,6 +58,7 @@ from .fields import (
 TORCH_BACKENDS: Tuple[Backend, ...] = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
 PLATFORMS = ("linux-x86_64", "linux-arm64", "windows-x86_64", "windows-arm64", "macos-arm64", "macos-x86_64", "wsl-x86_64")
 COMPANIONS = ("torchvision", "torchaudio")
+DEFAULT_TORCH_TIERS = [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]]
 BUILTIN = "torch.json"
 
 
@@ -150,7 +152,7 @@ class TorchMatrix:
     cuda_toolkits: List[CudaToolkit]
     index_url: str = "https://download.pytorch.org/whl/{variant}"
     pypi_url: str = "https://pypi.org/simple"
-    backend_tiers: List[List[str]] = field(default_factory=lambda: [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]])
+    backend_tiers: List[List[str]] = field(default_factory=lambda: [list(t) for t in DEFAULT_TORCH_TIERS])
     gfx_overrides: Dict[str, GfxOverride] = field(default_factory=dict)
     gfx_override_refused: Dict[str, str] = field(default_factory=dict)
     xpu_match: List[str] = field(default_factory=list)
@@ -327,19 +329,6 @@ def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
         lines.add(r.torch)
     releases.sort(key=lambda r: r.version, reverse=True)
 
-    tiers_raw = get(doc, "backend_tiers", "", list, required=False, default=None)
-    tiers = [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]]
-    if tiers_raw is not None:
-        tiers = []
-        for i, tier in enumerate(tiers_raw):
-            p = join("backend_tiers", i)
-            if not isinstance(tier, list) or not tier:
-                raise fail(p, "expected a non-empty list of backends")
-            for j, b in enumerate(tier):
-                if b not in TORCH_BACKENDS:
-                    raise fail(join(p, j), f"unknown backend {b!r} (known: {', '.join(TORCH_BACKENDS)})")
-            tiers.append(list(tier))
-
     overrides: Dict[str, GfxOverride] = {}
     for gfx, o in get(doc, "gfx_overrides", "", dict, required=False, default={}).items():
         if gfx == "comment":
@@ -359,7 +348,7 @@ def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
         cuda_toolkits=sorted(toolkits.values(), key=lambda t: t.version),
         index_url=get_str(doc, "index_url", "", required=False, default="https://download.pytorch.org/whl/{variant}"),
         pypi_url=get_str(doc, "pypi_url", "", required=False, default="https://pypi.org/simple"),
-        backend_tiers=tiers,
+        backend_tiers=get_tiers(doc, "", TORCH_BACKENDS, DEFAULT_TORCH_TIERS),
         gfx_overrides=overrides,
         gfx_override_refused=refused,
         xpu_match=get_str_list(xpu, "match", "xpu_devices"),
@@ -371,9 +360,7 @@ def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
 
 def load_torch_matrix(data: bytes, *, now: Optional[datetime] = None, check_expiry: bool = True) -> TorchMatrix:
     doc = decode(data, "torch matrix")
-    env = check_envelope(doc, now=now, check_expiry=check_expiry)
-    if env.kind != "torch":
-        raise fail("kind", f"expected 'torch', got {env.kind!r}")
+    env = check_envelope(doc, now=now, check_expiry=check_expiry, expect="torch")
     return parse_torch_matrix(doc, env)
 
 

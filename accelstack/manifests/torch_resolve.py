@@ -10,10 +10,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import ApiName, Backend
-from .machine import Device, Machine, slots, visible_devices_env, why_not_device, why_preferred
+from .machine import Device, Machine, slots, version_of, visible_devices_env, why_not_device, why_preferred
 from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request
 from .request import Requirements
-from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range, version_of
+from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range
 from .torch_matrix import TorchMatrix
 
 _GPU_API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}

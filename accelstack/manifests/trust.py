@@ -27,13 +27,13 @@ from typing import Callable, Iterable, Optional, Union
 from ..domain import Stack
 from ..settings import Settings
 from .envelope import Envelope, check_envelope, utcnow
-from .errors import ManifestError, ManifestFormatError, ManifestSignatureError
+from .errors import ManifestError, ManifestSignatureError
 from .fields import decode
-from .ggml_manifest import GgmlManifest, parse_ggml_manifest
+from .ggml_manifest import GgmlManifest
 from .keys import TrustStore
 from .rollback import RollbackStore
+from .schema import AnyManifest, parse_body
 from .signatures import verify_signature
-from .torch_matrix import TorchMatrix, parse_torch_matrix
 
 Clock = Callable[[], datetime]
 
@@ -42,7 +42,7 @@ Clock = Callable[[], datetime]
 class VerifiedManifest:
     """A manifest that passed every check, with who signed it."""
 
-    manifest: Union[GgmlManifest, TorchMatrix]
+    manifest: AnyManifest
     url: str  # where it came from, as the caller named it
     keyid: Optional[str]  # the trusted key that signed it; None when accepted unsigned
 
@@ -137,10 +137,7 @@ class TrustedManifests:
         else:
             keyid = verify_signature(data, signature, self.trust)
         doc = decode(data)
-        envelope = check_envelope(doc, now=self.clock())
-        if expect is not None and envelope.kind != expect:
-            raise ManifestFormatError(f"kind: expected a {expect} manifest, got {envelope.label}")
+        envelope = check_envelope(doc, now=self.clock(), expect=expect)
         if self.rollback is not None:
             self.rollback.check(envelope.source, envelope.version, record=record and keyid is not None)
-        body = parse_ggml_manifest(doc, envelope) if envelope.kind == "ggml" else parse_torch_matrix(doc, envelope)
-        return VerifiedManifest(body, url, keyid)
+        return VerifiedManifest(parse_body(doc, envelope), url, keyid)

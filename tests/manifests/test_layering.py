@@ -1,89 +1,50 @@
-"""Layering of the manifests stage: it imports only what stands before it, and holds no cycles.
+"""Layering of the manifests and artifacts stages, beyond the package-wide rules of ``tests/test_layers.py``.
 
-Checked on the source (every ``import``, at module level or inside a function) and, for the
-promise that reading a plan does not load the HTTP stack, in a fresh interpreter.
+That test checks the pipeline order and import cycles for every module; here, with its import
+parser: the fetch stage stands apart from detection and manifests, a sibling module is never
+imported inside a function (such an import hides a cycle from the cycle check), and reading a
+plan does not load the HTTP stack (in a fresh interpreter).
 """
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict
 
 import pytest
+from test_layers import PACKAGE, _imports, _modules  # the one import parser (tests/ is on sys.path)
 
-PACKAGE = Path(__file__).resolve().parents[2] / "accelstack"
-AFTER_MANIFESTS = ("accelstack.artifacts", "accelstack.installer", "accelstack.engine", "accelstack.core",
-                   "accelstack.commands", "accelstack.publisher", "accelstack.cli")
-AFTER_ARTIFACTS = ("accelstack.installer", "accelstack.engine", "accelstack.core", "accelstack.commands",
-                   "accelstack.publisher", "accelstack.cli", "accelstack.manifests", "accelstack.detect")
+# artifacts only fetches files named by an ArtifactRef: it knows neither the machine nor the manifests
+APART_FROM_ARTIFACTS = ("accelstack.detect", "accelstack.manifests")
 
 
-def imports_of(path: Path, package: str) -> Dict[str, bool]:
-    """Modules ``path`` imports (absolute names) -> whether the import is at module level."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    top = {id(node) for node in tree.body}
-    top |= {id(n) for node in tree.body if isinstance(node, ast.If) for n in node.body}  # TYPE_CHECKING
-    out: Dict[str, bool] = {}
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            names = [mod] + [f"{mod}.{a.name}" for a in node.names]
-        for name in names:
-            out[name] = out.get(name, False) or id(node) in top
-    return out
+def stage_modules(stage: str) -> Dict[str, Path]:
+    pkg = f"accelstack.{stage}"
+    return {name: path for name, path in _modules().items() if name == pkg or name.startswith(pkg + ".")}
 
 
-def modules(stage: str) -> Dict[str, Path]:
-    return {f"accelstack.{stage}.{p.stem}": p for p in sorted((PACKAGE / stage).glob("*.py"))}
-
-
-@pytest.mark.parametrize("stage, forbidden", [("manifests", AFTER_MANIFESTS), ("artifacts", AFTER_ARTIFACTS)])
-def test_stage_imports_nothing_after_it(stage, forbidden):
+def test_artifacts_imports_neither_detect_nor_manifests():
     bad = {}
-    for name, path in modules(stage).items():
-        pkg = f"accelstack.{stage}"
-        wrong = sorted(m for m in imports_of(path, pkg) if m.startswith(forbidden))
+    for name, path in stage_modules("artifacts").items():
+        wrong = sorted(m for m in _imports(name, path, top_only=False) if m.startswith(APART_FROM_ARTIFACTS))
         if wrong:
             bad[name] = wrong
-    assert not bad, f"{stage}/ imports stages after it: {bad}"
+    assert not bad, f"artifacts/ imports detection or manifests: {bad}"
 
 
 @pytest.mark.parametrize("stage", ["manifests", "artifacts"])
-def test_no_cycles_and_no_hidden_ones(stage):
-    mods = modules(stage)
-    graph: Dict[str, Set[str]] = {}
+def test_no_function_level_imports_of_siblings(stage):
+    mods = stage_modules(stage)
+    assert len(mods) > 5, mods  # the parser found the stage
     hidden = {}
     for name, path in mods.items():
-        deps = imports_of(path, f"accelstack.{stage}")
-        graph[name] = {m for m in deps if m in mods and m != name}
-        late = sorted(m for m, top in deps.items() if m in mods and m != name and not top)
-        if late:
-            hidden[name] = late
+        late = _imports(name, path, top_only=False) - _imports(name, path, top_only=True, type_checking=True)
+        late_siblings = sorted(m for m in late if m in mods and m != name)
+        if late_siblings:
+            hidden[name] = late_siblings
     assert not hidden, f"function-level imports of sibling modules (they hide cycles): {hidden}"
-    state: Dict[str, int] = {}
-
-    def visit(node: str, path: list) -> None:
-        state[node] = 1
-        for dep in graph[node]:
-            if state.get(dep) == 1:
-                raise AssertionError(f"import cycle: {' -> '.join(path[path.index(dep):] + [dep]) if dep in path else dep}")
-            if dep not in state:
-                visit(dep, path + [dep])
-        state[node] = 2
-
-    for name in graph:
-        if name not in state:
-            visit(name, [name])
 
 
 PROBE = """

@@ -108,6 +108,7 @@ def test_every_source_key_cited_in_the_torch_matrix_is_defined():
         (lambda d: d.__setitem__("targets", {}), "targets: expected a list"),
         (lambda d: d.pop("targets"), "targets: missing"),
         (lambda d: d.__setitem__("backend_tiers", [["cuda"], ["directml"]]), "backend_tiers[1][0]"),
+        (lambda d: d.__setitem__("backend_tiers", [["cuda"], []]), "backend_tiers[1]: expected a non-empty list of backends"),
     ],
 )
 def test_malformed_ggml_bodies_name_the_field(mutate, field):
@@ -199,6 +200,8 @@ def torch_doc() -> dict:
         (lambda d: d["releases"][2]["variants"][3]["platforms"]["linux-x86_64"].__setitem__("gfx", ["navi31"]), "releases[2].variants[3].platforms.linux-x86_64.gfx[0]"),
         (lambda d: d["releases"][2]["extras"][0].__setitem__("install", "always"), "releases[2].extras[0].install"),
         (lambda d: d.__setitem__("releases", []), "releases: must list at least one release"),
+        (lambda d: d.__setitem__("backend_tiers", [["cuda"], ["vulkan"]]), "backend_tiers[1][0]: unknown backend 'vulkan'"),
+        (lambda d: d.__setitem__("backend_tiers", [["cuda", "rocm"], ["cuda"]]), "backend_tiers[1][0]: backend 'cuda' is listed twice"),
     ],
 )
 def test_malformed_torch_matrix_names_the_field(mutate, field):

@@ -355,6 +355,20 @@ def test_ggml_vulkan_points_at_the_discrete_gpu():
     assert any("a local CUDA build would do better" in n for n in plan.notes)
 
 
+def test_ggml_vulkan_version_is_read_from_the_driver_text():
+    """The Vulkan version a report carries is the driver's text: compared by its leading number, never a crash."""
+    def vulkan_plan(text):
+        report = machine(intel(0, name="Intel UHD Graphics 630", generation="Gen9.5", kind="integrated", vram=None),
+                         nvidia(1, name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="12.2", driver="537.13", vram=6), os="windows")
+        next(a for a in report.apis if a.name == "vulkan").version = text
+        return plan_of(report, "ggml")
+
+    assert vulkan_plan("1.3.275 (NVIDIA 537.13)").backend == "vulkan"
+    old = vulkan_plan("1.1.130 (an old driver)")
+    assert old.backend != "vulkan" and "needs Vulkan 1.2; the driver offers Vulkan 1.1.130" in candidate(old, "win-x64-vulkan").reason
+    assert vulkan_plan("unknown").backend == "vulkan"  # no version to compare: the driver's presence decides
+
+
 def test_ggml_arch_specific_sm_120a_does_not_run_on_12_1():
     plan = plan_of(machine(nvidia(name="NVIDIA GB10", cc="12.1", vram=128), os="windows"), "ggml")
     cuda = candidate(plan, "win-x64-cuda12")

@@ -227,6 +227,22 @@ def test_rollback_is_refused_and_newer_is_recorded(keys, trust, rollback):
     verify(*signed(2), trust)
 
 
+def test_rollback_check_without_record_writes_nothing(keys, trust, rollback):
+    """A plan or dry run checks the watermark but leaves the home untouched, state or not."""
+    old = manifest(version=3)
+    verify(old, sign_manifest(old, keys[0]), trust, rollback=rollback, record=False)
+    assert not rollback.parent.exists()  # nothing seen yet: no directory, no lock file
+    RollbackStore(rollback).check("official", 5)
+    before = sorted(p.name for p in rollback.parent.iterdir())
+    with pytest.raises(ManifestRollbackError, match="version 3 is older than version 5"):
+        verify(old, sign_manifest(old, keys[0]), trust, rollback=rollback, record=False)
+    (rollback.parent / (rollback.name + ".lock")).unlink(missing_ok=True)
+    newer = manifest(version=6)
+    verify(newer, sign_manifest(newer, keys[0]), trust, rollback=rollback, record=False)
+    assert sorted(p.name for p in rollback.parent.iterdir()) == [n for n in before if not n.endswith(".lock")]
+    assert RollbackStore(rollback).highest("official") == 5
+
+
 def test_rollback_state_is_atomic_and_corruption_is_loud(rollback):
     rollback = RollbackStore(rollback)
     rollback.check("s", 3)
@@ -421,3 +437,31 @@ def test_verify_reports_the_key_and_refuses_another_kind(keys, trust):
     torch = manifest(kind="torch")
     with pytest.raises(ManifestFormatError, match="^m.json: kind: expected a ggml manifest"):
         trusted.load(torch, sign_manifest(torch, keys[0]), "m.json")
+
+
+def test_recording_into_an_unwritable_state_dir_is_a_typed_error(tmp_path):
+    """A read-only home: recording a version fails with a clear error, not an OSError traceback."""
+    import os
+    import subprocess
+
+    from accelstack.errors import Action
+    from accelstack.manifests.errors import ManifestStateError
+    from accelstack.manifests.rollback import RollbackStore
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:  # root ignores permission bits: a read-only mount is what a read-only home is
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], capture_output=True)
+        if res.returncode != 0:
+            pytest.skip("cannot mount a read-only tmpfs here")
+    else:
+        ro.chmod(0o500)
+    try:
+        store = RollbackStore(ro / "state" / "manifest-versions.json")
+        with pytest.raises(ManifestStateError) as info:
+            store.check("src", 3)
+        assert "cannot record manifest versions" in info.value.message and info.value.action == Action.CHOOSE_HOME
+        store.check("src", 3, record=False)  # only reading still works
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(ro)])
