@@ -12,8 +12,7 @@ submodule shares a name with an exported function (``verification`` holds ``veri
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     "Runtime": ".runtime",
@@ -34,10 +33,9 @@ _EXPORTS = {
     "ensure_probe_model": ".probe_model",
     "ProbeModel": ".probe_model",
     "verify": ".verification",
-    "runtime_check": ".verification",
-    "VerifyReport": ".verification",
-    "VerifyCheck": ".verification",
-    "PixelStats": ".verification",
+    "VerifyReport": "..verdict",
+    "VerifyCheck": "..verdict",
+    "PixelStats": "..verdict",
     "generate": ".generation",
     "GenerateReport": ".generation",
     "check_model": ".modelfile",
@@ -50,15 +48,10 @@ _EXPORTS = {
     "WorkerCrashedError": ".errors",
     "ModelLoadError": ".errors",
     "GenerationError": ".errors",
-    "VerifyFailedError": ".errors",
     "CancelledError": ".errors",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accelstack.engine' has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -6,9 +6,9 @@ and overridden where a raise site knows better.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Optional
 
-from ..errors import AccelstackError, Action, Hint
+from ..errors import AccelstackError, Action
 
 
 class EngineError(AccelstackError):
@@ -39,7 +39,7 @@ class WorkerStartError(EngineError):
 
     default_action = Action.REINSTALL
 
-    def __init__(self, message: str, hint: Optional[Union[str, Hint]] = None, *, action: Optional[Action] = None,
+    def __init__(self, message: str, hint: Optional[str] = None, *, action: Optional[Action] = None,
                  code: Optional[str] = None, log_tail: Optional[List[str]] = None) -> None:
         super().__init__(message, hint, action=action, code=code)
         self.log_tail = list(log_tail or [])
@@ -62,12 +62,6 @@ class GenerationError(EngineError):
     """A generation request was invalid or failed inside the worker."""
 
     default_action = Action.FIX_INPUT
-
-
-class VerifyFailedError(EngineError):
-    """verify ran and the runtime failed it (raised only by the installer's check)."""
-
-    default_action = Action.EXPLAIN_PLAN
 
 
 class CancelledError(EngineError):

@@ -8,32 +8,28 @@ last ones explain a failed load. :mod:`accelstack.engine.torch_engine` has the s
 from __future__ import annotations
 
 import base64
-import collections
 import random
-from typing import IO, Any, Callable, Deque, List, Optional, Tuple
+from typing import IO, Any, List, Optional, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
+from .worker_backend import WorkerBackend
 
 LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
 DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
-class GgmlBackend:
+class GgmlBackend(WorkerBackend):
     """stable-diffusion.cpp through ``stable_diffusion_cpp`` (imported from the runtime)."""
 
     name = "ggml"
 
     def __init__(self, log_stream: IO[str]) -> None:
-        self.log_stream = log_stream
-        self.log_tail: Deque[Tuple[str, str]] = collections.deque(maxlen=200)
-        self.sd: Any = None  # the loaded StableDiffusion (None until load)
+        super().__init__(log_stream)
         self.sd_cpp: Any = None  # the bindings' ctypes module
         self._callbacks: List[Any] = []  # ctypes callbacks must outlive the C side's pointers
-        self.on_progress: Callable[[int, int], None] = lambda step, steps: None
         self.threads = 0
-        self.library_seconds: Optional[float] = None
         self.vae_tiling = False
         self.vae_tile_size = 32
 
@@ -45,14 +41,7 @@ class GgmlBackend:
 
         @sd_cpp.sd_log_callback
         def log_cb(level, text, data):  # replaces the bindings' logger, which prints
-            line = text.decode("utf-8", errors="replace").rstrip("\n")
-            lvl = LOG_LEVELS.get(level, str(level))
-            self.log_tail.append((lvl, line))
-            try:
-                self.log_stream.write(f"[{lvl}] {line}\n")
-                self.log_stream.flush()
-            except (OSError, ValueError):
-                pass
+            self.log(LOG_LEVELS.get(level, str(level)), text.decode("utf-8", errors="replace").rstrip("\n"))
 
         @sd_cpp.sd_progress_callback
         def progress_cb(step, steps, seconds, data):

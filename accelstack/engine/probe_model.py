@@ -54,12 +54,10 @@ from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
 from .errors import ProbeModelError
-from .probe_architecture import Architecture, Shape, sd1_tensors, value_rule
-from .probe_weights import POOL, Pools, base_pool, safetensors_header, write_part
+from .probe_architecture import Architecture, sd1_tensors
+from .probe_weights import Pools, write_part
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "POOL", "MARKER", "FILES", "Architecture", "Shape", "ProbeModel",
-           "ensure_probe_model", "probe_dir_name", "sd1_tensors", "value_rule", "base_pool",
-           "safetensors_header"]
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "FILES", "ProbeModel", "ensure_probe_model", "probe_dir_name"]
 
 log = logging.getLogger(__name__)
 

@@ -48,21 +48,17 @@ class Runtime:
     def worker_command(self) -> List[str]:
         """The worker's command line up to its options: ``accelstack.engine.worker`` run as
         ``__main__`` by a bootstrap that registers the ``accelstack`` package without running its
-        ``__init__`` (the public API there imports the whole pipeline; the worker needs only the
-        standard library, so it starts fast and does not depend on accelstack's dependencies).
-
-        A torch runtime's own interpreter (a venv) need not have accelstack installed:
-        accelstack's import root is appended to the *end* of its ``sys.path``, so the venv's
-        packages win over ours. (``python -m accelstack.engine.worker`` works too.)"""
+        ``__init__``: that binds ``accelstack.detect``, which needs ``packaging``, while the worker
+        needs only the standard library. So the worker runs in an interpreter that has none of
+        accelstack's dependencies, such as a torch runtime's own venv, where accelstack's import
+        root is appended to the *end* of ``sys.path`` so the venv's packages win over ours.
+        (``python -m accelstack.engine.worker`` works too where accelstack's dependencies are.)"""
         root = Path(__file__).resolve().parents[2]
         boot = ("import runpy, sys, types; sys.path.append(%r); "
                 "pkg = types.ModuleType('accelstack'); pkg.__path__ = [%r]; sys.modules['accelstack'] = pkg; "
                 "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)"
                 % (str(root), str(root / "accelstack")))
-        if self.backend != "torch":
-            return [self.interpreter(), "-c", boot]
-        # (a venv's python is often a link to ours: compare nothing, always bootstrap)
-        return [self.interpreter(), "-c", boot, "--backend", "torch"]
+        return [self.interpreter(), "-c", boot] + (["--backend", "torch"] if self.backend == "torch" else [])
 
     def worker_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path."""

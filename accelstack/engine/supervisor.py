@@ -29,13 +29,13 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
 from .client import TRANSPORT_ERRORS, WorkerClient
 from .config import EngineOptions
-from .errors import CancelledError, EngineError, GenerationError, ModelLoadError, WorkerCrashedError, WorkerStartError
+from .errors import CancelledError, GenerationError, ModelLoadError, WorkerCrashedError, WorkerStartError
 from .policy import LivenessJudge, RestartBudget, RestartRecord, SupervisorPolicy
-from .process import WorkerProcess, kill_tree, signal_name, tree_cpu_seconds
+from .process import WorkerProcess, signal_name, tree_cpu_seconds
 from .protocol import EXIT_CANCELLED, TOKEN_ENV, GenerateRequest, GenerateResult, WorkerStatus
 from .runtime import Runtime
 
-__all__ = ["Supervisor", "SupervisorPolicy", "LivenessJudge", "RestartRecord", "kill_tree", "EngineError", "TOKEN_ENV"]
+__all__ = ["Supervisor", "SupervisorPolicy"]
 
 log = logging.getLogger(__name__)
 

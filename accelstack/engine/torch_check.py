@@ -29,6 +29,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 DEVICE_ORDER = ("cuda", "xpu", "mps", "directml", "cpu")
+HALF_KINDS = ("cuda", "xpu", "mps")  # devices that compute the pipeline in float16
 TOLERANCES = {"conv2d": 1e-2, "sdpa": 1e-2, "group_norm": 1e-2, "matmul_fp16": 2e-2}
 RESULT_MARK = "ACCELSTACK_TORCH_CHECK "
 
@@ -198,7 +199,7 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
 
     t0 = time.perf_counter()
     try:
-        dtype = torch.float16 if kind in ("cuda", "xpu", "mps") else torch.float32
+        dtype = torch.float16 if kind in HALF_KINDS else torch.float32
         pipe = build_probe_pipeline(torch, probe, device, dtype)
         text = pipe.text_encoder
         load_seconds = time.perf_counter() - t0

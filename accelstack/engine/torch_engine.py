@@ -12,24 +12,23 @@ CUDA/XPU/MPS and fp32 elsewhere. A model is a diffusers folder (``from_pretraine
 the probe model's layout, without configs or tokenizer, is built the way torch verify builds it)
 or a single ``.safetensors``/``.ckpt`` file (``from_single_file``).
 
-The backend has the same surface as the ggml one (``import_runtime``, ``device``, ``load``,
-``generate``...), so the worker's HTTP server, status and progress work unchanged.
+The backend has the ggml one's surface (:class:`~accelstack.engine.worker_backend.WorkerBackend`),
+so the worker's HTTP server, status and progress work unchanged.
 """
 from __future__ import annotations
 
 import base64
-import collections
 import os
 import random
 import time
-from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
-from .torch_check import build_probe_pipeline, fixed_prompt_embeds, pick_device
+from .torch_check import HALF_KINDS, build_probe_pipeline, fixed_prompt_embeds, pick_device
+from .worker_backend import WorkerBackend
 
-HALF_KINDS = ("cuda", "xpu", "mps")
 CPU_GENERATOR_KINDS = ("mps", "directml", "cpu")  # generators on these devices are unsupported or CPU anyway
 
 # accelstack sampler name -> (diffusers scheduler class, extra config)
@@ -52,19 +51,15 @@ SCHEDULE_CONFIG = {
 DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
-class TorchBackend:
-    """torch + diffusers from the runtime's interpreter."""
+class TorchBackend(WorkerBackend):
+    """torch + diffusers from the runtime's interpreter (``sd`` is the pipeline)."""
 
     name = "torch"
 
     def __init__(self, log_stream: IO[str]) -> None:
-        self.log_stream = log_stream
-        self.log_tail: Deque[Tuple[str, str]] = collections.deque(maxlen=200)
-        self.sd: Any = None  # the pipeline (the worker checks it is loaded before a job)
+        super().__init__(log_stream)
         self.torch: Any = None
         self.diffusers: Any = None
-        self.on_progress: Callable[[int, int], None] = lambda step, steps: None
-        self.library_seconds: Optional[float] = None
         self.kind = ""
         self.device_obj: Any = None
         self.device_name = ""
@@ -72,14 +67,6 @@ class TorchBackend:
         self.dtype: Any = None
         self.tokenizer_free = False
         self._base_scheduler: Any = None
-
-    def _log(self, level: str, line: str) -> None:
-        self.log_tail.append((level, line))
-        try:
-            self.log_stream.write(f"[{level}] {line}\n")
-            self.log_stream.flush()
-        except (OSError, ValueError):
-            pass
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
@@ -95,8 +82,8 @@ class TorchBackend:
         self.torch, self.diffusers = torch, diffusers
         self.kind, self.device_obj, self.device_name, self.rejected = pick_device(torch)
         for kind, why in self.rejected.items():
-            self._log("WARN", f"device {kind} not used: {why}")
-        self._log("INFO", f"torch {torch.__version__} on {self.kind} ({self.device_name})")
+            self.log("WARN", f"device {kind} not used: {why}")
+        self.log("INFO", f"torch {torch.__version__} on {self.kind} ({self.device_name})")
 
     def version(self) -> str:
         try:
@@ -163,7 +150,7 @@ class TorchBackend:
             raise
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else ""
-            self._log("ERROR", f"{type(exc).__name__}: {exc}")
+            self.log("ERROR", f"{type(exc).__name__}: {exc}")
             raise ModelLoadError(f"cannot load model {path} with diffusers: {type(exc).__name__}: {first}",
                                  hint="pass a complete diffusers folder or a Stable Diffusion .safetensors/.ckpt "
                                  "file; a single file may need its config, which diffusers fetches once online") from None
@@ -239,7 +226,7 @@ class TorchBackend:
                     raise
                 except Exception as exc:
                     first = str(exc).splitlines()[0] if str(exc) else ""
-                    self._log("ERROR", f"{type(exc).__name__}: {exc}")
+                    self.log("ERROR", f"{type(exc).__name__}: {exc}")
                     raise GenerationError(f"diffusers failed on {self.kind}: {type(exc).__name__}: {first}") from None
                 import numpy as np  # diffusers depends on numpy
 

@@ -14,28 +14,27 @@ generates a 64x64 image in one step with a fixed seed, twice, and checks:
 A failing runtime gives a FAIL report with the reason; it does not raise. Only problems that
 make a verdict impossible (no runtime directory, no disk space for the probe) raise. The
 report type, :class:`VerifyReport`, lives in :mod:`accelstack.verdict` (below the installer, which
-stores it in receipts) and is re-exported here.
+stores it in receipts).
 """
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
-from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
 from .config import EngineOptions
-from .errors import EngineError, VerifyFailedError
+from .errors import EngineError
 from .png import parameters_text, write_png
 from .probe_model import DEFAULT_SEED, ensure_probe_model
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
-__all__ = ["VerifyReport", "VerifyCheck", "PixelStats", "verify", "runtime_check", "pixel_stats", "image_diff",
+__all__ = ["verify", "pixel_stats", "image_diff",
            "probe_request", "default_output", "DEFAULT_TOLERANCE"]
 
 log = logging.getLogger(__name__)
@@ -187,19 +186,3 @@ def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request
     report.checks.append(VerifyCheck("cpu-match", mean <= tolerance,
                                      f"mean difference {mean:.2f} (tolerance {tolerance}), largest {worst}"))
 
-
-def runtime_check(runtime: Path, env: Optional[Dict[str, str]] = None, backend: str = "cpu",
-                  progress: ProgressCallback = null_progress) -> Dict[str, object]:
-    """The installer's check before it activates a runtime: :func:`verify`, as a dict for the
-    receipt. Raises :class:`VerifyFailedError` (with the reason) when the runtime does not pass.
-    (Kept until the installer stores the :class:`VerifyReport` itself.)"""
-    report = verify(Runtime(path=Path(runtime), backend=backend, env=dict(env or {})), progress=progress)
-    if not report.ok:
-        raise VerifyFailedError(f"the runtime does not generate on this machine: {report.reason}",
-                                hint="the build may not match this machine; the plan's reasons say why it was "
-                                "chosen, and a full verification of the runtime gives the details",
-                                action=Action.EXPLAIN_PLAN)
-    dev = report.device
-    return {"check": "verify", "ok": True, "device": dev.name if dev else "", "device_description":
-            dev.description if dev else "", "load_seconds": report.load_seconds, "step_seconds": report.step_seconds,
-            "its_per_second": report.its_per_second, "image": report.image, "seconds": report.total_seconds}

@@ -7,8 +7,8 @@
 instead of stable-diffusion.cpp; everything else (HTTP API, status, progress) is shared.
 
 Launched by :mod:`accelstack.engine.supervisor` (through the bootstrap of
-:meth:`Runtime.worker_command`, which skips ``accelstack/__init__``) with the runtime directory
-first on ``PYTHONPATH`` and the plan's environment applied; the per-launch token arrives in
+:meth:`Runtime.worker_command`, which skips ``accelstack/__init__`` and its dependencies) with the
+runtime directory first on ``PYTHONPATH`` and the plan's environment applied; the token arrives in
 ``ACCELSTACK_WORKER_TOKEN`` (never on the command line, where other users could read it).
 
 It binds 127.0.0.1 on a free port, writes ``{"port", "pid"}`` to the ready file (atomically),
@@ -32,9 +32,10 @@ a job thread; the bindings' ctypes calls release the GIL, so the server answers 
 The worker never prints on purpose: stable-diffusion.cpp's log lines go to stderr (the
 supervisor's log file) and the last ones are kept to explain a failed load. This module is the
 entry point; the backends (:mod:`~accelstack.engine.ggml_backend`,
-:mod:`~accelstack.engine.torch_engine`), the shared state (:mod:`~accelstack.engine.worker_state`)
-and the HTTP API (:mod:`~accelstack.engine.worker_server`) live beside it. It runs in the
-runtime's interpreter, so it imports only the standard library and accelstack's stdlib-only modules.
+:mod:`~accelstack.engine.torch_engine`, both a :mod:`~accelstack.engine.worker_backend`), the shared
+state (:mod:`~accelstack.engine.worker_state`) and the HTTP API
+(:mod:`~accelstack.engine.worker_server`) live beside it. It runs in the runtime's interpreter, so
+it imports only the standard library and accelstack's stdlib-only modules.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from .config import EngineOptions
 from .errors import ModelLoadError
 from .ggml_backend import GgmlBackend
 from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, TOKEN_ENV
+from .worker_backend import WorkerBackend
 from .worker_server import make_handler
 from .worker_state import STATUS_DELAY_ENV, WorkerState
 
@@ -97,10 +99,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
 
+    backend: WorkerBackend
     if args.backend == "torch":
         from .torch_engine import TorchBackend
 
-        backend: Any = TorchBackend(sys.stderr)
+        backend = TorchBackend(sys.stderr)
     else:
         backend = GgmlBackend(sys.stderr)
     state = WorkerState(backend, token)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from ..serde import to_dict
 from .errors import GenerationError
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult, WorkerStatus
+from .worker_backend import WorkerBackend
 
 # Fault injection for the supervisor's tests: while generating, make /ping and /status this many
 # seconds slow, as they are in a worker whose server thread cannot get the GIL during a heavy step.
@@ -36,11 +37,10 @@ def _rss_bytes() -> Optional[int]:
         return None
 
 
-
 class WorkerState:
     """Everything the HTTP handlers read and the job thread writes (under ``lock``)."""
 
-    def __init__(self, backend: Any, token: str) -> None:  # GgmlBackend or torch_engine.TorchBackend
+    def __init__(self, backend: WorkerBackend, token: str) -> None:
         self.backend = backend
         self.token = token
         self.lock = threading.Condition()  # guards the state; notified when a phase or a job ends

@@ -6,6 +6,7 @@ import importlib
 import inspect
 import json
 import logging
+import os
 import pkgutil
 import re
 import sys
@@ -15,9 +16,10 @@ import accelstack.engine as engine
 from accelstack.engine.config import load_config
 from accelstack.engine.probe_model import ensure_probe_model
 from accelstack.engine.protocol import DeviceInfo
-from accelstack.engine.torch_verification import TorchCheckDetails, TorchOp, to_verify_report, verify_torch
-from accelstack.engine.verification import PixelStats, VerifyCheck, VerifyReport, default_output
+from accelstack.engine.torch_verification import TorchCheckDetails, TorchOp, to_verify_report, torch_details, verify_torch
+from accelstack.engine.verification import default_output
 from accelstack.serde import dumps, from_dict, loads, to_dict
+from accelstack.verdict import PixelStats, VerifyCheck, VerifyReport
 
 ENGINE_DIR = Path(engine.__file__).parent
 TINY = {
@@ -71,16 +73,19 @@ def test_verify_report_round_trips_through_serde():
 
 def test_a_torch_check_is_a_verify_report():
     found = TorchCheckDetails(
-        ok=False, reason="sdpa: non-finite output", python="/venv/bin/python", torch_version="2.13.0",
-        device_kind="cuda", device_name="NVIDIA GeForce RTX 3060", rejected={"directml": "not installed"},
+        torch_version="2.13.0", device_kind="cuda", device_name="NVIDIA GeForce RTX 3060", rejected={"directml": "not installed"},
         ops=[TorchOp("conv2d", True, 1e-2, error=1e-4, seconds=0.001), TorchOp("sdpa", False, 1e-2, detail="non-finite output")],
-        diffusers={"ran": True, "ok": True, "load_seconds": 2.0, "step_seconds": 0.5, "detail": ""}, seconds=9.0)
-    report = to_verify_report(found, probe="/probe")
+        diffusers={"ran": True, "ok": True, "load_seconds": 2.0, "step_seconds": 0.5, "detail": ""})
+    script_output = {"ok": False, "reason": "sdpa: non-finite output", "seconds": 8.5, **to_dict(found)}
+    report = to_verify_report(script_output, python="/venv/bin/python", seconds=9.0, probe="/probe")
     assert (report.check, report.backend, report.verdict) == ("torch", "cuda", "FAIL")
+    assert (report.runtime, report.reason, report.probe_path) == ("/venv/bin/python", "sdpa: non-finite output", "/probe")
     assert report.device == DeviceInfo(name="cuda", description="NVIDIA GeForce RTX 3060", kind="gpu")
     assert [(c.name, c.ok) for c in report.checks] == [("import", True), ("device", True), ("conv2d", True),
                                                       ("sdpa", False), ("diffusers", True)]
     assert report.details["torch_version"] == "2.13.0" and report.details["ops"][1]["detail"] == "non-finite output"
+    assert not set(report.details) & {"ok", "reason", "python", "seconds", "verdict"}  # the report's own fields, once
+    assert torch_details(report) == found
     assert report.load_seconds == 2.0 and report.step_seconds == 0.5 and report.total_seconds == 9.0
     assert from_dict(VerifyReport, json.loads(json.dumps(to_dict(report)))) == report
 
@@ -146,6 +151,18 @@ def test_the_worker_runs_as_a_module_and_through_the_bootstrap(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, timeout=60, env=env).stdout
     loaded = set(eval(out))  # noqa: S307 - our own output
     assert not loaded & {"accelstack.core", "accelstack.installer", "accelstack.artifacts", "accelstack.detect"}, loaded
+    # why the bootstrap exists: a runtime's own interpreter (a torch venv) lacks accelstack's
+    # dependencies; the worker starts there, where importing accelstack itself does not
+    bare = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    bare_python = str(bare / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+    cmd = Runtime(tmp_path, backend="torch", python=bare_python).worker_command()
+    res = subprocess.run(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    assert res.returncode == 2 and "no token" in res.stderr, res.stderr
+    res = subprocess.run([bare_python, "-m", "accelstack.engine.worker"] + args, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    assert res.returncode == 1 and "ModuleNotFoundError" in res.stderr, (
+        "accelstack/__init__ now imports in a bare interpreter: the worker bootstrap may be dropped")
 
 
 def test_logging_names_the_module(caplog):

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from accelstack.engine.errors import ProbeModelError
-from accelstack.engine.probe_model import FILES, MARKER, base_pool, ensure_probe_model, probe_dir_name, sd1_tensors, value_rule
+from accelstack.engine.probe_architecture import sd1_tensors, value_rule
+from accelstack.engine.probe_model import FILES, MARKER, ensure_probe_model, probe_dir_name
+from accelstack.engine.probe_weights import base_pool
 from accelstack.errors import Action
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sd1-diffusers-tensors.json"

@@ -73,3 +73,20 @@ def test_torch_verify_failures_are_reports(tmp_path):
     if not _importable("torch", {"PYTHONPATH": ""}):
         no_torch = verify_torch(env={"PYTHONPATH": str(tmp_path)})
         assert not no_torch.ok and "torch cannot be imported" in no_torch.reason
+
+
+def test_torch_verify_cli_reports_a_broken_torch(tmp_path):
+    """Runs without torch: a pip --target runtime whose torch cannot load is a FAIL with the reason,
+    in JSON and in words (the CLI renders verify_torch's report and its torch details)."""
+    target = tmp_path / "target"
+    (target / "torch").mkdir(parents=True)
+    (target / "torch" / "__init__.py").write_text("raise ImportError('libtorch_cuda.so: cannot open shared object file')\n")
+    env = cli_env(tmp_path / "cache", tmp_path)
+    args = ["verify", "--backend", "torch", "--runtime", target, "--no-diffusers"]
+    res = run_cli(args + ["--json"], env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["verdict"] == "FAIL" and not report["ok"] and "libtorch_cuda.so" in report["reason"]
+    assert report["python"] == sys.executable and report["ops"] == [] and report["seconds"] > 0
+    res = run_cli(args, env)
+    assert res.returncode == 1 and res.stdout.startswith("FAIL  torch ?") and "torch cannot be imported" in res.stdout

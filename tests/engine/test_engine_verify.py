@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.verification import verify
@@ -84,20 +86,48 @@ def test_verify_uses_the_active_runtime_by_default(tmp_path, cache_with_probe):
     assert "libcudart.so.12" in report["reason"]
 
 
-def test_the_installers_check_raises_with_the_reason(tmp_path, cache_with_probe, monkeypatch):
-    from accelstack.engine.errors import VerifyFailedError
-    from accelstack.engine.verification import runtime_check
+def test_the_installers_check_is_verify_and_a_fail_stops_the_install(tmp_path, probe_model):
+    """The installer's check is the core's default verifier (the engine's ``verify``); a runtime that
+    fails it raises with the reason, is undone, and never becomes active."""
+    from accelstack.core.verifiers import default_verifier
     from accelstack.errors import Action
+    from accelstack.installer.home import Home
+    from accelstack.installer.transaction import StagedRuntime, VerifyFailed, install
+    from accelstack.manifests.plan import Plan
+    from accelstack.settings import Settings
 
-    monkeypatch.setenv("ACCELSTACK_CACHE", str(cache_with_probe))
     rt = _broken_runtime(tmp_path / "rt", "illegal instruction in libggml-cpu")
-    try:
-        runtime_check(rt, {"GGML_X": "1"})
-    except VerifyFailedError as exc:
-        assert "illegal instruction" in exc.message and exc.action == Action.EXPLAIN_PLAN
-        assert "plan" in exc.hint and "accelstack" not in exc.hint and "--" not in exc.hint
-    else:
-        raise AssertionError("a broken runtime passed the check")
+    aborted = []
+
+    class AsStaged:  # stages nothing: the broken runtime is the staged one
+        stack = "ggml"
+
+        def stage(self, plan, source, progress):
+            return StagedRuntime(stack="ggml", backend="cpu", path=rt, env={"GGML_X": "1"})
+
+        def files(self, staged):
+            return []
+
+        def commit(self, staged, receipt):
+            raise AssertionError("a runtime that failed its check was committed")
+
+        def abort(self, staged):
+            aborted.append(staged.path)
+
+        def retire(self, old):
+            raise AssertionError("nothing is retired when the check fails")
+
+    settings = Settings.resolve(cache=tmp_path / "cache", probe_cache=Path(probe_model.path).parent)
+    home = Home(tmp_path / "home")
+    with pytest.raises(VerifyFailed) as err:
+        install(Plan(stack="ggml", summary="cpu build", backend="cpu"), None, AsStaged(), default_verifier(settings),
+                home=home, runtime_id="ggml-cpu-1")
+    exc = err.value
+    assert "illegal instruction" in exc.message and exc.action == Action.EXPLAIN_PLAN
+    assert exc.hint and "accelstack" not in exc.hint and "--" not in exc.hint
+    assert exc.report.check == "verify" and not exc.report.ok and "illegal instruction" in exc.report.reason
+    assert exc.report.checks[0].name == "load" and not exc.report.checks[0].ok
+    assert aborted == [rt] and home.read_active().active.get("ggml", "") == ""
 
 
 def test_generate_cli_writes_pngs_with_parameters(cpu_runtime, probe_model, tmp_path):
