@@ -14,9 +14,6 @@ Names are imported on first use, so the CLI pays only for the command it runs.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 __version__ = "0.1.0"
 
 import logging as _logging
@@ -27,12 +24,14 @@ _logging.getLogger("accelstack").addHandler(_logging.NullHandler())
 # `detect` is both a subpackage and the main function: bind the function now, because importing
 # the subpackage (which any later `import accelstack.detect...` does) would otherwise shadow it.
 from .core.detection import detect  # noqa: E402
+from .lazy import lazy_exports  # noqa: E402
 
 _EXPORTS = {
     # the core: one function per job, both stacks
     "plan": "accelstack.core.planning",
     "install": "accelstack.core.lifecycle",
     "install_runtime": "accelstack.core.lifecycle",
+    "plan_and_install": "accelstack.core.lifecycle",
     "InstallSummary": "accelstack.core.lifecycle",
     "upgrade": "accelstack.core.lifecycle",
     "repair": "accelstack.core.lifecycle",
@@ -55,7 +54,7 @@ _EXPORTS = {
     "Receipt": "accelstack.installer.records",
     "VerifyReport": "accelstack.verdict",
     "ProgressEvent": "accelstack.events",
-    "ArtifactRef": "accelstack.artifacts",
+    "ArtifactRef": "accelstack.refs",
     # errors
     "AccelstackError": "accelstack.errors",
     "Action": "accelstack.errors",
@@ -68,10 +67,4 @@ _EXPORTS = {
 __all__ = ["__version__", "detect", *_EXPORTS]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accelstack' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

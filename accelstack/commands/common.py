@@ -15,7 +15,6 @@ ACTION_COMMANDS: Dict[str, str] = {
     Action.REINSTALL.value: "accelstack install --force",
     Action.REPAIR.value: "accelstack repair",
     Action.UPGRADE.value: "accelstack upgrade",
-    Action.ROLLBACK.value: "accelstack rollback",
     Action.VERIFY.value: "accelstack verify",
     Action.EXPLAIN_PLAN.value: "accelstack plan",
     Action.STATUS.value: "accelstack status",
@@ -28,12 +27,12 @@ ACTION_COMMANDS: Dict[str, str] = {
     Action.GIVE_SOURCE.value: "pass --sdist PATH of a local source distribution",
     Action.GO_ONLINE.value: "run without --offline (and unset ACCELSTACK_OFFLINE)",
     Action.FIX_CONFIG.value: "fix the file, or pass --config PATH",
-    Action.REPORT_BUG.value: "accelstack detect --capture DIR, and attach DIR to a bug report",
+    Action.REPORT_BUG.value: "accelstack detect --capture DIR",
 }
 
 
 def render_action(action: str) -> str:
-    return ACTION_COMMANDS.get(action, "")
+    return ACTION_COMMANDS.get(str(getattr(action, "value", action)), "")
 
 
 def add_home_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,7 +54,9 @@ def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace, **extra: Any):
     """One Settings for the whole command: arguments over ACCELSTACK_* variables over defaults."""
-    from ..settings import Settings, Timeouts
+    import dataclasses
+
+    from ..settings import Settings
 
     s = Settings.resolve(
         home=getattr(args, "home", None),
@@ -68,21 +69,29 @@ def settings_from(args: argparse.Namespace, **extra: Any):
     )
     wait = getattr(args, "wait", None)
     if wait is not None:
-        s.timeouts = Timeouts(**{**to_dict(s.timeouts), "lock_wait": float(wait)})
+        s.timeouts = dataclasses.replace(s.timeouts, lock_wait=float(wait))
     return s
 
 
-def report_from(args: argparse.Namespace, settings):
-    """``--hardware FILE`` / ``--replay DIR`` (tests, support), else this machine."""
+def report_from(args: argparse.Namespace, settings=None):
+    """``--hardware FILE`` (a saved HardwareReport), ``--replay DIR`` (a capture), else this machine."""
     from ..core.detection import detect
     from ..detect.report import HardwareReport
     from ..detect.system import ReplaySystem
+    from ..errors import UsageError
     from ..serde import loads
 
     if getattr(args, "hardware", None):
-        return loads(HardwareReport, Path(args.hardware).read_text(), args.hardware)
+        try:
+            text = Path(args.hardware).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.hardware} ({exc.strerror or exc})",
+                             "write one with `accelstack detect --json > report.json`") from None
+        return loads(HardwareReport, text, what=args.hardware)
     if getattr(args, "replay", None):
-        return detect(ReplaySystem(args.replay), settings=settings)
+        report = detect(ReplaySystem(args.replay), settings=settings)
+        report.source = f"replay:{args.replay}"
+        return report
     return detect(settings=settings)
 
 
@@ -93,12 +102,15 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
         print(text)
 
 
+def what_to_do(hint: str, action: str) -> str:
+    """A hint with its action as the command to run (or the words to follow), for people."""
+    cmd = render_action(action)
+    said = f"run `{cmd}`" if cmd.startswith("accelstack") else cmd
+    return f"{hint} ({said})" if hint and said else hint or said
+
+
 def problem_lines(problems: List[Any], indent: str = "  ") -> List[str]:
-    out = []
-    for p in problems:
-        cmd = render_action(getattr(p, "action", ""))
-        out.append(f"{indent}problem: {p.message}" + (f" (run `{cmd}`)" if cmd.startswith("accelstack") else f" ({cmd})" if cmd else ""))
-    return out
+    return [f"{indent}problem: {what_to_do(p.message, getattr(p, 'action', ''))}" for p in problems]
 
 
 def optional_path(value: Optional[str]) -> Optional[Path]:

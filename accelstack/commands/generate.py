@@ -6,7 +6,7 @@ import json
 
 from ..serde import to_dict
 from .progress import progress_renderer
-from .verify import add_engine_arguments, add_runtime_arguments, engine_options, runtime_from_args
+from .verify import add_engine_arguments, add_runtime_arguments, engine_options, no_runtime_says_what_to_do, runtime_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,9 +52,17 @@ def run(args: argparse.Namespace) -> int:
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count).validate()
     options = engine_options(args)
     check_model(args.model)  # a missing or damaged model is reported before anything else starts
-    runtime = runtime_from_args(args)
     with progress_renderer(json_mode=False, quiet=args.json) as progress:
-        report = generate(runtime, args.model, request, args.output, options=options, progress=progress)
+        if args.runtime or args.backend == "torch":  # a runtime given by hand: the engine alone
+            report = generate(runtime_from_args(args), args.model, request, args.output, options=options, progress=progress)
+        else:  # the installed runtime, through the core
+            import dataclasses
+
+            from .. import core
+
+            wanted = {k: v for k, v in dataclasses.asdict(request).items() if k != "prompt"}
+            with no_runtime_says_what_to_do():
+                report = core.generate(args.model, args.prompt, args.output, options=options, on_progress=progress, **wanted)
     if args.json:
         print(json.dumps(to_dict(report), indent=2))
         return 0

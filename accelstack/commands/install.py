@@ -80,9 +80,8 @@ def run_install(args) -> int:
                       use_uv=True if args.uv else None)
     report = report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
-        plan = core.plan(report, args.stack, requirements=args.requirements, settings=s, on_progress=progress)
-        summary = core.install_runtime(plan, report=report, settings=s, force=args.force, dry_run=args.dry_run,
-                                       on_progress=progress)
+        summary = core.plan_and_install(report, args.stack, requirements=args.requirements, settings=s, force=args.force,
+                                        dry_run=args.dry_run, on_progress=progress)
     emit(args, summary, _install_text(summary))
     return 0
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING
 
 from ..detect.report import HardwareReport
 from ..errors import UsageError
-from ..manifests.plan import Plan, Request
-from ..serde import loads, to_dict
+from ..manifests.plan import Plan
+from ..serde import to_dict
+from .common import report_from
+
+if TYPE_CHECKING:
+    from ..manifests.knowledge import Manifests
 
 BACKEND_ENV = "ACCELSTACK_BACKEND"
 MiB = 1024 * 1024
@@ -47,39 +49,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_report(args: argparse.Namespace) -> HardwareReport:
-    if args.hardware:
-        try:
-            text = Path(args.hardware).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.hardware} ({exc.strerror or exc})", "write one with `accelstack detect --json > report.json`") from None
-        return loads(HardwareReport, text, what=args.hardware)
-    from ..detect import detect
-    from ..detect.system import LiveSystem, ReplaySystem
-
-    if args.replay:
-        report = detect(ReplaySystem(args.replay))
-        report.source = f"replay:{args.replay}"
-        return report
-    return detect(LiveSystem())
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..manifests.resolve import Manifests, resolve
+    from ..core.planning import plan as make_plan
+    from ..manifests.knowledge import Manifests
     from ..manifests.schema import load_manifest_file
+    from ..settings import Settings
 
     manifests = Manifests.builtin()
-    unsigned: List[str] = []
     for path in args.manifest:
         manifests.add(load_manifest_file(path))
-        unsigned.append(path)
-    backend = args.backend if args.backend is not None else os.environ.get(BACKEND_ENV, "")
-    check_backend(backend, manifests, args.stack)
-    report = load_report(args)
-    request = Request(stack=args.stack, requirements=list(args.requirements), backend=backend, python=args.python)
-    plan = resolve(report, request, manifests)
-    if unsigned:
-        plan.notes.append(f"planned with {', '.join(unsigned)} as given: signatures are checked when a manifest is installed from")
+    settings = Settings.resolve(backend=args.backend)  # the option over $ACCELSTACK_BACKEND
+    check_backend(settings.backend, manifests, args.stack, option=args.backend is not None)
+    report = report_from(args)
+    plan = make_plan(report, args.stack, requirements=args.requirements, backend=settings.backend,
+                     python=args.python, manifests=manifests, settings=settings)
+    if args.manifest:
+        plan.notes.append(f"planned with {', '.join(args.manifest)} as given: signatures are checked when a manifest is installed from")
     if args.json:
         print(json.dumps(to_dict(plan), indent=2))
     else:
@@ -87,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if plan.status in ("ready", "needs-build") and not plan.conflicts else 3
 
 
-def check_backend(backend: str, manifests, stack: str) -> None:
+def check_backend(backend: str, manifests: Manifests, stack: str, *, option: bool) -> None:
     """A forced backend must name a backend or a variant the manifests know (a typo is not a plan)."""
     if not backend:
         return
@@ -99,7 +84,7 @@ def check_backend(backend: str, manifests, stack: str) -> None:
     else:
         known = list(GGML_BACKENDS) + sorted({t.id for m in manifests.ggml for t in m.targets})
     if backend.strip().lower() not in {k.lower() for k in known} | {b for b in TORCH_BACKENDS + GGML_BACKENDS}:
-        where = "--backend" if os.environ.get(BACKEND_ENV, "") != backend else f"${BACKEND_ENV}"
+        where = "--backend" if option else f"${BACKEND_ENV}"
         raise UsageError(f"{where} {backend!r} is not a {stack} backend or variant", f"use one of: {', '.join(known)}")
 
 

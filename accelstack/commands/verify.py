@@ -5,8 +5,9 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from ..errors import UsageError
 from ..serde import to_dict
@@ -71,26 +72,26 @@ def active_runtime(stack: str = "ggml"):
     return receipt, Home(s.home).runtime_path(receipt)
 
 
-def runtime_from_args(args: argparse.Namespace):
-    """``--runtime DIR`` (with ``--backend``), else the active ggml runtime with its receipt's
-    backend and environment."""
+@contextmanager
+def no_runtime_says_what_to_do() -> Iterator[None]:
+    """On the command line, "none is active" also offers --runtime DIR."""
+    from ..core.running import NoRuntimeError
     from ..engine.errors import RuntimeNotFoundError
+
+    try:
+        yield
+    except NoRuntimeError:
+        raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT) from None
+
+
+def runtime_from_args(args: argparse.Namespace):
+    """The runtime named by hand: ``--runtime DIR`` with ``--backend``, or the torch one (the
+    installed ggml runtime is the core's to find: ``core.verify``/``core.generate``)."""
     from ..engine.runtime import Runtime
-    from ..errors import Action
-    from ..installer.records import StateError
 
     if args.backend == "torch":
         return _torch_runtime(args.runtime)
-    if args.runtime:
-        return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
-    found = active_runtime("ggml")
-    if found is None:
-        raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT)
-    receipt, path = found
-    if not path.is_dir():
-        raise StateError(f"the active runtime {receipt.id} is missing from {path}", hint="repair restores it",
-                         action=Action.REPAIR)
-    return Runtime(path=path, backend=args.backend or receipt.backend or "cpu", env=dict(receipt.env)).check()
+    return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
 
 
 def _torch_runtime(runtime_dir: Optional[str]):
@@ -163,12 +164,17 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.verification import DEFAULT_TOLERANCE, verify
 
     options = engine_options(args)
-    runtime = runtime_from_args(args)
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
+    engine = {"options": options, "cpu_runtime": cpu, "tolerance": DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+              "probe_seed": DEFAULT_SEED if args.probe_seed is None else args.probe_seed}
     with progress_renderer(json_mode=False, quiet=args.json) as progress:
-        report = verify(runtime, output=args.output, options=options, cpu_runtime=cpu,
-                        tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
-                        probe_seed=DEFAULT_SEED if args.probe_seed is None else args.probe_seed, progress=progress)
+        if args.runtime:  # a directory given by hand: the engine's check alone
+            report = verify(runtime_from_args(args), output=args.output, progress=progress, **engine)
+        else:  # the installed runtime: through the core, which records the verdict in its receipt
+            from .. import core
+
+            with no_runtime_says_what_to_do():
+                report = core.verify(output=args.output, on_progress=progress, **engine)
     installed = not args.runtime
     if args.json:
         print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
@@ -210,7 +216,7 @@ def render(r) -> str:
 
 def _run_torch(args: argparse.Namespace) -> int:
     from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
-    from ..engine.torch_verification import torch_check_details as verify_torch  # the per-op view it renders
+    from ..engine.torch_verification import torch_details, verify_torch
 
     python, env = _torch_python(args.runtime)
     probe = None
@@ -219,24 +225,26 @@ def _run_torch(args: argparse.Namespace) -> int:
             probe = ensure_probe_model(DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
                                        progress=progress).path
     report = verify_torch(python=python, env=env, probe=probe)
+    found = torch_details(report)  # the per-op view this command renders
     if args.json:
-        print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
+        print(json.dumps({"verdict": report.verdict, "ok": report.ok, "reason": report.reason, "python": report.runtime,
+                          **to_dict(found), "seconds": report.total_seconds}, indent=2))
         return 0 if report.ok else 1
-    lines: List[str] = [f"{report.verdict}  torch {report.torch_version or '?'} ({report.python})"]
+    lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:
         lines.append(f"  reason      {report.reason}")
-    lines.append(f"  device      {report.device_kind} — {report.device_name}")
-    for kind, why in report.rejected.items():
+    lines.append(f"  device      {found.device_kind} — {found.device_name}")
+    for kind, why in found.rejected.items():
         lines.append(f"  not used    {kind}: {why}")
-    for op in report.ops:
+    for op in found.ops:
         err = "" if op.error is None else f", error {op.error:.2e} (tolerance {op.tolerance:g})"
         lines.append(f"  {op.name:<11} {'ok' if op.ok else 'FAILED'}{err}"
                      + (f", {op.seconds * 1000:.1f} ms" if op.seconds is not None else "") + (f" — {op.detail}" if op.detail else ""))
-    if report.diffusers:
-        d = report.diffusers
+    if found.diffusers:
+        d = found.diffusers
         lines.append(f"  diffusers   {'ok' if d.get('ok') else 'FAILED'}"
                      + (f", step {d['step_seconds']:.2f} s" if d.get("step_seconds") is not None else "")
                      + (f" — {d['detail']}" if d.get("detail") else ""))
-    lines.append(f"  total       {report.seconds:.2f} s")
+    lines.append(f"  total       {report.total_seconds:.2f} s")
     print("\n".join(lines))
     return 0 if report.ok else 1

@@ -13,13 +13,12 @@ plan or detecting does not import the download or install machinery.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_exports
 
 _EXPORTS = {
     "detect": ".detection",
     "plan": ".planning", "hardware_fingerprint": ".planning", "load_manifests": ".planning",
-    "InstallSummary": ".lifecycle", "install": ".lifecycle", "install_runtime": ".lifecycle", "upgrade": ".lifecycle",
+    "InstallSummary": ".lifecycle", "install": ".lifecycle", "install_runtime": ".lifecycle", "plan_and_install": ".lifecycle", "upgrade": ".lifecycle",
     "repair": ".lifecycle", "rollback": ".lifecycle", "uninstall": ".lifecycle", "gc": ".lifecycle", "status": ".lifecycle",
     "active_receipt": ".running", "verify": ".running", "generate": ".running",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
@@ -28,8 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accelstack.core' has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

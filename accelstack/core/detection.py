@@ -15,4 +15,6 @@ def detect(system: Optional[System] = None, *, settings: Optional[Settings] = No
     Free disk is measured at the runtime home: ``settings.home`` when settings are given, else
     the home rule applied to the system's own environment (a replayed Windows capture measures
     its ``%LOCALAPPDATA%``)."""
-    return _detect(system, home=settings.home if settings is not None else None)
+    if settings is None:
+        return _detect(system)
+    return _detect(system, home=settings.home, timeout=settings.timeouts.detect)

@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ..detect.report import HardwareReport
 from ..errors import AccelstackError, Action, UsageError
@@ -26,7 +26,7 @@ from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..settings import Settings
 from .detection import detect
-from .planning import LOCAL_SOURCE, hardware_fingerprint, load_manifests, plan, remember_manifests
+from .planning import LOCAL_SOURCE, TrustedSet, hardware_fingerprint, load_manifests, plan, remember_manifests, target_interpreter
 from .verifiers import default_verifier
 
 log = logging.getLogger(__name__)
@@ -73,34 +73,57 @@ def install(plan: Plan, *, report: Optional[HardwareReport] = None, settings: Op
 
 def install_runtime(plan: Plan, *, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
                     verifier: Optional[Verifier] = None, force: bool = False, dry_run: bool = False,
-                    on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
-    """:func:`install` with the whole story: no-op or not, previous runtime, timings, recovery."""
+                    trusted: Optional[TrustedSet] = None, on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+    """:func:`install` with the whole story: no-op or not, previous runtime, timings, recovery.
+
+    ``trusted``: the manifests the plan was made from, already verified with the watermark recorded
+    (see :func:`plan_and_install`); without it they are loaded and verified again."""
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
+    report = report if report is not None else detect(settings=s)
     if plan.stack == "torch":
         return _install_torch(plan, report, s, verifier, dry_run, progress)
     if plan.stack != "ggml":
         raise UsageError(f"unknown stack {plan.stack!r}")
-    return _install_ggml(plan, report, s, verifier, force, dry_run, progress)
+    return _install_ggml(plan, report, s, verifier, force, dry_run, trusted, progress)
 
 
-def _install_ggml(plan: Plan, report: Optional[HardwareReport], s: Settings, verifier: Optional[Verifier], force: bool,
-                  dry_run: bool, progress: ProgressCallback) -> InstallSummary:
+def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requirements: Sequence[str] = (),
+                     backend: Optional[str] = None, settings: Optional[Settings] = None, verifier: Optional[Verifier] = None,
+                     force: bool = False, dry_run: bool = False,
+                     on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+    """:func:`plan` then :func:`install_runtime`, fetching and verifying the manifests once (the
+    CLI's ``install`` and ``upgrade``). A dry run checks them without raising any watermark."""
+    s = settings or Settings.resolve()
+    progress = on_progress or null_progress
+    report = report if report is not None else detect(settings=s)
+    if not dry_run:
+        home_of(s).ensure()  # an unusable home is said plainly before any manifest version is recorded in it
+    trusted = load_manifests(s, record=not dry_run, progress=progress) if stack == "ggml" else None
+    p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
+             manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
+    return install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
+                           on_progress=progress)
+
+
+def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], force: bool,
+                  dry_run: bool, trusted: Optional[TrustedSet], progress: ProgressCallback) -> InstallSummary:
     from ..installer.ggml import FetchedWheel, GgmlDirectory, runtime_id, wheel_of
 
-    t0 = time.perf_counter()
     if dry_run:
         if plan.ok:
             return InstallSummary("ggml", runtime_id(plan), False, plan, dry_run=True)
         _require_buildable(plan, s)
-        return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=_local_variant(plan))
-    report = report if report is not None else detect(settings=s)
+        return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=_local_variant(plan, report))
     home, lock = _prepare(s, "install")
     with lock:
         recovered = recover(home)
-        manifests, loaded = load_manifests(s, record=True, progress=progress)
+        t = time.perf_counter()
+        if trusted is None:
+            trusted = load_manifests(s, record=True, progress=progress)
+        manifests, loaded = trusted.manifests, trusted.loaded
         built = False
-        timings = {"manifests": time.perf_counter() - t0}
+        timings = {"manifests": time.perf_counter() - t}
         if not plan.ok:
             _require_buildable(plan, s)
             t = time.perf_counter()
@@ -110,8 +133,9 @@ def _install_ggml(plan: Plan, report: Optional[HardwareReport], s: Settings, ver
             built = True
         source, version = _provenance(plan, manifests)
         rid = runtime_id(plan)
-        if not force and home.runtime_intact("ggml", rid):
-            return _already_installed(home, plan, rid, recovered, built)
+        existing = None if force else home.intact_receipt("ggml", rid)
+        if existing is not None:
+            return _already_installed(home, plan, existing, recovered, built)
         ref = wheel_of(plan)
         t = time.perf_counter()
         progress(ProgressEvent("message", "install", message=f"fetching {ref.name}"))
@@ -129,8 +153,8 @@ def _install_ggml(plan: Plan, report: Optional[HardwareReport], s: Settings, ver
         return InstallSummary("ggml", rid, True, plan, outcome.receipt, outcome.previous, timings, recovered, built)
 
 
-def _already_installed(home: Home, plan: Plan, rid: str, recovered: List[str], built: bool) -> InstallSummary:
-    receipt = home.read_receipt(rid)
+def _already_installed(home: Home, plan: Plan, receipt: Receipt, recovered: List[str], built: bool) -> InstallSummary:
+    rid = receipt.id
     try:
         previous = home.read_active().active.get("ggml", "")
     except StateError:
@@ -142,43 +166,43 @@ def _already_installed(home: Home, plan: Plan, rid: str, recovered: List[str], b
 
 
 def _require_buildable(plan: Plan, s: Settings) -> None:
-    if plan.status == "needs-build" and s.allow_build and not plan.artifacts:
-        return
+    if plan.status == "needs-build" and not plan.artifacts:
+        if s.allow_build:
+            return
+        raise AccelstackError(f"nothing to install: {plan.summary}", hint="name a manifest with a build for this machine, "
+                              "or allow a local build from source", action=Action.ADD_MANIFEST)
     raise AccelstackError(f"nothing to install: {plan.summary}", hint="; ".join(plan.conflicts) or
                           "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
 
 
-def _local_variant(plan: Plan) -> str:
+def _local_variant(plan: Plan, report: HardwareReport) -> str:
+    """The publisher variant a local build for this plan compiles: an x86-64 CPU without AVX2 gets
+    the SSE4.2 build, the others their backend's."""
     backend = plan.build.backend if plan.build else (plan.backend or "cpu")
-    features = (plan.build.properties.get("cpu_features", "") if plan.build else "").replace(",", " ").split()
-    if backend == "cpu" and plan.build and plan.build.arch == "x86_64" and "avx2" not in features:
+    if backend == "cpu" and report.os.arch == "x86_64" and not report.cpu.has("avx2"):
         return "cpu-noavx2"
     return backend
 
 
 def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
                    progress: ProgressCallback) -> Manifests:
-    """Build the variant this machine needs from source and offer it to the resolver as a manifest."""
-    import json
-
+    """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
+    without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
     from ..manifests.schema import parse_manifest
-    from ..publisher.build import build_ggml, missing_toolchain
-    from ..publisher.publish import build_manifest
-    from ..serde import to_dict
+    from ..publisher.build import build_ggml
+    from ..publisher.errors import BuildError
+    from ..publisher.publish import manifest_of
 
-    variant = _local_variant(plan)
-    missing = missing_toolchain(variant)
-    if missing:
-        raise AccelstackError(f"no published ggml build fits this machine and a local {variant} build needs {', '.join(missing)}",
-                              hint=f"install {', '.join(missing)}, or use a manifest with a build for this machine",
-                              action=Action.INSTALL_TOOLCHAIN)
     progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
-    result = build_ggml(variant, cache_dir=s.build_cache, progress=progress)
-    out = Path(result.wheel).parent
-    build_json = out / f"{Path(result.wheel).name}.build.json"
-    if not build_json.is_file():  # the record build_manifest reads; written once per build
-        build_json.write_text(json.dumps({**to_dict(result), "cache_hit": False}))
-    doc = build_manifest(out, out.as_uri(), source=LOCAL_SOURCE, version=1)
+    try:
+        result = build_ggml(_local_variant(plan, report), cache_dir=s.build_cache, progress=progress)
+    except BuildError as exc:
+        if exc.action is Action.INSTALL_TOOLCHAIN:  # say why a build was wanted at all
+            exc.message = f"no published ggml build fits this machine, and {exc.message}"
+            exc.args = (exc.message,)
+            exc.hint = f"{exc.hint}; or use a manifest with a build for this machine"
+        raise
+    doc = manifest_of([(result, Path(result.wheel).as_uri())], source=LOCAL_SOURCE, version=1)
     extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
     extended.add(parse_manifest(doc))
     return extended
@@ -204,19 +228,16 @@ def _provenance(plan: Plan, manifests: Manifests):
                           hint="make the plan again from the current manifests", action=Action.EXPLAIN_PLAN)
 
 
-def _install_torch(plan: Plan, report: Optional[HardwareReport], s: Settings, verifier: Optional[Verifier], dry_run: bool,
+def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], dry_run: bool,
                    progress: ProgressCallback) -> InstallSummary:
     from ..installer.torch import PipCommands, TorchEnvironment, receipt_id
-    from .planning import target_python
 
     if not plan.ok:
         raise AccelstackError(f"no torch build fits: {plan.summary}", hint="; ".join(plan.conflicts) or
                               "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
+    python = target_interpreter(s, create=not dry_run)
     if dry_run:
-        python = target_python(s, create=False)[0]
         return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True)
-    report = report if report is not None else detect(settings=s)
-    python = target_python(s, create=True)[0]
     home, lock = _prepare(s, "install torch")
     with lock:
         recovered = recover(home)
@@ -234,15 +255,9 @@ def upgrade(*, stack: str = "ggml", report: Optional[HardwareReport] = None, set
     """Plan again from the current (or remembered) manifests; install the result side by side,
     verify it, switch. The old runtime stays for rollback."""
     s = settings or Settings.resolve()
-    report = report if report is not None else detect(settings=s)
-    if not s.manifests:
-        from .planning import remembered_manifests
-
-        s = s.replace(manifests=remembered_manifests(s))
     if backend is None:
         backend = _active_backend_request(s, stack)
-    p = plan(report, stack, backend=backend, settings=s, on_progress=on_progress)
-    return install_runtime(p, report=report, settings=s, verifier=verifier, on_progress=on_progress)
+    return plan_and_install(report, stack, backend=backend, settings=s, verifier=verifier, on_progress=on_progress)
 
 
 def _active_backend_request(s: Settings, stack: str) -> str:
@@ -260,6 +275,9 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
     corrupt files (package metadata included) and verify it again."""
     from ..artifacts import Cache, fetch
 
+    if stack != "ggml":
+        raise UsageError("repair restores ggml runtimes; a torch environment is repaired by installing it again",
+                         action=Action.REINSTALL)
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     home, lock = _prepare(s, "repair")
@@ -272,9 +290,6 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
         if not rid:
             raise StateError(f"no {stack} runtime is active, so there is nothing to repair", hint="install one first",
                              action=Action.INSTALL)
-        if stack != "ggml":
-            raise UsageError("repair restores ggml runtimes; a torch environment is repaired by installing it again",
-                             action=Action.REINSTALL)
         cache = Cache(s.cache)
         rep = repair_ggml(home, rid, lambda ref: fetch([ref], cache=cache, progress=progress, offline=s.offline)[ref.sha256],
                           verifier or default_verifier(s), progress)
@@ -325,12 +340,12 @@ def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settin
         if st.stack != "ggml" or st.receipt is None or not check_upgrades:
             continue
         try:
-            manifests, loaded = load_manifests(s, record=False)
-            if not loaded:
+            trusted = load_manifests(s, record=False)
+            if not trusted.loaded:
                 continue
             from ..installer.ggml import runtime_id
 
-            p = plan(report, "ggml", backend=st.receipt.plan.request.backend, settings=s, manifests=manifests)
+            p = plan(report, "ggml", backend=st.receipt.plan.request.backend, settings=s, manifests=trusted.manifests)
             if p.ok and runtime_id(p) != st.active:
                 st.upgrade_available = runtime_id(p)
         except AccelstackError as exc:

@@ -13,7 +13,7 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from ..detect.report import HardwareReport
 from ..domain import STACKS
@@ -45,6 +45,14 @@ class LoadedManifest:
     version: int
 
 
+@dataclass
+class TrustedSet:
+    """What ``load_manifests`` verified: the knowledge for the resolver, and where each part came from."""
+
+    manifests: Manifests
+    loaded: List[LoadedManifest]
+
+
 def remembered_manifests(settings: Settings) -> List[str]:
     try:
         data = json.loads(settings.remembered.read_text(encoding="utf-8"))
@@ -66,7 +74,7 @@ def manifest_urls(settings: Settings) -> List[str]:
     return list(settings.manifests) or remembered_manifests(settings)
 
 
-def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress) -> Tuple[Manifests, List[LoadedManifest]]:
+def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress) -> TrustedSet:
     """The builtin torch matrix plus every ggml manifest in ``settings``, each verified before use.
 
     ``record=False`` checks rollback without raising the watermark (status, dry runs)."""
@@ -78,10 +86,8 @@ def load_manifests(settings: Settings, *, record: bool = True, progress: Progres
     loaded: List[LoadedManifest] = []
     urls = manifest_urls(settings)
     if not urls:
-        return manifests, loaded
-    trusted = TrustedManifests.from_settings(settings)
-    if not record and not settings.rollback_state.exists():
-        trusted.rollback = None  # nothing seen yet, so nothing to check; and a dry run must write nothing
+        return TrustedSet(manifests, loaded)
+    trusted = TrustedManifests.from_settings(settings)  # a check with record=False only reads
     for url in urls:
         progress(ProgressEvent("message", "plan", message=f"reading manifest {url}"))
         try:
@@ -93,27 +99,29 @@ def load_manifests(settings: Settings, *, record: bool = True, progress: Progres
         verified = trusted.verify(data, sig, url, expect="ggml", record=record)
         manifests.add(verified.manifest)
         loaded.append(LoadedManifest(url, verified.envelope.source, verified.envelope.version))
-    return manifests, loaded
+    return TrustedSet(manifests, loaded)
 
 
-def target_python(settings: Settings, *, create: bool) -> Tuple[str, str]:
-    """(interpreter, its version) of the torch target: the venv, the interpreter, or this one."""
-    from ..installer.torch import ensure_venv, python_version, venv_python
+def target_interpreter(settings: Settings, *, create: bool) -> str:
+    """The torch target's interpreter: the venv's (created when ``create``), the one named, or this one."""
+    from ..installer.torch import ensure_venv, venv_python
 
     if settings.torch_venv is not None:
-        if create:
-            python = ensure_venv(settings.torch_venv, settings.timeouts.venv)
-        else:
-            python = str(venv_python(settings.torch_venv))
-            if not Path(python).exists():  # not created yet: it will be made from this interpreter
-                return python, "%d.%d" % sys.version_info[:2]
-    else:
-        python = settings.torch_python or sys.executable
-    if python == sys.executable:
-        return python, "%d.%d" % sys.version_info[:2]
+        return ensure_venv(settings.torch_venv, settings.timeouts.venv) if create else str(venv_python(settings.torch_venv))
+    python = settings.torch_python or sys.executable
     if not Path(python).exists():
         raise UsageError(f"the target interpreter {python} does not exist")
-    return python, python_version(python, settings.timeouts.probe)
+    return python
+
+
+def target_version(settings: Settings) -> str:
+    """The torch target's Python version ("3.11"); a venv not created yet will be made from this interpreter."""
+    from ..installer.torch import python_version
+
+    python = target_interpreter(settings, create=False)
+    if python == sys.executable or not Path(python).exists():
+        return "%d.%d" % sys.version_info[:2]
+    return python_version(python, settings.timeouts.probe)
 
 
 def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requirements: Sequence[str] = (),
@@ -126,12 +134,12 @@ def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requir
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     report = report if report is not None else detect(settings=s)
-    if stack == "torch" and python is None:
-        python = target_python(s, create=False)[1]
-    if manifests is None:
-        manifests = load_manifests(s, record=False, progress=progress)[0] if stack == "ggml" else Manifests.builtin()
     if stack not in STACKS:
         raise UsageError(f"unknown stack {stack!r}: choose one of {', '.join(STACKS)}")
+    if stack == "torch" and python is None:
+        python = target_version(s)
+    if manifests is None:
+        manifests = load_manifests(s, record=False, progress=progress).manifests if stack == "ggml" else Manifests.builtin()
     request = Request(stack=stack, requirements=list(requirements), backend=s.backend if backend is None else backend,
                       python=python or "")
     return resolve(report, request, manifests)

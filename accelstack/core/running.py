@@ -40,18 +40,20 @@ def _staged(receipt: Receipt, home: Home) -> StagedRuntime:
 
 
 def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: Optional[Settings] = None,
-           output: Optional[Union[str, Path]] = None, on_progress: Optional[ProgressCallback] = None) -> VerifyReport:
+           output: Optional[Union[str, Path]] = None, on_progress: Optional[ProgressCallback] = None,
+           **engine: Any) -> VerifyReport:
     """Prove that an installed runtime generates on this machine (default: the active one).
 
     A FAIL is a report (``result.ok`` is False, ``reason`` says why), not an exception; the receipt
-    of an installed runtime records the latest verdict."""
+    of an installed runtime records the latest verdict. ``engine`` goes to the engine's check
+    (options, cpu_runtime, tolerance, probe_seed)."""
     s = settings or Settings.resolve()
     home = Home(s.home)
     receipt = receipt if receipt is not None else active_receipt(stack, s)
     if not home.runtime_path(receipt).exists():
         raise StateError(f"the runtime {receipt.id} is missing from {home.runtime_path(receipt)}", hint="repair restores it",
                          action=Action.REPAIR)
-    check = default_verifier(s, Path(output) if output is not None else None)
+    check = default_verifier(s, Path(output) if output is not None else None, **engine)
     report = check(_staged(receipt, home), on_progress or null_progress)
     if home.receipt_path(receipt.id).is_file():
         try:
@@ -64,13 +66,14 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
 
 def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
              stack: str = "ggml", settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None,
-             **request: Any) -> Any:
+             options: Any = None, **request: Any) -> Any:
     """Generate images with an installed runtime (default: the active one); ``request`` takes the
     fields of :class:`accelstack.engine.GenerateRequest` (negative_prompt, width, height, steps,
-    seed, sampler...). Returns the engine's ``GenerateReport`` with the saved PNG paths."""
+    seed, sampler...); ``options`` are the engine's (default: the settings' config file).
+    Returns the engine's ``GenerateReport`` with the saved PNG paths."""
     from ..engine import GenerateRequest, Runtime
     from ..engine import generate as engine_generate
-    from ..engine.config import load_config
+    from ..engine.config import EngineOptions, load_config
 
     s = settings or Settings.resolve()
     home = Home(s.home)
@@ -80,6 +83,7 @@ def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, 
         runtime = Runtime(path=path.parent, backend="torch", env=dict(receipt.env), python=str(path))
     else:
         runtime = Runtime(path=path, backend=receipt.backend, env=dict(receipt.env))
-    options = load_config(s.config_file if s.config_file.exists() else None)
+    if options is None:
+        options = load_config(s.config_file) if s.config_file.exists() else EngineOptions()
     return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
                            progress=on_progress or null_progress)

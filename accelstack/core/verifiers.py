@@ -18,28 +18,25 @@ from typing import Any, Optional
 from ..errors import SubprocessTimeout
 from ..events import ProgressCallback
 from ..installer.transaction import StagedRuntime, Verifier
-from ..serde import from_dict, to_dict
 from ..settings import Settings
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
 
 
-def as_verdict(report: Any) -> VerifyReport:
-    """The engine's report as the shared type (they are the same fields; this makes it so)."""
-    return report if isinstance(report, VerifyReport) else from_dict(VerifyReport, to_dict(report))
+def default_verifier(settings: Optional[Settings] = None, output: Optional[Path] = None, **engine: Any) -> Verifier:
+    """The engine's generation check for ggml runtimes, the torch check for torch environments.
 
-
-def default_verifier(settings: Optional[Settings] = None, output: Optional[Path] = None) -> Verifier:
-    """The engine's generation check for ggml runtimes, the torch check for torch environments."""
+    ``engine`` goes to :func:`accelstack.engine.verify` (options, cpu_runtime, tolerance, probe_seed)."""
     s = settings or Settings.resolve()
 
     def check(staged: StagedRuntime, progress: ProgressCallback) -> VerifyReport:
         from ..engine import Runtime, verify, verify_torch
+        from ..engine.verification import default_output
 
         if staged.stack == "torch":
-            return as_verdict(verify_torch(python=staged.python or str(staged.path), env=dict(staged.env), progress=progress))
+            return verify_torch(python=staged.python or str(staged.path), env=dict(staged.env), progress=progress)
         runtime = Runtime(path=Path(staged.path), backend=staged.backend, env=dict(staged.env))
-        out = output or (s.cache / "verify" / f"verify-{staged.backend}.png")
-        return as_verdict(verify(runtime, output=out, probe_cache=s.probe_cache, progress=progress))
+        out = output or default_output(staged.backend, s.cache)
+        return verify(runtime, output=out, probe_cache=s.probe_cache, progress=progress, **engine)
 
     return check
 

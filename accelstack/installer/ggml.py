@@ -89,10 +89,8 @@ class GgmlDirectory:
         return old if old is not None and old != final else None
 
     def abort(self, staged: StagedRuntime) -> None:
-        if staged.path.parent == self.home.staging:
-            self.home.remove_owned(staged.path)
-        else:  # renamed into place but the receipt was not written: an orphan, never referenced
-            self.home.remove_owned(staged.path)
+        # still in staging, or renamed into place without a receipt naming it: either way unreferenced
+        self.home.remove_owned(staged.path)
 
     def retire(self, old: Path) -> None:
         if not self.home.remove_owned(old):

@@ -158,13 +158,19 @@ class Home:
             return []
         return sorted(p.stem for p in self.receipts.glob("*.json") if not p.name.startswith("."))
 
+    def intact_receipt(self, stack: str, rid: str) -> Optional[Receipt]:
+        """Cheap: the receipt, if it reads, is of ``stack`` and its runtime exists (torch: the
+        interpreter does); else None. Raises StateError for a receipt that exists but is damaged."""
+        if not self.receipt_path(rid).is_file():
+            return None
+        receipt = self.read_receipt(rid)
+        return receipt if receipt.stack == stack and self.runtime_path(receipt).exists() else None
+
     def runtime_intact(self, stack: str, rid: str) -> bool:
-        """Cheap: the receipt reads and its runtime exists (torch: the interpreter does)."""
         try:
-            receipt = self.read_receipt(rid)
+            return self.intact_receipt(stack, rid) is not None
         except StateError:
             return False
-        return receipt.stack == stack and self.runtime_path(receipt).exists()
 
     # -- active pointer ------------------------------------------------------------------------
     def read_active(self) -> Active:

@@ -17,7 +17,7 @@ from ..domain import STACKS
 from ..errors import Action
 from .home import Home
 from .records import Active, Receipt, StateError, atomic_write, now_iso
-from .recovery import readable_receipts
+from .recovery import active_or_rebuild, readable_receipts
 from .repair import missing_files
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
                 st.missing_files = max(1, len(st.receipt.files))
                 st.problems.append(StatusProblem(f"the active runtime's files are gone ({where})", Action.REINSTALL.value))
             else:
-                st.missing_files = len(missing_files(home, st.active))
+                st.missing_files = len(missing_files(home, st.receipt))
                 if st.missing_files:
                     st.problems.append(StatusProblem(f"{st.missing_files} file(s) of the active runtime are missing; "
                                                      "repair restores them", Action.REPAIR.value))
@@ -106,10 +106,7 @@ def rollback(home: Home, stack: str) -> Active:
 def uninstall(home: Home, stack: str) -> List[str]:
     """Remove every runtime of ``stack`` (ggml directories; torch receipts only, never the user's env)."""
     removed: List[str] = []
-    try:
-        state = home.read_active()
-    except StateError:
-        state = Active()
+    state, _ = active_or_rebuild(home)  # a damaged pointer is rebuilt, so the other stack's stays active
     state.active.pop(stack, None)
     state.previous.pop(stack, None)
     home.write_active(state)  # first unpoint, then delete: a crash leaves only garbage

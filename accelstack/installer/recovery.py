@@ -29,8 +29,11 @@ def recover(home: Home) -> List[str]:
         return done  # a damaged pointer is repair's job (it rebuilds it); installs rewrite it whole
     changed = False
     for stack, rid in list(state.active.items()):
-        if home.runtime_intact(stack, rid) or _unreadable(home, rid):
-            continue  # intact, or a damaged receipt: not ours to judge here (repair and status say so)
+        try:
+            if home.intact_receipt(stack, rid) is not None:
+                continue
+        except StateError:
+            continue  # a damaged receipt: not ours to judge here (repair and status say so)
         prev = state.previous.get(stack)
         if prev and home.runtime_intact(stack, prev):
             state.active[stack] = prev
@@ -45,16 +48,6 @@ def recover(home: Home) -> List[str]:
     for line in done:
         log.info("recover: %s", line)
     return done
-
-
-def _unreadable(home: Home, rid: str) -> bool:
-    if not home.receipt_path(rid).is_file():
-        return False
-    try:
-        home.read_receipt(rid)
-        return False
-    except StateError:
-        return True
 
 
 def readable_receipts(home: Home) -> Tuple[Dict[str, Receipt], List[str]]:

@@ -19,7 +19,7 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
 from ..verdict import VerifyReport
 from .home import Home
-from .records import StateError, now_iso
+from .records import Receipt, StateError, now_iso
 from .transaction import StagedRuntime, Verifier
 from .wheel import install_wheel
 
@@ -62,9 +62,8 @@ def audit(home: Home, rid: str, progress: ProgressCallback = null_progress) -> R
     return report
 
 
-def missing_files(home: Home, rid: str) -> List[str]:
+def missing_files(home: Home, receipt: Receipt) -> List[str]:
     """The cheap check for ``status``: which recorded files do not exist (no hashing)."""
-    receipt = home.read_receipt(rid)
     root = home.runtime_path(receipt)
     return [f.path for f in receipt.files if not (root / f.path).is_file()]
 

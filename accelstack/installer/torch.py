@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from ..errors import Action, SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from ..subprocesses import run_logged
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
 from .home import Home
 from .records import InstalledFile, Receipt
@@ -134,17 +136,17 @@ def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bo
 class _Backup:
     """Moves installed distributions aside and back: the undo log of a torch install."""
 
-    def __init__(self, python: str, names: List[str], where: Path, timeout: float) -> None:
+    def __init__(self, python: str, names: List[str], prefix: Path, timeout: float) -> None:
         self.python = python
         self.names = names
-        self.where = where
+        # a fresh directory this install creates, so discarding it can never remove anything else
+        self.where = Path(tempfile.mkdtemp(prefix=".accelstack-backup-", dir=prefix))
         self.timeout = timeout
         self.moved: List[Tuple[Path, Path]] = []
         self.previous: Dict[str, str] = {}
 
     def stash(self) -> None:
         info = run_json(self.python, _INSPECT, self.names, self.timeout)
-        self.where.mkdir(parents=True, exist_ok=True)
         dists = info.get("dists", [])
         for dist in dists if isinstance(dists, list) else []:
             self.previous[dist["name"]] = dist["version"]
@@ -200,8 +202,13 @@ class TorchEnvironment:
             raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", action=Action.EXPLAIN_PLAN)
         names = package_names(plan)
         info = run_json(self.python, _INSPECT, names, self.probe_timeout)
-        backup = _Backup(self.python, names, Path(str(info.get("prefix", ""))) / ".accelstack-backup", self.probe_timeout)
-        backup.stash()
+        backup = _Backup(self.python, names, Path(str(info.get("prefix", ""))), self.probe_timeout)
+        try:
+            backup.stash()
+        except BaseException:
+            backup.restore()
+            backup.discard()
+            raise
         staged = StagedRuntime(stack="torch", backend=plan.backend, path=Path(self.python), env=dict(plan.env),
                                python=self.python, handle=_Undo(plan, backup, names))
         try:
@@ -217,29 +224,22 @@ class TorchEnvironment:
         if use_uv and cmd.tool == "pip" and shutil.which("uv"):
             argv = ["uv", "pip"] + argv[argv.index("pip") + 1:] + ["--python", self.python]
         progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        deadline = time.monotonic() + self.pip_timeout
-        tail: List[str] = []
         errors: List[str] = []
+
+        def line(text: str) -> None:
+            if text.startswith("ERROR:") and len(errors) < 3:
+                errors.append(text.strip())
+            progress(ProgressEvent("message", "install", task="pip", message=text.rstrip()))
+
         try:
-            for line in proc.stdout:
-                tail = (tail + [line.rstrip()])[-12:]
-                if line.startswith("ERROR:") and len(errors) < 3:
-                    errors.append(line.strip())
-                progress(ProgressEvent("message", "install", task="pip", message=line.rstrip()))
-                if time.monotonic() > deadline:
-                    raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s",
-                                            hint="the previous torch (if any) has been restored; try again on a faster connection")
-            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if code != 0:
-            reason = errors[0] if errors else (tail[-1] if tail else "no output")
+            outcome = run_logged(argv, timeout=self.pip_timeout, on_line=line)
+        except OSError as exc:
+            raise TorchInstallError(f"cannot run {argv[0]}: {exc.strerror or exc}", action=Action.FIX_INPUT) from None
+        if outcome.timed_out:  # the watchdog stopped it even if it hung without printing
+            raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s",
+                                    hint="the previous torch (if any) has been restored; try again on a faster connection")
+        if outcome.returncode != 0:
+            reason = errors[0] if errors else (outcome.last_lines[-1] if outcome.last_lines else "no output")
             raise TorchInstallError(f"pip failed: {reason}", hint="the previous torch (if any) has been restored")
 
     def files(self, staged: StagedRuntime) -> List[InstalledFile]:

@@ -73,6 +73,7 @@ def test_a_failed_check_restores_the_previous_torch(installed):
     assert "no kernel image" in info.value.message and info.value.code == "verify-failed"
     assert _torch_version(venv / "bin" / "python") == before
     assert not (venv / ".accelstack-backup").exists()
+    assert not list(venv.glob(".accelstack-backup*"))  # the undo log is gone after the restore
 
 
 def test_pip_failure_names_pips_reason_and_keeps_torch(installed):
