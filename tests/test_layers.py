@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "accelstack"
-BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses")
+BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses", "limits")
 ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "commands", "cli"]
 FORBIDDEN = {
     **{b: tuple(ORDER) + ("publisher",) for b in BOTTOM},
