@@ -1,0 +1,1 @@
+"""Fuzz suite (issue 10): shared settings live in :mod:`tests.fuzz.fuzzing` (import ``FUZZ``)."""
