@@ -18,6 +18,7 @@ from .report import GPU, CPUInfo, OSInfo
 
 PCI_ROOT = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+TEGRA_RELEASE = "/etc/nv_tegra_release"  # "# R36 (release), REVISION: 3.0, ..." on every L4T system
 # PCI classes of display controllers (VGA, XGA, 3D, other) and processing accelerators.
 GPU_CLASSES = ("0x0300", "0x0301", "0x0302", "0x0380", "0x1200")
 VULKAN_LOADERS = (
@@ -129,22 +130,53 @@ def nvidia_module_version(probe: Probe) -> Tuple[str, str]:
 
 
 def jetson_gpu(probe: Probe, driver: str) -> Optional[GPU]:
-    """Jetson's integrated GPU is not on PCI; the device tree and L4T release say what it is."""
+    """Jetson's integrated GPU is not on PCI; the device tree and the L4T release say what it is.
+
+    nvidia-smi is deliberately not asked: on a Jetson it names the GPU "Orin (nvgpu)", prints
+    [N/A] for memory and compute capability, and its driver version (540.x on JetPack 6) is no
+    desktop driver branch, so the desktop driver -> CUDA table would give a wrong CUDA version.
+    """
     model = (probe.read("/proc/device-tree/model") or "").strip("\x00 \n")
-    release = probe.read_line("/etc/nv_tegra_release")
-    if not model and not release and not re.match(r"3[0-9]\.\d", driver or ""):
-        return None
-    l4t = ""
+    compatible = probe.read("/proc/device-tree/compatible") or ""
+    release = probe.read_line(TEGRA_RELEASE)
+    family, soc_cc = tables.jetson_soc(compatible)
+    l4t_module = bool(re.fullmatch(r"3\d\.\d+(\.\d+)?", driver or ""))  # the nvgpu-era module reports the L4T release
+    tegra = bool(family or release or l4t_module or "nvidia,tegra" in compatible or re.search(r"\b(jetson|tegra)", model, re.I))
+    if not tegra and not probe.system.exists("/sys/module/nvgpu"):
+        return None  # another ARM board (a Raspberry Pi has a device-tree model too)
+    l4t, l4t_source = "", ""
     m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", release)
     if m:
-        l4t = f"{m.group(1)}.{m.group(2)}"
-    elif re.fullmatch(r"3\d\.\d+(\.\d+)?", driver or ""):
-        l4t = driver  # the open module on Jetson reports the L4T release as its version
-    name = model or "NVIDIA Jetson"
-    gpu = GPU(index=0, vendor="nvidia", name=name, kind="integrated", driver="nvgpu", driver_version=driver or l4t)
-    gpu.compute_capability = tables.nvidia_compute_capability(name)
+        l4t, l4t_source = f"{m.group(1)}.{m.group(2)}", TEGRA_RELEASE
+    elif l4t_module:
+        l4t, l4t_source = driver, "nvidia kernel module version (the L4T release)"
+    elif driver:
+        l4t = tables.jetson_l4t_from_openrm(driver)
+        l4t_source = f"OpenRM module {driver} (JetPack 6 branch)" if l4t else ""
+    if model and (not family or re.search(rf"jetson|{re.escape(family.split()[0])}", model, re.I)):
+        name = model
+    elif family:
+        name = f"NVIDIA Jetson {family}" + (f" ({model})" if model else "")
+    else:
+        name = model or "NVIDIA Jetson"
+    gpu = GPU(index=0, vendor="nvidia", name=name, kind="integrated", driver="nvgpu", driver_version=driver or l4t, l4t_version=l4t)
+    if soc_cc:
+        gpu.compute_capability = soc_cc
+        gpu.sources.append("compute_capability: device-tree compatible (SoC)")
+    else:
+        gpu.compute_capability = tables.nvidia_compute_capability(name)
+        if gpu.compute_capability:
+            gpu.sources.append("compute_capability: name table")
     gpu.cuda_driver_version = tables.jetson_cuda(l4t) if l4t else ""
-    gpu.sources.append("jetson: device tree / L4T release")
+    gpu.sources.append("jetson: device tree" + (f"; L4T {l4t} from {l4t_source}" if l4t else ""))
+    if not l4t:
+        probe.problem(
+            "jetson_l4t_unknown",
+            f"{name}: the L4T (JetPack) release is unknown, so the CUDA version of this Jetson cannot be told",
+            f"run detection on the Jetson's own L4T system, or make {TEGRA_RELEASE} visible (bind-mount it into the container)",
+            "warning",
+            0,
+        )
     return gpu
 
 

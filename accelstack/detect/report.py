@@ -84,6 +84,7 @@ class GPU:
     # NVIDIA
     compute_capability: str = ""  # "8.9"
     cuda_driver_version: str = ""  # the highest CUDA version the driver supports, "12.4"
+    l4t_version: str = ""  # Jetson/Tegra only: the L4T release, "36.3.0" (JetPack follows from it)
     # AMD
     gfx_target: str = ""  # "gfx1100"
     # Intel

@@ -131,11 +131,32 @@ def pretty_pci_name(vendor: str, raw: str) -> str:
     return name
 
 
+def _prefixed(version: str, prefix: str) -> bool:
+    """'36.4.3' starts with the version prefix '36.4' (and with '36'), but not '36.40' with '36.4'."""
+    return version == prefix or version.startswith(prefix + ".")
+
+
 def jetson_cuda(l4t_version: str) -> str:
-    major = l4t_version.split(".")[0]
-    for prefix, cuda in _data("nvidia.json")["jetson_l4t_cuda"]["rules"]:
-        if major == prefix:
-            return cuda
+    """The CUDA version a Jetson's libcuda supports, from its L4T release ("" when unknown)."""
+    rules = _data("nvidia.json")["jetson_l4t_cuda"]["rules"]
+    hits = [(prefix, cuda) for prefix, cuda in rules if _prefixed(l4t_version, prefix)]
+    return max(hits, key=lambda h: len(h[0]))[1] if hits else ""
+
+
+def jetson_soc(compatible: str) -> Tuple[str, str]:
+    """(GPU family, compute capability) from the device tree's NUL-separated ``compatible`` list."""
+    entries = {c.strip() for c in compatible.split("\x00")}
+    for soc, family, cc in _data("nvidia.json")["jetson_soc"]["rules"]:
+        if soc in entries:
+            return family, cc
+    return "", ""
+
+
+def jetson_l4t_from_openrm(driver_version: str) -> str:
+    """JetPack 6's OpenRM module version ('540.4.0') -> the L4T release it shipped with ('36.4')."""
+    for prefix, l4t in _data("nvidia.json")["jetson_openrm_l4t"]["rules"]:
+        if _prefixed(driver_version, prefix):
+            return l4t
     return ""
 
 

@@ -144,7 +144,22 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
     "linux-arm64-jetson-orin-nx": dict(
         os="linux", arch="arm64", ngpus=1,
         gpus=[dict(vendor="nvidia", name="NVIDIA Jetson Orin NX Engineering Reference Developer Kit", kind="integrated", driver="nvgpu",
-                   driver_version="35.3.1", compute_capability="8.7", cuda_driver_version="11.4")],
+                   driver_version="35.3.1", compute_capability="8.7", cuda_driver_version="11.4", l4t_version="35.3.1")],
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
+    # issue 11 (detection): Jetson/Tegra from the device tree and the L4T release
+    "i11d-jetson-xavier-jp5": dict(
+        os="linux", arch="arm64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA Jetson AGX Xavier Developer Kit", kind="integrated", driver="nvgpu", driver_version="35.4.1",
+                   compute_capability="7.2", cuda_driver_version="11.4", l4t_version="35.4.1", vram_total=None)],
+        gpu_sources={0: "compute_capability: device-tree compatible (SoC)"},
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
+    "i11d-jetson-agx-orin-jp6": dict(
+        os="linux", arch="arm64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA Jetson AGX Orin Developer Kit", kind="integrated", driver="nvgpu", driver_version="540.3.0",
+                   compute_capability="8.7", cuda_driver_version="12.2", l4t_version="36.3.0", vram_total=None)],
+        gpu_sources={0: "compute_capability: device-tree compatible (SoC)"},
         apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
     ),
     "windows7-laptop-intel-hd-quadro-m2000m-441": dict(
