@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple, cast
 
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
+from .hw_rules import cuda_driver_check
 from .knowledge import Manifests
 from .machine import (
     Device,
@@ -130,18 +131,20 @@ class _GgmlResolver:
             return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}; {cpu} lacks {', '.join(missing)}"), ""
         how = ""
         if dev is not None and t.backend == "cuda":
-            fail = self.driver_fail(dev, t)
-            if fail:
-                return fail, ""
+            native = False
             if req.sm or req.ptx:
                 if dev.cc:
                     kernels = cuda_kernels_for(dev.cc, req.sm, req.ptx)
                     if kernels is None:
                         built = ", ".join(req.sm + [p + " (PTX)" for p in req.ptx])
                         return ("kernels", f"{t.id} has no kernels for {sm_name(dev.cc)} ({dev.name}); it is built for {built}"), ""
+                    native = not kernels.startswith("compute_")
                     how = f"{kernels} kernels for {dev.name}"
                 else:
                     how = f"compute capability of {dev.name} unknown; kernels not checked"
+            fail = self.driver_fail(dev, t, native)
+            if fail:
+                return fail, ""
         elif dev is not None and t.backend == "rocm" and req.gfx:
             if dev.gfx not in req.gfx:
                 return ("kernels", f"{dev.gfx} ({dev.name}) is not among the targets of {t.id} ({', '.join(req.gfx)})"), ""
@@ -154,23 +157,19 @@ class _GgmlResolver:
                 return ("driver", f"{t.id} needs Vulkan {req.vulkan}; the driver offers Vulkan {have}"), ""
         return None, how or (f"runs on {dev.name}" if dev is not None else "")
 
-    def driver_fail(self, dev: Device, t: GgmlTarget) -> Optional[Tuple[str, str]]:
+    def driver_fail(self, dev: Device, t: GgmlTarget, native: bool = False) -> Optional[Tuple[str, str]]:
+        """The driver rule of torch (NVIDIA's minor-version compatibility) applied to a ggml CUDA target."""
         req, g = t.requires, dev.first
         min_drv = req.nvidia_driver.get(self.m.driver_os, "")
-        if req.cuda and dev.cuda_max is not None:
-            if dev.cuda_max >= version_of(req.cuda):
-                return None
-            who = f"NVIDIA driver {g.driver_version}" if g.driver_version else "The NVIDIA driver"
-            tail = f" (driver >= {min_drv})" if min_drv else ""
-            return ("driver", f"{who} supports CUDA up to {g.cuda_driver_version}; {t.id} needs CUDA {req.cuda}{tail} (update the NVIDIA driver)")
+        if req.cuda:
+            why, _how = cuda_driver_check(dev, req.cuda, min_drv, native=native, os_name=self.m.driver_os,
+                                          what=t.id, policy=self.request.cuda_driver)
+            return ("driver", why) if why else None
         if min_drv:
             if dev.driver is None:
                 return ("driver", f"the NVIDIA driver version is unknown; {t.id} needs driver >= {min_drv}")
             if dev.driver < version_of(min_drv):
-                return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs (update the NVIDIA driver)")
-            return None
-        if req.cuda:
-            return ("driver", f"the CUDA version of the NVIDIA driver is unknown; {t.id} needs CUDA {req.cuda}")
+                return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs")
         return None
 
     # -- the resolution ----------------------------------------------------------------------------

@@ -26,12 +26,16 @@ class Request:
     ``requirements`` are PEP 508 strings (``torch==2.6.*``, ``torchvision<0.22``) that narrow the
     choice; ``backend`` forces a backend (``cuda``, ``vulkan``) or a variant (``cu126``); ``python``
     is the target environment's version ("3.11"; empty: the one in the hardware report).
+    ``cuda_driver`` is the NVIDIA driver policy: empty or ``minor-version`` (NVIDIA's rule: a CUDA
+    12.x build runs on any R525+ driver when it has native code for the GPU), or ``strict`` (every
+    build needs the driver of its full toolkit version, for those who want no reliance on it).
     """
 
     stack: Stack = "torch"
     requirements: List[str] = field(default_factory=list)
     backend: str = ""
     python: str = ""
+    cuda_driver: str = ""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 
 from ..errors import UsageError
+from .hw_rules import CUDA_DRIVER_RULES
 from .plan import STACKS, Request
 
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -49,4 +50,6 @@ def check_request(request: Request) -> Requirements:
         raise UsageError(f"unknown stack {request.stack!r}", f"use one of: {', '.join(STACKS)}")
     if request.python and not re.match(r"^\d+\.\d+(\.\d+)?$", request.python.strip()):
         raise UsageError(f"the target Python version {request.python!r} is not a Python version", "write it like 3.11")
+    if request.cuda_driver and request.cuda_driver not in CUDA_DRIVER_RULES:
+        raise UsageError(f"unknown CUDA driver policy {request.cuda_driver!r}", f"use one of: {', '.join(CUDA_DRIVER_RULES)}")
     return parse_requirements(request.requirements)

@@ -17,6 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import Backend
+from .hw_rules import COMPAT_MARK, cuda_driver_check
 from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name, version_of
 from .plan import Candidate, Request
 from .request import Requirements
@@ -65,6 +66,11 @@ class LineOk:
     env: Dict[str, str]
     how: str
 
+    @property
+    def via_compat(self) -> bool:
+        """Runs only through NVIDIA's minor-version compatibility (the driver's CUDA is older)."""
+        return COMPAT_MARK in self.how
+
 
 @dataclass
 class TorchEval:
@@ -107,7 +113,8 @@ class TorchEval:
     def sort_key(self) -> tuple:
         if self.best:
             rel = self.best.release.version
-            return (0, -rel.major, -rel.minor, -len(self.covers), self.order)
+            # same torch line: a build the driver runs natively before one that relies on minor-version compatibility
+            return (0, -rel.major, -rel.minor, self.best.via_compat, -len(self.covers), self.order)
         return (1, self.order)
 
 
@@ -210,17 +217,19 @@ class TorchChecks:
         if build.windows_min_build and m.windows_build is not None and m.windows_build < build.windows_min_build:
             return ("os-version", f"{var.name} needs Windows build {build.windows_min_build} or newer; this Windows is build {m.windows_build}"), env, how
         if dev is not None and var.backend == "cuda":
+            native = False
             if dev.cc:
                 kernels = cuda_kernels_for(dev.cc, build.sm, build.ptx)
                 if kernels is None:
                     return ("kernels", f"torch {{rng}} {var.name} builds have no kernels for {sm_name(dev.cc)} ({dev.name})"), env, how
+                native = not kernels.startswith("compute_")
                 how = f"it has {kernels} kernels for {dev.name}"
             else:
                 how = f"the compute capability of {dev.name} is unknown, so its kernels could not be checked"
-            fail = self.driver_fail(dev, self.matrix.toolkit(var.cuda), var.name)
+            fail, runs = self.driver_fail(dev, self.matrix.toolkit(var.cuda), var.name, native=native)
             if fail:
                 return fail, env, how
-            how += f"; the driver runs CUDA {dev.first.cuda_driver_version or '>= ' + var.cuda}"
+            how += f"; {runs}"
         elif dev is not None and var.backend == "rocm":
             gfx = dev.gfx
             if gfx in var.broken_gfx:
@@ -257,25 +266,17 @@ class TorchChecks:
                     return ("requirement", f"your requirement {text} excludes the {name} that goes with torch {{rng}}"), env, how
         return None, env, how
 
-    def driver_fail(self, dev: Device, tk: Optional[CudaToolkit], vname: str) -> Optional[Tuple[str, str]]:
+    def driver_fail(self, dev: Device, tk: Optional[CudaToolkit], vname: str, *, native: bool = False) -> Tuple[Optional[Tuple[str, str]], str]:
+        """Whether the driver runs ``vname``: NVIDIA's minor-version rule unless the request says strict.
+
+        Without a known compute capability (``native`` False) the full toolkit version is required:
+        whether the wheel has native code for the GPU cannot be checked.
+        """
         if tk is None:
-            return ("driver", f"the matrix has no driver minimums for {vname}")
-        os_text = "Windows" if self.m.driver_os == "windows" else "Linux"
-        min_drv = tk.driver.get(self.m.driver_os, "")
-        g = dev.first
-        if dev.cuda_max is not None:
-            if dev.cuda_max >= tk.version:
-                return None
-            who = f"NVIDIA driver {g.driver_version}" if g.driver_version else "The NVIDIA driver"
-            tail = f" (driver >= {min_drv} on {os_text})" if min_drv else ""
-            return ("driver", f"{who} supports CUDA up to {g.cuda_driver_version}; {vname} needs CUDA {tk.cuda}{tail}")
-        if dev.driver is not None:
-            if not min_drv:
-                return ("driver", f"NVIDIA driver {g.driver_version} reported no CUDA version, and NVIDIA publishes no {os_text} minimum for CUDA {tk.cuda}")
-            if dev.driver >= version_of(min_drv):
-                return None
-            return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, the minimum for CUDA {tk.cuda} ({vname}) on {os_text}")
-        return ("driver", f"the CUDA version of the NVIDIA driver is unknown; {vname} needs CUDA {tk.cuda}")
+            return ("driver", f"the matrix has no driver minimums for {vname}"), ""
+        why, how = cuda_driver_check(dev, tk.cuda, tk.driver.get(self.m.driver_os, ""), native=native,
+                                     os_name=self.m.driver_os, what=vname, policy=self.request.cuda_driver)
+        return (("driver", why) if why else None), how
 
     # -- a candidate ---------------------------------------------------------------------------
     def published_here(self, var: Optional[Variant]) -> bool:

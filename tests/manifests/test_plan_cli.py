@@ -34,7 +34,7 @@ def test_human_output_decision_then_rejections(report_file, capsys):
 def test_impossible_request_exits_3_and_says_what_works(report_file, capsys):
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "torch<2.7"]) == 3
     out = capsys.readouterr().out
-    assert "cannot be met as asked:" in out and "What would work: torch 2.14 cu130" in out
+    assert "cannot be met as asked:" in out and "What would work: torch 2.14 cu132, torch 2.14 cu130" in out
 
 
 def test_json_round_trips(report_file, capsys):
@@ -90,8 +90,8 @@ def test_bad_inputs_are_clear_errors(tmp_path, report_file, capsys):
 def test_replay_directory(capsys):
     assert main(["plan", "--stack", "torch", "--python", "3.11", "--replay", str(CAPTURES / "linux-nvidia-rtx4070-550")]) == 0
     out = capsys.readouterr().out
-    assert "decision: torch 2.7 (cu118) for GPU 0 NVIDIA GeForce RTX 4070" in out
-    assert "cu128 rejected: NVIDIA driver 550.40.07 supports CUDA up to 12.4" in out
+    assert "decision: torch 2.14 (cu126) for GPU 0 NVIDIA GeForce RTX 4070" in out  # CUDA 12.x minor-version compatibility
+    assert "cu130 rejected: NVIDIA driver 550.40.07 supports CUDA up to 12.4; cu130 needs a CUDA 13.x driver" in out
 
 
 def test_live_detection_runs_in_a_subprocess():

@@ -18,6 +18,8 @@ PYTHON = "3.11"
 
 FIXTURES = {
     # machine:                                   (torch variant, torch line, ggml backend, local build)
+    "i11d-jetson-agx-orin-jp6":                  ("cu126", ">=2.14", "cuda", "cuda"),
+    "i11d-jetson-xavier-jp5":                    ("cpu", ">=2.14", "cuda", "cuda"),
     "container-amd-mi300x-kfd-einval":           ("cpu", ">=2.14", "cpu", None),        # /dev/kfd EINVAL: ROCm unusable
     "linux-amd-2x-rx7900xtx-rocm":               ("rocm7.14", ">=2.14", "rocm", None),
     "linux-amd-680m-apu-proxmox":                ("cpu", ">=2.14", "cpu", None),        # gfx1035 iGPU, no ROCm access
@@ -27,25 +29,25 @@ FIXTURES = {
     "linux-arm64-jetson-orin-nx":                ("cpu", ">=2.14", "cuda", "cuda"),     # CUDA 11.4: nothing published
     "linux-cpu-pentium-e5700-no-avx":            ("cpu", ">=2.14", "cpu", None),
     "linux-intel-arc-a770":                      ("xpu", ">=2.14", "cpu", "sycl"),
-    "linux-nvidia-2x-quadro-rtx4000-535":        ("cu118", "~=2.7.0", "cpu", "cuda"),   # driver CUDA 12.2
+    "linux-nvidia-2x-quadro-rtx4000-535":        ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.2: 12.x minor-version compat
     "linux-nvidia-4x-titanx-pascal-418":         ("cpu", ">=2.14", "cpu", "cuda"),      # driver CUDA 10.1
     "linux-nvidia-8x-b200-580":                  ("cu130", ">=2.14", "cuda", None),
-    "linux-nvidia-8x-h100-550":                  ("cu118", "~=2.7.0", "cpu", "cuda"),   # driver CUDA 12.4
+    "linux-nvidia-8x-h100-550":                  ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.4: 12.x minor-version compat
     "linux-nvidia-driver-library-mismatch-580":  ("cpu", ">=2.14", "cpu", None),        # NVML mismatch: reboot first
     "linux-nvidia-nouveau-intel-haswell":        ("cpu", ">=2.14", "cpu", None),
-    "linux-nvidia-open-555-russian-date":        ("cu118", "~=2.7.0", "cpu", "cuda"),   # driver CUDA 12.5
+    "linux-nvidia-open-555-russian-date":        ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.5: 12.x minor-version compat
     "linux-nvidia-rtx3090-580-two-part-version": ("cu130", ">=2.14", "cuda", None),
-    "linux-nvidia-rtx4070-550":                  ("cu118", "~=2.7.0", "cpu", "cuda"),
+    "linux-nvidia-rtx4070-550":                  ("cu126", ">=2.14", "cuda", None),
     "linux-nvidia-rtx5090-rtx4090-580":          ("cu130", ">=2.14", "cuda", None),
     "macos-apple-m3":                            ("mps", ">=2.14", "metal", None),
     "macos-apple-m3-pro-truncated-json":         ("mps", ">=2.14", "metal", None),
     "macos-imacpro-vega64":                      ("mps", "~=2.2.0", "metal", "metal"),  # last x86_64 macOS torch
     "windows-intel-uhd-cometlake":               ("directml", "~=2.4.0", "vulkan", None),
-    "windows-nvidia-gtx1080ti-531":              ("cu118", "~=2.7.0", "vulkan", "cuda"),
+    "windows-nvidia-gtx1080ti-531":              ("cu126", ">=2.14", "cuda", None),     # sm_60 SASS; 531.14 >= 527.41
     "windows-nvidia-rtx4060-591":                ("cu130", ">=2.14", "cuda", None),
     "windows-ryzen-igpu-arc-b580":               ("xpu", ">=2.14", "vulkan", "sycl"),
     "windows7-laptop-intel-hd-quadro-m2000m-441": ("cpu", ">=2.14", "vulkan", "cuda"),
-    "wsl2-nvidia-rtx3060-laptop":                ("cu118", "~=2.7.0", "cpu", "cuda"),
+    "wsl2-nvidia-rtx3060-laptop":                ("cu126", ">=2.14", "cuda", None),
 }
 
 CONSTRUCTED = {

@@ -12,7 +12,7 @@ from accelstack.manifests import Manifests, Plan, Request, load_manifest, resolv
 from accelstack.manifests.torch_matrix import builtin_torch_matrix
 from accelstack.serde import from_dict, to_dict
 
-from ._factory import AVX2, AVX512, REPO, amd, apple, candidate, intel, machine, nvidia, plan_of
+from ._factory import AVX2, AVX512, REPO, amd, apple, candidate, intel, loaded_manifests, machine, nvidia, plan_of
 
 
 def names(plan: Plan, accepted=None):
@@ -47,21 +47,62 @@ def test_old_driver_falls_to_directml_only_after_cuda_is_explained():
 
 # -- the newest torch the driver AND the architecture support ----------------------------------------
 def test_driver_limits_the_cuda_variant_with_an_actionable_reason():
+    # NVIDIA's minor-version compatibility: a CUDA 12.x wheel with sm_75 code runs on any R525+ driver
     plan = plan_of(machine(nvidia(name="Quadro RTX 4000", cc="7.5", cuda="12.2", driver="535.104.05")))
-    assert (plan.variant, plan.torch_version) == ("cu118", "2.7")  # the newest torch whose CUDA the driver runs
-    cu128 = candidate(plan, "cu128")
-    assert cu128.code == "driver"
-    assert cu128.reason == ("cu128 rejected: NVIDIA driver 535.104.05 supports CUDA up to 12.2; cu128 needs CUDA 12.8 "
-                            "(driver >= 570.26 on Linux) (update the NVIDIA driver, or use cu118)")
-    assert candidate(plan, "cu121").accepted  # also works, with an older torch
-    assert "cu118 gives a newer torch (2.7)" in candidate(plan, "cu121").reason
+    assert (plan.variant, plan.torch_version) == ("cu126", "2.14")
+    assert "minor-version compatibility" in plan.chosen.reason
+    cu130 = candidate(plan, "cu130")
+    assert cu130.code == "driver"
+    assert cu130.reason == ("cu130 rejected: NVIDIA driver 535.104.05 supports CUDA up to 12.2; cu130 needs a CUDA 13.x driver "
+                            "(>= 580.65.06 on Linux, NVIDIA minor-version compatibility) (update the NVIDIA driver, or use cu126)")
+    assert candidate(plan, "cu128").accepted  # also works, with an older torch
+    assert "cu126 gives a newer torch (2.14)" in candidate(plan, "cu128").reason
+
+
+def test_strict_driver_policy_needs_the_full_toolkit_version():
+    report = machine(nvidia(name="Quadro RTX 4000", cc="7.5", cuda="12.2", driver="535.104.05"))
+    plan = resolve(report, Request(stack="torch", python="3.11", cuda_driver="strict"), loaded_manifests())
+    assert (plan.variant, plan.torch_version) == ("cu118", "2.7")  # the newest torch whose full CUDA version the driver runs
+    assert candidate(plan, "cu128").reason.startswith(
+        "cu128 rejected: NVIDIA driver 535.104.05 supports CUDA up to 12.2; cu128 needs CUDA 12.8 (driver >= 570.26 on Linux)")
+    with pytest.raises(UsageError, match="CUDA driver policy"):
+        resolve(report, Request(stack="torch", cuda_driver="lenient"), loaded_manifests())
+
+
+@pytest.mark.parametrize("driver, cuda, os_name, expected", [
+    ("525.60.13", "12.0", "linux", ("cu126", "2.14")),   # the 12.x floor on Linux
+    ("555.42.06", "12.5", "linux", ("cu126", "2.14")),
+    ("527.41", "12.0", "windows", ("cu126", "2.14")),    # the 12.x floor on Windows
+    ("522.06", "11.8", "windows", ("cu118", "2.7")),     # below it: only CUDA 11.x wheels
+    ("580.65.06", "13.0", "linux", ("cu130", "2.14")),   # 13.x: 580; cu130 runs natively, preferred to cu132
+])
+def test_minor_version_compatibility_per_major(driver, cuda, os_name, expected):
+    plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 4070", cc="8.9", cuda=cuda, driver=driver, vram=12), os=os_name))
+    assert (plan.variant, plan.torch_version) == expected
+
+
+def test_a_ptx_only_gpu_needs_the_driver_of_the_full_toolkit():
+    # a GPU newer than every SASS in the cu130/cu132 wheels reaches them only through 12.0 PTX: the driver's
+    # PTX JIT must know the wheel's full CUDA version (13.2 for cu132), minor-version compatibility does not apply
+    plan = plan_of(machine(nvidia(name="Future GPU", cc="13.0", cuda="13.0", driver="580.65.06", vram=48)))
+    assert plan.variant == "cu130"
+    cu132 = candidate(plan, "cu132")
+    assert cu132.code == "driver" and "needs CUDA 13.2 (driver >= 595.45.04 on Linux), because it reaches this GPU only through PTX" in cu132.reason
+
+
+def test_cuda13_needs_r580_and_cu118_quotes_its_own_minimum():
+    plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 4070", cc="8.9", cuda="12.9", driver="575.57.08", vram=12)))
+    assert plan.variant == "cu126" and ">= 580.65.06 on Linux" in candidate(plan, "cu130").reason
+    old = plan_of(machine(nvidia(name="NVIDIA GeForce GTX 1080 Ti", cc="6.1", cuda="10.1", driver="418.39", vram=11)))
+    assert "cu118 needs a CUDA 11.x driver (>= 450.80.02 on Linux" in candidate(old, "cu118").reason
 
 
 def test_driver_version_is_used_when_the_driver_reports_no_cuda_version():
     gpu = nvidia(cuda="", driver="560.35.03")
     plan = plan_of(machine(gpu, apis={"cuda": [0]}))
     assert plan.variant == "cu126" and plan.torch_version == "2.14"
-    assert "older than 570.26" in candidate(plan, "cu128").reason
+    assert "NVIDIA driver 560.35.03 is older than 580.65.06; cu130 needs a CUDA 13.x driver" in candidate(plan, "cu130").reason
+    assert candidate(plan, "cu128").accepted  # 12.8 through minor-version compatibility
 
 
 def test_maxwell_gets_a_build_that_still_has_its_kernels():
@@ -76,10 +117,10 @@ def test_kepler_is_pinned_to_the_last_torch_with_sm37():
     plan = plan_of(machine(nvidia(name="Tesla K80", cc="3.7", cuda="12.0", driver="525.60.13", vram=12)))
     assert (plan.variant, plan.torch_version) == ("cu118", "2.7")
     assert plan.packages == ["torch==2.7.*"]
-    # on its last supported driver (R470, CUDA 11.4) no CUDA wheel runs: CPU, with both reasons
+    # on its last supported driver (R470, CUDA 11.4) cu118 still runs: 11.x minor-version compatibility (>= 450.80.02)
     old = plan_of(machine(nvidia(name="Tesla K80", cc="3.7", cuda="11.4", driver="470.57.02", vram=12)))
-    assert old.backend == "cpu"
-    assert candidate(old, "cu118").code == "driver" and candidate(old, "cu126").code == "kernels"
+    assert (old.variant, old.torch_version) == ("cu118", "2.7")
+    assert candidate(old, "cu126").code == "kernels"
 
 
 def test_volta_keeps_cu126_and_cu128_stops_at_2_10():
@@ -127,7 +168,7 @@ def test_torch_below_2_7_on_a_50xx_card_is_impossible_and_says_what_works():
     assert not plan.ok and plan.backend == "cpu" and plan.torch_version == "2.6"
     [conflict] = plan.conflicts
     assert conflict.startswith("torch<2.7 leaves no CUDA build that runs on GPU 0 NVIDIA GeForce RTX 5090")
-    assert "What would work: torch 2.14 cu130, torch 2.11 cu128, torch 2.8 cu129" in conflict
+    assert "What would work: torch 2.14 cu132, torch 2.14 cu130, torch 2.11 cu128, torch 2.8 cu129" in conflict
     assert "Using cpu (torch 2.6) instead" in conflict
     assert candidate(plan, "cu126").code == "kernels" and candidate(plan, "cu128").code == "requirement"
 
@@ -347,7 +388,7 @@ def test_ggml_cpu_variant_by_cpu_features(features, variant):
 
 def test_ggml_vulkan_points_at_the_discrete_gpu():
     report = machine(intel(0, name="Intel UHD Graphics 630", generation="Gen9.5", kind="integrated", vram=None),
-                     nvidia(1, name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="12.2", driver="537.13", vram=6), os="windows")
+                     nvidia(1, name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="11.4", driver="472.12", vram=6), os="windows")
     plan = plan_of(report, "ggml")
     assert (plan.backend, plan.gpus) == ("vulkan", [1])
     assert plan.env == {"GGML_VK_VISIBLE_DEVICES": "1"}
@@ -359,11 +400,11 @@ def test_ggml_vulkan_version_is_read_from_the_driver_text():
     """The Vulkan version a report carries is the driver's text: compared by its leading number, never a crash."""
     def vulkan_plan(text):
         report = machine(intel(0, name="Intel UHD Graphics 630", generation="Gen9.5", kind="integrated", vram=None),
-                         nvidia(1, name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="12.2", driver="537.13", vram=6), os="windows")
+                         nvidia(1, name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="11.4", driver="472.12", vram=6), os="windows")
         next(a for a in report.apis if a.name == "vulkan").version = text
         return plan_of(report, "ggml")
 
-    assert vulkan_plan("1.3.275 (NVIDIA 537.13)").backend == "vulkan"
+    assert vulkan_plan("1.3.275 (NVIDIA 472.12)").backend == "vulkan"
     old = vulkan_plan("1.1.130 (an old driver)")
     assert old.backend != "vulkan" and "needs Vulkan 1.2; the driver offers Vulkan 1.1.130" in candidate(old, "win-x64-vulkan").reason
     assert vulkan_plan("unknown").backend == "vulkan"  # no version to compare: the driver's presence decides
@@ -451,7 +492,7 @@ def test_changing_the_data_changes_the_decision():
                 v["platforms"]["linux-x86_64"]["sm"] = ["9.0"]
     matrix = load_manifest(json.dumps(doc).encode(), check_expiry=False)
     plan = resolve(machine(nvidia()), Request(stack="torch"), Manifests(torch=matrix))
-    assert (plan.variant, plan.torch_version) == ("cu130", "2.13")
+    assert (plan.variant, plan.torch_version) == ("cu132", "2.14")  # 13.2 on a 13.0 driver: minor-version compatibility
     assert "torch 2.6\u20132.14 cu126 builds have no kernels for sm_89" in candidate(plan, "cu126").reason
 
 
@@ -474,7 +515,8 @@ def test_wsl_uses_the_windows_driver_and_allows_directml():
     report = machine(nvidia(name="NVIDIA GeForce RTX 3060 Laptop GPU", cc="8.6", cuda="", driver="546.80", vram=6,
                             driver_name="dxg"), wsl=True, apis={"cuda": [0], "directml": [0]})
     plan = plan_of(report)
-    assert (plan.variant, plan.torch_version) == ("cu118", "2.7")
+    assert (plan.variant, plan.torch_version) == ("cu126", "2.14")  # 12.x minor-version compatibility (>= 527.41 on Windows)
+    strict = resolve(report, Request(stack="torch", python="3.11", cuda_driver="strict"), loaded_manifests())
     # 546.80 is below the Windows minimum for CUDA 12.4 (551.61), though above the Linux one (550.54.14)
-    assert "NVIDIA driver 546.80 is older than 551.61, the minimum for CUDA 12.4 (cu124) on Windows" in candidate(plan, "cu124").reason
+    assert "NVIDIA driver 546.80 is older than 551.61; cu124 needs CUDA 12.4 (driver >= 551.61 on Windows)" in candidate(strict, "cu124").reason
     assert candidate(plan, "directml").accepted

@@ -1,0 +1,182 @@
+"""Vendor rules both resolvers apply, kept as cited data (``data/hw-rules.json``).
+
+NVIDIA's minor-version compatibility (a CUDA 12.x build runs on any R525+ driver when it has native
+code for the GPU), how long each GPU architecture is supported (which driver branch a hint may
+advise), what a local ggml build can still target, and Jetson's L4T -> JetPack names. Torch and
+ggml plans must agree on these, so they live in one place rather than in either manifest.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
+
+from .machine import Device, cc_parts
+
+BUILTIN = "hw-rules.json"
+STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
+MINOR_VERSION = "minor-version"  # policy (default): NVIDIA's minor-version compatibility
+CUDA_DRIVER_RULES = (MINOR_VERSION, STRICT)
+COMPAT_MARK = "minor-version compatibility"  # in the "how" of a build that relies on it
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    cc_min: Tuple[int, int]
+    cc_max: Tuple[int, int]
+    last_cuda: int  # the last CUDA major that compiles for it
+    last_branch: str  # the last driver branch that runs it ("470")
+
+
+@dataclass
+class HwRules:
+    """The parsed rules; see the module docstring."""
+
+    minor_floor: Dict[str, Dict[str, str]]  # CUDA major -> os -> minimum driver
+    architectures: List[Architecture]
+    ggml_min_cc: Tuple[int, int]
+    ggml_min_cuda_major: int
+    rocm_build_gfx: List[str]
+    vulkan_min: Version
+    jetson_wheels_url: str
+    jetpack: Dict[str, str]
+    jetpack_family: Dict[str, str]
+    sources: Dict[str, str] = field(default_factory=dict)
+
+    def floor(self, major: int, os_name: str) -> str:
+        """The minimum driver of CUDA ``major``'s family on ``os_name`` ("" when unknown)."""
+        return self.minor_floor.get(str(major), {}).get(os_name, "")
+
+    def architecture(self, cc: str) -> Optional[Architecture]:
+        parts = cc_parts(cc)
+        if parts is None:
+            return None
+        return next((a for a in self.architectures if a.cc_min <= parts <= a.cc_max), None)
+
+    def jetpack_of(self, l4t: str) -> str:
+        """JetPack release of an L4T release: "5.1.1", or "6.x" (family only), or "" (unknown)."""
+        l4t = (l4t or "").strip()
+        if not l4t:
+            return ""
+        exact = self.jetpack.get(l4t) or self.jetpack.get(".".join(l4t.split(".")[:2]))
+        if exact:
+            return exact
+        family = self.jetpack_family.get(l4t.split(".")[0])
+        return f"{family}.x" if family else ""
+
+
+def _parts(text: str) -> Tuple[int, int]:
+    parts = cc_parts(text)
+    if parts is None:
+        raise ValueError(f"hw-rules: {text!r} is not a compute capability")
+    return parts
+
+
+def parse_hw_rules(doc: dict) -> HwRules:
+    """The rules from their JSON form (the bundled file; tests pass their own)."""
+    majors = {k: {o: v for o, v in d.items() if o in ("linux", "windows")}
+              for k, d in doc["cuda_minor_compat"]["majors"].items()}
+    archs = [Architecture(name=r["name"], cc_min=_parts(r["cc_min"]), cc_max=_parts(r["cc_max"]),
+                          last_cuda=int(r["last_cuda"]), last_branch=str(r.get("last_branch", "")))
+             for r in doc["nvidia_architectures"]["rows"]]
+    ggml = doc["ggml_cuda_build"]
+    jet = doc["jetson"]
+    return HwRules(
+        minor_floor=majors,
+        architectures=archs,
+        ggml_min_cc=_parts(ggml["min_cc"]),
+        ggml_min_cuda_major=int(ggml["min_cuda_major"]),
+        rocm_build_gfx=list(doc["rocm_build_gfx"]["targets"]),
+        vulkan_min=Version(doc["vulkan_build"]["min_version"]),
+        jetson_wheels_url=jet["wheels_url"],
+        jetpack=dict(jet["jetpack"]),
+        jetpack_family=dict(jet["jetpack_family"]),
+        sources=dict(doc.get("sources", {})),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def hw_rules() -> HwRules:
+    """The rules shipped with accelstack (part of the installed package, like the torch matrix)."""
+    data = resources.files("accelstack.manifests").joinpath("data").joinpath(BUILTIN).read_bytes()
+    return parse_hw_rules(json.loads(data))
+
+
+def is_jetson(gpu: object) -> bool:
+    """Jetson's integrated Tegra GPU as detection reports it (driver "nvgpu", or an L4T release)."""
+    if getattr(gpu, "vendor", "") != "nvidia" or getattr(gpu, "kind", "") != "integrated":
+        return False
+    return getattr(gpu, "driver", "") == "nvgpu" or bool(getattr(gpu, "l4t_version", ""))
+
+
+def l4t_of(gpu: object) -> str:
+    """The L4T release of a Jetson GPU: detection's field, else the L4T-style driver version ("35.3.1")."""
+    l4t = str(getattr(gpu, "l4t_version", "") or "")
+    if l4t:
+        return l4t
+    drv = str(getattr(gpu, "driver_version", "") or "")
+    parts = drv.split(".")
+    return drv if parts and parts[0].isdigit() and 30 <= int(parts[0]) < 100 else ""
+
+
+def driver_branch_hint(cc: str, os_name: str = "linux") -> str:
+    """Which NVIDIA driver to advise for a GPU of compute capability ``cc`` (never one it cannot run)."""
+    parts = cc_parts(cc)
+    rules = hw_rules()
+    if parts is None:
+        return "update the NVIDIA driver"
+    first = rules.architectures[0].cc_min if rules.architectures else None
+    if first is not None and parts < first:
+        return "this GPU is past NVIDIA's driver support (older than Kepler); no current driver runs it"
+    arch = rules.architecture(cc)
+    if arch is None or not arch.last_branch:
+        return "update the NVIDIA driver"
+    return (f"install the newest R{arch.last_branch} driver; {arch.name} GPUs are not supported by drivers "
+            f"after R{arch.last_branch} (NVIDIA's architecture matrix)")
+
+
+def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os_name: str, what: str,
+                      policy: str = "") -> Tuple[Optional[str], str]:
+    """Whether the driver of ``dev`` runs a CUDA ``cuda`` build: (why not, or None; how it runs).
+
+    NVIDIA's rule (NV-MVC): a build with native code (SASS) for the GPU needs only a driver of its
+    CUDA major's family (R525+ for 12.x); PTX is JIT-compiled by the driver, which must know the
+    build's full toolkit version (NV-PTX-JIT). ``policy`` "strict" applies the full version always.
+    ``full_min`` is the Table-3 driver of the full toolkit version on ``os_name``.
+    """
+    tk = Version(cuda)
+    os_text = "Windows" if os_name == "windows" else "Linux"
+    floor = hw_rules().floor(tk.major, os_name)
+    g = dev.first
+    minor = policy != STRICT and native and bool(floor)
+    if minor:
+        need_cuda, need_drv = Version(f"{tk.major}.0"), floor
+        rule = f"a CUDA {tk.major}.x driver (>= {floor} on {os_text}, NVIDIA minor-version compatibility)"
+    else:
+        need_cuda, need_drv = tk, full_min
+        rule = f"CUDA {cuda}" + (f" (driver >= {full_min} on {os_text})" if full_min else "")
+        if policy != STRICT and not native:
+            rule += ", because it reaches this GPU only through PTX, which an older driver cannot compile"
+    who = f"NVIDIA driver {g.driver_version}" if dev.driver is not None else "The NVIDIA driver"
+    if dev.cuda_max is not None:
+        ok = dev.cuda_max >= need_cuda
+        if ok and minor and dev.driver is not None and need_drv:
+            ok = dev.driver >= Version(need_drv)
+        if not ok:
+            return f"{who} supports CUDA up to {g.cuda_driver_version}; {what} needs {rule}", ""
+    elif dev.driver is not None:
+        if not need_drv:
+            return f"{who} reported no CUDA version, and NVIDIA publishes no {os_text} minimum for CUDA {cuda}", ""
+        if dev.driver < Version(need_drv):
+            return f"{who} is older than {need_drv}; {what} needs {rule}", ""
+    else:
+        return f"the CUDA version of the NVIDIA driver is unknown; {what} needs {rule}", ""
+    have = dev.cuda_max
+    if minor and have is not None and have < tk:
+        return None, f"the driver runs CUDA {g.cuda_driver_version}: CUDA {cuda} builds run through NVIDIA's {COMPAT_MARK}"
+    return None, f"the driver runs CUDA {g.cuda_driver_version or '>= ' + cuda}"
