@@ -105,3 +105,12 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
     except yaml.YAMLError as exc:
         raise MalformedInput(f"{what} is not valid YAML: {str(exc)[:300]}", "fix the file or remove it") from None
     return check_depth(value, what=what, max_depth=max_depth)
+
+# --- Documents from elsewhere: manifests, signatures, captures (issue 10, documents side) ---
+MIN_DATETIME_YEAR = 2000  # an `expires` before this is a typo or an attack on the clock check
+MAX_DATETIME_YEAR = 2200  # far past any real expiry, far from datetime's year 9999 overflow
+MAX_TEXT_LENGTH = 4096  # any other string of a manifest (a URL, a description, a version range)
+MAX_SIGNATURES = 64  # co-signatures in one `.sig`; each costs a signature check
+MAX_DOCUMENT_INT = 2 ** 63 - 1  # integers of manifests and captures (versions, sizes, return codes)
+MAX_ARTIFACT_BYTES = 1 << 44  # 16 TiB: larger than any model or build, small enough to be a size
+MAX_CAPTURE_FILES = 10_000  # probe outputs (files, commands) listed in one capture.json

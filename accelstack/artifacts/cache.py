@@ -23,7 +23,7 @@ from ..settings import Settings
 from .errors import CacheError
 
 HASH_CHUNK = 1 << 20
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would accept a trailing newline
 
 
 def check_sha256(value: str) -> str:

@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import AccelstackError, UsageError
+from ..limits import MAX_DOCUMENT_INT, MAX_SIGNATURE_BYTES
 from ..manifests.envelope import check_envelope
 from ..manifests.errors import ManifestError, ManifestKeyError
-from ..manifests.fields import decode
+from ..manifests.fields import check_id, decode, read_document
 from ..manifests.keys import generate_keypair, keyid_of, parse_public_key, public_raw_of_private
 from ..manifests.signatures import read_manifest_files, sign_manifest, signature_path
 from ..manifests.trust import TrustedManifests
 from ..settings import Settings
+
+# An expiry past the years a manifest may name (limits.MAX_DATETIME_YEAR) would be refused by
+# every user; 50 years is far beyond any sensible release cadence.
+MAX_EXPIRES_DAYS = 50 * 366
 
 
 def _user_keys_dir() -> str:
@@ -89,7 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--key", metavar="FILE", help="private key (PEM) to sign with; without it the manifest is unsigned")
     bd.add_argument("--source", default="default", help="the channel name users' rollback protection tracks")
     bd.add_argument("--version", type=int, required=True, help="manifest version; must grow with every release")
-    bd.add_argument("--expires-days", type=int, default=180, help="days until the manifest expires (default 180)")
+    bd.add_argument("--expires-days", type=int, default=180,
+                    help=f"days until the manifest expires (default 180, at most {MAX_EXPIRES_DAYS})")
     bd.add_argument("--json", action="store_true", help="print the result as JSON")
     bd.set_defaults(func=run_build)
 
@@ -99,7 +105,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from ..publisher.publish import build_manifest, write_signed_manifest
 
-    key = Path(args.key).read_bytes() if args.key else None
+    if not 1 <= args.expires_days <= MAX_EXPIRES_DAYS:
+        raise UsageError(f"--expires-days must be 1 to {MAX_EXPIRES_DAYS}, got {args.expires_days}",
+                         "a manifest is re-signed with every release; a few months is usual")
+    if not 0 <= args.version <= MAX_DOCUMENT_INT:
+        raise UsageError(f"--version must be 0 to {MAX_DOCUMENT_INT}, got {args.version}")
+    try:
+        check_id(args.source, "--source", "source (channel name)")
+    except ManifestError as exc:
+        raise UsageError(exc.message) from None
+    key = _read_private(args.key) if args.key else None
     doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,
                          expires_days=args.expires_days)
     path = write_signed_manifest(Path(args.directory), doc, key)
@@ -149,9 +164,10 @@ def run_keygen(args: argparse.Namespace) -> int:
 
 def _read_private(path: str) -> bytes:
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read private key {path} ({exc.strerror or exc})") from None
+        return read_document(path, MAX_SIGNATURE_BYTES)
+    except (OSError, ManifestError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) else exc.message
+        raise UsageError(f"cannot read private key {path} ({detail or exc})") from None
 
 
 def run_sign(args: argparse.Namespace) -> int:
@@ -162,7 +178,10 @@ def run_sign(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else signature_path(manifest)
     existing: Optional[bytes] = None
     if out.exists() and not args.replace:
-        existing = out.read_bytes()
+        try:
+            existing = read_document(out, MAX_SIGNATURE_BYTES)
+        except (OSError, ManifestError):
+            existing = None  # an unreadable old .sig is replaced
     try:
         sig = sign_manifest(data, private_pem, existing)
     except ManifestError:
@@ -188,7 +207,7 @@ def run_verify(args: argparse.Namespace) -> int:
     data, sig = read_manifest_files(manifest)
     if args.sig:
         try:
-            sig = Path(args.sig).read_bytes()
+            sig = read_document(args.sig, MAX_SIGNATURE_BYTES)
         except OSError as exc:
             raise UsageError(f"cannot read signature {args.sig} ({exc.strerror or exc})") from None
     if args.only_keys and not args.key:

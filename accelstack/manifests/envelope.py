@@ -16,13 +16,14 @@ from typing import Any, Optional, Tuple, cast
 
 from ..domain import STACKS, Stack
 from ..errors import Action
+from ..limits import MAX_DATETIME_YEAR, MIN_DATETIME_YEAR
 from .errors import ExpiredManifestFormatError
-from .fields import fail, get, get_str
+from .fields import check_id, describe, fail, get, get_str, quote
 
 MANIFEST_FORMAT = "accelstack-manifest"
 SUPPORTED_FORMAT_VERSIONS: Tuple[int, ...] = (1,)
 KINDS: Tuple[Stack, ...] = STACKS
-_ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$")
+_ISO = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
 
 
 @dataclass
@@ -45,13 +46,22 @@ def utcnow() -> datetime:
 
 
 def parse_expires(value: str, path: str = "expires") -> datetime:
-    """An ISO-8601 date-time with a zone (``Z`` or ``+hh:mm``) as an aware UTC datetime."""
-    if not _ISO.match(value):
-        raise fail(path, f"{value!r} is not an ISO-8601 date-time with a time zone, e.g. 2027-06-01T00:00:00Z")
+    """An ISO-8601 date-time with a zone (``Z`` or ``+hh:mm``) as an aware UTC datetime, in the
+    years :data:`~accelstack.limits.MIN_DATETIME_YEAR` to ``MAX_DATETIME_YEAR`` (near year 1 or
+    9999 converting it to UTC would overflow)."""
+    if not isinstance(value, str) or not _ISO.match(value):
+        raise fail(path, f"{quote(value) if isinstance(value, str) else describe(value)} is not an ISO-8601 date-time with a time zone, e.g. 2027-06-01T00:00:00Z")
+    year = int(value[:4])
+    if not MIN_DATETIME_YEAR <= year <= MAX_DATETIME_YEAR:
+        raise fail(path, f"{value!r} is outside the years {MIN_DATETIME_YEAR} to {MAX_DATETIME_YEAR} accepted")
     text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    if "." in text:  # fromisoformat before 3.11 reads only 3 or 6 fraction digits
+        head, _, rest = text.partition(".")
+        digits = rest[:-6]
+        text = f"{head}.{(digits + '000000')[:6]}{rest[-6:]}"
     try:
         return datetime.fromisoformat(text).astimezone(timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise fail(path, f"{value!r} is not a valid date-time") from None
 
 
@@ -81,7 +91,7 @@ def check_envelope(doc: Any, *, now: Optional[datetime] = None, check_expiry: bo
             action=Action.UPDATE_ACCELSTACK if newer else Action.NONE,
         )
     env = Envelope(
-        source=get_str(doc, "source", ""),
+        source=check_id(get_str(doc, "source", ""), "source", "source (channel name)"),
         version=get(doc, "version", "", int),
         expires=get_str(doc, "expires", ""),
         kind=cast(Stack, get_str(doc, "kind", "", choices=KINDS)),

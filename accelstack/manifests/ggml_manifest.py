@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Tuple, cast
 
 from ..domain import Backend, Stack
 from ..errors import Action
+from ..limits import MAX_ARTIFACT_BYTES
 from ..refs import ArtifactRef
 from .envelope import Envelope
 from .fields import (
@@ -33,6 +34,8 @@ from .fields import (
     FEATURE,
     GFX,
     SHA256,
+    check_file_name,
+    check_id,
     describe,
     fail,
     get,
@@ -43,6 +46,7 @@ from .fields import (
     get_version,
     join,
     parse_version,
+    quote,
 )
 
 GGML_BACKENDS: Tuple[Backend, ...] = ("cpu", "cuda", "vulkan", "rocm", "metal", "sycl")
@@ -96,15 +100,15 @@ class GgmlManifest:
 def parse_artifact(obj: Any, path: str) -> ArtifactRef:
     if not isinstance(obj, dict):
         raise fail(path, f"expected an object, got {describe(obj)}")
-    name = get_str(obj, "name", path)
-    if "/" in name or "\\" in name or name in (".", ".."):
-        raise fail(join(path, "name"), f"{name!r} must be a plain file name")
+    name = check_file_name(get_str(obj, "name", path), join(path, "name"))
     sha = get(obj, "sha256", path, str)
     if not SHA256.match(sha):
-        raise fail(join(path, "sha256"), f"{sha!r} is not 64 lowercase hex digits")
+        # Strict: no surrounding spaces, no upper case. Whatever is accepted here becomes a cache
+        # file name and is compared with real digests verbatim.
+        raise fail(join(path, "sha256"), f"{quote(sha)} is not 64 lowercase hex digits")
     size = get(obj, "size", path, int)
-    if size <= 0:
-        raise fail(join(path, "size"), f"must be a positive number of bytes, got {size}")
+    if not 0 < size <= MAX_ARTIFACT_BYTES:
+        raise fail(join(path, "size"), f"must be a positive number of bytes up to {MAX_ARTIFACT_BYTES}, got {size}")
     urls: List[str] = []
     if "url" in obj:
         urls.append(get_str(obj, "url", path))
@@ -113,7 +117,7 @@ def parse_artifact(obj: Any, path: str) -> ArtifactRef:
         raise fail(join(path, "urls"), "missing (give 'url' or a non-empty 'urls' list)")
     for i, u in enumerate(urls):
         if not u.startswith(("https://", "http://", "file://")):
-            raise fail(join(join(path, "urls"), i), f"{u!r} is not an http(s) or file URL")
+            raise fail(join(join(path, "urls"), i), f"{quote(u)} is not an http(s) or file URL")
     return ArtifactRef(name=name, sha256=sha, size=size, urls=urls)
 
 
@@ -152,7 +156,7 @@ def parse_ggml_manifest(doc: dict, envelope: Envelope) -> GgmlManifest:
         p = join("targets", i)
         if not isinstance(t, dict):
             raise fail(p, f"expected an object, got {describe(t)}")
-        tid = get_str(t, "id", p)
+        tid = check_id(get_str(t, "id", p), join(p, "id"), "target id")
         if tid in ids:
             raise fail(join(p, "id"), f"duplicate target id {tid!r}")
         ids.add(tid)

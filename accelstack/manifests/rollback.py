@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
+from ..limits import MAX_SIGNATURE_BYTES, MalformedInput, parse_json
 from .errors import ManifestError, ManifestRollbackError, ManifestStateError
 
 STATE_FORMAT = "accelstack-manifest-versions"
@@ -38,7 +39,7 @@ class RollbackStore:
         except OSError as exc:
             raise ManifestError(f"cannot read manifest version state {self.path} ({exc})") from None
         try:
-            doc = json.loads(text)
+            doc = parse_json(text, what=f"manifest version state {self.path}", max_bytes=MAX_SIGNATURE_BYTES * 16)
             versions = doc["sources"]
             if doc.get("format") != STATE_FORMAT or not isinstance(versions, dict):
                 raise ValueError("unexpected layout")
@@ -49,7 +50,7 @@ class RollbackStore:
                     raise ValueError(f"version of {source!r} is not an integer")
                 out[source] = v
             return out
-        except (ValueError, KeyError, TypeError) as exc:
+        except (MalformedInput, ValueError, KeyError, TypeError) as exc:
             # Refusing is safer than silently forgetting what was seen (that would allow a rollback).
             raise ManifestError(
                 f"manifest version state {self.path} is corrupt ({exc})",

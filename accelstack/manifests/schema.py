@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import Action
+from ..limits import MAX_JSON_BYTES
 from .envelope import Envelope, check_envelope
 from .errors import ManifestError, ManifestFormatError
-from .fields import decode
+from .fields import check_id, decode, join, read_document
 from .ggml_manifest import GGML_BACKENDS, GgmlManifest, GgmlTarget, parse_ggml_manifest
 from .torch_matrix import TorchMatrix, parse_torch_matrix
 
@@ -37,7 +38,18 @@ def parse_body(doc: dict, envelope: Envelope) -> AnyManifest:
     """The body of a document whose ``envelope`` was checked, parsed as its kind says."""
     if envelope.kind == "ggml":
         return parse_ggml_manifest(doc, envelope)
-    return parse_torch_matrix(doc, envelope)
+    matrix = parse_torch_matrix(doc, envelope)
+    _check_variant_names(doc)
+    return matrix
+
+
+def _check_variant_names(doc: dict) -> None:
+    """Torch variant names become index URLs and directory names: ids, checked like target ids.
+
+    Runs after the matrix parsed, so every ``releases[i].variants[j].name`` is a string."""
+    for i, release in enumerate(doc["releases"]):
+        for j, variant in enumerate(release["variants"]):
+            check_id(variant["name"], join(join(join(join("releases", i), "variants"), j), "name"), "variant name")
 
 
 def load_manifest(data: Union[bytes, str], *, now: Optional[datetime] = None, check_expiry: bool = True) -> AnyManifest:
@@ -49,7 +61,7 @@ def load_manifest_file(path: Union[str, Path], *, now: Optional[datetime] = None
     """A manifest file the user pointed at; errors say which file."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_document(p, MAX_JSON_BYTES)
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})", "check the path",
                             action=Action.FIX_INPUT) from None

@@ -13,15 +13,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..errors import Action
+from ..limits import MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, MAX_SIGNATURES, MalformedInput, parse_json
 from .errors import ManifestError, ManifestSignatureError
+from .fields import read_document
 from .keys import TrustStore, keyid_of, load_private_key, public_raw_of_private
 
 SIGNATURE_FORMAT = "accelstack-signature"
 SIG_SUFFIX = ".sig"
+KEYID = re.compile(r"^[0-9a-f]{16}\Z")
+MAX_SIG_TEXT = 256  # base64 of a 64-byte Ed25519 signature is 88 characters
 
 
 def sign_manifest(data: bytes, private_pem: bytes, existing: Optional[bytes] = None) -> bytes:
@@ -42,15 +47,18 @@ def sign_manifest(data: bytes, private_pem: bytes, existing: Optional[bytes] = N
 
 def parse_signature(signature: bytes) -> List[Dict[str, str]]:
     """The entries of a ``.sig`` document; raise :class:`ManifestSignatureError` if malformed."""
+    # Anyone who serves the manifest can serve its .sig, no key needed: bounded before parsing.
     try:
-        doc = json.loads(signature.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestSignatureError(f"signature file is not valid JSON ({exc})") from None
+        doc = parse_json(signature, what="signature file", max_bytes=MAX_SIGNATURE_BYTES, max_depth=4)
+    except MalformedInput as exc:
+        raise ManifestSignatureError(exc.message, "download the manifest and its signature again") from None
     if not isinstance(doc, dict) or doc.get("format") != SIGNATURE_FORMAT:
         raise ManifestSignatureError(f"signature file: 'format' must be {SIGNATURE_FORMAT!r}")
     entries = doc.get("signatures")
     if not isinstance(entries, list):
         raise ManifestSignatureError("signature file: 'signatures' must be a list")
+    if len(entries) > MAX_SIGNATURES:
+        raise ManifestSignatureError(f"signature file: {len(entries)} signatures, more than the {MAX_SIGNATURES} accepted")
     out = []
     for i, entry in enumerate(entries):
         if (
@@ -59,6 +67,10 @@ def parse_signature(signature: bytes) -> List[Dict[str, str]]:
             or not isinstance(entry.get("sig"), str)
         ):
             raise ManifestSignatureError(f"signature file: signatures[{i}] needs string 'keyid' and 'sig'")
+        if not KEYID.match(entry["keyid"]):
+            raise ManifestSignatureError(f"signature file: signatures[{i}].keyid is not 16 lowercase hex digits")
+        if len(entry["sig"]) > MAX_SIG_TEXT:
+            raise ManifestSignatureError(f"signature file: signatures[{i}].sig is too long for an Ed25519 signature")
         out.append({"keyid": entry["keyid"], "sig": entry["sig"]})
     return out
 
@@ -120,11 +132,11 @@ def read_manifest_files(manifest_path: Union[str, Path]) -> Tuple[bytes, Optiona
     """The manifest's bytes and its signature's (``None`` if there is no ``.sig``)."""
     p = Path(manifest_path)
     try:
-        data = p.read_bytes()
+        data = read_document(p, MAX_JSON_BYTES)
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})") from None
     try:
-        sig: Optional[bytes] = signature_path(p).read_bytes()
+        sig: Optional[bytes] = read_document(signature_path(p), MAX_SIGNATURE_BYTES)
     except FileNotFoundError:
         sig = None
     except OSError as exc:

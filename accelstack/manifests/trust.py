@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from ..domain import Stack
+from ..limits import MAX_JSON_BYTES
 from ..settings import Settings
 from .envelope import Envelope, check_envelope, utcnow
-from .errors import ManifestError, ManifestSignatureError
+from .errors import ManifestError, ManifestFormatError, ManifestSignatureError
 from .fields import decode
 from .ggml_manifest import GgmlManifest
 from .keys import TrustStore
@@ -126,6 +127,9 @@ class TrustedManifests:
     def _verify(self, data: bytes, signature: Optional[bytes], url: str, expect: Optional[Stack],
                 record: bool) -> VerifiedManifest:
         keyid: Optional[str] = None
+        if len(data) > MAX_JSON_BYTES:  # before hashing it for the signature check
+            raise ManifestFormatError(f"the manifest is {len(data)} bytes, more than the {MAX_JSON_BYTES} accepted",
+                                      "it is not a manifest accelstack publishes; get it again from its publisher")
         if self.insecure_unsigned:
             # Accepted on the user's word: still check what can be checked. A valid signature is
             # reported, and only then may the watermark rise.

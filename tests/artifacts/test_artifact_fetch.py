@@ -540,3 +540,32 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     for i, ref in enumerate(refs):
         assert paths[ref.sha256].read_bytes() == payload(SIZE, seed=20 + i)
         assert server.hits(f"/f{i}")[-1].range_start == 100_000
+
+
+# -- hash formats (issue 10) ---------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [
+    lambda h: h + "\n",  # "$" accepted a trailing newline: the download then failed "expected X, got X"
+    lambda h: " " + h,
+    lambda h: h + " ",
+    lambda h: h.upper(),
+    lambda h: h[:63] + "\u0661",
+])
+def test_a_sha256_not_exactly_64_lowercase_hex_is_refused_before_any_file_is_made(server, cache, transport, retry, shape):
+    data = payload(1000)
+    good = ref_for("a.bin", data, server.serve("/a.bin", data))
+    ref = ArtifactRef(good.name, shape(good.sha256), good.size, good.urls)
+    with pytest.raises(ArtifactError, match="64 lowercase hex"):
+        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    assert server.hits("/a.bin") == []
+    left = sorted(p.name for p in cache.root.rglob("*") if p.is_file()) if cache.root.exists() else []
+    assert left == [], f"stray files in the cache: {left}"
+
+
+def test_a_hash_mismatch_leaves_only_the_blobs_own_lock_file(server, cache, transport, retry):
+    data = payload(1000)
+    ref = ref_for("a.bin", data, server.serve("/a.bin", data))
+    server.fault("/a.bin", wrong_bytes(), always=True)
+    with pytest.raises(HashMismatchError):
+        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    # The per-blob lock file is by design (see artifacts.cache); nothing else stays, nothing misnamed.
+    assert sorted(p.name for p in cache.blob_dir.iterdir()) == [ref.sha256 + ".lock"]

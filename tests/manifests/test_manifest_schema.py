@@ -232,3 +232,118 @@ def test_verified_load_checks_signature_then_body(tmp_path):
     bad_data = json.dumps(bad).encode()
     with pytest.raises(ManifestFormatError, match=r"targets\[0\]\.artifacts\[0\]\.sha256"):
         trusted.load(bad_data, sign_manifest(bad_data, private))
+
+
+# -- hostile documents (issue 10): each is refused with a typed error naming the field ----------
+def test_deeply_nested_manifest_is_a_format_error_not_a_recursion_error():
+    deep = b'{"a": ' * 100_000 + b"1" + b"}" * 100_000
+    with pytest.raises(ManifestFormatError, match="nests"):
+        load_manifest(deep)
+    doc = ggml_doc()
+    doc["sources"] = {"x": json.loads("[" * 40 + "]" * 40)}
+    assert "nests deeper" in refused(doc)
+
+
+def test_oversized_manifest_is_refused_before_parsing():
+    from accelstack.limits import MAX_JSON_BYTES
+
+    with pytest.raises(ManifestFormatError, match="more than"):
+        load_manifest(b" " * (MAX_JSON_BYTES + 1))
+
+
+@pytest.mark.parametrize("expires", [
+    "9999-12-31T23:59:59-23:59",  # was OverflowError converting to UTC
+    "0001-01-01T00:00:00+23:59",
+    "1999-12-31T00:00:00Z",
+    "2201-01-01T00:00:00Z",
+    "2027-06-01T00:00:00Z\n",  # "$" matched before a trailing newline
+    "\uff12\uff10\uff12\uff17-06-01T00:00:00Z",  # full-width digits matched \d
+])
+def test_expires_out_of_range_or_not_ascii_is_a_format_error(expires):
+    doc = ggml_doc()
+    doc["expires"] = expires
+    assert refused(doc, check_expiry=False).startswith("expires:")
+
+
+def test_expires_with_nanoseconds_reads_on_every_python():
+    doc = ggml_doc()
+    doc["expires"] = "2099-01-01T00:00:00.123456789+02:00"
+    assert load(doc).envelope.expires.endswith("+02:00")
+
+
+@pytest.mark.parametrize("tid, why", [
+    ("x" * 129, "not a valid target id"),
+    ("cpu\x00", "NUL"),
+    ("../../etc", "not a valid target id"),
+    ("a/b", "not a valid target id"),
+    ("CPU", "not a valid target id"),
+    ("", "must not be empty"),
+])
+def test_target_ids_follow_the_documented_pattern(tid, why):
+    doc = ggml_doc()
+    doc["targets"][0]["id"] = tid
+    message = refused(doc)
+    assert message.startswith("targets[0].id:") and why in message
+
+
+def test_valid_ids_of_every_shape_in_use_stay_valid():
+    doc = ggml_doc()
+    for target, tid in zip(doc["targets"], ["linux-x86_64-cpu-avx2", "win-x64-cuda12.8", "a" * 128]):
+        target["id"] = tid
+    assert [t.id for t in load(doc).targets] == ["linux-x86_64-cpu-avx2", "win-x64-cuda12.8", "a" * 128]
+
+
+@pytest.mark.parametrize("sha", [
+    " " + SHA, SHA + " ", SHA + "\n", SHA.upper(), SHA[:-1], SHA + "0", "\u0660" * 64,
+])
+def test_sha256_is_exactly_64_lowercase_hex_digits(sha):
+    doc = ggml_doc()
+    doc["targets"][0]["artifacts"][0]["sha256"] = sha
+    assert "targets[0].artifacts[0].sha256: " in refused(doc)
+
+
+@pytest.mark.parametrize("name", ["a\x00.zip", "a\nb.zip", " a.zip", "x" * 300, "..", "a\\b.zip"])
+def test_artifact_names_are_plain_bounded_file_names(name):
+    doc = ggml_doc()
+    doc["targets"][0]["artifacts"][0]["name"] = name
+    assert "targets[0].artifacts[0].name: " in refused(doc)
+
+
+@pytest.mark.parametrize("field, value, path", [
+    ("version", 10 ** 30, "version: "),
+    ("source", "x\x00", "source: "),
+    ("source", "a/b", "source: "),
+    ("package", "p" * 5000, "package: 5000 characters"),
+])
+def test_envelope_numbers_and_strings_are_bounded(field, value, path):
+    doc = ggml_doc()
+    doc[field] = value
+    assert refused(doc).startswith(path)
+
+
+def test_huge_numbers_and_versions_are_format_errors():
+    with pytest.raises(ManifestFormatError):  # int() of 5000 digits raises ValueError in Python
+        load_manifest(b'{"format": "accelstack-manifest", "format_version": ' + b"9" * 5000 + b"}")
+    doc = ggml_doc()
+    doc["targets"][0]["artifacts"][0]["size"] = 1 << 60
+    assert "size: must be a positive number" in refused(doc)
+    doc = ggml_doc()
+    doc["targets"][1]["requires"]["vulkan"] = "1" * 4000
+    assert "requires.vulkan" in refused(doc)
+
+
+def test_torch_variant_names_are_ids():
+    doc = torch_doc()
+    doc["releases"][0]["variants"][0]["name"] = "cu/../x"
+    assert refused(doc).startswith("releases[0].variants[0].name:")
+
+
+def test_manifest_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this OS")
+    fifo = tmp_path / "manifest.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestFormatError, match="not a regular file"):
+        load_manifest_file(fifo)

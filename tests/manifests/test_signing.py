@@ -465,3 +465,69 @@ def test_recording_into_an_unwritable_state_dir_is_a_typed_error(tmp_path):
     finally:
         if os.geteuid() == 0:
             subprocess.run(["umount", "-l", str(ro)])
+
+
+# -- hostile signatures and publisher inputs (issue 10) -------------------------------------------------
+@pytest.mark.parametrize("sig", [
+    b'{"format": "accelstack-signature", "signatures": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # was RecursionError
+    b'{"format": "accelstack-signature", "signatures": [' + b"[" * 10 + b"]" * 10 + b"]}",
+    b" " * (64 * 1024 + 1),
+    json.dumps({"format": "accelstack-signature",
+                "signatures": [{"keyid": "0" * 16, "sig": "A" * 88}] * 65}).encode(),
+    json.dumps({"format": "accelstack-signature", "signatures": [{"keyid": "../../x\u0000", "sig": "AA=="}]}).encode(),
+    json.dumps({"format": "accelstack-signature", "signatures": [{"keyid": "0" * 16, "sig": "A" * 100_000}]}).encode(),
+])
+def test_hostile_signature_files_are_signature_errors(trust, sig):
+    with pytest.raises(ManifestSignatureError):
+        verify(manifest(), sig, trust)
+
+
+def test_deep_signature_is_a_signature_error_even_when_unsigned_is_allowed(trust):
+    deep = b'{"format": "accelstack-signature", "signatures": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert verify(manifest(), deep, trust, insecure_unsigned=True)["keyid"] is None
+
+
+def test_oversized_manifest_is_refused_before_its_signature_is_checked(keys, trust):
+    from accelstack.limits import MAX_JSON_BYTES
+
+    data = b" " * (MAX_JSON_BYTES + 1)
+    with pytest.raises(ManifestFormatError, match="more than"):
+        verify(data, sign_manifest(data[:10], keys[0]), trust)
+
+
+def test_cli_sign_refuses_expires_at_the_ends_of_the_datetime_range(tmp_path, capsys):
+    main(["manifest", "keygen", "--out", str(tmp_path / "k")])
+    for expires in ("9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"):
+        m = tmp_path / "m.json"
+        m.write_bytes(manifest(expires=expires))
+        for extra in ([], ["--allow-expired"]):  # was OverflowError in both
+            capsys.readouterr()
+            assert main(["manifest", "sign", str(m), "--key", str(tmp_path / "k.key"), *extra]) == 1
+            assert "expires:" in capsys.readouterr().err
+        assert not (tmp_path / "m.json.sig").exists()
+
+
+def test_cli_sign_and_verify_refuse_non_regular_files(tmp_path, capsys):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this OS")
+    main(["manifest", "keygen", "--out", str(tmp_path / "k")])
+    fifo = tmp_path / "m.json"
+    os.mkfifo(fifo)
+    assert main(["manifest", "sign", str(fifo), "--key", str(tmp_path / "k.key")]) == 1
+    assert "not a regular file" in capsys.readouterr().err
+    assert main(["manifest", "verify", str(fifo)]) == 1
+    good = tmp_path / "good.json"
+    good.write_bytes(manifest())
+    assert main(["manifest", "sign", str(good), "--key", str(fifo)]) == 2
+    assert "cannot read private key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--expires-days", "99999999999"], "--expires-days must be"),  # was OverflowError in timedelta
+    (["--expires-days", "0"], "--expires-days must be"),
+    (["--source", "a/b"], "--source"),
+    (["--version", "-1"], "--version must be"),
+])
+def test_cli_build_refuses_out_of_range_options(tmp_path, capsys, args, message):
+    assert main(["manifest", "build", str(tmp_path), "--base-url", "https://x/", "--version", "1", *args]) == 2
+    assert message in capsys.readouterr().err
