@@ -132,11 +132,13 @@ def order_preference(report: HardwareReport) -> List[Preference]:
                 continue
             kind = g.kind if g.kind != "unknown" else "discrete"
             score = _SCORES.get((api.name, kind), 20)
+            if api.name == "metal" and kind == "integrated" and g.vendor != "apple":
+                score = 70  # an Intel Mac's iGPU: after its discrete GPU (Apple silicon's GPU is the fast one)
             reason = _WHY.get(api.name, api.name).format(kind=kind, gfx=g.gfx_target or "this GPU")
             if api.name == "rocm" and not tables.rocm_supports(g.gfx_target):
                 score = min(score, 35)
                 reason = f"ROCm does not list {g.gfx_target or 'this GPU'} as supported; it may work only with HSA_OVERRIDE_GFX_VERSION"
-            if kind == "integrated" and api.name not in ("metal", "cuda"):
+            if kind == "integrated" and (api.name not in ("metal", "cuda") or g.vendor not in ("apple", "nvidia")):
                 reason += "; integrated GPU, after any discrete one"
             vram = g.vram_total or 0
             entries.append((-score, -vram, idx, Preference(api=api.name, gpu=idx, reason=f"{g.name}: {reason}")))

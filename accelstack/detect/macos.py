@@ -44,9 +44,13 @@ def gpus(p: Probe, mac_version: str) -> List[GPU]:
     if not found:
         res = p.run(PROFILER_TEXT, "system_profiler")
         found = parse_profiler(res.stdout) if res.stdout else []
+    major = _major(mac_version)
     for g in found:
-        if g.metal_support and _major(mac_version) and _major(mac_version) < 13 and "3" in g.metal_support:
+        if major and major < 13 and g.metal_support.startswith(("Metal 3", "Metal 4")):
             g.metal_support = "Metal 2"  # Metal 3 needs macOS 13 whatever the GPU
+        elif major >= 13 and g.metal_support == "Metal" and tables.apple_metal3_gpu(g.name):
+            g.metal_support = "Metal 3"  # a bare "supported" on macOS 13+: the GPU is in the Metal3 family
+            g.sources.append("metal: Metal3 family on macOS 13+ (Apple feature set tables)")
     return found
 
 
@@ -70,16 +74,14 @@ def parse_profiler(text: str) -> List[GPU]:
         name = e.get("sppci_model") or e.get("_name") or e.get("Chipset Model", "")
         if not name:
             continue
+        name = readable_chip_key(name)
         vendor_raw = (e.get("spdisplays_vendor") or e.get("sppci_vendor") or e.get("Vendor") or name).lower()
         vid = re.search(r"0x([0-9a-f]{4})", vendor_raw)
         known = tables.PCI_VENDORS.get(vid.group(1)) if vid else None
         words = vendor_raw.replace("sppci_vendor_", "")
         vendor: Vendor = known or next((v for w, v in _VENDOR_WORDS.items() if w in words), None) or "other"
         dev = re.search(r"0x([0-9a-f]{4})", (e.get("spdisplays_device-id") or e.get("Device ID") or "").lower())
-        metal = e.get("spdisplays_mtlgpufamilysupport") or e.get("spdisplays_metal") or e.get("Metal Support") or e.get("Metal") or ""
-        metal = {"spdisplays_metal3": "Metal 3", "spdisplays_metal4": "Metal 4", "spdisplays_metal2": "Metal 2"}.get(metal, metal)
-        if metal.startswith("Supported, feature set"):
-            metal = "Metal 2 (" + metal.split("feature set", 1)[1].strip() + ")"
+        metal = tables.apple_metal(e)
         g = GPU(
             index=len(out),
             vendor=vendor,
@@ -107,6 +109,30 @@ def parse_profiler(text: str) -> List[GPU]:
             g.kind = "discrete"
         out.append(g)
     return out
+
+
+def readable_chip_key(name: str) -> str:
+    """Older macOS names a GPU by its unlocalized key ('kHW_AppleM1Item'): give the readable name.
+
+    Known keys come from the data; others are spelled out from their CamelCase
+    ('kHW_AppleM2ProItem' -> 'Apple M2 Pro', 'kHW_IntelHDGraphics4000Item' -> 'Intel HD Graphics 4000')."""
+    m = re.fullmatch(r"kHW_(\w+?)Item", name.strip())
+    if not m:
+        return name
+    known = tables.apple_chip_key(name.strip())
+    if known:
+        return known
+    body = m.group(1)
+    apple = re.fullmatch(r"Apple(M\d+)(Pro|Max|Ultra)?", body)
+    if apple:
+        return " ".join(filter(None, ["Apple", apple.group(1), apple.group(2)]))
+    words = []
+    for part in re.split(r"(GeForce|FirePro)", body):  # brand words that are CamelCase themselves
+        if part in ("GeForce", "FirePro"):
+            words.append(part)
+        else:
+            words += re.findall(r"[A-Z]{2,}(?=[A-Z][a-z]|\d|$)|[A-Z][a-z]+|\d+[A-Z]?|[A-Za-z]+", part)
+    return " ".join(words) if words else name
 
 
 def _salvage(text: str) -> List[Dict[str, str]]:

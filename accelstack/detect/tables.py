@@ -162,3 +162,39 @@ def jetson_l4t_from_openrm(driver_version: str) -> str:
 
 def rocm_supports(gfx: str) -> bool:
     return gfx in _data("amd.json")["rocm_supported_gfx"]["targets"]
+
+
+def apple_chip_key(key: str) -> str:
+    """The readable name of a known system_profiler chip key ('kHW_AppleM1Item' -> 'Apple M1'), else ''."""
+    return str(_data("apple.json")["chip_keys"]["names"].get(key, ""))
+
+
+@functools.cache
+def _metal_rules() -> List[Tuple[re.Pattern, str]]:
+    return [(re.compile(r[0], re.IGNORECASE), r[1]) for r in _data("apple.json")["metal_values"]["rules"]]
+
+
+def apple_metal(entry: Dict[str, str]) -> str:
+    """Metal support of one system_profiler GPU entry, read from whichever field its macOS era writes.
+
+    "Metal 3"/"Metal 4"; "Metal 2 (Apple7)", "Metal 2 (macOS GPUFamily2 v1)" for the families of
+    macOS 10.13-12; "Metal" when only "supported" is said; "" when not supported or not said."""
+    fields = _data("apple.json")["metal_fields"]
+    for key in fields["json"] + fields["text"]:
+        value = str(entry.get(key) or "").strip()
+        if not value:
+            continue
+        for pattern, template in _metal_rules():
+            m = pattern.fullmatch(value)
+            if m:
+                out = template
+                for i, group in enumerate(m.groups(), 1):
+                    out = out.replace("{%d}" % i, group or "")
+                return out
+        return value  # an unknown wording: keep what macOS said
+    return ""
+
+
+def apple_metal3_gpu(name: str) -> bool:
+    """Whether a Mac GPU is in the Metal3 family (on macOS 13+)."""
+    return any(re.search(r, name, re.IGNORECASE) for r in _data("apple.json")["metal3_gpus"]["rules"])

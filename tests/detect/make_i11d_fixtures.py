@@ -53,6 +53,131 @@ def jetson_agx_orin_jp6() -> CaptureBuilder:
     return b
 
 
+# -- macOS of every era ------------------------------------------------------------------------------
+
+# exelban/stats#394 (2021-03-31, MacBook with M1 on macOS 11): `system_profiler SPDisplaysDataType -json`
+# as the stored public copy has it; that copy ends inside the first display entry.
+STATS_394_URL = "https://github.com/exelban/stats/issues/394"
+STATS_394_JSON = """{
+  "SPDisplaysDataType" : [
+    {
+      "_name" : "kHW_AppleM1Item",
+      "spdisplays_metalfamily" : "spdisplays_mtlgpufamilyapple7",
+      "spdisplays_ndrvs" : [
+        {
+          "_name" : "Color LCD",
+          "_spdisplays_display-product-id" : "a03c",
+          "_spdisplays_display-serial-number" : "...",
+          "_spdisplays_display-vendor-id" : "610",
+          "_spdisplays_displa"""
+
+# marslo/ibook docs/osx (a MacBook Pro on macOS 11.1, Intel UHD Graphics 630 + Radeon Pro 5500M; ids masked
+# by the author): `system_profiler SPDisplaysDataType`, the text form of macOS 11.
+IBOOK_URL = "https://github.com/marslo/ibook (docs/osx, section 'system info'; code-index id 60028431156)"
+IBOOK_TEXT = """Graphics/Displays:
+
+    Intel UHD Graphics 630:
+
+      Chipset Model: Intel UHD Graphics 630
+      Type: GPU
+      Bus: Built-In
+      VRAM (Dynamic, Max): 1536 MB
+      Vendor: Intel
+      Device ID: 0x3e**
+      Revision ID: 0x00**
+      Automatic Graphics Switching: Supported
+      gMux Version: 5.0.0
+      Metal Family: Supported, Metal GPUFamily macOS 2
+      Displays:
+        Color LCD:
+          Display Type: Built-In Retina LCD
+          Resolution: 3072 x 1920 Retina
+          Framebuffer Depth: 24-Bit Color (ARGB8888)
+          Main Display: Yes
+          Mirror: Off
+          Online: Yes
+          Automatically Adjust Brightness: Yes
+          Connection Type: Internal
+
+    AMD Radeon Pro 5500M:
+
+      Chipset Model: AMD Radeon Pro 5500M
+      Type: GPU
+      Bus: PCIe
+      PCIe Lane Width: x8
+      VRAM (Total): 8 GB
+      Vendor: AMD (0x1002)
+      Device ID: 0x73**
+      Revision ID: 0x00**
+      ROM Revision: 113-******-***
+      VBIOS Version: 113-********-***
+      Option ROM Version: 113-********-***
+      EFI Driver Version: 01.A1.190
+      Automatic Graphics Switching: Supported
+      gMux Version: 5.0.0
+      Metal Family: Supported, Metal GPUFamily macOS 2
+"""
+
+
+def macos11_m1_json_khw() -> CaptureBuilder:
+    b = CaptureBuilder(system="Darwin", machine="arm64", mac_version="11.2.3")
+    b.command(mf.PROFILER_JSON, stdout=STATS_394_JSON)
+    b.memory = [8 * GIB, None]
+    return b
+
+
+def macos11_intel_uhd630_radeon5500m_text() -> CaptureBuilder:
+    b = CaptureBuilder(system="Darwin", machine="x86_64", mac_version="11.1")
+    b.command(mf.PROFILER_JSON, stdout="", returncode=1)
+    b.command(mf.PROFILER_TEXT, stdout=IBOOK_TEXT)
+    b.memory = [16 * GIB, None]
+    return b
+
+
+def url_readme(name: str, summary: str, url: str, verbatim: List[str], transcribed: List[str], assumed: List[str]) -> str:
+    lines = [f"# {name}", "", summary, "",
+             f"- Source (public, not in shared/reference/hardware-dumps/): {url}",
+             f"- Built by `tests/detect/make_i11d_fixtures.py`; replay with `accelstack detect --replay tests/fixtures/captures/{name}`.",
+             "", "## Verbatim from the public source (byte for byte)", ""]
+    lines += [f"- {v}" for v in verbatim]
+    lines += ["", "## Transcribed (the dump's facts, written as the source detection reads would hold them)", ""]
+    lines += [f"- {t}" for t in transcribed] or ["- nothing"]
+    lines += ["", "## Assumed (not in the dump; needed for a complete, plausible source)", ""]
+    lines += [f"- {a}" for a in assumed] or ["- nothing"]
+    lines += ["", "Anything else detection asks about (files, commands, environment variables) is absent from this",
+              "capture and therefore answers as missing on replay.", ""]
+    return "\n".join(lines)
+
+
+URL_FIXTURES = {
+    "i11d-macos11-m1-json-khw-key": (
+        macos11_m1_json_khw,
+        url_readme(
+            "i11d-macos11-m1-json-khw-key",
+            "M1 Mac on macOS 11: the JSON names the GPU by its unlocalized key `kHW_AppleM1Item` and carries Metal "
+            "support as `spdisplays_metalfamily` = `spdisplays_mtlgpufamilyapple7` (the macOS 11/12 field).",
+            STATS_394_URL,
+            ["`system_profiler SPDisplaysDataType -json` output as the stored copy of the issue has it (it ends inside the first display entry, so the JSON is cut short)"],
+            ["8 GB RAM (the same issue's `SPMemoryDataType` output: 8 GB LPDDR4)"],
+            ["macOS 11.2.3 (the issue is from 2021-03-31, the stats app version 2.5.7 of that month; macOS 11 is what writes `spdisplays_metalfamily`)",
+             "no `sysctl` answer recorded (CPU facts are not the point of this capture)"],
+        ),
+    ),
+    "i11d-macos11-intel-uhd630-radeon5500m-text": (
+        macos11_intel_uhd630_radeon5500m_text,
+        url_readme(
+            "i11d-macos11-intel-uhd630-radeon5500m-text",
+            "Intel MacBook Pro on macOS 11.1 with Intel UHD Graphics 630 + AMD Radeon Pro 5500M: the text form says "
+            "`Metal Family: Supported, Metal GPUFamily macOS 2` (the macOS 11/12 wording); the discrete GPU must come first.",
+            IBOOK_URL,
+            ["`system_profiler SPDisplaysDataType` text output (device and ROM ids masked with `*` by the author, kept as masked)"],
+            ["macOS 11.1 (the same page's `sw_vers`), 16 GB RAM (its `SPHardwareDataType`)"],
+            ["`system_profiler SPDisplaysDataType -json` failed with exit status 1 and no output, so detection reads the text form the page shows"],
+        ),
+    ),
+}
+
+
 FIXTURES: List[Fixture] = [
     Fixture(
         "i11d-jetson-xavier-jp5",
@@ -94,6 +219,10 @@ FIXTURES: List[Fixture] = [
 
 def main(argv: List[str]) -> int:
     wanted = set(argv)
+    for name, (build, readme) in URL_FIXTURES.items():
+        if not wanted or name in wanted:
+            build().write(CAPTURES / name, readme)
+            print(CAPTURES / name)
     for fx in FIXTURES:
         if not wanted or fx.name in wanted:
             readme = fx.readme().replace("tests/fixtures/make_fixture.py", "tests/detect/make_i11d_fixtures.py")

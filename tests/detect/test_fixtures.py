@@ -208,6 +208,18 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         gpus=[dict(vendor="apple", name="Apple M3 Pro", kind="integrated", pci_vendor_id="106b", apple_family="M3 Pro", metal_support="Metal 3")],
         apis={"metal", "cpu"}, first=("metal", 0), problems=set(),
     ),
+    # issue 11 (detection): system_profiler of every macOS era
+    "i11d-macos11-m1-json-khw-key": dict(
+        os="macos", arch="arm64", ngpus=1,
+        gpus=[dict(vendor="apple", name="Apple M1", kind="integrated", pci_vendor_id="106b", apple_family="M1", metal_support="Metal 2 (Apple7)")],
+        apis={"metal", "cpu"}, first=("metal", 0), problems=set(),
+    ),
+    "i11d-macos11-intel-uhd630-radeon5500m-text": dict(
+        os="macos", arch="x86_64", ngpus=2,
+        gpus=[dict(vendor="intel", name="Intel UHD Graphics 630", kind="integrated", metal_support="Metal 2 (Mac2)", pci_device_id="", vram_total=None),
+              dict(vendor="amd", name="AMD Radeon Pro 5500M", kind="discrete", pci_vendor_id="1002", metal_support="Metal 2 (Mac2)", vram_total=8 * GIB)],
+        apis={"metal", "cpu"}, first=("metal", 1), problems=set(),
+    ),
     "macos-imacpro-vega64": dict(
         os="macos", arch="x86_64", ngpus=1,
         gpus=[dict(vendor="amd", name="Radeon Pro Vega 64", kind="discrete", pci_vendor_id="1002", pci_device_id="6860", vram_total=16 * GIB,
