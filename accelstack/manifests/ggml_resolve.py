@@ -12,11 +12,12 @@ from typing import Dict, List, Optional, Tuple, cast
 
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
-from .hw_rules import cuda_driver_check
+from .hw_rules import cuda_driver_check, hw_rules
 from .knowledge import Manifests
 from .machine import (
     Device,
     Machine,
+    cc_parts,
     cuda_kernels_for,
     kind_rank,
     slots,
@@ -77,6 +78,7 @@ class _GgmlResolver:
         ]
         self.tiers = manifests.ggml[0].backend_tiers if manifests.ggml else [list(t) for t in DEFAULT_GGML_TIERS]
         self.notes: List[str] = []
+        self.build_rejects: List[Candidate] = []  # local builds that could never run, with why
 
     def backends_for(self, dev: Optional[Device]) -> List[str]:
         if dev is None:
@@ -130,6 +132,8 @@ class _GgmlResolver:
             cpu = m.report.cpu.model or "this CPU"
             return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}; {cpu} lacks {', '.join(missing)}"), ""
         how = ""
+        if dev is not None and t.backend == "cuda" and dev.jetson:
+            return ("device", f"{t.id} is built for discrete NVIDIA GPUs and ARM servers, not for the Tegra GPU of {dev.name} (Jetson)"), ""
         if dev is not None and t.backend == "cuda":
             native = False
             if req.sm or req.ptx:
@@ -172,6 +176,47 @@ class _GgmlResolver:
                 return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs")
         return None
 
+    # -- can a local build work at all? -----------------------------------------------------------
+    def build_problem(self, dev: Optional[Device], backend: str) -> Optional[Tuple[str, str]]:
+        """Why a local ``backend`` build for ``dev`` could never run (the published builds' rules, applied
+        to what a current toolchain can still build): None when it can."""
+        if dev is None:
+            return None
+        rules = hw_rules()
+        g = dev.first
+        if backend == "cuda":
+            parts = cc_parts(dev.cc)
+            if parts is not None and parts < rules.ggml_min_cc:
+                arch = rules.architecture(dev.cc)
+                era = f"{arch.name}, " if arch else ""
+                return ("kernels", f"{dev.name} ({era}compute capability {dev.cc}) is older than any CUDA toolkit that can build ggml "
+                                   f"supports: ggml's CUDA backend starts at compute capability {'.'.join(map(str, rules.ggml_min_cc))}")
+            major = rules.ggml_min_cuda_major
+            floor = rules.floor(major, self.m.driver_os)
+            need = f"a driver of the CUDA {major} family or newer" + (f" (>= {floor} on {'Windows' if self.m.driver_os == 'windows' else 'Linux'})" if floor and not dev.jetson else "")
+            if dev.cuda_max is not None:
+                if dev.cuda_max.major < major:
+                    return ("driver", f"the driver of {dev.name} supports CUDA up to {g.cuda_driver_version}; the CUDA toolkits that can build "
+                                      f"ggml (CUDA {major} and newer) need {need}")
+            elif dev.driver is not None:
+                if floor and dev.driver < version_of(floor):
+                    return ("driver", f"NVIDIA driver {g.driver_version} is older than {floor}; the CUDA toolkits that can build ggml need {need}")
+            else:
+                return ("driver", f"the driver of {dev.name} reported no CUDA version; a local ggml CUDA build needs {need}")
+            return None
+        if backend == "rocm":
+            if dev.gfx and dev.gfx not in rules.rocm_build_gfx:
+                return ("kernels", f"{dev.gfx} ({dev.name}) is a target of no current ROCm release, so no local ROCm build can run on it "
+                                   f"(current ROCm compiles for {rules.rocm_build_gfx[0]} to {rules.rocm_build_gfx[-1]})")
+            return None
+        if backend == "vulkan":
+            api = self.m.report.api("vulkan")
+            have = version_or_none(api.version) if api else None
+            if have is not None and have < rules.vulkan_min:
+                return ("driver", f"ggml's Vulkan backend needs Vulkan {rules.vulkan_min}; the driver of {dev.name} offers Vulkan {api.version if api else ''}")
+            return None
+        return None
+
     # -- the resolution ----------------------------------------------------------------------------
     def evaluate(self, dev: Optional[Device], backend: Backend, tier: int) -> List[_Eval]:
         ids = {t.id.lower() for t in self.targets}
@@ -207,13 +252,19 @@ class _GgmlResolver:
             group = self.evaluate(dev, cast(Backend, backend), tier_i)
             evals.extend(group)
             if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
-                hardware.append(group[0])
+                problem = self.build_problem(dev, backend)
+                if problem is None:
+                    hardware.append(group[0])
+                elif dev is not None:
+                    self.build_rejects.append(Candidate(
+                        name=f"local-{backend}", backend=cast(Backend, backend), accepted=False, code=problem[0],
+                        reason=f"a local {_TEXT[backend]} build for {dev.label} would not run: {problem[1]}", gpus=list(dev.indexes)))
         chosen = next((e for e in evals if e.ok), None)
         if chosen is not None and len(chosen.covers) > 1:
             also = [d for d in chosen.covers if d is not chosen.device]
             evals = [e for e in evals if e.device not in also]
         plan = Plan(stack="ggml", summary="", request=self.request)
-        plan.candidates = [self.candidate(e, chosen) for e in evals]
+        plan.candidates = [self.candidate(e, chosen) for e in evals] + self.build_rejects
         best_hw = hardware[0] if hardware else None
         if chosen is not None:
             self.fill(plan, chosen)
@@ -313,6 +364,15 @@ class _GgmlResolver:
                     props["cuda_max"] = g.cuda_driver_version
                 if g.driver_version:
                     props["nvidia_driver"] = g.driver_version
+                arch = hw_rules().architecture(dev.cc)
+                if arch is not None and arch.last_cuda < 13 and not dev.jetson:
+                    # CUDA 13 no longer compiles for Maxwell, Pascal and Volta (NV-DC-MATRIX, GGML-CUDA-CMAKE)
+                    props["cuda_toolkit"] = f"{arch.last_cuda}.x"
+                if dev.jetson:
+                    props["l4t"] = dev.l4t
+                    jp = hw_rules().jetpack_of(dev.l4t)
+                    if jp:
+                        props["jetpack"] = jp
             elif e.backend == "rocm":
                 props["gfx"] = dev.gfx
                 if m.report.rocm_version:
@@ -331,7 +391,10 @@ class _GgmlResolver:
         if m.glibc is not None:
             props["glibc"] = m.report.os.libc_version
         where = dev.label if dev else "the CPU"
-        keys = [k for k in ("sm", "cuda_max", "gfx", "vulkan", "metal", "intel_generation", "cpu_features") if props.get(k)]
+        if dev is not None and dev.jetson and e.backend == "cuda":
+            where += (f" (Jetson/Tegra: published CUDA builds target discrete GPUs; build with JetPack's CUDA for "
+                      f"{sm_name(dev.cc) if dev.cc else 'its SM'})")
+        keys = [k for k in ("sm", "cuda_max", "cuda_toolkit", "jetpack", "gfx", "vulkan", "metal", "intel_generation", "cpu_features") if props.get(k)]
         reason = f"{_TEXT[e.backend]} for {where} on {m.os} {m.arch}" + (" (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")" if keys else "")
         return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=dev.indexes if dev else [], properties=props, reason=reason)
 

@@ -15,7 +15,9 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from .machine import Device, cc_parts
+from .machine import Device, cc_parts, is_jetson, l4t_of
+
+__all__ = ["HwRules", "cuda_driver_check", "driver_branch_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
 
 BUILTIN = "hw-rules.json"
 STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
@@ -107,23 +109,6 @@ def hw_rules() -> HwRules:
     return parse_hw_rules(json.loads(data))
 
 
-def is_jetson(gpu: object) -> bool:
-    """Jetson's integrated Tegra GPU as detection reports it (driver "nvgpu", or an L4T release)."""
-    if getattr(gpu, "vendor", "") != "nvidia" or getattr(gpu, "kind", "") != "integrated":
-        return False
-    return getattr(gpu, "driver", "") == "nvgpu" or bool(getattr(gpu, "l4t_version", ""))
-
-
-def l4t_of(gpu: object) -> str:
-    """The L4T release of a Jetson GPU: detection's field, else the L4T-style driver version ("35.3.1")."""
-    l4t = str(getattr(gpu, "l4t_version", "") or "")
-    if l4t:
-        return l4t
-    drv = str(getattr(gpu, "driver_version", "") or "")
-    parts = drv.split(".")
-    return drv if parts and parts[0].isdigit() and 30 <= int(parts[0]) < 100 else ""
-
-
 def driver_branch_hint(cc: str, os_name: str = "linux") -> str:
     """Which NVIDIA driver to advise for a GPU of compute capability ``cc`` (never one it cannot run)."""
     parts = cc_parts(cc)
@@ -180,3 +165,12 @@ def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os
     if minor and have is not None and have < tk:
         return None, f"the driver runs CUDA {g.cuda_driver_version}: CUDA {cuda} builds run through NVIDIA's {COMPAT_MARK}"
     return None, f"the driver runs CUDA {g.cuda_driver_version or '>= ' + cuda}"
+
+
+def jetson_text(dev: Device) -> str:
+    """Where a Jetson's CUDA-enabled torch comes from, in words (JetPack named when the L4T release says)."""
+    rules = hw_rules()
+    l4t = dev.l4t
+    jp = rules.jetpack_of(l4t)
+    which = f"JetPack {jp} (L4T {l4t})" if jp else (f"L4T {l4t} (JetPack unknown)" if l4t else "this board's JetPack release")
+    return f"NVIDIA publishes torch wheels built for Jetson per JetPack: get the one for {which} from {rules.jetson_wheels_url}"

@@ -103,11 +103,20 @@ class Device:
 
     @functools.cached_property
     def driver(self) -> Optional[Version]:
-        """The NVIDIA desktop driver version; None for other vendors and for Jetson's L4T numbers."""
+        """The NVIDIA desktop driver version; None for other vendors and for Jetson (L4T numbers, or
+        a Tegra driver such as "540.3.0" that the desktop driver tables do not describe)."""
         v = version_or_none(self.first.driver_version)
-        if v is None or self.vendor != "nvidia" or v.major < 100:  # "35.3.1" is an L4T release
+        if v is None or self.vendor != "nvidia" or v.major < 100 or self.jetson:  # "35.3.1" is an L4T release
             return None
         return v
+
+    @property
+    def jetson(self) -> bool:
+        return is_jetson(self.first)
+
+    @property
+    def l4t(self) -> str:
+        return l4t_of(self.first)
 
     @property
     def label(self) -> str:
@@ -186,6 +195,23 @@ class Machine:
                 gpus = sorted(gpus, key=lambda g: g.bus_id)
             order = [g.index for g in gpus]
         return [order.index(i) for i in chosen if i in order]
+
+
+def is_jetson(gpu: GPU) -> bool:
+    """Jetson's integrated Tegra GPU as detection reports it (driver "nvgpu", or an L4T release)."""
+    if gpu.vendor != "nvidia" or gpu.kind != "integrated":
+        return False
+    return gpu.driver == "nvgpu" or bool(getattr(gpu, "l4t_version", ""))
+
+
+def l4t_of(gpu: GPU) -> str:
+    """The L4T release of a Jetson GPU: detection's field, else an L4T-style driver version ("35.3.1")."""
+    l4t = str(getattr(gpu, "l4t_version", "") or "")
+    if l4t:
+        return l4t
+    drv = gpu.driver_version or ""
+    head = drv.split(".")[0]
+    return drv if head.isdigit() and 30 <= int(head) < 100 else ""
 
 
 def _group_key(g: GPU) -> tuple:

@@ -17,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import Backend
-from .hw_rules import COMPAT_MARK, cuda_driver_check
+from .hw_rules import COMPAT_MARK, cuda_driver_check, jetson_text
 from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name, version_of
 from .plan import Candidate, Request
 from .request import Requirements
@@ -160,6 +160,9 @@ class TorchChecks:
     def device_problem(self, dev: Device, backend: str) -> Optional[Tuple[str, str]]:
         """Why ``backend`` cannot use ``dev`` at all (before any build is looked at)."""
         g, m = dev.first, self.m
+        if backend == "cuda" and dev.jetson:
+            return ("device", f"{dev.label} is a Jetson (Tegra) GPU: the aarch64 CUDA wheels on PyTorch's index and PyPI are built "
+                              f"for ARM servers (SBSA) and have no kernels for it; {jetson_text(dev)}")
         if backend == "cuda":
             usable = m.api_usable("cuda", g.index)
             if usable is True or (usable is None and (dev.cuda_max or dev.driver)):

@@ -10,6 +10,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import ApiName, Backend
+from .hw_rules import jetson_text
 from .machine import Device, Machine, slots, version_of, visible_devices_env, why_not_device, why_preferred
 from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request
 from .request import Requirements
@@ -50,6 +51,9 @@ class _TorchResolver(TorchChecks):
         else:
             self.fill_actions(plan, chosen)
             plan.device_reason = self.device_reason(evals, chosen)
+        for d in m.devices:
+            if d.jetson:
+                self.notes.append(f"{d.label}: CPU torch from PyPI is planned; for its GPU, {jetson_text(d)}")
         if m.report.os.rosetta:
             self.notes.append("this Python runs under Rosetta (x86_64): install a native arm64 Python to use the Apple GPU (MPS)")
         if m.python is None:

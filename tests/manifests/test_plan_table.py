@@ -18,8 +18,11 @@ PYTHON = "3.11"
 
 FIXTURES = {
     # machine:                                   (torch variant, torch line, ggml backend, local build)
-    "i11d-jetson-agx-orin-jp6":                  ("cu126", ">=2.14", "cuda", "cuda"),
-    "i11d-jetson-xavier-jp5":                    ("cpu", ">=2.14", "cuda", "cuda"),
+    "i11d-jetson-agx-orin-jp6":                  ("cpu", ">=2.14", "cuda", "cuda"),     # Tegra: no SBSA wheels; ggml built for sm_87
+    "i11d-jetson-xavier-jp5":                    ("cpu", ">=2.14", "cuda", "cuda"),     # Tegra sm_72, JetPack 5.1.2 (CUDA 11.4)
+    "i11d-macos11-intel-uhd630-radeon5500m-text": ("cpu", "~=2.2.0", "metal", "metal"),  # macOS 11.1 < 12.3: no MPS
+    "i11d-macos11-m1-json-khw-key":              ("cpu", "~=2.11.0", "metal", "metal"), # macOS 11: no MPS, <14 ends at 2.11
+    "i11p-linux-amd-ellesmere-gfx803":           ("cpu", ">=2.14", "cpu", None),        # gfx803: in no current ROCm
     "container-amd-mi300x-kfd-einval":           ("cpu", ">=2.14", "cpu", None),        # /dev/kfd EINVAL: ROCm unusable
     "linux-amd-2x-rx7900xtx-rocm":               ("rocm7.14", ">=2.14", "rocm", None),
     "linux-amd-680m-apu-proxmox":                ("cpu", ">=2.14", "cpu", None),        # gfx1035 iGPU, no ROCm access
@@ -30,7 +33,7 @@ FIXTURES = {
     "linux-cpu-pentium-e5700-no-avx":            ("cpu", ">=2.14", "cpu", None),
     "linux-intel-arc-a770":                      ("xpu", ">=2.14", "cpu", "sycl"),
     "linux-nvidia-2x-quadro-rtx4000-535":        ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.2: 12.x minor-version compat
-    "linux-nvidia-4x-titanx-pascal-418":         ("cpu", ">=2.14", "cpu", "cuda"),      # driver CUDA 10.1
+    "linux-nvidia-4x-titanx-pascal-418":         ("cpu", ">=2.14", "cpu", None),        # driver CUDA 10.1: no toolkit that builds ggml runs
     "linux-nvidia-8x-b200-580":                  ("cu130", ">=2.14", "cuda", None),
     "linux-nvidia-8x-h100-550":                  ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.4: 12.x minor-version compat
     "linux-nvidia-driver-library-mismatch-580":  ("cpu", ">=2.14", "cpu", None),        # NVML mismatch: reboot first
@@ -46,14 +49,14 @@ FIXTURES = {
     "windows-nvidia-gtx1080ti-531":              ("cu126", ">=2.14", "cuda", None),     # sm_60 SASS; 531.14 >= 527.41
     "windows-nvidia-rtx4060-591":                ("cu130", ">=2.14", "cuda", None),
     "windows-ryzen-igpu-arc-b580":               ("xpu", ">=2.14", "vulkan", "sycl"),
-    "windows7-laptop-intel-hd-quadro-m2000m-441": ("cpu", ">=2.14", "vulkan", "cuda"),
+    "windows7-laptop-intel-hd-quadro-m2000m-441": ("cpu", ">=2.14", "vulkan", None),     # driver CUDA 10.2: local CUDA build rejected
     "wsl2-nvidia-rtx3060-laptop":                ("cu126", ">=2.14", "cuda", None),
 }
 
 CONSTRUCTED = {
     # machines the captures do not have
     "gtx970-580": (machine(nvidia(name="NVIDIA GeForce GTX 970", cc="5.2", vram=4)), ("cu126", ">=2.14", "vulkan", "cuda")),  # ggml cuda12 starts at sm_61
-    "k80-525": (machine(nvidia(name="Tesla K80", cc="3.7", cuda="12.0", driver="525.60.13", vram=12)), ("cu118", "~=2.7.0", "vulkan", "cuda")),
+    "k80-525": (machine(nvidia(name="Tesla K80", cc="3.7", cuda="12.0", driver="525.60.13", vram=12)), ("cu118", "~=2.7.0", "vulkan", None)),  # no toolkit that builds ggml compiles for sm_37
     "v100-580-windows": (machine(nvidia(name="Tesla V100", cc="7.0", vram=16), os="windows"), ("cu126", ">=2.14", "cuda", None)),
     "rx6700xt-gfx1031": (machine(amd(name="AMD Radeon RX 6700 XT", gfx="gfx1031", vram=12)), ("rocm7.2", "~=2.13.0", "rocm", None)),
     "radeon-vii-gfx906": (machine(amd(name="AMD Radeon VII", gfx="gfx906", vram=16)), ("rocm6.3", "~=2.8.0", "rocm", None)),

@@ -426,8 +426,8 @@ def test_ggml_rocm_gfx_list_and_no_artifact_build_spec():
 
 
 def test_ggml_jetson_needs_a_cuda_build():
-    report = machine(nvidia(name="NVIDIA Jetson Orin NX", cc="8.7", cuda="11.4", driver="35.3.1", kind="integrated", vram=None),
-                     arch="arm64", features=[], apis={"cuda": [0]})
+    report = machine(nvidia(name="NVIDIA Jetson Orin NX", cc="8.7", cuda="11.4", driver="35.3.1", kind="integrated", vram=None,
+                            driver_name="nvgpu"), arch="arm64", features=[], apis={"cuda": [0]})
     plan = plan_of(report, "ggml")
     assert plan.status == "needs-build" and plan.backend == "cuda"
     assert plan.build.properties["sm"] == "8.7" and plan.build.properties["cuda_max"] == "11.4"

@@ -26,6 +26,12 @@ _VENDOR_IDS = {"nvidia": "10de", "amd": "1002", "intel": "8086", "apple": "106b"
 
 # machine: (torchruntime says, we say, why ours is right)
 DISAGREEMENTS = {
+    "i11d-macos11-intel-uhd630-radeon5500m-text": ("mps", "cpu",
+        "the Mac runs macOS 11.1; torch's MPS backend needs macOS 12.3 or newer (PT-MPS), so its last x86_64 torch (2.2) "
+        "runs on the CPU only. torchruntime does not look at the macOS version"),
+    "i11p-linux-amd-ellesmere-gfx803": ("rocm4.2", "cpu",
+        "gfx803 (Polaris) is in no torch ROCm wheel of the matrix (2.4+) and in no current ROCm release (compat-facts 3.4, 4.1); "
+        "torchruntime's rocm4.2 index predates the matrix's torch lines and the ROCm releases still supported"),
     "linux-amd-2x-rx7900xtx-rocm": ("rocm6.2", "rocm7.14",
         "both have gfx1100 kernels; rocm6.2 caps torch at 2.5, rocm7.14 is the newest build listing gfx1100 (torch 2.14)"),
     "linux-amd-680m-apu-proxmox": ("rocm6.2", "cpu",

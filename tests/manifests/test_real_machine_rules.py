@@ -1,0 +1,101 @@
+"""Issue 11: rules that real machines broke — Jetson/Tegra planning and feasibility of local ggml builds.
+
+Machines come from replayed captures built from real dumps (``i11d-*`` by detection, ``i11p-*`` by
+``make_i11p_fixtures.py``) or from the report factory for what no dump shows.
+"""
+from __future__ import annotations
+
+from accelstack.manifests import Manifests
+
+from ._factory import amd, candidate, machine, nvidia, plan_of, replay
+
+
+def jetson(cc="8.7", cuda="12.2", l4t="36.3.0", name="NVIDIA Jetson AGX Orin Developer Kit"):
+    g = nvidia(name=name, cc=cc, cuda=cuda, driver="540.3.0" if l4t.startswith("36") else l4t, kind="integrated",
+               vram=None, driver_name="nvgpu")
+    g.l4t_version = l4t  # type: ignore[attr-defined]  # detection's field (set by name, as the resolver reads it)
+    return machine(g, arch="arm64", features=["neon"], apis={"cuda": [0]})
+
+
+# -- Jetson: CPU torch with the pointer to NVIDIA's Jetson wheels; ggml built for the Tegra SM --------
+def test_jetson_xavier_gets_cpu_torch_and_its_jetpack_wheels():
+    plan = plan_of(replay("i11d-jetson-xavier-jp5"), python="3.11")
+    assert plan.backend == "cpu"
+    cuda = candidate(plan, "cuda")
+    assert cuda.code == "device" and "built for ARM servers (SBSA)" in cuda.reason
+    assert "JetPack 5.1.2 (L4T 35.4.1)" in cuda.reason and "forums.developer.nvidia.com/t/pytorch-for-jetson" in cuda.reason
+    assert any("CPU torch from PyPI is planned" in n and "JetPack 5.1.2" in n for n in plan.notes)
+
+
+def test_jetson_orin_never_gets_the_sbsa_wheels_even_with_a_540_driver():
+    # JetPack 6 reports a 540.x driver: it is a Tegra driver, not a desktop R535+ one
+    plan = plan_of(replay("i11d-jetson-agx-orin-jp6"), python="3.11")
+    assert plan.backend == "cpu" and not any(c.name.startswith("cu1") for c in plan.candidates)
+    assert "JetPack 6.x (L4T 36.3.0)" in candidate(plan, "cuda").reason  # 36.3 is not in the cited table: family only
+
+
+def test_jetson_ggml_is_a_local_cuda_build_for_the_tegra_sm():
+    orin = plan_of(replay("i11d-jetson-agx-orin-jp6"), "ggml")
+    assert orin.status == "needs-build" and orin.build.backend == "cuda"
+    assert orin.build.properties["sm"] == "8.7" and orin.build.properties["l4t"] == "36.3.0"
+    assert "sm_87" in orin.build.reason and "Jetson" in orin.build.reason
+    xavier = plan_of(replay("i11d-jetson-xavier-jp5"), "ggml")
+    assert xavier.build.properties["sm"] == "7.2" and xavier.build.properties["jetpack"] == "5.1.2"
+    assert "cuda_toolkit" not in xavier.build.properties  # JetPack's own CUDA, not a desktop toolkit
+
+
+def test_jetpack4_nano_has_no_cuda_that_builds_ggml_and_gets_cpu():
+    plan = plan_of(jetson(cc="5.3", cuda="10.2", l4t="32.7.1", name="NVIDIA Jetson Nano Developer Kit"), "ggml")
+    assert plan.backend == "cpu"
+    local = candidate(plan, "local-cuda")
+    assert local.code == "driver" and "supports CUDA up to 10.2" in local.reason
+    assert "L4T 32.7.1" in candidate(plan_of(jetson(l4t="32.7.1", cuda="10.2"), python="3.11"), "cuda").reason
+
+
+# -- local ggml builds obey the published builds' rules --------------------------------------------
+def test_kepler_gets_no_local_cuda_build():
+    report = machine(nvidia(name="Tesla K80", cc="3.7", cuda="11.4", driver="470.57.02", vram=12), apis={"cuda": [0]})
+    plan = plan_of(report, "ggml", manifests=Manifests.builtin())
+    local = candidate(plan, "local-cuda")
+    assert local.code == "kernels" and "Kepler, compute capability 3.7" in local.reason and "starts at compute capability 5.0" in local.reason
+    assert plan.build is not None and plan.build.backend == "cpu"
+
+
+def test_a_cuda10_driver_gets_no_local_cuda_build_and_says_the_minimum():
+    plan = plan_of(replay("linux-nvidia-4x-titanx-pascal-418"), "ggml")
+    assert plan.build is None and plan.backend == "cpu"
+    assert "need a driver of the CUDA 11 family or newer (>= 450.80.02 on Linux)" in candidate(plan, "local-cuda").reason
+
+
+def test_no_cuda_version_at_all_gets_no_local_cuda_build():
+    report = machine(nvidia(cuda="", driver=""), apis={"cuda": [0]})
+    plan = plan_of(report, "ggml", manifests=Manifests.builtin())
+    assert "reported no CUDA version" in candidate(plan, "local-cuda").reason and plan.build.backend == "cpu"
+
+
+def test_gfx803_gets_neither_a_published_nor_a_local_rocm_build():
+    plan = plan_of(replay("i11p-linux-amd-ellesmere-gfx803"), "ggml")
+    assert plan.backend == "cpu" and plan.build is None
+    assert "gfx803" in candidate(plan, "local-rocm").reason and "no current ROCm release" in candidate(plan, "local-rocm").reason
+    assert plan_of(replay("i11p-linux-amd-ellesmere-gfx803"), python="3.11").backend == "cpu"
+
+
+def test_local_builds_fall_back_cuda_rocm_vulkan_cpu_with_each_reason():
+    kepler = nvidia(0, name="Tesla K40", cc="3.5", cuda="11.4", driver="470.57.02", vram=12)
+    polaris = amd(1, name="AMD Radeon RX 580", gfx="gfx803", vram=8)
+    report = machine(kepler, polaris, apis={"cuda": [0], "rocm": [1], "vulkan": [1]})
+    plan = plan_of(report, "ggml", manifests=Manifests.builtin())
+    assert plan.status == "needs-build" and plan.build.backend == "vulkan" and plan.build.gpus == [1]
+    rejected = [c.name for c in plan.candidates if c.name.startswith("local-")]
+    assert rejected == ["local-cuda", "local-rocm"]
+    # a driver that offers only Vulkan 1.1 cannot run ggml's Vulkan backend (needs 1.2): the CPU is left
+    next(a for a in report.apis if a.name == "vulkan").version = "1.1.70"
+    plan = plan_of(report, "ggml", manifests=Manifests.builtin())
+    assert plan.build.backend == "cpu"
+    assert "needs Vulkan 1.2" in candidate(plan, "local-vulkan").reason
+
+
+def test_maxwell_local_build_names_the_cuda12_toolkit():
+    report = machine(nvidia(name="NVIDIA GeForce GTX 970", cc="5.2", vram=4), apis={"cuda": [0]})
+    plan = plan_of(report, "ggml", manifests=Manifests.builtin())
+    assert plan.build.backend == "cuda" and plan.build.properties["cuda_toolkit"] == "12.x"
