@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, cast
 
+from ..detect.cpu import normalize_features
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
 from .hw_rules import cuda_driver_check, hw_rules
@@ -33,9 +34,17 @@ from .request import Requirements
 
 _API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "vulkan": "vulkan", "metal": "metal", "sycl": "xpu", "cpu": "cpu"}
 _TEXT = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
-# CPU features a build may be specialised for (what a local build's flags depend on)
-_BUILD_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
-                   "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "dotprod", "fp16", "i8mm", "sve", "sve2", "sme")
+# CPU features a build may be specialised for (what a local build's flags depend on), in detection's
+# normalized names (accelstack.detect.cpu: "sse4.2", "avx512vnni", "avxvnni", "amx"); a name detection
+# never writes would silently drop out of the spec (tests/manifests/test_cpu_feature_names.py).
+BUILD_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2", "avxvnni", "avx512f", "avx512bw", "avx512vl",
+                  "avx512vnni", "avx512bf16", "amx", "neon", "dotprod", "fp16", "i8mm", "sve", "sve2", "sme")
+
+
+def _feature(name: str) -> str:
+    """A feature a manifest requires, in detection's spelling ("sse4_2" -> "sse4.2"); unknown names stay as written."""
+    found = normalize_features([name])
+    return found[0] if found else name
 
 
 @dataclass
@@ -125,7 +134,7 @@ class _GgmlResolver:
                 return ("glibc", f"{t.id} needs glibc >= {req.glibc}; this system has glibc {m.report.os.libc_version}"), ""
         if req.macos_min and m.macos is not None and m.macos < version_of(req.macos_min):
             return ("os-version", f"{t.id} needs macOS {req.macos_min} or newer; this Mac runs macOS {m.report.os.version}"), ""
-        missing = [f for f in req.cpu_features if f not in m.report.cpu.features]
+        missing = [f for f in req.cpu_features if _feature(f) not in m.report.cpu.features]
         if missing:
             if not m.report.cpu.features:
                 return ("cpu-features", f"{t.id} needs CPU features {', '.join(req.cpu_features)}, and this CPU's features are unknown"), ""
@@ -350,7 +359,7 @@ class _GgmlResolver:
     def build_spec(self, e: _Eval) -> BuildSpec:
         m = self.m
         props: Dict[str, str] = {}
-        feats = [f for f in _BUILD_FEATURES if f in m.report.cpu.features]
+        feats = [f for f in BUILD_FEATURES if f in m.report.cpu.features]
         if feats:
             props["cpu_features"] = ",".join(feats)
         if m.report.cpu.x86_64_level:

@@ -16,7 +16,7 @@ GiB = 1024 ** 3
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "captures"
 EXAMPLE_GGML = REPO / "accelstack" / "manifests" / "data" / "ggml-example.json"
-AVX2 = ["sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"]
+AVX2 = ["sse4.2", "avx", "avx2", "fma", "f16c", "bmi2"]  # detection's normalized names
 AVX512 = AVX2 + ["avx512f", "avx512bw", "avx512vl"]
 
 

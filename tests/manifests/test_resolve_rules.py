@@ -376,7 +376,7 @@ def test_xpu_for_arc_and_zero_mask_when_an_igpu_is_also_xpu():
 # -- ggml: CPU variants by features, GPU backends, local builds ---------------------------------------
 @pytest.mark.parametrize(
     "features, variant",
-    [([], "linux-x64-cpu-noavx"), (["sse", "sse2", "ssse3"], "linux-x64-cpu-noavx"), (["sse4_2", "avx"], "linux-x64-cpu-avx"),
+    [([], "linux-x64-cpu-noavx"), (["sse", "sse2", "ssse3"], "linux-x64-cpu-noavx"), (["sse4.2", "avx"], "linux-x64-cpu-avx"),
      (AVX2, "linux-x64-cpu-avx2"), (AVX512, "linux-x64-cpu-avx512")],
 )
 def test_ggml_cpu_variant_by_cpu_features(features, variant):
