@@ -6,10 +6,12 @@
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple, TypeVar
 
+from ..errors import Action
 from ..settings import Settings
 from . import assess, linux, macos, windows
 from .capture import CapturingSystem
@@ -21,6 +23,9 @@ from .report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo, Problem
 
 __all__ = ["detect", "HardwareReport", "GPU", "Problem", "System", "LiveSystem", "ReplaySystem", "CapturingSystem"]
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 _ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "armv8": "arm64"}
 
 
@@ -31,6 +36,26 @@ def default_home(system: System, facts: PlatformFacts) -> Path:
     if isinstance(system, LiveSystem):
         return Settings.resolve_home()
     return Settings.resolve_home(env=SystemEnviron(system), os_name=facts.os_name)
+
+
+def _stage(probe: Probe, what: str, fn: Callable[[], T], default: T) -> T:
+    """``fn()``, or ``default`` with a problem when it raises.
+
+    Probes parse what drivers and tools print, and a capture from a bug report may hold anything:
+    output no parser expected (JSON that is not an object, a version of a million digits) must
+    cost that one fact, not the whole detection.
+    """
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - any parser failure becomes a reported problem
+        log.debug("detection stage %s failed", what, exc_info=True)
+        detail = f"{type(exc).__name__}: {exc}"
+        if len(detail) > 200:
+            detail = detail[:197] + "..."
+        probe.problem(f"probe_failed_{what.replace(' ', '_')}", f"could not read {what}: {detail}",
+                      "detection went on without it; please report this with a capture of the machine",
+                      "warning", action=Action.REPORT_BUG)
+        return default
 
 
 def detect(system: Optional[System] = None, *, home: Optional[Path] = None, timeout: float = DEFAULT_TIMEOUT) -> HardwareReport:
@@ -59,15 +84,16 @@ def detect(system: Optional[System] = None, *, home: Optional[Path] = None, time
     level_zero = ""
 
     if os_name == "linux":
-        linux.os_info(probe, info)
-        report.cpu = linux.cpu_info(probe, arch)
-        report.gpus = linux.gpus(probe, os_name, info.wsl)
+        _stage(probe, "os info", lambda: linux.os_info(probe, info), None)
+        report.cpu = _stage(probe, "cpu info", lambda: linux.cpu_info(probe, arch), report.cpu)
+        report.gpus = _stage(probe, "gpus", lambda: linux.gpus(probe, os_name, info.wsl), [])
         if any(g.vendor == "amd" for g in report.gpus):
-            report.rocm_version = linux.rocm_version(probe)
-            kfd_ok = _check_kfd(probe, report)
-        report.vulkan_loader, icds = linux.vulkan(probe)
+            report.rocm_version = _stage(probe, "rocm version", lambda: linux.rocm_version(probe), "")
+            kfd_ok = _stage(probe, "kfd", lambda: _check_kfd(probe, report), False)
+        no_vulkan: Tuple[str, List[str]] = ("", [])
+        report.vulkan_loader, icds = _stage(probe, "vulkan", lambda: linux.vulkan(probe), no_vulkan)
         if any(g.vendor == "intel" for g in report.gpus):
-            level_zero = linux.level_zero(probe)
+            level_zero = _stage(probe, "level zero", lambda: linux.level_zero(probe), "")
         if report.gpus and not report.vulkan_loader and not info.wsl:
             probe.problem(
                 "vulkan_loader_missing",
@@ -76,9 +102,9 @@ def detect(system: Optional[System] = None, *, home: Optional[Path] = None, time
                 "info",
             )
     elif os_name == "windows":
-        windows.probe(probe, report)
+        _stage(probe, "windows hardware", lambda: windows.probe(probe, report), None)
     elif os_name == "macos":
-        macos.probe(probe, report)
+        _stage(probe, "macos hardware", lambda: macos.probe(probe, report), None)
     else:
         probe.problem("unknown_os", f"{facts.system} is not a platform accelstack knows", "only the CPU will be used", "warning")
 
@@ -87,13 +113,16 @@ def detect(system: Optional[System] = None, *, home: Optional[Path] = None, time
         report.cpu.physical_cores = report.cpu.physical_cores or physical
         report.cpu.logical_cores = report.cpu.logical_cores or logical
     total, available = system.memory()
-    where = str(home if home is not None else default_home(system, facts))
-    report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where, disk_free=system.disk_free(where))
+    at: Optional[Path] = home if home is not None else _stage(probe, "runtime home", lambda: default_home(system, facts), None)
+    where = str(at) if at is not None else ""
+    report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where,
+                               disk_free=system.disk_free(where) if where else None)
 
     report.problems = probe.problems  # the same list: the assessment reads what the probes found
-    assess.add_gpu_apis(report, kfd_ok=kfd_ok, vulkan_icds=icds, level_zero=level_zero)
-    assess.cpu_problems(report, probe.problem)
-    report.preference = assess.order_preference(report)
+    _stage(probe, "accelerator APIs", lambda: assess.add_gpu_apis(report, kfd_ok=kfd_ok, vulkan_icds=icds,
+                                                                   level_zero=level_zero), None)
+    _stage(probe, "cpu features", lambda: assess.cpu_problems(report, probe.problem), None)
+    report.preference = _stage(probe, "preference", lambda: assess.order_preference(report), [])
     for i, g in enumerate(report.gpus):
         g.index = i
     report.problems = probe.problems

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from ..limits import MAX_CAPTURE_FILE_BYTES
 from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ _OPEN_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR}
 class LiveSystem:
     """This machine. Reads are capped so a runaway sysfs file cannot stall detection."""
 
-    MAX_READ = 4 * 1024 * 1024
+    MAX_READ = MAX_CAPTURE_FILE_BYTES  # ReplaySystem caps replayed reads the same way
 
     def platform(self) -> PlatformFacts:
         libc, libc_version = platform.libc_ver() if sys.platform.startswith("linux") else ("", "")
