@@ -114,3 +114,35 @@ MAX_SIGNATURES = 64  # co-signatures in one `.sig`; each costs a signature check
 MAX_DOCUMENT_INT = 2 ** 63 - 1  # integers of manifests and captures (versions, sizes, return codes)
 MAX_ARTIFACT_BYTES = 1 << 44  # 16 TiB: larger than any model or build, small enough to be a size
 MAX_CAPTURE_FILES = 10_000  # probe outputs (files, commands) listed in one capture.json
+
+# -- The generation engine's inputs (issue 10, engine) ---------------------------------------------
+# Prompts. stable-diffusion.cpp splits a long prompt into 77-token CLIP chunks (75 usable) and
+# encodes every chunk, so length is not capped by the encoder; but before tokenizing it runs the
+# prompt through a std::regex whose matcher recurses once per character of a run of plain text:
+# measured on the CPU build, a few tens of thousands of characters overflow the worker's stack
+# (SIGSEGV). 8 chunks (600 tokens, far more than a model attends to usefully) at up to ~4
+# characters per token, rounded, stays an order of magnitude below that.
+PROMPT_CHUNK_TOKENS = 75  # usable CLIP tokens per 77-token chunk (BOS and EOS take two)
+MAX_PROMPT_CHUNKS = 8
+MAX_PROMPT_CHARS = 2500  # ~ MAX_PROMPT_CHUNKS * PROMPT_CHUNK_TOKENS * 4 characters per token, rounded
+# Engine options and generation parameters.
+MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: its thread pool's arrays hold no more
+MAX_VAE_TILE = 512  # latent pixels: one tile as large as the largest image (4096 px / 8)
+MAX_CFG_SCALE = 100.0
+MIN_CLIP_SKIP, MAX_CLIP_SKIP = -1, 32  # -1 = the model's default; 32 = the deepest SD text encoder (bigG)
+MIN_SEED, MAX_SEED = -(2 ** 63), 2 ** 63 - 1  # int64 in stable-diffusion.cpp; < 0 picks a random seed
+# The worker's HTTP server (127.0.0.1, one token holder: the supervisor).
+WORKER_SOCKET_TIMEOUT = 10.0  # seconds one read or write on a connection may block
+WORKER_MAX_UNAUTHENTICATED = 32  # connections that have not yet shown the token; the oldest is dropped
+WORKER_MAX_CONNECTIONS = 96  # all connections (the supervisor uses one or two at a time)
+WORKER_MAX_HEADER_BYTES = 16 * 1024  # request line + headers; the supervisor sends ~200 bytes
+WORKER_MAX_BODY_BYTES = 256 * 1024  # a GenerateRequest: two prompts of MAX_PROMPT_CHARS, JSON-escaped
+WORKER_MAX_QUERY_CHARS = 256  # one query value (job ids are 12 hex digits, versions are ints)
+# Model files (header checks before stable-diffusion.cpp parses them).
+MAX_MODEL_HEADER_BYTES = 64 * 1024 * 1024  # GGUF metadata + tensor table, safetensors JSON header
+MAX_CKPT_PICKLE_BYTES = 64 * 1024 * 1024  # data.pkl of a torch zip checkpoint (SD 1.x: ~100 KB)
+MAX_ZIP_ENTRIES = 100_000  # a torch checkpoint holds one entry per tensor storage (~1-3 thousand)
+# Worker folders in the temp dir: a killed CLI's are removed this long after it died; a crashed
+# worker's folder (its log) is kept for CRASH_LOG_KEEP_SECONDS so the message can point at it.
+WORKER_DIR_STALE_SECONDS = 10 * 60
+CRASH_LOG_KEEP_SECONDS = 7 * 24 * 3600
