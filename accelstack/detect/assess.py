@@ -53,7 +53,7 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
             api.usable = True
             api.gpus.append(g.index)
             api.evidence.append(f"GPU {g.index} {g.name}: {g.gfx_target} (HIP SDK target on Windows)")
-        if g.vendor == "intel" and g.kind == "discrete" or (g.vendor == "intel" and "Xe-LPG" in g.intel_generation or "Xe2" in g.intel_generation):
+        if g.vendor == "intel" and (g.kind == "discrete" or any(x in g.intel_generation for x in ("Xe-LPG", "Xe2", "Xe3"))):
             api = _api(report, "xpu")
             if os_name == "windows" or level_zero or os_name == "linux" and g.driver in ("i915", "xe"):
                 api.usable = True

@@ -288,7 +288,9 @@ def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
 
     for g in found:
         if g.vendor == "intel":
-            g.intel_generation, kind = tables.intel_generation(g.name)
+            g.intel_generation, _ = tables.intel_generation_for(g.pci_device_id, g.name)
+            if tables.intel_platform(g.pci_device_id):
+                g.sources.append("generation: PCI device id (kernel id list)")
             if g.kind == "unknown":
                 g.kind = classify_kind("intel", g.name, g.pci_device_id)
         elif g.kind == "unknown":

@@ -102,7 +102,7 @@ def parse_profiler(text: str) -> List[GPU]:
         elif vendor == "amd":
             g.gfx_target = tables.amd_gfx_target(g.pci_device_id, name)
         elif vendor == "intel":
-            g.intel_generation = tables.intel_generation(name)[0]
+            g.intel_generation = tables.intel_generation_for(g.pci_device_id, name)[0]
         bus = (e.get("sppci_bus") or e.get("Bus") or "").lower()
         g.kind = "integrated" if "builtin" in bus or "built-in" in bus or vendor in ("apple", "intel") else classify_kind(vendor, name, g.pci_device_id, g.gfx_target)
         if "pcie" in bus and vendor != "apple":

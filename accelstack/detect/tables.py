@@ -92,7 +92,31 @@ def gpu_kind(value: str) -> GpuKind:
     return value if value in GPU_KINDS else "unknown"
 
 
+@functools.cache
+def _intel_ids() -> Dict[str, Tuple[str, str, GpuKind]]:
+    return {i: (plat, gen, gpu_kind(kind)) for plat, gen, kind, ids in _data("intel.json")["generation_by_device_id"]["platforms"] for i in ids}
+
+
+def intel_platform(device_id: str) -> Optional[Tuple[str, str, GpuKind]]:
+    """(platform, generation, kind) of an Intel GPU PCI device id from the kernel's id list, else None."""
+    return _intel_ids().get(device_id.lower()) if device_id else None
+
+
+def intel_generation_for(device_id: str, name: str) -> Tuple[str, GpuKind]:
+    """(generation, kind): the PCI device id decides when the table knows it, else the marketing name.
+
+    Names are ambiguous across generations ("Intel(R) UHD Graphics" is a Comet Lake Gen9.5 and an
+    Alder Lake Xe-LP); device ids are not."""
+    known = intel_platform(device_id)
+    if known:
+        return known[1], known[2]
+    return intel_generation(name) if name else ("", "unknown")
+
+
 def intel_is_discrete_id(device_id: str) -> bool:
+    known = intel_platform(device_id)
+    if known:
+        return known[2] == "discrete"
     return any(device_id.lower().startswith(p) for p in _data("intel.json")["discrete_device_ids"]["prefixes"])
 
 

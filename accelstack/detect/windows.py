@@ -117,7 +117,9 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
         if vendor == "amd":
             g.gfx_target = tables.amd_gfx_target(device_id, name)
         if vendor == "intel":
-            g.intel_generation = tables.intel_generation(name)[0]
+            g.intel_generation = tables.intel_generation_for(device_id, name)[0]
+            if tables.intel_platform(device_id):
+                g.sources.append("generation: PCI device id (kernel id list)")
         g.kind = ("discrete" if known[1] else "integrated") if known else classify_kind(vendor, name, device_id, g.gfx_target)
         if vendor == "amd" and g.gfx_target and tables.amd_is_integrated(g.gfx_target):
             g.kind = "integrated"

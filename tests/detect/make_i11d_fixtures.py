@@ -134,6 +134,45 @@ def macos11_intel_uhd630_radeon5500m_text() -> CaptureBuilder:
     return b
 
 
+# -- Intel generation by PCI id / Windows NVIDIA driver and VRAM --------------------------------------
+
+# A public machine inventory (code-index ids 58234029735 / 58360938562): i7-12650H laptop, Windows 11 build
+# 10.0.26200, NVIDIA GeForce RTX 4060 Laptop GPU PCI\VEN_10DE&DEV_28A0 driver 32.0.15.8115, Intel UHD Graphics
+# (Alder Lake-P GT1) PCI\VEN_8086&DEV_46A3 driver 32.0.101.7082.
+ADL_URL = "public machine inventory in a GitHub repository's docs (code-index ids 58234029735 and 58360938562: i7-12650H laptop, RTX 4060 Laptop + Alder Lake-P UHD 46A3, Windows 11 10.0.26200)"
+ADL_CPU = {"Name": "12th Gen Intel(R) Core(TM) i7-12650H", "Manufacturer": "GenuineIntel", "NumberOfCores": 10, "NumberOfLogicalProcessors": 16}
+ADL_FEATURES = {"13": True, "19": False, "36": True, "37": True, "38": True, "39": True, "40": True, "41": False, "43": False, "46": False}
+ADL_INTEL = {"Name": "Intel(R) UHD Graphics", "PNPDeviceID": "PCI\\VEN_8086&DEV_46A3", "DriverVersion": "32.0.101.7082", "AdapterRAM": 134217728, "Status": "OK"}
+ADL_NVIDIA = {"Name": "NVIDIA GeForce RTX 4060 Laptop GPU", "PNPDeviceID": "PCI\\VEN_10DE&DEV_28A0", "DriverVersion": "32.0.15.8115", "AdapterRAM": 4293918720, "Status": "OK"}
+
+
+def windows_adl_uhd46a3_rtx4060_laptop() -> CaptureBuilder:
+    b = CaptureBuilder(system="Windows", machine="AMD64", release="11", version="10.0.26200", win_version="10.0.26200")
+    b.powershell({
+        "gpus": [ADL_INTEL, ADL_NVIDIA],
+        "registry": [
+            {"DriverDesc": "Intel(R) UHD Graphics", "MatchingDeviceId": "pci\\ven_8086&dev_46a3", "HardwareInformation.qwMemorySize": None},
+            {"DriverDesc": "NVIDIA GeForce RTX 4060 Laptop GPU", "MatchingDeviceId": "pci\\ven_10de&dev_28a0", "HardwareInformation.qwMemorySize": 8589934592},
+        ],
+        "cpu": ADL_CPU, "features": ADL_FEATURES,
+    })
+    b.smi([[0, "00000000:01:00.0", "NVIDIA GeForce RTX 4060 Laptop GPU", 8188, 7957, "581.15", "8.9"]])
+    b.device(mf.VULKAN_DLL)
+    b.memory = [16 * GIB, None]
+    return b
+
+
+def windows_rtx4060_laptop_partial_wmi() -> CaptureBuilder:
+    """The same laptop seen through WMI alone: no registry VRAM, no driver version, no nvidia-smi."""
+    b = CaptureBuilder(system="Windows", machine="AMD64", release="11", version="10.0.26200", win_version="10.0.26200")
+    nvidia = dict(ADL_NVIDIA, DriverVersion=None)
+    b.powershell({"gpus": [ADL_INTEL, nvidia], "registry": [], "cpu": ADL_CPU, "features": ADL_FEATURES})
+    b.command(mf.SMI_QUERY, missing=True)
+    b.device(mf.VULKAN_DLL)
+    b.memory = [16 * GIB, None]
+    return b
+
+
 def url_readme(name: str, summary: str, url: str, verbatim: List[str], transcribed: List[str], assumed: List[str]) -> str:
     lines = [f"# {name}", "", summary, "",
              f"- Source (public, not in shared/reference/hardware-dumps/): {url}",
@@ -150,6 +189,36 @@ def url_readme(name: str, summary: str, url: str, verbatim: List[str], transcrib
 
 
 URL_FIXTURES = {
+    "i11d-windows-adl-uhd46a3-rtx4060-laptop": (
+        windows_adl_uhd46a3_rtx4060_laptop,
+        url_readme(
+            "i11d-windows-adl-uhd46a3-rtx4060-laptop",
+            "Windows 11 laptop: the Alder Lake-P iGPU 8086:46A3 is named just `Intel(R) UHD Graphics` (the name rules would call it "
+            "Gen9); the PCI id says Xe-LP (Gen12, Alder Lake). RTX 4060 Laptop on driver 581.15.",
+            ADL_URL,
+            ["nothing: the inventory is a table, not a probe's output"],
+            ["PowerShell JSON, Win32_VideoController: the two adapters with their PCI ids and driver versions from the inventory "
+             "(32.0.101.7082 Intel, 32.0.15.8115 = NVIDIA 581.15); Windows 10.0.26200; CPU i7-12650H, 10 cores / 16 threads",
+             "nvidia-smi query: RTX 4060 Laptop, driver 581.15, compute capability 8.9 (NV-CUDAGPUS)"],
+            ["WMI names `Intel(R) UHD Graphics` and `NVIDIA GeForce RTX 4060 Laptop GPU` (the names those drivers give); PNPDeviceID without SUBSYS/REV",
+             "AdapterRAM 128 MiB (Intel) and 4293918720 (NVIDIA, the 32-bit cap); registry qwMemorySize 8 GiB for the NVIDIA adapter",
+             "nvidia-smi: bus 01:00.0, 8188 MiB total (what an 8 GB RTX 40 laptop reports), 7957 MiB free",
+             "CPU features of Alder Lake (AVX2, no AVX-512), 16 GiB RAM, vulkan-1.dll present"],
+        ),
+    ),
+    "i11d-windows-rtx4060-laptop-partial-wmi": (
+        windows_rtx4060_laptop_partial_wmi,
+        url_readme(
+            "i11d-windows-rtx4060-laptop-partial-wmi",
+            "The same laptop seen through WMI alone: AdapterRAM is capped at 4 GiB, the NVIDIA driver version is missing and "
+            "nvidia-smi does not answer. VRAM must read as unknown (at least 4 GiB), and the NVIDIA driver as present with an unknown version.",
+            ADL_URL,
+            ["nothing: the inventory is a table, not a probe's output"],
+            ["as in i11d-windows-adl-uhd46a3-rtx4060-laptop: adapters, PCI ids, Intel driver version, Windows build, CPU"],
+            ["a partial report: the NVIDIA adapter's DriverVersion is null, no display-class registry entries were readable, "
+             "nvidia-smi is not found; everything else as in i11d-windows-adl-uhd46a3-rtx4060-laptop"],
+        ),
+    ),
     "i11d-macos11-m1-json-khw-key": (
         macos11_m1_json_khw,
         url_readme(

@@ -165,7 +165,7 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
     "windows7-laptop-intel-hd-quadro-m2000m-441": dict(
         os="windows", version="6.1.7601", arch="x86_64", ngpus=2,
         gpus=[dict(vendor="intel", name="Intel(R) HD Graphics 530", kind="integrated", pci_device_id="191b", driver_version="21.20.16.5076",
-                   intel_generation="Gen8/Gen9 (Broadwell/Skylake)", vram_total=GIB),
+                   intel_generation="Gen9 (Skylake)", vram_total=GIB),
               dict(vendor="nvidia", name="NVIDIA Quadro M2000M", kind="discrete", pci_device_id="13b0", bus_id="0000:01:00.0", driver="wddm",
                    driver_version="441.66", compute_capability="5.0", cuda_driver_version="10.2", vram_total=4096 * MIB)],
         apis={"cuda", "vulkan", "cpu"}, unusable={"directml"}, first=("cuda", 1), problems=set(),
@@ -185,7 +185,7 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
     "windows-intel-uhd-cometlake": dict(
         os="windows", arch="x86_64", ngpus=1,
         gpus=[dict(vendor="intel", name="Intel(R) UHD Graphics", kind="integrated", pci_vendor_id="8086", pci_device_id="9bc4",
-                   pci_subsystem_id="1043:170d", intel_generation="Gen9/Gen9.5 (Skylake-Comet Lake)")],
+                   pci_subsystem_id="1043:170d", intel_generation="Gen9.5 (Comet Lake)")],
         apis={"directml", "vulkan", "cpu"}, first=("vulkan", 0), problems=set(),
     ),
     "windows-ryzen-igpu-arc-b580": dict(
@@ -196,6 +196,16 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
               dict(vendor="intel", name="Intel(R) Arc(TM) B580 Graphics", kind="discrete", pci_device_id="e20b",
                    intel_generation="Xe2-HPG (Battlemage)", vram_total=12 * GIB)],
         apis={"directml", "vulkan", "xpu", "cpu"}, unusable=set(), first=("xpu", 1), problems=set(),
+    ),
+    # issue 11 (detection): Intel generation from the PCI device id
+    "i11d-windows-adl-uhd46a3-rtx4060-laptop": dict(
+        os="windows", version="10.0.26200", arch="x86_64", ngpus=2,
+        cpu=dict(vendor="intel", model="12th Gen Intel(R) Core(TM) i7-12650H", physical_cores=10, logical_cores=16, x86_64_level=3),
+        gpus=[dict(vendor="intel", name="Intel(R) UHD Graphics", kind="integrated", pci_device_id="46a3", intel_generation="Xe-LP (Gen12, Alder Lake)"),
+              dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", bus_id="0000:01:00.0",
+                   driver_version="581.15", compute_capability="8.9", cuda_driver_version="13.0", vram_total=8188 * MIB)],
+        gpu_sources={0: "generation: PCI device id (kernel id list)"},
+        apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 1), problems=set(),
     ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
