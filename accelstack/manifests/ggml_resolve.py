@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple, cast
 from ..detect.cpu import normalize_features
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
-from .hw_rules import cuda_driver_check, hw_rules
+from .hw_rules import cuda_driver_check, driver_hint, hw_rules
 from .knowledge import Manifests
 from .machine import (
     Device,
@@ -29,7 +29,7 @@ from .machine import (
     why_not_device,
     why_preferred,
 )
-from .plan import BuildSpec, Candidate, Plan, Request
+from .plan import BuildSpec, Candidate, Plan, Request, merge_identical_rejections
 from .request import Requirements
 
 _API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "vulkan": "vulkan", "metal": "metal", "sycl": "xpu", "cpu": "cpu"}
@@ -203,13 +203,14 @@ class _GgmlResolver:
             major = rules.ggml_min_cuda_major
             floor = rules.floor(major, self.m.driver_os)
             need = f"a driver of the CUDA {major} family or newer" + (f" (>= {floor} on {'Windows' if self.m.driver_os == 'windows' else 'Linux'})" if floor and not dev.jetson else "")
+            hint = "" if dev.jetson else f"; {driver_hint(dev.cc, floor)}"
             if dev.cuda_max is not None:
                 if dev.cuda_max.major < major:
                     return ("driver", f"the driver of {dev.name} supports CUDA up to {g.cuda_driver_version}; the CUDA toolkits that can build "
-                                      f"ggml (CUDA {major} and newer) need {need}")
+                                      f"ggml (CUDA {major} and newer) need {need}{hint}")
             elif dev.driver is not None:
                 if floor and dev.driver < version_of(floor):
-                    return ("driver", f"NVIDIA driver {g.driver_version} is older than {floor}; the CUDA toolkits that can build ggml need {need}")
+                    return ("driver", f"NVIDIA driver {g.driver_version} is older than {floor}; the CUDA toolkits that can build ggml need {need}{hint}")
             else:
                 return ("driver", f"the driver of {dev.name} reported no CUDA version; a local ggml CUDA build needs {need}")
             return None
@@ -273,7 +274,7 @@ class _GgmlResolver:
             also = [d for d in chosen.covers if d is not chosen.device]
             evals = [e for e in evals if e.device not in also]
         plan = Plan(stack="ggml", summary="", request=self.request)
-        plan.candidates = [self.candidate(e, chosen) for e in evals] + self.build_rejects
+        plan.candidates = merge_identical_rejections([self.candidate(e, chosen) for e in evals] + self.build_rejects)
         best_hw = hardware[0] if hardware else None
         if chosen is not None:
             self.fill(plan, chosen)

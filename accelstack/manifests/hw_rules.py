@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from .machine import Device, cc_parts, is_jetson, l4t_of
 
-__all__ = ["HwRules", "cuda_driver_check", "driver_branch_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
+__all__ = ["HwRules", "cuda_driver_check", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
 
 BUILTIN = "hw-rules.json"
 STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
@@ -109,20 +109,25 @@ def hw_rules() -> HwRules:
     return parse_hw_rules(json.loads(data))
 
 
-def driver_branch_hint(cc: str, os_name: str = "linux") -> str:
-    """Which NVIDIA driver to advise for a GPU of compute capability ``cc`` (never one it cannot run)."""
-    parts = cc_parts(cc)
+def driver_hint(cc: str, need: str = "") -> str:
+    """What to do about a driver too old for a build that needs driver ``need``, for a GPU of compute
+    capability ``cc``: never a driver branch the GPU cannot run (NV-DC-MATRIX: Kepler ends with R470;
+    Maxwell, Pascal and Volta with R580)."""
     rules = hw_rules()
-    if parts is None:
-        return "update the NVIDIA driver"
+    parts = cc_parts(cc)
     first = rules.architectures[0].cc_min if rules.architectures else None
-    if first is not None and parts < first:
-        return "this GPU is past NVIDIA's driver support (older than Kepler); no current driver runs it"
+    if parts is not None and first is not None and parts < first:
+        return "this GPU is past NVIDIA's driver support (older than Kepler): no current driver or CUDA build runs on it"
     arch = rules.architecture(cc)
-    if arch is None or not arch.last_branch:
-        return "update the NVIDIA driver"
-    return (f"install the newest R{arch.last_branch} driver; {arch.name} GPUs are not supported by drivers "
-            f"after R{arch.last_branch} (NVIDIA's architecture matrix)")
+    need_branch = int(need.split(".")[0]) if need and need.split(".")[0].isdigit() else 0
+    if arch is not None and arch.last_branch:
+        last = int(arch.last_branch)
+        if need_branch > last:
+            return (f"no driver this GPU can run is new enough: {arch.name} GPUs are supported up to the R{last} driver branch "
+                    f"(NVIDIA's architecture matrix)")
+        target = f"{need} or newer" if need else "a newer one"
+        return f"update the NVIDIA driver to {target}, at most the R{last} branch (the last for {arch.name} GPUs)"
+    return f"update the NVIDIA driver to {need} or newer" if need else "update the NVIDIA driver"
 
 
 def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os_name: str, what: str,
@@ -148,17 +153,18 @@ def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os
         if policy != STRICT and not native:
             rule += ", because it reaches this GPU only through PTX, which an older driver cannot compile"
     who = f"NVIDIA driver {g.driver_version}" if dev.driver is not None else "The NVIDIA driver"
+    hint = f"; {driver_hint(dev.cc, need_drv)}"
     if dev.cuda_max is not None:
         ok = dev.cuda_max >= need_cuda
         if ok and minor and dev.driver is not None and need_drv:
             ok = dev.driver >= Version(need_drv)
         if not ok:
-            return f"{who} supports CUDA up to {g.cuda_driver_version}; {what} needs {rule}", ""
+            return f"{who} supports CUDA up to {g.cuda_driver_version}; {what} needs {rule}{hint}", ""
     elif dev.driver is not None:
         if not need_drv:
             return f"{who} reported no CUDA version, and NVIDIA publishes no {os_text} minimum for CUDA {cuda}", ""
         if dev.driver < Version(need_drv):
-            return f"{who} is older than {need_drv}; {what} needs {rule}", ""
+            return f"{who} is older than {need_drv}; {what} needs {rule}{hint}", ""
     else:
         return f"the CUDA version of the NVIDIA driver is unknown; {what} needs {rule}", ""
     have = dev.cuda_max

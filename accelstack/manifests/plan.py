@@ -7,6 +7,7 @@ environment to set when the runtime starts.
 """
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -130,3 +131,38 @@ class Plan:
     @property
     def rejected(self) -> List[Candidate]:
         return [c for c in self.candidates if not c.accepted]
+
+
+_GPU_LABEL = re.compile(r"\bGPUs? \d+(?:[-,]\d+)*(?: \d+x)? ")
+
+
+def _gpus_text(indexes: List[int]) -> str:
+    if len(indexes) == 1:
+        return f"GPU {indexes[0]} "
+    span = f"{indexes[0]}-{indexes[-1]}" if indexes == list(range(indexes[0], indexes[-1] + 1)) else ",".join(map(str, indexes))
+    return f"GPUs {span} {len(indexes)}x "
+
+
+def merge_identical_rejections(candidates: List[Candidate]) -> List[Candidate]:
+    """One rejection per problem: the same build rejected for the same reason on GPUs that differ only in
+    their numbers (identical cards the grouping kept apart) is reported once, with the GPU list."""
+    out: List[Candidate] = []
+    first: Dict[Tuple[str, str, str], Candidate] = {}
+    merged: List[Candidate] = []
+    for c in candidates:
+        if c.accepted or not c.gpus:
+            out.append(c)
+            continue
+        key = (c.name, c.code, _GPU_LABEL.sub("\x00", c.reason))
+        seen = first.get(key)
+        if seen is None:
+            first[key] = c
+            out.append(c)
+            continue
+        seen.gpus = sorted(set(seen.gpus) | set(c.gpus))
+        if seen not in merged:
+            merged.append(seen)
+    for c in merged:
+        label = _gpus_text(c.gpus)
+        c.reason = _GPU_LABEL.sub(lambda _m: label, c.reason)
+    return out

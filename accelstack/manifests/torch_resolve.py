@@ -12,7 +12,7 @@ from packaging.version import Version
 from ..domain import ApiName, Backend
 from .hw_rules import jetson_text
 from .machine import Device, Machine, slots, version_of, visible_devices_env, why_not_device, why_preferred
-from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request
+from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request, merge_identical_rejections
 from .request import Requirements
 from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range
 from .torch_matrix import TorchMatrix
@@ -43,7 +43,7 @@ class _TorchResolver(TorchChecks):
         if chosen is not None:
             chosen.cand.chosen = True
         self.polish_reasons(evals, chosen)
-        plan = Plan(stack="torch", summary="", request=self.request, candidates=[e.cand for e in evals])
+        plan = Plan(stack="torch", summary="", request=self.request, candidates=merge_identical_rejections([e.cand for e in evals]))
         plan.conflicts = self.conflicts(evals, chosen)
         if chosen is None:
             plan.status = "unsatisfiable"
@@ -115,7 +115,8 @@ class _TorchResolver(TorchChecks):
             c = e.cand
             if c.code == "driver":
                 alt = chosen.name if chosen is not None and chosen.backend == e.backend and chosen.device is e.device else ""
-                c.reason += f" (update the NVIDIA driver{', or use ' + alt if alt else ''})"
+                if alt:
+                    c.reason += f" (or use {alt})"
             elif c.accepted and e is not chosen and chosen is not None:
                 c.reason += f" \u2014 not chosen: {self.why_not(e, chosen)}"
 

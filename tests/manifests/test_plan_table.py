@@ -22,6 +22,7 @@ FIXTURES = {
     "i11d-jetson-xavier-jp5":                    ("cpu", ">=2.14", "cuda", "cuda"),     # Tegra sm_72, JetPack 5.1.2 (CUDA 11.4)
     "i11d-macos11-intel-uhd630-radeon5500m-text": ("cpu", "~=2.2.0", "metal", "metal"),  # macOS 11.1 < 12.3: no MPS
     "i11d-macos11-m1-json-khw-key":              ("cpu", "~=2.11.0", "metal", "metal"), # macOS 11: no MPS, <14 ends at 2.11
+    "i11d-windows-adl-uhd46a3-rtx4060-laptop":   ("cu130", ">=2.14", "cuda", None),
     "i11p-linux-amd-ellesmere-gfx803":           ("cpu", ">=2.14", "cpu", None),        # gfx803: in no current ROCm
     "container-amd-mi300x-kfd-einval":           ("cpu", ">=2.14", "cpu", None),        # /dev/kfd EINVAL: ROCm unusable
     "linux-amd-2x-rx7900xtx-rocm":               ("rocm7.14", ">=2.14", "rocm", None),

@@ -5,9 +5,10 @@ Machines come from replayed captures built from real dumps (``i11d-*`` by detect
 """
 from __future__ import annotations
 
-from accelstack.manifests import Manifests
+from accelstack.manifests import Manifests, Request, resolve
+from accelstack.manifests.hw_rules import driver_hint
 
-from ._factory import amd, candidate, machine, nvidia, plan_of, replay
+from ._factory import amd, candidate, loaded_manifests, machine, nvidia, plan_of, replay
 
 
 def jetson(cc="8.7", cuda="12.2", l4t="36.3.0", name="NVIDIA Jetson AGX Orin Developer Kit"):
@@ -99,3 +100,37 @@ def test_maxwell_local_build_names_the_cuda12_toolkit():
     report = machine(nvidia(name="NVIDIA GeForce GTX 970", cc="5.2", vram=4), apis={"cuda": [0]})
     plan = plan_of(report, "ggml", manifests=Manifests.builtin())
     assert plan.build.backend == "cuda" and plan.build.properties["cuda_toolkit"] == "12.x"
+
+
+# -- one report per problem; hints within what the GPU can run -----------------------------------------
+def test_identical_gpus_kept_apart_get_one_rejection_with_the_gpu_list():
+    # the same card twice, reported with slightly different memory (the grouping keeps them apart)
+    a = nvidia(0, name="NVIDIA GeForce GTX 1060 6GB", cc="6.1", cuda="", driver="", vram=6, driver_name="nouveau")
+    b = nvidia(1, name="NVIDIA GeForce GTX 1060 6GB", cc="6.1", cuda="", driver="", vram=6, driver_name="nouveau")
+    b.vram_total = (a.vram_total or 0) - 2 * 1024 * 1024
+    plan = plan_of(machine(a, b, apis={}), python="3.11")
+    cuda = [c for c in plan.candidates if c.name == "cuda"]
+    assert len(cuda) == 1 and cuda[0].gpus == [0, 1]
+    assert cuda[0].reason.startswith("cuda rejected: GPUs 0-1 2x NVIDIA GeForce GTX 1060 6GB runs the open-source nouveau driver")
+    old = plan_of(machine(nvidia(0, name="TITAN X (Pascal)", cc="6.1", cuda="10.1", driver="418.39", vram=12),
+                          nvidia(1, name="TITAN X (Pascal)", cc="6.1", cuda="10.1", driver="418.39", vram=11)), python="3.11")
+    cu126 = [c for c in old.candidates if c.name == "cu126"]
+    assert len(cu126) == 1 and cu126[0].gpus == [0, 1]
+
+
+def test_driver_hints_stay_within_the_gpus_last_driver_branch():
+    k80 = machine(nvidia(name="Tesla K80", cc="3.7", cuda="10.1", driver="418.39", vram=12))
+    reason = candidate(plan_of(k80, python="3.11"), "cu118").reason
+    assert "update the NVIDIA driver to 450.80.02 or newer, at most the R470 branch (the last for Kepler GPUs)" in reason
+    # strict policy: CUDA 11.8 needs 520.61.05, past Kepler's R470 branch: no driver it can run is new enough
+    strict = resolve(machine(nvidia(name="Tesla K80", cc="3.7", cuda="11.4", driver="470.57.02", vram=12)),
+                     Request(stack="torch", python="3.11", cuda_driver="strict"), loaded_manifests())
+    assert "no driver this GPU can run is new enough: Kepler GPUs are supported up to the R470 driver branch" in candidate(strict, "cu118").reason
+    maxwell = plan_of(machine(nvidia(name="NVIDIA GeForce GTX 970", cc="5.2", cuda="11.4", driver="470.57.02", vram=4)), python="3.11")
+    assert "at most the R580 branch (the last for Maxwell GPUs)" in candidate(maxwell, "cu126").reason
+    assert "R580" in candidate(plan_of(replay("linux-nvidia-4x-titanx-pascal-418"), "ggml"), "local-cuda").reason
+
+
+def test_a_gpu_older_than_kepler_is_past_support():
+    assert "past NVIDIA's driver support" in driver_hint("2.1", "450.80.02")
+    assert driver_hint("8.9", "580.65.06") == "update the NVIDIA driver to 580.65.06 or newer"

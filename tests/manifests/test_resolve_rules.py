@@ -54,7 +54,7 @@ def test_driver_limits_the_cuda_variant_with_an_actionable_reason():
     cu130 = candidate(plan, "cu130")
     assert cu130.code == "driver"
     assert cu130.reason == ("cu130 rejected: NVIDIA driver 535.104.05 supports CUDA up to 12.2; cu130 needs a CUDA 13.x driver "
-                            "(>= 580.65.06 on Linux, NVIDIA minor-version compatibility) (update the NVIDIA driver, or use cu126)")
+                            "(>= 580.65.06 on Linux, NVIDIA minor-version compatibility); update the NVIDIA driver to 580.65.06 or newer (or use cu126)")
     assert candidate(plan, "cu128").accepted  # also works, with an older torch
     assert "cu126 gives a newer torch (2.14)" in candidate(plan, "cu128").reason
 

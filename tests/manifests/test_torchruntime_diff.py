@@ -29,6 +29,8 @@ DISAGREEMENTS = {
     "i11d-macos11-intel-uhd630-radeon5500m-text": ("mps", "cpu",
         "the Mac runs macOS 11.1; torch's MPS backend needs macOS 12.3 or newer (PT-MPS), so its last x86_64 torch (2.2) "
         "runs on the CPU only. torchruntime does not look at the macOS version"),
+    "i11d-windows-adl-uhd46a3-rtx4060-laptop": ("cu128", "cu130",
+        "both run on the RTX 4060 Laptop GPU (driver 581.15 reports CUDA 13.0); cu130 gives torch 2.14, cu128 ends at 2.11"),
     "i11p-linux-amd-ellesmere-gfx803": ("rocm4.2", "cpu",
         "gfx803 (Polaris) is in no torch ROCm wheel of the matrix (2.4+) and in no current ROCm release (compat-facts 3.4, 4.1); "
         "torchruntime's rocm4.2 index predates the matrix's torch lines and the ROCm releases still supported"),
