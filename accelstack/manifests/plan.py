@@ -164,5 +164,5 @@ def merge_identical_rejections(candidates: List[Candidate]) -> List[Candidate]:
             merged.append(seen)
     for c in merged:
         label = _gpus_text(c.gpus)
-        c.reason = _GPU_LABEL.sub(lambda _m: label, c.reason)
+        c.reason = _GPU_LABEL.sub(label, c.reason)  # the label holds no backslash or group reference
     return out
