@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "accelstack.commands.build",
     "accelstack.commands.fetch",
     "accelstack.commands.manifest",
+    "accelstack.commands.serve",
 ]
 # Which module registers each command: running one command imports only its module, so a
 # no-op `accelstack install` does not pay for the engine's or the publisher's imports.
@@ -38,6 +39,7 @@ COMMANDS = {
     "build": "accelstack.commands.build",
     "fetch": "accelstack.commands.fetch",
     "manifest": "accelstack.commands.manifest",
+    "serve": "accelstack.commands.serve",
 }
 
 EPILOG = """\

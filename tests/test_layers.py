@@ -1,7 +1,8 @@
 """The pipeline's layering, checked on the source of the whole package.
 
 detect -> manifests -> artifacts -> installer -> engine, with shared value types below all of
-them, the publisher tooling beside the installer, the core above the stages, and the CLI on top.
+them, the publisher tooling beside the installer, the core above the stages, the service (the
+core over HTTP) above the core, and the CLI on top.
 No module imports a layer that stands after its own (not even inside a function), and there are
 no import cycles among modules.
 """
@@ -13,16 +14,17 @@ from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "accelstack"
 BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses", "limits")
-ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "commands", "cli"]
+ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli"]
 FORBIDDEN = {
     **{b: tuple(ORDER) + ("publisher",) for b in BOTTOM},
-    "detect": ("manifests", "artifacts", "installer", "engine", "core", "commands", "cli", "publisher"),
-    "manifests": ("artifacts", "installer", "engine", "core", "commands", "cli", "publisher"),
-    "artifacts": ("installer", "engine", "core", "commands", "cli", "publisher"),
-    "installer": ("engine", "core", "commands", "cli", "publisher"),
-    "publisher": ("installer", "engine", "core", "commands", "cli"),
-    "engine": ("installer", "core", "commands", "cli", "publisher"),
-    "core": ("commands", "cli"),
+    "detect": ("manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli", "publisher"),
+    "manifests": ("artifacts", "installer", "engine", "core", "service", "commands", "cli", "publisher"),
+    "artifacts": ("installer", "engine", "core", "service", "commands", "cli", "publisher"),
+    "installer": ("engine", "core", "service", "commands", "cli", "publisher"),
+    "publisher": ("installer", "engine", "core", "service", "commands", "cli"),
+    "engine": ("installer", "core", "service", "commands", "cli", "publisher"),
+    "core": ("service", "commands", "cli"),
+    "service": ("commands", "cli"),  # the core over HTTP: it may use the core and below, never the CLI
 }
 
 

@@ -1,0 +1,273 @@
+"""The HTTP API (``/api/v1/...``) and the status page (``/``), as a Starlette application.
+
+Each route is a thin call of the core (detect, plan, status) or of the job table; what goes over
+the wire is ``serde.to_dict`` of the library's own dataclasses, and every failure is an
+``AccelstackError.to_dict()`` under ``"error"``. The routes never open a path taken from a
+request: job ids are looked up in memory, images come from the job's recorded result.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import re
+import threading
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..domain import STACKS
+from ..errors import AccelstackError, UsageError
+from ..limits import MalformedInput, parse_json
+from ..serde import to_dict
+from ..settings import Settings
+from .errors import BadRequest, NotFound, ServiceError
+from .jobs import Job, Jobs, now_iso
+
+log = logging.getLogger(__name__)
+
+API = "/api/v1"
+KEEPALIVE_SECONDS = 15.0  # an SSE comment line this often keeps proxies and clients from timing out
+JOB_ID = re.compile(r"^[0-9a-f]{16}$")
+MAX_BODY_DEPTH = 8
+
+
+@dataclass
+class Hardware:
+    """The hardware report, detected once and again only when asked (``?refresh=1``)."""
+
+    detector: Callable[[], Any]
+    report: Any = None
+    detected_at: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, refresh: bool = False) -> Tuple[Any, str]:
+        with self.lock:
+            if self.report is None or refresh:
+                self.report, self.detected_at = self.detector(), now_iso()
+            return self.report, self.detected_at
+
+
+def resource_bytes(name: str) -> bytes:
+    return resources.files(__package__).joinpath(name).read_bytes()
+
+
+def page_and_policy() -> Tuple[bytes, str]:
+    """The page, and a Content-Security-Policy that allows exactly its inline script and style."""
+    html = resource_bytes("page.html")
+    text = html.decode("utf-8")
+
+    def hashes(tag: str) -> str:
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
+        return " ".join("'sha256-%s'" % base64.b64encode(hashlib.sha256(b.encode()).digest()).decode() for b in found)
+
+    csp = (f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; img-src 'self' blob:; "
+           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+    return html, csp
+
+
+def error_response(exc: AccelstackError, status: Optional[int] = None) -> JSONResponse:
+    if status is None:
+        status = exc.status if isinstance(exc, ServiceError) else 400 if isinstance(exc, (UsageError, MalformedInput)) else 500
+    return JSONResponse({"error": exc.to_dict()}, status_code=status)
+
+
+def internal_error(exc: BaseException) -> JSONResponse:
+    log.exception("request failed", exc_info=exc)
+    return JSONResponse({"error": {"code": "internal-error", "type": type(exc).__name__, "message": str(exc)[:500],
+                                   "hint": {"action": "report-bug", "detail": "this is a bug in accelstack"}}},
+                        status_code=500)
+
+
+def api(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Errors of a route as JSON; a sync route stays sync (Starlette runs it in its thread pool)."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def run_async(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except AccelstackError as exc:
+                return error_response(exc)
+            except Exception as exc:
+                return internal_error(exc)
+        return run_async
+
+    @functools.wraps(fn)
+    def run_sync(request: Request) -> Response:
+        try:
+            return fn(request)
+        except AccelstackError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            return internal_error(exc)
+    return run_sync
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+
+
+def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeout: float = 120.0) -> Starlette:
+    """The application; the security guard wraps it in :mod:`accelstack.service.server`."""
+    from .. import core
+
+    page, csp = page_and_policy()
+    openapi = resource_bytes("openapi.json")
+
+    def job_of(request: Request) -> Job:
+        job_id = request.path_params["job_id"]
+        if not JOB_ID.match(job_id):
+            raise NotFound(f"there is no job {job_id[:40]!r}", code="not-found")
+        return jobs.get(job_id)
+
+    async def index(request: Request) -> Response:
+        return Response(page, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": csp})
+
+    @api
+    async def spec(request: Request) -> Response:
+        return Response(openapi, media_type="application/json")
+
+    @api
+    def get_hardware(request: Request) -> Response:
+        report, at = hardware.get(refresh=_flag(request, "refresh"))
+        return JSONResponse({"detected_at": at, "report": to_dict(report)})
+
+    @api
+    def get_plans(request: Request) -> Response:
+        report, at = hardware.get(refresh=_flag(request, "refresh"))
+        plans: Dict[str, Any] = {}
+        for stack in STACKS:
+            try:
+                plans[stack] = {"plan": to_dict(core.plan(report, stack, settings=settings)), "error": None}
+            except AccelstackError as exc:
+                plans[stack] = {"plan": None, "error": exc.to_dict()}
+        return JSONResponse({"detected_at": at, "plans": plans})
+
+    @api
+    def get_status(request: Request) -> Response:
+        report, _ = hardware.get()
+        stacks = core.status(report=report, settings=settings, check_upgrades=not _flag(request, "local"))
+        return JSONResponse({"home": str(settings.home), "stacks": to_dict(stacks)})
+
+    @api
+    async def post_job(request: Request) -> Response:
+        body = await request.body()
+        try:
+            doc = parse_json(body or b"{}", what="the request body", max_bytes=len(body) + 1, max_depth=MAX_BODY_DEPTH)
+        except MalformedInput as exc:
+            raise BadRequest(exc.message, hint='send a JSON object: {"kind": "verify", "options": {}}', code="bad-request") from None
+        if not isinstance(doc, dict) or not set(doc) <= {"kind", "options"}:
+            raise BadRequest('the request body must be a JSON object with "kind" and optional "options"', code="bad-request")
+        job = await run_in_threadpool(jobs.submit, doc.get("kind"), doc.get("options"))
+        return JSONResponse({"job": job.summary()}, status_code=202, headers={"Location": f"{API}/jobs/{job.id}"})
+
+    @api
+    def list_jobs(request: Request) -> Response:
+        return JSONResponse({"jobs": [j.summary(full=False) for j in jobs.all()]})
+
+    @api
+    def get_job(request: Request) -> Response:
+        return JSONResponse({"job": job_of(request).summary()})
+
+    @api
+    def cancel_job(request: Request) -> Response:
+        job = jobs.cancel(job_of(request).id)
+        return JSONResponse({"job": job.summary()}, status_code=202)
+
+    @api
+    async def job_events(request: Request) -> Response:
+        job = job_of(request)
+        start = _resume_from(request)
+        return StreamingResponse(_sse(job, start), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @api
+    def job_image(request: Request) -> Response:
+        raw = request.query_params.get("index", "0")
+        if not raw.isdigit() or len(raw) > 4:
+            raise BadRequest("index must be a small non-negative integer", code="bad-request")
+        path = jobs.image(job_of(request).id, int(raw))
+        return Response(path.read_bytes(), media_type="image/png")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        if status == 405:
+            err = ServiceError(f"{request.method} is not allowed on {request.url.path}", code="method-not-allowed")
+        else:
+            err = NotFound(f"there is no {request.url.path}", hint=f"the API is under {API}/ (see {API}/openapi.json)",
+                           code="not-found")
+        return error_response(err, status)
+
+    async def on_startup() -> None:
+        jobs.start()
+
+    async def on_shutdown() -> None:
+        done = await run_in_threadpool(jobs.stop, stop_timeout)
+        if not done:
+            log.warning("a job did not end within %.0f s of the shutdown; the next run recovers the home", stop_timeout)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await on_startup()
+        try:
+            yield
+        finally:
+            await on_shutdown()
+
+    routes = [
+        Route("/", index, methods=["GET", "HEAD"]),
+        Route(f"{API}/openapi.json", spec, methods=["GET"]),
+        Route(f"{API}/hardware", get_hardware, methods=["GET"]),
+        Route(f"{API}/plans", get_plans, methods=["GET"]),
+        Route(f"{API}/status", get_status, methods=["GET"]),
+        Route(f"{API}/jobs", post_job, methods=["POST"]),
+        Route(f"{API}/jobs", list_jobs, methods=["GET"]),
+        Route(f"{API}/jobs/{{job_id}}", get_job, methods=["GET"]),
+        Route(f"{API}/jobs/{{job_id}}", cancel_job, methods=["DELETE"]),
+        Route(f"{API}/jobs/{{job_id}}/events", job_events, methods=["GET"]),
+        Route(f"{API}/jobs/{{job_id}}/image", job_image, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
+
+
+def _resume_from(request: Request) -> int:
+    """Where a stream starts: after ``Last-Event-ID`` (a reconnecting client), else at the first event."""
+    last = request.headers.get("last-event-id", "")
+    if last.isdigit() and len(last) < 10:
+        return int(last) + 1
+    return 0
+
+
+def sse(event: str, data: Any, event_id: Optional[int] = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _sse(job: Job, start: int) -> AsyncIterator[bytes]:
+    """The job's events from ``start``, live, then one ``result`` or ``error`` event."""
+    sent = start
+    while True:
+        events, done = job.snapshot(sent)
+        for i, e in enumerate(events, sent):
+            yield sse("progress", e, i)
+        sent += len(events)
+        if done:
+            info = job.summary()
+            final = ("result", {"job": job.id, "state": info["state"], "result": info["result"]}) if info["state"] == "succeeded" \
+                else ("error", {"job": job.id, "state": info["state"], "error": info["error"]})
+            yield sse(final[0], final[1], sent)
+            return
+        if not await job.changed(sent, KEEPALIVE_SECONDS):
+            yield b": keepalive\n\n"
+
