@@ -119,9 +119,10 @@ MAX_CAPTURE_FILES = 10_000  # probe outputs (files, commands) listed in one capt
 # Prompts. stable-diffusion.cpp splits a long prompt into 77-token CLIP chunks (75 usable) and
 # encodes every chunk, so length is not capped by the encoder; but before tokenizing it runs the
 # prompt through a std::regex whose matcher recurses once per character of a run of plain text:
-# measured on the CPU build, a few tens of thousands of characters overflow the worker's stack
-# (SIGSEGV). 8 chunks (600 tokens, far more than a model attends to usefully) at up to ~4
-# characters per token, rounded, stays an order of magnitude below that.
+# measured on the CPU build (0.4.7), 10,000 characters of plain text work and 40,000 kill the
+# worker with SIGSEGV (and each extra chunk costs a text-encoder pass). 8 chunks (600 tokens, more
+# than SD models attend to usefully) at ~4 characters per token is 2,400, rounded to 2,500: four
+# times below what was seen to work.
 PROMPT_CHUNK_TOKENS = 75  # usable CLIP tokens per 77-token chunk (BOS and EOS take two)
 MAX_PROMPT_CHUNKS = 8
 MAX_PROMPT_CHARS = 2500  # ~ MAX_PROMPT_CHUNKS * PROMPT_CHUNK_TOKENS * 4 characters per token, rounded

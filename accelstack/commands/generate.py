@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any, Tuple
 
 from ..serde import to_dict
 from .progress import progress_renderer
@@ -42,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..engine.generation import generate
+def prepare(args: argparse.Namespace) -> Tuple[Any, Any]:
+    """The request and engine options from the arguments, every value checked, the output paths
+    and the model file too: all that can be refused is refused here, before any work starts."""
+    from ..engine.generation import check_outputs, output_paths
     from ..engine.modelfile import check_model
     from ..engine.protocol import GenerateRequest
 
@@ -51,7 +54,15 @@ def run(args: argparse.Namespace) -> int:
                               height=args.height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count).validate()
     options = engine_options(args)
+    check_outputs(output_paths(args.output, request.batch_count))
     check_model(args.model)  # a missing or damaged model is reported before anything else starts
+    return request, options
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engine.generation import generate
+
+    request, options = prepare(args)
     with progress_renderer(json_mode=False, quiet=args.json) as progress:
         if args.runtime or args.backend == "torch":  # a runtime given by hand: the engine alone
             report = generate(runtime_from_args(args), args.model, request, args.output, options=options, progress=progress)

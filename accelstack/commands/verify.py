@@ -43,14 +43,14 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def engine_options(args: argparse.Namespace):
-    from ..engine.config import apply_overrides, load_config
+    from ..engine.config import apply_overrides, load_config, shown
 
     threads = args.threads
     if threads is not None and threads != "auto":
         try:
             threads = int(threads)
-        except ValueError:
-            raise UsageError(f"--threads must be auto or a positive integer, got {threads!r}") from None
+        except ValueError:  # not a number, or one of thousands of digits
+            raise UsageError(f"--threads must be auto or a positive integer, got {shown(threads)}") from None
     return apply_overrides(load_config(args.config), {
         "flash_attention": args.flash_attention, "offload_to_cpu": args.offload_to_cpu,
         "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,

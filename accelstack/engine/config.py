@@ -6,20 +6,25 @@ The file has one section that this module owns::
       flash_attention: true    # flash attention in the diffusion model (less memory)
       offload_to_cpu: true     # keep weights in RAM, move them to VRAM when needed
       vae_tiling: false        # decode the image in tiles (less memory, slower)
-      vae_tile_size: 32        # tile edge in latent pixels (x8 in image pixels), >= 4
-      threads: auto            # CPU threads: auto (physical cores) or a positive integer
+      vae_tile_size: 32        # tile edge in latent pixels (x8 in image pixels), 4..512
+      threads: auto            # CPU threads: auto (physical cores) or 1..512 (ggml's thread limit)
       weight_type: default     # convert weights on load: default (as stored), f16, q8_0, ...
 
-Invalid keys and values raise :class:`ConfigError` naming the key and the allowed values.
+Invalid keys and values raise :class:`ConfigError` naming the key and the allowed values. The file
+is read through :func:`accelstack.limits.parse_yaml` (size cap, no aliases, depth check), only if
+it is a regular file, and values are quoted shortened in messages, so a hostile file gives a short
+typed error, never a hang, a traceback or a giant message.
 """
 from __future__ import annotations
 
 import dataclasses
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
 from ..errors import Action
+from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput, parse_yaml
 from ..settings import Settings
 from .errors import ConfigError
 
@@ -30,6 +35,18 @@ KNOWN_SECTIONS = (SECTION,)
 WEIGHT_TYPES = ("default", "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k", "q5_1", "q5_0", "q4_k", "q4_1",
                 "q4_0", "q3_k", "q2_k")
 MIN_TILE = 4
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: messages quote what was given, never all of it."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        value = value[:limit]
+    text = repr(value) if isinstance(value, (str, bytes, int, float, bool, type(None))) else f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -44,41 +61,34 @@ class EngineOptions:
     weight_type: str = "default"
 
     def validate(self) -> EngineOptions:
-        for key in ("flash_attention", "offload_to_cpu", "vae_tiling"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"engine option {key} must be true or false, got {getattr(self, key)!r}")
-        if isinstance(self.vae_tile_size, bool) or not isinstance(self.vae_tile_size, int) or self.vae_tile_size < MIN_TILE:
-            raise ConfigError(f"engine option vae_tile_size must be an integer >= {MIN_TILE} (latent pixels), "
-                              f"got {self.vae_tile_size!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ConfigError(f"engine option threads must be auto or a positive integer, got {self.threads!r}")
-        if self.weight_type not in WEIGHT_TYPES:
-            raise ConfigError(f"engine option weight_type must be one of {', '.join(WEIGHT_TYPES)}, "
-                              f"got {self.weight_type!r}")
+        """Raise :class:`ConfigError` for a value outside its range (also run by the worker)."""
+        for f in dataclasses.fields(self):
+            _coerce(f.name, getattr(self, f.name), "engine options", allow_auto=False)
         return self
 
 
-def _coerce(key: str, value: Any, where: str) -> Any:
+def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
     """One YAML value to its option type, or a ConfigError naming the key and what is allowed."""
     if key in ("flash_attention", "offload_to_cpu", "vae_tiling"):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be true or false, got {value!r}")
+        raise ConfigError(f"{where}: {SECTION}.{key} must be true or false, got {shown(value)}")
     if key == "vae_tile_size":
-        if isinstance(value, int) and not isinstance(value, bool) and value >= MIN_TILE:
+        if _is_int(value) and MIN_TILE <= value <= MAX_VAE_TILE:
             return value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be an integer >= {MIN_TILE} (latent pixels), got {value!r}")
+        raise ConfigError(f"{where}: {SECTION}.{key} must be an integer from {MIN_TILE} to {MAX_VAE_TILE} "
+                          f"(latent pixels), got {shown(value)}")
     if key == "threads":
-        if value in ("auto", 0):
-            return 0
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or a positive integer, got {value!r}")
+        if (allow_auto and value == "auto") or (_is_int(value) and 0 <= value <= MAX_THREADS):
+            return 0 if value == "auto" else value
+        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or an integer from 1 to {MAX_THREADS}, "
+                          f"got {shown(value)}",
+                          hint=f"{MAX_THREADS} is the most threads ggml runs; auto uses the physical cores")
     if key == "weight_type":
-        text = str(value).lower() if isinstance(value, str) else value
-        if text in WEIGHT_TYPES:
+        text = value.lower() if isinstance(value, str) else value
+        if isinstance(text, str) and text in WEIGHT_TYPES:
             return text
-        raise ConfigError(f"{where}: {SECTION}.{key} must be one of {', '.join(WEIGHT_TYPES)}, got {value!r}")
+        raise ConfigError(f"{where}: {SECTION}.{key} must be one of {', '.join(WEIGHT_TYPES)}, got {shown(value)}")
     raise AssertionError(key)
 
 
@@ -89,9 +99,9 @@ def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping with an '{SECTION}:' section, got {type(data).__name__}",
                           hint=f"start the file with '{SECTION}:' and indent the options under it")
-    unknown = [str(k) for k in data if k not in KNOWN_SECTIONS]
+    unknown = [shown(k, 40).strip("'") for k in data if k not in KNOWN_SECTIONS]
     if unknown:
-        raise ConfigError(f"{where}: unknown section {', '.join(unknown)}; known sections: {', '.join(KNOWN_SECTIONS)}")
+        raise ConfigError(f"{where}: unknown section {', '.join(unknown[:5])}; known sections: {', '.join(KNOWN_SECTIONS)}")
     section = data.get(SECTION)
     if section is None:
         return EngineOptions()
@@ -101,7 +111,8 @@ def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
     values: Dict[str, Any] = {}
     for key, value in section.items():
         if key not in names:
-            raise ConfigError(f"{where}: unknown option {SECTION}.{key}; allowed: {', '.join(names)}")
+            raise ConfigError(f"{where}: unknown option {SECTION}.{shown(key, 40).strip(chr(39))}; "
+                              f"allowed: {', '.join(names)}")
         values[key] = _coerce(key, value, where)
     return EngineOptions(**values)
 
@@ -112,24 +123,29 @@ def load_config(path: Optional[Union[str, Path]] = None) -> EngineOptions:
     explicit = path is not None
     target = Path(path) if path is not None else Settings.resolve().config_file
     try:
-        text = target.read_text(encoding="utf-8")
+        mode = target.stat().st_mode
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"config file {target} does not exist", hint="check the path of the config file",
                               action=Action.FIX_INPUT) from None
         return EngineOptions()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ConfigError(f"cannot read config file {target}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end; a folder is a mistake
+        raise ConfigError(f"config file {target} is not a regular file", hint="name a config.yaml file")
+    try:
+        with open(target, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {target}: {exc.strerror or exc}") from None
-    import yaml
-
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {target} is not valid YAML{at}: {getattr(exc, 'problem', None) or exc}",
-                          hint="fix the syntax, or delete the file to use the defaults") from None
-    return options_from_mapping(data, where=str(target))
+        parsed = parse_yaml(data, what=f"config file {target}")
+    except MalformedInput as exc:
+        raise ConfigError(exc.message, hint="fix the file, or delete it to use the defaults") from None
+    except ValueError as exc:  # a YAML constructor's own check: an int of 5000 digits, a 13th month
+        raise ConfigError(f"config file {target} is not valid YAML: {str(exc)[:200]}",
+                          hint="fix the file, or delete it to use the defaults") from None
+    return options_from_mapping(parsed, where=str(target))
 
 
 def apply_overrides(options: EngineOptions, overrides: Mapping[str, Any]) -> EngineOptions:

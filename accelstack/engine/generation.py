@@ -7,6 +7,8 @@ damaged file is reported with its name and the reason, never as the bindings' op
 """
 from __future__ import annotations
 
+import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,56 @@ def output_paths(output: Union[str, Path], count: int) -> List[Path]:
     return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
 
 
+NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, APFS, NTFS in UTF-16 units)
+
+
+def _output_error(path: Path, reason: str, hint: str) -> GenerationError:
+    return GenerationError(f"cannot write the image to {path}: {reason}", hint=hint)
+
+
+def check_outputs(paths: List[Path]) -> List[Path]:
+    """Refuse, before any work, output paths the images could not be written to: an existing
+    folder or non-regular file (a FIFO would block the write), a path under a file, a name too long,
+    a folder that cannot be created or written. Missing parent folders are created when writing,
+    so the nearest existing ancestor must be a writable folder. Nothing is created here."""
+    for path in paths:
+        text = str(path)
+        if "\x00" in text:
+            raise _output_error(Path(text.replace("\x00", "?")), "the path contains a NUL character",
+                                "choose another output path")
+        for part in path.parts:
+            if len(os.fsencode(part)) > NAME_MAX:
+                raise _output_error(path, f"a name in it is longer than {NAME_MAX} bytes", "use a shorter file name")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        except NotADirectoryError:
+            raise _output_error(path, "a part of the path is a file, not a folder", "choose a path inside a folder") from None
+        except OSError as exc:
+            raise _output_error(path, exc.strerror or str(exc), "choose another output path") from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise _output_error(path, "it is an existing folder", f"name a file, such as {path / 'image.png'}")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _output_error(path, "it exists and is not a regular file", "choose another output path")
+        ancestor = path.absolute().parent
+        while True:
+            try:
+                ast = os.stat(ancestor)
+            except FileNotFoundError:
+                ancestor = ancestor.parent
+                continue
+            except OSError as exc:
+                raise _output_error(path, exc.strerror or str(exc), "choose another output path") from None
+            break
+        if not stat.S_ISDIR(ast.st_mode):
+            raise _output_error(path, f"{ancestor} is a file, not a folder", "choose a path inside a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise _output_error(path, f"the folder {ancestor} is not writable",
+                                "choose a folder you can write to")
+    return paths
+
+
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
                    stack: str = "stable-diffusion.cpp") -> str:
     return parameters_text(request.prompt, request.negative_prompt, {
@@ -78,8 +130,11 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
                 stack: str = "stable-diffusion.cpp") -> List[Path]:
     paths = output_paths(output, len(result.images))
     for path, img in zip(paths, result.images):
-        write_png(path, img.width, img.height, img.pixels,
-                  {"parameters": png_parameters(request, result, img.seed, model, stack)})
+        try:
+            write_png(path, img.width, img.height, img.pixels,
+                      {"parameters": png_parameters(request, result, img.seed, model, stack)})
+        except OSError as exc:  # checked before the work, but the disk may have filled or changed since
+            raise _output_error(path, exc.strerror or str(exc), "free some space or choose another output path") from None
     return paths
 
 
@@ -93,7 +148,7 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
     """
     start = time.perf_counter()
     request.validate()
-    output_paths(output, request.batch_count)  # bad output names fail before the model loads
+    check_outputs(output_paths(output, request.batch_count))  # bad outputs fail before the model loads
     info = check_model(model)
     runtime.check()
     with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress) as sup:

@@ -7,9 +7,20 @@ parent, so bad input fails before any process starts.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
+from ..limits import (
+    MAX_CFG_SCALE,
+    MAX_CLIP_SKIP,
+    MAX_PROMPT_CHARS,
+    MAX_PROMPT_CHUNKS,
+    MAX_SEED,
+    MIN_CLIP_SKIP,
+    MIN_SEED,
+    PROMPT_CHUNK_TOKENS,
+)
 from ..verdict import DeviceInfo
 from .errors import GenerationError
 
@@ -20,6 +31,44 @@ SCHEDULERS = ("default", "discrete", "karras", "exponential", "ays", "gits", "sg
               "smoothstep", "kl_optimal", "lcm", "bong_tangent")
 MIN_SIDE, MAX_SIDE, SIDE_MULTIPLE = 64, 4096, 8
 MAX_STEPS, MAX_BATCH = 1000, 64
+
+# stable-diffusion.cpp reads "(text:1.2)" weights with C's std::stof, which throws (and the uncaught
+# exception aborts the worker) for a weight it cannot convert ("(cat:.)") or one out of float range.
+_WEIGHT = re.compile(r":([+-]?[.\d]+)\)")
+_C_FLOAT_PREFIX = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
+_FLT_MAX, _FLT_MIN = 3.4028234e38, 1.1754944e-38
+# The bindings load "<lora:path:weight>" tags of a prompt as LoRA files from any path; this engine
+# takes no LoRAs, so such a tag is refused (else a prompt could make the worker read any file).
+_LORA_TAG = re.compile(r"<lora:[^:>]+:[^>]+>", re.IGNORECASE)
+
+
+def check_prompt(text: Any, name: str = "prompt") -> str:
+    """``text`` if stable-diffusion.cpp can take it, else :class:`GenerationError` saying why."""
+    if not isinstance(text, str):
+        raise GenerationError(f"{name} must be text, got {type(text).__name__}")
+    if len(text) > MAX_PROMPT_CHARS:
+        raise GenerationError(
+            f"{name} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} are accepted",
+            hint=f"the text encoder reads {PROMPT_CHUNK_TOKENS}-token chunks and this engine takes up to "
+            f"{MAX_PROMPT_CHUNKS} of them (about {MAX_PROMPT_CHARS} characters); shorten the {name}")
+    if "\x00" in text:
+        raise GenerationError(f"{name} contains a NUL character", hint=f"remove it from the {name}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise GenerationError(f"{name} is not valid Unicode text (it holds a lone surrogate)",
+                              hint=f"retype the {name}") from None
+    if _LORA_TAG.search(text):
+        raise GenerationError(f"{name} holds a <lora:...> tag; LoRAs are not supported by this engine",
+                              hint=f"remove the <lora:...> tag from the {name}")
+    for match in _WEIGHT.finditer(text):
+        number = _C_FLOAT_PREFIX.match(match.group(1))
+        value = float(number.group(0)) if number else None
+        if value is None or (value != 0 and not _FLT_MIN <= abs(value) <= _FLT_MAX):
+            raise GenerationError(f"{name} has an attention weight '{match.group(0)[:40]}' that is not a number "
+                                  "in the range of a 32-bit float",
+                                  hint="write weights as (word:1.2); escape a literal parenthesis as \\(")
+    return text
 
 # The per-launch token reaches the worker in this variable (never on its command line).
 TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
@@ -52,27 +101,45 @@ class GenerateRequest:
 
     def validate(self) -> GenerateRequest:
         """Raise :class:`GenerationError` naming the bad field and what is allowed."""
-        if not isinstance(self.prompt, str):
-            raise GenerationError("prompt must be text")
+        check_prompt(self.prompt, "prompt")
+        check_prompt(self.negative_prompt, "negative prompt")
         for name in ("width", "height"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v % SIDE_MULTIPLE or not MIN_SIDE <= v <= MAX_SIDE:
                 raise GenerationError(
-                    f"{name} {v!r} is not allowed: it must be a multiple of {SIDE_MULTIPLE} between {MIN_SIDE} and {MAX_SIDE}",
-                    hint=f"try {name} {max(MIN_SIDE, min(MAX_SIDE, _round8(v)))}" if isinstance(v, int) else None)
+                    f"{name} {_shown(v)} is not allowed: it must be a multiple of {SIDE_MULTIPLE} between {MIN_SIDE} and {MAX_SIDE}",
+                    hint=f"try {name} {_round8(max(MIN_SIDE, min(MAX_SIDE, v)))}" if isinstance(v, int) else None)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise GenerationError(f"steps must be an integer between 1 and {MAX_STEPS}, got {self.steps!r}")
+            raise GenerationError(f"steps must be an integer between 1 and {MAX_STEPS}, got {_shown(self.steps)}")
         if isinstance(self.batch_count, bool) or not isinstance(self.batch_count, int) or not 1 <= self.batch_count <= MAX_BATCH:
-            raise GenerationError(f"batch count must be an integer between 1 and {MAX_BATCH}, got {self.batch_count!r}")
-        if isinstance(self.cfg_scale, bool) or not isinstance(self.cfg_scale, (int, float)) or not 0.0 <= self.cfg_scale <= 100.0:
-            raise GenerationError(f"cfg scale must be a number between 0 and 100, got {self.cfg_scale!r}")
-        if self.sampler not in SAMPLERS:
-            raise GenerationError(f"unknown sampler {self.sampler!r}", hint=f"choose one of: {', '.join(SAMPLERS)}")
-        if self.scheduler not in SCHEDULERS:
-            raise GenerationError(f"unknown scheduler {self.scheduler!r}", hint=f"choose one of: {', '.join(SCHEDULERS)}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed >= 2 ** 63:
-            raise GenerationError(f"seed must be an integer below 2**63, got {self.seed!r}")
+            raise GenerationError(f"batch count must be an integer between 1 and {MAX_BATCH}, "
+                                  f"got {_shown(self.batch_count)}")
+        if (isinstance(self.cfg_scale, bool) or not isinstance(self.cfg_scale, (int, float))
+                or not 0.0 <= self.cfg_scale <= MAX_CFG_SCALE):
+            raise GenerationError(f"cfg scale must be a number between 0 and {MAX_CFG_SCALE:g}, got {_shown(self.cfg_scale)}")
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise GenerationError(f"unknown sampler {_shown(self.sampler)}", hint=f"choose one of: {', '.join(SAMPLERS)}")
+        if not isinstance(self.scheduler, str) or self.scheduler not in SCHEDULERS:
+            raise GenerationError(f"unknown scheduler {_shown(self.scheduler)}",
+                                  hint=f"choose one of: {', '.join(SCHEDULERS)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not MIN_SEED <= self.seed <= MAX_SEED - MAX_BATCH:
+            raise GenerationError(f"seed must be an integer from {MIN_SEED} to {MAX_SEED - MAX_BATCH} (negative: random), "
+                                  f"got {_shown(self.seed)}")
+        if (isinstance(self.clip_skip, bool) or not isinstance(self.clip_skip, int)
+                or not MIN_CLIP_SKIP <= self.clip_skip <= MAX_CLIP_SKIP):
+            raise GenerationError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
+                                  f"(-1 or 0: the model's default), got {_shown(self.clip_skip)}")
         return self
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """A short quote of a bad value (a hostile one may be huge)."""
+    if isinstance(value, (str, bytes)):
+        value = value[:limit]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 30:
+        return "an integer of more than 30 digits"
+    text = repr(value) if isinstance(value, (str, bytes, int, float, bool, type(None))) else f"a {type(value).__name__}"
+    return text[:limit]
 
 
 def _round8(v: int) -> int:

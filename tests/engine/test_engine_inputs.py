@@ -40,8 +40,8 @@ def test_valid_config_file(tmp_path):
 @pytest.mark.parametrize("text, words", [
     ("engine:\n  flash_atention: true\n", ["engine.flash_atention", "allowed", "flash_attention"]),
     ("engine:\n  vae_tiling: maybe\n", ["engine.vae_tiling", "true or false"]),
-    ("engine:\n  vae_tile_size: 2\n", ["engine.vae_tile_size", ">= 4"]),
-    ("engine:\n  threads: -2\n", ["engine.threads", "auto or a positive integer"]),
+    ("engine:\n  vae_tile_size: 2\n", ["engine.vae_tile_size", "from 4 to 512"]),
+    ("engine:\n  threads: -2\n", ["engine.threads", "auto or an integer from 1 to 512"]),
     ("engine:\n  weight_type: q9\n", ["engine.weight_type", "f16", "q8_0"]),
     ("engin:\n  threads: 2\n", ["unknown section engin", "engine"]),
     ("engine: [1, 2]\n", ["'engine' must be a mapping"]),

@@ -1,0 +1,149 @@
+"""Hostile input to the engine is refused with a short typed error before any work starts:
+config.yaml, generation parameters, prompts, output paths, model paths (issue 10).
+No worker is started here; the worker's HTTP server and crashes are in test_engine_hostile_worker."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from accelstack.engine.config import EngineOptions, apply_overrides, load_config
+from accelstack.engine.errors import ConfigError, GenerationError
+from accelstack.engine.generation import check_outputs, output_paths
+from accelstack.engine.protocol import GenerateRequest
+from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
+
+from engine_helpers import cli_env, run_cli
+
+
+# -- config.yaml -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("data, words", [
+    (b"\xff\xfe\x00engine", ["not UTF-8"]),
+    (b"engine:\n  threads: 2\x00\n", ["NUL"]),
+    (("engine:\n  threads: " + "[" * 5000 + "]" * 5000 + "\n").encode(), ["nests"]),
+    (b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"engine:\n  weight_type: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n", ["alias"]),
+    (b"engine:\n  weight_type: " + b"q" * 300_000 + b"\n", ["bytes, more than"]),
+    (b"engine:\n  weight_type: '" + b"q" * 100_000 + b"'\n", ["engine.weight_type", "..."]),
+    (b"engine:\n  threads: 1" + b"0" * 5000 + b"\n", ["not valid YAML", "digits"]),
+    (b"engine:\n  ? [a, b]\n  : 1\n", ["config file"]),
+    (b"engine:\n  threads: 513\n", ["from 1 to 512"]),
+    (b"engine:\n  vae_tile_size: 100000\n", ["from 4 to 512"]),
+    (b"engine:\n  threads: .nan\n", ["engine.threads"]),
+    (b"engine:\n  weight_type: !!binary aGVsbG8=\n", ["engine.weight_type"]),
+    (b"!!python/object:os.system {}\n", ["not valid YAML"]),
+])
+def test_hostile_config_gives_a_short_typed_error(tmp_path, data, words):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_bytes(data)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    text = str(err.value)
+    assert len(text) < 1000, text[:300]
+    for w in words:
+        assert w in text, (w, text)
+
+
+def test_config_that_is_not_a_regular_file_is_never_opened(tmp_path):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(tmp_path)
+
+
+def test_engine_options_ranges():
+    assert apply_overrides(EngineOptions(), {"threads": MAX_THREADS}).threads == MAX_THREADS
+    assert apply_overrides(EngineOptions(), {"threads": "auto"}).threads == 0
+    for bad in (MAX_THREADS + 1, 5000, -1, True, 2.5, "many"):
+        with pytest.raises(ConfigError, match="threads"):
+            apply_overrides(EngineOptions(), {"threads": bad})
+    with pytest.raises(ConfigError):  # the worker validates what it receives too
+        EngineOptions(threads=10 ** 6).validate()
+    with pytest.raises(ConfigError):
+        EngineOptions(weight_type=["f16"]).validate()  # type: ignore[arg-type]
+
+
+# -- generation parameters and prompts ---------------------------------------------------------------------
+@pytest.mark.parametrize("field, value, words", [
+    ("prompt", "x" * (MAX_PROMPT_CHARS + 1), ["characters long", "75-token chunks", "shorten"]),
+    ("negative_prompt", "y" * 100_000, ["negative prompt is 100000 characters"]),
+    ("prompt", "a (cat:.) b", ["attention weight"]),  # std::stof(".") aborts the worker (found by hand)
+    ("prompt", "(cat:1" + "0" * 60 + ")", ["attention weight"]),  # out of float range: std::stof throws
+    ("prompt", "(cat:0.0000000000000000000000000000000000000000001)", ["attention weight"]),
+    ("prompt", "a <lora:/dev/zero:1> cat", ["lora"]),  # the bindings would read any file as a LoRA
+    ("prompt", "nul\x00byte", ["NUL"]),
+    ("prompt", "lone \ud800 surrogate", ["surrogate"]),
+    ("prompt", 12, ["must be text"]),
+    ("width", 10 ** 100, ["more than 30 digits", "try width 4096"]),
+    ("height", 4104, ["between 64 and 4096"]),
+    ("steps", 10 ** 6, ["steps"]),
+    ("cfg_scale", float("nan"), ["cfg scale"]),
+    ("cfg_scale", float("inf"), ["cfg scale"]),
+    ("seed", 2 ** 64, ["seed"]),
+    ("seed", -(2 ** 70), ["seed"]),
+    ("clip_skip", 1000, ["clip skip"]),
+    ("sampler", ["euler"], ["unknown sampler"]),
+    ("batch_count", 10 ** 9, ["batch count"]),
+])
+def test_hostile_requests_are_refused(field, value, words):
+    kwargs = {"prompt": "a cat", field: value}
+    with pytest.raises(GenerationError) as err:
+        GenerateRequest(**kwargs).validate()
+    text = str(err.value)
+    assert len(text) < 600
+    for w in words:
+        assert w.lower() in text.lower(), (w, text)
+
+
+def test_reasonable_prompts_pass():
+    GenerateRequest(prompt="a (house:1.3) [on] a (hill:0.5), sun, (((sky))). BREAK \\(literal\\)").validate()
+    GenerateRequest(prompt="p" * MAX_PROMPT_CHARS, negative_prompt="blurry, (ugly:-1.5)", seed=-1).validate()
+
+
+# -- output paths ----------------------------------------------------------------------------------------
+def test_outputs_checked_before_any_work(tmp_path):
+    (tmp_path / "dir.png").mkdir()
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo.png")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    cases = {tmp_path / "dir.png": "existing folder", tmp_path / "file" / "a.png": "file, not a folder",
+             tmp_path / "fifo.png": "not a regular file", tmp_path / ("n" * 300 + ".png"): "longer than 255"}
+    if os.geteuid() != 0:
+        cases[ro / "a.png"] = "not writable"
+    for path, words in cases.items():
+        with pytest.raises(GenerationError) as err:
+            check_outputs([path])
+        assert words in err.value.message, (path, err.value.message)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert check_outputs(output_paths(tmp_path / "new" / "deeper" / "x.png", 2))  # created when writing
+    assert check_outputs([tmp_path / "file.png"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created by the check
+
+
+def test_cli_refuses_bad_values_before_any_work(tmp_path):
+    """No runtime, no model needed: every refusal comes first, as a typed error, no traceback."""
+    env = cli_env(tmp_path / "cache", tmp_path)
+    (tmp_path / "outdir.png").mkdir()
+    model = tmp_path / "m.safetensors"
+    model.write_bytes(b"\xff" * 64)
+    cases = [
+        (["-p", "x", "-o", tmp_path / "outdir.png"], 1, "existing folder"),
+        (["-p", "x" * (MAX_PROMPT_CHARS + 1)], 1, "characters long"),
+        (["-p", "(cat:.)"], 1, "attention weight"),
+        (["-p", "x", "--threads", "5000"], 2, "from 1 to 512"),
+        (["-p", "x", "--threads", "9" * 5000], 2, "--threads"),
+        (["-p", "x", "--cfg-scale", "nan"], 1, "cfg scale"),
+        (["-p", "x", "--vae-tile-size", "99999999999"], 2, "vae_tile_size"),
+        (["-p", "x", "--width", "abc"], 2, "invalid int value"),
+    ]
+    for extra, code, words in cases:
+        res = run_cli(["generate", "--runtime", tmp_path, "-m", model, *extra], env)
+        assert res.returncode == code, (extra[-1], res.returncode, res.stderr[-500:])
+        assert words in res.stderr and "Traceback" not in res.stderr, (words, res.stderr[-500:])
+        assert len(res.stderr) < 3000
+    assert not (tmp_path / "home").exists()
