@@ -39,6 +39,8 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
             api.version = max(api.version, g.cuda_driver_version, key=_vkey) if api.version else g.cuda_driver_version
             api.gpus.append(g.index)
             api.evidence.append(f"GPU {g.index} {g.name}: driver {g.driver_version} reports CUDA {g.cuda_driver_version}")
+        elif g.vendor == "nvidia" and not g.cuda_driver_version:
+            _api(report, "cuda").evidence.append(f"GPU {g.index} {g.name}: " + _no_cuda_why(g))
         if g.vendor == "amd" and os_name == "linux" and g.gfx_target and g.driver in ("amdgpu", ""):
             api = _api(report, "rocm")
             if kfd_ok:
@@ -81,6 +83,14 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
     cpu = _api(report, "cpu")
     cpu.usable = True
     cpu.evidence = [f"{report.cpu.model or 'CPU'}: {report.cpu.logical_cores or '?'} threads, {', '.join(f for f in report.cpu.features if f.startswith(('avx', 'neon', 'sve'))) or 'no SIMD extensions found'}"]
+
+
+def _no_cuda_why(g: GPU) -> str:
+    if g.driver in ("nouveau", "basic-display", ""):
+        return "no NVIDIA driver is loaded" + (" (nouveau drives it)" if g.driver == "nouveau" else "")
+    if not g.driver_version:
+        return "NVIDIA's driver is installed, but its version (and so its CUDA version) is unknown"
+    return f"driver {g.driver_version} does not report a CUDA version" + (f" (L4T {g.l4t_version})" if g.l4t_version else "")
 
 
 def _vulkan_driver_for(g: GPU, icds: List[str], os_name: str) -> bool:

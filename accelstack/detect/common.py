@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..domain import GpuKind, Severity
 from ..errors import Action
@@ -31,12 +31,23 @@ class Probe:
     system: System
     problems: List[Problem] = field(default_factory=list)
     timeout: float = DEFAULT_TIMEOUT
+    _said: Dict[int, str] = field(default_factory=dict)  # id(problem) -> its message before GPUs were merged in
 
     def problem(self, code: str, message: str, hint: str = "", severity: Severity = "warning", gpu: Optional[int] = None,
                 action: Action = Action.NONE) -> None:
-        if any(p.code == code and p.gpu == gpu for p in self.problems):
+        """Record a problem once. The same problem (code, words, hint) on another GPU joins the first
+        one's ``gpus`` instead of repeating it: eight identical GPUs give one problem naming all eight."""
+        if any(p.code == code and (p.gpu == gpu or (gpu is not None and gpu in p.gpus)) for p in self.problems):
             return
-        self.problems.append(Problem(code=code, message=message, hint=hint, severity=severity, gpu=gpu, action=action))
+        if gpu is not None:
+            for p in self.problems:
+                if (p.code, p.hint, p.severity, p.action) == (code, hint, severity, action) and p.gpus and self._said.get(id(p)) == message:
+                    p.gpus.append(gpu)
+                    p.message = f"{message} (GPUs {', '.join(str(i) for i in p.gpus)})"
+                    return
+        added = Problem(code=code, message=message, hint=hint, severity=severity, gpu=gpu, action=action, gpus=[gpu] if gpu is not None else [])
+        self._said[id(added)] = message
+        self.problems.append(added)
 
     def read(self, path: str) -> Optional[str]:
         """File text, or None when missing; unreadable files become a problem, not a crash."""
@@ -173,6 +184,8 @@ def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
         if smi.name and (os_name != "windows" or not gpu.name):
             gpu.name = smi.name
         gpu.vram_total = smi.vram_total or gpu.vram_total
+        if smi.vram_total:
+            gpu.vram_at_least = None  # the exact size is known now
         gpu.vram_free = smi.vram_free
         gpu.driver_version = smi.driver_version or gpu.driver_version
         if smi.compute_capability:
@@ -185,6 +198,59 @@ def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
             gpu.sources.append("compute_capability: name table")
     if gpu.driver_version and not gpu.cuda_driver_version:
         gpu.cuda_driver_version = tables.cuda_for_driver(gpu.driver_version, os_name)
+
+
+def newest_usable_branch(cc: str, os_name: str = "", os_version: str = "") -> Optional[Tuple[int, str, str]]:
+    """(branch, highest CUDA, why) of the newest NVIDIA driver this GPU on this OS can run, when that
+    is an old branch: Kepler R470, Maxwell/Pascal/Volta R580 (NVIDIA's architecture matrix), Fermi R390,
+    Windows 7/8.1 R470. None: current drivers support it."""
+    limits: List[Tuple[int, str, str]] = []
+    support = tables.nvidia_support(cc)
+    if support:
+        arch, branch, cuda = support
+        limits.append((int(branch), cuda, f"the last branch for {arch} GPUs (compute capability {cc})"))
+    os_limit = tables.nvidia_os_limit(os_name, os_version)
+    if os_limit:
+        limits.append((int(os_limit[0]), os_limit[1], os_limit[2]))
+    return min(limits) if limits else None
+
+
+def nvidia_driver_hint(cc: str, install: bool = False, os_name: str = "", os_version: str = "") -> str:
+    """Which NVIDIA driver to advise for a GPU of compute capability ``cc`` on this OS: never one it
+    cannot run (``newest_usable_branch``); a GPU past every current driver is told so."""
+    verb = "install the NVIDIA proprietary driver" if install else "update the NVIDIA driver"
+    best = newest_usable_branch(cc, os_name, os_version)
+    if best is None:
+        return f"{verb} (R525 or newer runs CUDA 12 builds, R580 or newer CUDA 13)"
+    branch, cuda, why = best
+    if branch < 470:
+        return (f"no current NVIDIA driver runs this GPU: R{branch} is {why} (CUDA {cuda} at most), too old for current "
+                f"CUDA builds; use the CPU or another GPU")
+    what = f"{verb}{',' if install else ' to'} the newest R{branch} release"
+    if branch < 525:
+        return f"{what}: R{branch} is {why} and runs CUDA {cuda} at most, so CUDA 12 builds cannot run here"
+    return f"{what}: R{branch} is {why}; later drivers do not support this GPU, and CUDA 13 builds do not run on it"
+
+
+def check_driver_age(probe: Probe, gpu: GPU, os_name: str, os_version: str = "") -> None:
+    """A driver older than the newest one this GPU can run (and too old for CUDA 12) is worth updating;
+    the hint names the newest usable branch, never a newer one."""
+    if not gpu.driver_version or not gpu.cuda_driver_version or gpu.l4t_version:
+        return
+    v = tables.parse_version(gpu.driver_version)
+    if v is None:
+        return
+    best = newest_usable_branch(gpu.compute_capability, os_name, os_version)
+    if best is None or best[0] >= 525:
+        if v.major >= 525:
+            return
+        message = f"NVIDIA driver {gpu.driver_version} runs CUDA {gpu.cuda_driver_version} at most; current CUDA 12 builds need R525 or newer"
+    elif v.major < best[0]:
+        message = f"NVIDIA driver {gpu.driver_version} is older than R{best[0]}, the newest driver this GPU can run here"
+    else:
+        return
+    probe.problem("nvidia_driver_old", message, nvidia_driver_hint(gpu.compute_capability, os_name=os_name, os_version=os_version),
+                  "warning", gpu.index, action=Action.UPDATE_DRIVER)
 
 
 def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") -> GpuKind:

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import Action
 from . import tables
-from .common import Probe, SmiGPU, classify_kind, fill_nvidia, norm_bus_id, query_nvidia_smi
+from .common import Probe, SmiGPU, check_driver_age, classify_kind, fill_nvidia, norm_bus_id, nvidia_driver_hint, query_nvidia_smi
 from .cpu import parse_proc_cpuinfo
 from .report import GPU, CPUInfo, OSInfo
 
@@ -247,16 +247,18 @@ def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
             probe.problem(
                 "nvidia_driver_not_loaded",
                 f"{g.name} has no NVIDIA driver loaded" + (" (it uses nouveau)" if g.driver == "nouveau" else ""),
-                "install the NVIDIA proprietary driver (and reboot) so that CUDA can be used",
+                nvidia_driver_hint(g.compute_capability, install=True) + "; then reboot so that CUDA can be used",
                 "error",
                 g.index,
                 action=Action.UPDATE_DRIVER,
             )
+        elif g.cuda_driver_version:
+            check_driver_age(probe, g, os_name)
         elif g.driver_version and not g.cuda_driver_version:
             probe.problem(
                 "nvidia_driver_too_old",
                 f"NVIDIA driver {g.driver_version} is too old to report a CUDA version",
-                "update the NVIDIA driver (R525 or newer for CUDA 12)",
+                nvidia_driver_hint(g.compute_capability),
                 "error",
                 g.index,
                 action=Action.UPDATE_DRIVER,

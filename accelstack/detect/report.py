@@ -28,8 +28,10 @@ class Problem:
     message: str
     hint: str = ""
     severity: Severity = "warning"
-    gpu: Optional[int] = None  # index into HardwareReport.gpus when it concerns one GPU
+    gpu: Optional[int] = None  # index into HardwareReport.gpus when it concerns one GPU (the first one of ``gpus``)
     action: Action = Action.NONE
+    # every GPU it concerns: the same problem on several identical GPUs is reported once, with all of them
+    gpus: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -77,7 +79,9 @@ class GPU:
     pci_subsystem_id: str = ""  # "vvvv:dddd" of the board maker, when known
     bus_id: str = ""  # "0000:01:00.0" (domain:bus:device.function, lowercase)
     kind: GpuKind = "unknown"
-    vram_total: Optional[int] = None
+    vram_total: Optional[int] = None  # None when unknown; never a capped or guessed value
+    # a lower bound when the exact size is unknown: Windows' AdapterRAM is a 32-bit field that caps at 4 GiB
+    vram_at_least: Optional[int] = None
     vram_free: Optional[int] = None
     driver: str = ""  # kernel/OS driver name: "nvidia", "amdgpu", "i915", "xe", "nouveau", ...
     driver_version: str = ""

@@ -222,3 +222,29 @@ def apple_metal(entry: Dict[str, str]) -> str:
 def apple_metal3_gpu(name: str) -> bool:
     """Whether a Mac GPU is in the Metal3 family (on macOS 13+)."""
     return any(re.search(r, name, re.IGNORECASE) for r in _data("apple.json")["metal3_gpus"]["rules"])
+
+
+def _cc_key(cc: str) -> Tuple[int, int]:
+    major, _, minor = cc.partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else (-1, -1)
+
+
+def nvidia_support(cc: str) -> Optional[Tuple[str, str, str]]:
+    """(architecture, last driver branch, highest CUDA) for an architecture that current drivers dropped
+    or will drop after a known branch; None for architectures still supported (or an unknown cc)."""
+    key = _cc_key(cc)
+    if key < (0, 0):
+        return None
+    for lo, hi, arch, branch, cuda in _data("nvidia.json")["architecture_support"]["rules"]:
+        if _cc_key(lo) <= key <= _cc_key(hi):
+            return arch, branch, cuda
+    return None
+
+
+def nvidia_os_limit(os_name: str, os_version: str) -> Optional[Tuple[str, str, str]]:
+    """(last driver branch, highest CUDA, why) when the OS itself caps NVIDIA's drivers (Windows 7/8.1: R470)."""
+    v = parse_version(os_version.split(" ")[0]) if os_version else None
+    for name, below, branch, cuda, why in _data("nvidia.json")["os_support"]["rules"]:
+        if os_name == name and v is not None and v < Version(below):
+            return branch, cuda, why
+    return None

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import Action
 from . import tables
-from .common import Probe, classify_kind, fill_nvidia, query_nvidia_smi
+from .common import Probe, check_driver_age, classify_kind, fill_nvidia, nvidia_driver_hint, query_nvidia_smi
 from .cpu import normalize_features, x86_64_level
 from .report import GPU, HardwareReport
 
@@ -30,6 +30,10 @@ POWERSHELL = ["powershell", "-NoProfile", "-NonInteractive", "-Command", SCRIPT]
 # IsProcessorFeaturePresent ids (winnt.h PF_*) -> our feature names.
 _PF = {"13": "sse3", "19": "neon", "36": "ssse3", "37": "sse4.1", "38": "sse4.2", "39": "avx", "40": "avx2", "41": "avx512f", "43": "dotprod", "46": "sve"}
 VULKAN_DLL = "C:\\Windows\\System32\\vulkan-1.dll"
+# AdapterRAM is a uint32: a value this high means the field is full (4 GiB - 1 MiB, as drivers report it), not the size.
+ADAPTER_RAM_CAP = 0xFFF00000
+# The names Windows gives an adapter it drives itself, without the vendor's driver.
+_BASIC_ADAPTER = re.compile(r"Microsoft Basic (Display|Render) (Adapter|Driver)|Standard VGA Graphics Adapter|Video Controller \(VGA Compatible\)", re.I)
 
 
 def probe(p: Probe, report: HardwareReport) -> None:
@@ -95,12 +99,20 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
             continue  # Microsoft Basic Display Adapter, remote display drivers, virtual adapters
         vendor_id, device_id = m.group(1).lower(), m.group(2).lower()
         vendor = tables.PCI_VENDORS.get(vendor_id, "other")
-        name = str(item.get("Name") or "").strip() or f"PCI device {vendor_id}:{device_id}"
+        name = str(item.get("Name") or "").strip()
+        known = tables.pci_lookup(vendor_id, device_id)
+        # Windows' own driver names the adapter generically: the vendor's driver is not installed
+        basic = bool(_BASIC_ADAPTER.search(name)) or not name
+        if basic:
+            name = tables.pretty_pci_name(vendor, known[0]) if known else f"{vendor.upper() if vendor != 'other' else 'PCI'} device {vendor_id}:{device_id}"
         g = GPU(index=len(found), vendor=vendor, name=name, pci_vendor_id=vendor_id, pci_device_id=device_id, driver="wddm", sources=["Win32_VideoController"])
+        if basic:
+            g.driver = "basic-display"  # Microsoft Basic Display Adapter: no vendor driver
+            g.sources.append("driver: Windows' basic display driver (no vendor driver installed)")
         if m.group(3):
             sub = m.group(3).lower()
             g.pci_subsystem_id = f"{sub[4:]}:{sub[:4]}"
-        raw_driver = str(item.get("DriverVersion") or "")
+        raw_driver = "" if basic else str(item.get("DriverVersion") or "")
         g.driver_version = nvidia_driver_from_windows(raw_driver) if vendor == "nvidia" else raw_driver
         status = str(item.get("Status") or "OK")
         if status not in ("OK", ""):
@@ -110,10 +122,12 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
             g.sources.append("vram: registry HardwareInformation.qwMemorySize")
         else:
             ram = item.get("AdapterRAM")
-            if isinstance(ram, int) and ram > 0:
-                g.vram_total = ram  # capped at 4 GiB by the 32-bit field
-                g.sources.append("vram: AdapterRAM (32-bit, capped at 4 GiB)")
-        known = tables.pci_lookup(vendor_id, device_id)
+            if isinstance(ram, int) and not isinstance(ram, bool) and ram >= ADAPTER_RAM_CAP:
+                g.vram_at_least = ram  # the 32-bit field is full: the card has this much or (usually) more
+                g.sources.append("vram: unknown, at least AdapterRAM (a 32-bit field capped at 4 GiB)")
+            elif isinstance(ram, int) and not isinstance(ram, bool) and ram > 0:
+                g.vram_total = ram
+                g.sources.append("vram: AdapterRAM (32-bit, exact below 4 GiB)")
         if vendor == "amd":
             g.gfx_target = tables.amd_gfx_target(device_id, name)
         if vendor == "intel":
@@ -133,9 +147,20 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
             if s:
                 g.bus_id = s.bus_id
             fill_nvidia(g, s, "windows")
-            if not s and not g.driver_version:
-                p.problem("nvidia_driver_not_loaded", f"{g.name} has no NVIDIA driver", "install the NVIDIA driver from nvidia.com or Windows Update", "error", g.index,
+            win = p.system.platform().win_version
+            if g.cuda_driver_version:
+                check_driver_age(p, g, "windows", win)
+            if g.driver == "basic-display":
+                p.problem("nvidia_driver_not_loaded", f"{g.name} has no NVIDIA driver (Windows shows it as a basic display adapter)",
+                          nvidia_driver_hint(g.compute_capability, True, "windows", win) + " (from nvidia.com or Windows Update)", "error", g.index,
                           action=Action.UPDATE_DRIVER)
+            elif not s and not g.driver_version:
+                # the adapter carries NVIDIA's own name, so NVIDIA's driver is installed: only its version is unknown
+                g.sources.append("driver: NVIDIA's (the adapter has NVIDIA's name), version unknown")
+                p.problem("nvidia_driver_version_unknown",
+                          f"{g.name} has NVIDIA's driver installed, but its version could not be read (no DriverVersion, nvidia-smi did not answer)",
+                          "run `nvidia-smi` to see the driver version; if it fails, repair the driver: "
+                          + nvidia_driver_hint(g.compute_capability, True, "windows", win), "warning", g.index)
     return found
 
 

@@ -257,7 +257,8 @@ def test_single_gpu_object_and_bad_driver_version(builder, tmp_path):
     data = {"gpus": {"Name": "NVIDIA GeForce RTX 4060", "PNPDeviceID": "PCI\\VEN_10DE&DEV_2882", "DriverVersion": "garbage", "AdapterRAM": 4293918720}}
     r = replay(windows(builder, data=data).write(tmp_path / "c"))
     assert [g.name for g in r.gpus] == ["NVIDIA GeForce RTX 4060"]
-    assert r.gpus[0].driver_version == "" and "nvidia_driver_not_loaded" in r.problem_codes()
+    # NVIDIA's marketing name means NVIDIA's driver is installed; only its version is unknown (issue 11)
+    assert r.gpus[0].driver_version == "" and r.problem_codes() == ["nvidia_driver_version_unknown"]
 
 
 def test_powershell_hung_or_missing(builder, tmp_path):

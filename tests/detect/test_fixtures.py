@@ -33,7 +33,9 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
               nv("TITAN X (Pascal)", "1b00", "0000:03:00.0", "418.39", "6.1", "10.1", 12196),
               nv("TITAN X (Pascal)", "1b00", "0000:81:00.0", "418.39", "6.1", "10.1", 12196),
               nv("TITAN X (Pascal)", "1b00", "0000:82:00.0", "418.39", "6.1", "10.1", 12196)],
-        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"nvidia_driver_old", "vulkan_loader_missing"},
+        # one problem for the four identical GPUs, and the newest branch Pascal can run (R580), never a newer one
+        problem_gpus={"nvidia_driver_old": [0, 1, 2, 3]}, problem_hint={"nvidia_driver_old": "newest R580 release"},
     ),
     "linux-nvidia-rtx4070-550": dict(
         os="linux", arch="x86_64", ngpus=1,
@@ -168,7 +170,8 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    intel_generation="Gen9 (Skylake)", vram_total=GIB),
               dict(vendor="nvidia", name="NVIDIA Quadro M2000M", kind="discrete", pci_device_id="13b0", bus_id="0000:01:00.0", driver="wddm",
                    driver_version="441.66", compute_capability="5.0", cuda_driver_version="10.2", vram_total=4096 * MIB)],
-        apis={"cuda", "vulkan", "cpu"}, unusable={"directml"}, first=("cuda", 1), problems=set(),
+        apis={"cuda", "vulkan", "cpu"}, unusable={"directml"}, first=("cuda", 1), problems={"nvidia_driver_old"},
+        problem_gpu={"nvidia_driver_old": 1}, problem_hint={"nvidia_driver_old": "newest R470 release"},  # Windows 7's last branch
     ),
     "windows-nvidia-gtx1080ti-531": dict(
         os="windows", arch="x86_64", ngpus=1,
@@ -206,6 +209,15 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    driver_version="581.15", compute_capability="8.9", cuda_driver_version="13.0", vram_total=8188 * MIB)],
         gpu_sources={0: "generation: PCI device id (kernel id list)"},
         apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 1), problems=set(),
+    ),
+    # issue 11 (detection): Windows VRAM past AdapterRAM's 4 GiB cap; NVIDIA driver present with an unknown version
+    "i11d-windows-rtx4060-laptop-partial-wmi": dict(
+        os="windows", version="10.0.26200", arch="x86_64", ngpus=2,
+        gpus=[dict(vendor="intel", name="Intel(R) UHD Graphics", kind="integrated", intel_generation="Xe-LP (Gen12, Alder Lake)", vram_total=128 * MIB),
+              dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", driver="wddm",
+                   driver_version="", cuda_driver_version="", compute_capability="8.9", vram_total=None, vram_at_least=4293918720)],
+        apis={"directml", "vulkan", "cpu"}, unusable={"cuda"}, first=("vulkan", 1), problems={"nvidia_driver_version_unknown"},
+        problem_gpu={"nvidia_driver_version_unknown": 1},
     ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
@@ -288,6 +300,8 @@ def test_fixture_facts(name: str, reports: Dict[str, HardwareReport]):
     assert set(r.problem_codes()) == exp["problems"]
     for code, gpu in exp.get("problem_gpu", {}).items():
         assert [p.gpu for p in r.problems if p.code == code] == [gpu]
+    for code, gpus in exp.get("problem_gpus", {}).items():
+        assert [p.gpus for p in r.problems if p.code == code] == [gpus]
     for code, text in exp.get("problem_hint", {}).items():
         assert all(text in p.hint for p in r.problems if p.code == code)
     if "rocm_version" in exp:
@@ -311,6 +325,8 @@ def test_preference_is_well_formed(name: str, reports: Dict[str, HardwareReport]
 
 
 @pytest.mark.parametrize("name, code", [("linux-nvidia-nouveau-intel-haswell", "nvidia_driver_not_loaded"),
+                                        ("linux-nvidia-4x-titanx-pascal-418", "nvidia_driver_old"),
+                                        ("windows7-laptop-intel-hd-quadro-m2000m-441", "nvidia_driver_old"),
                                         ("linux-nvidia-driver-library-mismatch-580", "nvidia_driver_library_mismatch")])
 def test_driver_problems_name_the_update_driver_action(name: str, code: str, reports: Dict[str, HardwareReport]):
     found = [p for p in reports[name].problems if p.code == code]
@@ -464,7 +480,9 @@ def test_driver_too_old_to_report_a_cuda_version(builder, tmp_path):
     assert (g.driver_version, g.cuda_driver_version, g.compute_capability) == ("375.66", "", "6.1")
     too_old = [p for p in r.problems if p.code == "nvidia_driver_too_old"]
     assert len(too_old) == 1 and too_old[0].gpu == 0 and "375.66" in too_old[0].message
-    assert r.api("cuda") is None and [p.api for p in r.preference] == ["cpu"]
+    assert "R580" in too_old[0].hint and "Pascal" in too_old[0].hint  # never a driver branch the GPU cannot run
+    cuda = r.api("cuda")
+    assert cuda is not None and not cuda.usable and "375.66" in cuda.evidence[0] and [p.api for p in r.preference] == ["cpu"]
 
 
 def test_rosetta_is_reported(builder, tmp_path):
