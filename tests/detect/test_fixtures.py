@@ -110,6 +110,13 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         gpu_sources={0: "gfx: device id table"},
         apis={"cpu"}, unusable={"rocm"}, first=("cpu", None), problems={"kfd_missing", "vulkan_loader_missing"}, rocm_version="",
     ),
+    # issue 11 (planning's capture): gfx803, which no current ROCm release builds for
+    "i11p-linux-amd-ellesmere-gfx803": dict(
+        os="linux", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="amd", kind="discrete", pci_device_id="67df", bus_id="0000:01:00.0", driver="amdgpu", gfx_target="gfx803", vram_total=8 * GIB)],
+        gpu_sources={0: "gfx: kfd topology"},
+        apis={"rocm", "cpu"}, first=("rocm", 0), first_reason="ROCm does not list gfx803", problems={"vulkan_loader_missing"},
+    ),
     "linux-amd-780m-apu-docker": dict(
         os="linux", arch="x86_64", container="docker", ngpus=1,
         gpus=[dict(vendor="amd", name="AMD Radeon 740M / 760M / 780M Graphics", kind="integrated", pci_device_id="15bf", driver="amdgpu", gfx_target="gfx1103")],
