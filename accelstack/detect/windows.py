@@ -1,7 +1,8 @@
 """Windows: one PowerShell/CIM call for GPUs, VRAM (registry), CPU and its features; nvidia-smi for NVIDIA.
 
 Win32_VideoController.AdapterRAM is a 32-bit field that caps at 4 GiB, so the real VRAM comes from
-the display class registry key's ``HardwareInformation.qwMemorySize`` (or nvidia-smi).
+the display class registry key's ``HardwareInformation.qwMemorySize`` (or nvidia-smi); without
+either, a full AdapterRAM is only a lower bound (``GPU.vram_at_least``), never the size.
 """
 from __future__ import annotations
 
