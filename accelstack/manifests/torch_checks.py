@@ -113,8 +113,10 @@ class TorchEval:
     def sort_key(self) -> tuple:
         if self.best:
             rel = self.best.release.version
-            # same torch line: a build the driver runs natively before one that relies on minor-version compatibility
-            return (0, -rel.major, -rel.minor, self.best.via_compat, -len(self.covers), self.order)
+            # same torch line: a build whose publication is confirmed first, then one the driver runs natively
+            # before one that relies on minor-version compatibility
+            unverified = bool(self.best.build.unverified or self.best.variant.unverified)
+            return (0, -rel.major, -rel.minor, unverified, self.best.via_compat, -len(self.covers), self.order)
         return (1, self.order)
 
 
@@ -169,6 +171,10 @@ class TorchChecks:
                 return None
             if g.driver == "nouveau":
                 return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver (install it, then run accelstack again)")
+            evidence = m.api_evidence("cuda", g)
+            if evidence and "installed" in evidence:
+                # driver present, version unknown: not the same as no driver (the user need not install one)
+                return ("api", f"CUDA could not be checked on {dev.label}: {evidence}; run nvidia-smi (or update the NVIDIA driver) so its CUDA version is known")
             if not g.cuda_driver_version and not g.driver_version:
                 return ("api", f"no working NVIDIA driver answered for {dev.label} (nvidia-smi missing or failing); install or repair the NVIDIA driver")
             return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'the driver did not report a CUDA version'}")
@@ -265,7 +271,10 @@ class TorchChecks:
                     return ("requirement", f"your requirement {text} excludes torch {{rng}}"), env, how
             else:
                 line = rel.companions.get(name)
-                if line and not _allows(s, _line_versions(line)):
+                if not line:
+                    # no known companion (none published yet, as for torch 2.15): pip could not satisfy both
+                    return ("requirement", f"you asked for {name}, and no {name} is known for torch {{rng}}"), env, how
+                if not _allows(s, _line_versions(line)):
                     return ("requirement", f"your requirement {text} excludes the {name} that goes with torch {{rng}}"), env, how
         return None, env, how
 

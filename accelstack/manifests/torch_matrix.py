@@ -85,6 +85,7 @@ class PlatformBuild:
     windows_min_build: int = 0
     glibc: str = ""
     index: str = ""
+    unverified: str = ""  # why this platform's publication is not confirmed ("" = confirmed)
 
 
 @dataclass
@@ -103,6 +104,7 @@ class Variant:
     glibc: str = ""
     sources: List[str] = field(default_factory=list)
     comment: str = ""
+    unverified: str = ""  # why the publication of this index variant is not confirmed ("" = confirmed)
     python_spec: Optional[SpecifierSet] = field(default=None, repr=False, compare=False)
     cuda_version: Optional[Version] = field(default=None, repr=False, compare=False)
 
@@ -203,6 +205,7 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
         windows_min_build=get(obj, "windows_min_build", path, int, required=False, default=0),
         glibc=get_version(obj, "glibc", path, required=False),
         index=get_str(obj, "index", path, required=False),
+        unverified=get_str(obj, "unverified", path, required=False),
     )
     if backend == "cuda" and not (build.sm or build.ptx):
         raise fail(join(path, "sm"), "missing (a CUDA build must list the SM architectures compiled in)")
@@ -239,6 +242,7 @@ def _parse_variant(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> 
         glibc=get_version(obj, "glibc", path, required=False),
         sources=get_str_list(obj, "sources", path),
         comment=get_str(obj, "comment", path, required=False),
+        unverified=get_str(obj, "unverified", path, required=False),
     )
     if v.cuda:
         if v.cuda not in toolkits:

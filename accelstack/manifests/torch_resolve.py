@@ -105,6 +105,8 @@ class _TorchResolver(TorchChecks):
             text += f" (also on {', '.join(d.label for d in ev.covers[1:])})"
         if newer:
             text += f"; not newer: {self.render_fails(ev, newer)}"
+        if best.build.unverified or best.variant.unverified:
+            text += " [publication unverified]"
         verdict = "chosen" if ev is chosen else "accepted"
         return Candidate(name=ev.name, backend=ev.backend, accepted=True, code=verdict,
                          reason=f"{ev.name} {verdict}: {text}", gpus=gpus, torch_version=best.release.torch)
@@ -239,6 +241,11 @@ class _TorchResolver(TorchChecks):
             plan.notes.append(f"the compute capability of {ev.device.name} is unknown; if torch reports 'no kernel image is available', choose an older CUDA variant")
         if "PTX" in best.how:
             plan.notes.append("this build reaches the GPU through PTX: the first start compiles kernels and can take minutes")
+        unverified = build.unverified or var.unverified
+        if unverified:
+            older = next((r.torch for r in matrix.releases if r.version < rel.version and r.variant(var.name)), "")
+            plan.notes.append(f"unverified: that torch {rel.torch} publishes {var.name} for {m.platform} is not confirmed ({unverified})"
+                              + (f"; if pip finds no such wheel, ask for torch<{rel.torch} (torch {older} {var.name})" if older else ""))
         target = ev.device.label if ev.device else "the CPU"
         plan.summary = f"torch {rel.torch} ({ev.name}) for {target}"
         if ev.device is None and m.devices:

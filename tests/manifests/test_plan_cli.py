@@ -26,15 +26,15 @@ def report_file(tmp_path):
 def test_human_output_decision_then_rejections(report_file, capsys):
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file)]) == 0
     out = capsys.readouterr().out
-    assert out.index("decision: torch 2.14 (cu130)") < out.index("install:") < out.index("rejected:")
-    assert "$ python -m pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cu130" in out
+    assert out.index("decision: torch 2.15 (cu132)") < out.index("install:") < out.index("rejected:")
+    assert "$ python -m pip install 'torch==2.15.*'\n" in out  # PyPI's own Linux wheel is the cu132 build
     assert "cu126 rejected: torch 2.6\u20132.14 cu126 builds have no kernels for sm_120" in out
 
 
 def test_impossible_request_exits_3_and_says_what_works(report_file, capsys):
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "torch<2.7"]) == 3
     out = capsys.readouterr().out
-    assert "cannot be met as asked:" in out and "What would work: torch 2.14 cu132, torch 2.14 cu130" in out
+    assert "cannot be met as asked:" in out and "What would work: torch 2.15 cu132, torch 2.15 cu130" in out
 
 
 def test_json_round_trips(report_file, capsys):

@@ -134,3 +134,24 @@ def test_driver_hints_stay_within_the_gpus_last_driver_branch():
 def test_a_gpu_older_than_kepler_is_past_support():
     assert "past NVIDIA's driver support" in driver_hint("2.1", "450.80.02")
     assert driver_hint("8.9", "580.65.06") == "update the NVIDIA driver to 580.65.06 or newer"
+
+
+# -- torch 2.15: PyPI's own wheels confirmed, index variants marked unverified -------------------------
+def test_torch_2_15_linux_is_pypis_cu132_wheel():
+    plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 4090", cc="8.9", cuda="13.2", driver="595.45.04")), python="3.12")
+    assert (plan.variant, plan.torch_version, plan.index_url) == ("cu132", "2.15", "")
+    assert not any("unverified" in n for n in plan.notes)
+    assert plan_of(machine(nvidia()), python="3.10").torch_version == "2.14"  # 2.15 has no cp310 wheels
+
+
+def test_an_unverified_index_variant_is_said_in_the_plan():
+    plan = plan_of(machine(nvidia(), os="windows"), python="3.12")
+    assert plan.torch_version == "2.15" and "[publication unverified]" in plan.chosen.reason
+    note = next(n for n in plan.notes if n.startswith("unverified:"))
+    assert f"torch 2.15 publishes {plan.variant} for windows-x86_64 is not confirmed" in note and "ask for torch<2.15" in note
+
+
+def test_a_companion_with_no_known_release_excludes_that_line():
+    plan = plan_of(machine(nvidia()), "torch", "torchvision", python="3.12")
+    assert plan.torch_version == "2.14" and "torchvision==0.29.*" in plan.packages
+    assert "no torchvision is known for torch 2.15" in candidate(plan, "cu132").reason

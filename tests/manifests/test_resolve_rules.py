@@ -74,7 +74,7 @@ def test_strict_driver_policy_needs_the_full_toolkit_version():
     ("555.42.06", "12.5", "linux", ("cu126", "2.14")),
     ("527.41", "12.0", "windows", ("cu126", "2.14")),    # the 12.x floor on Windows
     ("522.06", "11.8", "windows", ("cu118", "2.7")),     # below it: only CUDA 11.x wheels
-    ("580.65.06", "13.0", "linux", ("cu130", "2.14")),   # 13.x: 580; cu130 runs natively, preferred to cu132
+    ("580.65.06", "13.0", "linux", ("cu132", "2.15")),   # 13.x: 580; 2.15 cu132 is PyPI's own (confirmed) build
 ])
 def test_minor_version_compatibility_per_major(driver, cuda, os_name, expected):
     plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 4070", cc="8.9", cuda=cuda, driver=driver, vram=12), os=os_name))
@@ -135,7 +135,7 @@ def test_volta_keeps_cu126_and_cu128_stops_at_2_10():
 
 def test_blackwell_needs_cu128_or_newer():
     plan = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 5090", cc="12.0", vram=32)))
-    assert plan.variant == "cu130" and plan.torch_version == "2.14"
+    assert plan.variant == "cu132" and plan.torch_version == "2.15"
     assert candidate(plan, "cu126").code == "kernels"
 
 
@@ -168,7 +168,7 @@ def test_torch_below_2_7_on_a_50xx_card_is_impossible_and_says_what_works():
     assert not plan.ok and plan.backend == "cpu" and plan.torch_version == "2.6"
     [conflict] = plan.conflicts
     assert conflict.startswith("torch<2.7 leaves no CUDA build that runs on GPU 0 NVIDIA GeForce RTX 5090")
-    assert "What would work: torch 2.14 cu132, torch 2.14 cu130, torch 2.11 cu128, torch 2.8 cu129" in conflict
+    assert "What would work: torch 2.15 cu132, torch 2.15 cu130, torch 2.11 cu128, torch 2.8 cu129" in conflict
     assert "Using cpu (torch 2.6) instead" in conflict
     assert candidate(plan, "cu126").code == "kernels" and candidate(plan, "cu128").code == "requirement"
 
@@ -193,7 +193,7 @@ def test_other_requirements_are_installed_from_pypi_after_torch():
 
 
 # -- Python version limits torch versions -----------------------------------------------------------
-@pytest.mark.parametrize("python, line", [("3.9", "2.8"), ("3.8", "2.4"), ("3.12", "2.14"), ("3.15", "2.14"), ("3.16", None)])
+@pytest.mark.parametrize("python, line", [("3.9", "2.8"), ("3.8", "2.4"), ("3.10", "2.14"), ("3.12", "2.15"), ("3.15", "2.15"), ("3.16", None)])
 def test_python_version_limits_torch(python, line):
     plan = plan_of(machine(nvidia()), python=python)
     if line is None:
@@ -205,7 +205,7 @@ def test_python_version_limits_torch(python, line):
 def test_python_of_the_report_is_the_default_and_request_overrides_it():
     report = machine(nvidia(), python="3.9")
     assert plan_of(report).torch_version == "2.8"
-    assert plan_of(report, python="3.11").torch_version == "2.14"
+    assert plan_of(report, python="3.11").torch_version == "2.15"
 
 
 def test_old_python_on_blackwell_is_a_conflict_with_the_python_needed():
@@ -243,7 +243,7 @@ def test_two_nvidia_cards_without_a_common_build_hide_the_other_one():
     report = machine(nvidia(0, name="NVIDIA GeForce RTX 5090", cc="12.0", vram=32, bus_id="0000:01:00.0"),
                      nvidia(1, name="NVIDIA GeForce GTX 1080", cc="6.1", vram=8, bus_id="0000:02:00.0"))
     plan = plan_of(report)
-    assert plan.gpus == [0] and plan.variant == "cu130"
+    assert plan.gpus == [0] and plan.variant == "cu132"
     assert plan.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}
 
 
@@ -253,8 +253,10 @@ def test_two_nvidia_cards_sharing_a_build_use_both():
     assert plan.gpus == [0, 1] and plan.env == {}
     assert "GPU 1 NVIDIA GeForce RTX 4090: used as well" in plan.device_reason
     report = machine(nvidia(0, name="NVIDIA TITAN V", cc="7.0", vram=12), nvidia(1, name="NVIDIA RTX 5880 Ada Generation", cc="8.9", vram=48))
-    plan = plan_of(report)  # cu130 would drop the TITAN V; cu126 of the same torch keeps both
-    assert (plan.variant, plan.gpus) == ("cu126", [1, 0])
+    plan = plan_of(report, python="3.11")  # the newest torch first: 2.15 has no cu126, so cu132 runs on the Ada card only
+    assert (plan.variant, plan.gpus) == ("cu132", [1])
+    both = plan_of(report, "torch", "torch<2.15", python="3.11")  # cu130 would drop the TITAN V; cu126 of the same torch keeps both
+    assert (both.variant, both.gpus) == ("cu126", [1, 0])
 
 
 # -- AMD: gfx targets, overrides, visible devices ----------------------------------------------------
@@ -346,7 +348,7 @@ def test_glibc_too_old_limits_torch_to_2_6():
 
 # -- Apple, Intel ------------------------------------------------------------------------------------
 def test_mps_by_macos_version():
-    assert plan_of(machine(apple(), os="macos", arch="arm64", version="14.4")).torch_version == "2.14"
+    assert plan_of(machine(apple(), os="macos", arch="arm64", version="14.4")).torch_version == "2.15"
     plan = plan_of(machine(apple(name="Apple M1"), os="macos", arch="arm64", version="13.6"))
     assert (plan.variant, plan.torch_version) == ("mps", "2.8")
     assert plan.env == {"PYTORCH_ENABLE_MPS_FALLBACK": "1"} and plan.index_url == ""
@@ -479,20 +481,22 @@ def test_chosen_is_the_first_accepted_candidate():
 
 def test_changing_the_data_changes_the_decision():
     doc = json.loads((REPO / "accelstack" / "manifests" / "data" / "torch.json").read_text())
-    rel = next(r for r in doc["releases"] if r["torch"] == "2.14")
-    rel["variants"] = [v for v in rel["variants"] if v["name"] != "cu130"]
+    for r in doc["releases"]:
+        if r["torch"] == "2.15":
+            r["variants"] = [v for v in r["variants"] if v["backend"] != "cuda"]
+        if r["torch"] == "2.14":
+            r["variants"] = [v for v in r["variants"] if v["name"] not in ("cu130", "cu132")]
     matrix = load_manifest(json.dumps(doc).encode(), check_expiry=False)
-    plan = resolve(machine(nvidia()), Request(stack="torch"), Manifests(torch=matrix))
+    plan = resolve(machine(nvidia()), Request(stack="torch", python="3.11"), Manifests(torch=matrix))
     assert (plan.variant, plan.torch_version) == ("cu126", "2.14")
     # and an arch list edited in the data moves it again
-    doc["cuda_toolkits"] = [t for t in doc["cuda_toolkits"]]
     for r in doc["releases"]:
         for v in r["variants"]:
             if v["name"] == "cu126":
                 v["platforms"]["linux-x86_64"]["sm"] = ["9.0"]
     matrix = load_manifest(json.dumps(doc).encode(), check_expiry=False)
-    plan = resolve(machine(nvidia()), Request(stack="torch"), Manifests(torch=matrix))
-    assert (plan.variant, plan.torch_version) == ("cu132", "2.14")  # 13.2 on a 13.0 driver: minor-version compatibility
+    plan = resolve(machine(nvidia()), Request(stack="torch", python="3.11"), Manifests(torch=matrix))
+    assert (plan.variant, plan.torch_version) == ("cu130", "2.13")  # cu130 runs natively on the 13.0 driver: before cu132
     assert "torch 2.6\u20132.14 cu126 builds have no kernels for sm_89" in candidate(plan, "cu126").reason
 
 
@@ -501,7 +505,7 @@ def test_stale_bundled_matrix_is_used_and_said():
 
     stale = Manifests(torch=builtin_torch_matrix(now=datetime(2100, 1, 1, tzinfo=timezone.utc)))
     plan = resolve(machine(nvidia()), Request(stack="torch"), stale)
-    assert plan.variant == "cu130" and any("expired" in n for n in plan.notes)
+    assert plan.variant == "cu132" and any("expired" in n for n in plan.notes)
 
 
 def test_unknown_stack_and_bad_python_are_usage_errors():
