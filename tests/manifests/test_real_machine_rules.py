@@ -155,3 +155,19 @@ def test_a_companion_with_no_known_release_excludes_that_line():
     plan = plan_of(machine(nvidia()), "torch", "torchvision", python="3.12")
     assert plan.torch_version == "2.14" and "torchvision==0.29.*" in plan.packages
     assert "no torchvision is known for torch 2.15" in candidate(plan, "cu132").reason
+
+
+# -- the same driver rule for published ggml CUDA builds ---------------------------------------------
+def test_ggml_cuda12_build_runs_on_an_r535_driver_through_minor_version_compatibility():
+    report = machine(nvidia(name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="12.2", driver="537.13", vram=6), os="windows")
+    plan = plan_of(report, "ggml")
+    assert (plan.backend, plan.variant, plan.build) == ("cuda", "win-x64-cuda12", None)
+    old = plan_of(machine(nvidia(name="NVIDIA GeForce RTX 2060", cc="7.5", cuda="11.4", driver="472.12", vram=6), os="windows"), "ggml")
+    assert "win-x64-cuda12 needs a CUDA 12.x driver (>= 527.41 on Windows" in candidate(old, "win-x64-cuda12").reason
+
+
+def test_ggml_ptx_only_gpu_needs_the_full_toolkit_driver():
+    # GB10 (12.1): the build's 12.0a code is arch-specific, so it runs compute_100 PTX, which a 12.4 driver cannot JIT
+    report = machine(nvidia(name="NVIDIA GB10", cc="12.1", cuda="12.4", driver="551.61", vram=128), os="windows")
+    reason = candidate(plan_of(report, "ggml"), "win-x64-cuda12").reason
+    assert "needs CUDA 12.8 (driver >= 570.65 on Windows), because it reaches this GPU only through PTX" in reason

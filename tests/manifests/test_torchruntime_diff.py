@@ -25,6 +25,15 @@ _OS = {"linux": "Linux", "windows": "Windows", "macos": "Darwin"}
 _VENDOR_IDS = {"nvidia": "10de", "amd": "1002", "intel": "8086", "apple": "106b"}
 
 # machine: (torchruntime says, we say, why ours is right)
+#
+# Issue 11 moved several rows (and added captures):
+# - NVIDIA's minor-version compatibility (compat-facts 1.2): drivers R525-R575 now run the cu126 wheels of the
+#   newest torch (2.14) instead of the cu118 wheel of torch 2.7, so the 535/550/555/531/546 machines differ from
+#   torchruntime's cu128/cu124 only in which CUDA 12.x wheel gives the newest torch.
+# - torch 2.15 (PyPI's own Linux wheel is CUDA 13.2): R580 machines get cu132 2.15 where torchruntime says cu128.
+# - Jetson captures (i11d-jetson-*) agree with torchruntime (CPU torch), for our own reason: the aarch64 CUDA
+#   wheels are SBSA builds; the plan points at NVIDIA's Jetson wheels for the board's JetPack.
+# - gfx803, macOS 11 and a partial Windows report are new captures where torchruntime looks at the GPU name only.
 DISAGREEMENTS = {
     "i11d-macos11-intel-uhd630-radeon5500m-text": ("mps", "cpu",
         "the Mac runs macOS 11.1; torch's MPS backend needs macOS 12.3 or newer (PT-MPS), so its last x86_64 torch (2.2) "
