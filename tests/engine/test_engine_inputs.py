@@ -3,7 +3,9 @@ model files, runtimes, and the CLI's exit codes. No worker is needed for any of 
 from __future__ import annotations
 
 import json
+import pickle
 import struct
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -142,8 +144,13 @@ def test_other_formats(tmp_path):
     (tmp_path / "bad.gguf").write_bytes(b"NOPE" * 4)
     with pytest.raises(ModelLoadError, match="GGUF"):
         check_model(tmp_path / "bad.gguf")
-    (tmp_path / "m.ckpt").write_bytes(b"PK\x03\x04" + b"\0" * 16)
+    with zipfile.ZipFile(tmp_path / "m.ckpt", "w") as archive:  # the layout torch.save writes
+        archive.writestr("archive/data.pkl", pickle.dumps({"w": 1}, protocol=2))
+        archive.writestr("archive/data/0", b"\0" * 16)
     assert check_model(tmp_path / "m.ckpt").kind == "ckpt"
+    (tmp_path / "fake.ckpt").write_bytes(b"PK\x03\x04" + b"\0" * 16)  # a zip magic and nothing else
+    with pytest.raises(ModelLoadError, match="no zip directory"):
+        check_model(tmp_path / "fake.ckpt")
     (tmp_path / "bad.ckpt").write_bytes(b"hello world, no pickle")
     with pytest.raises(ModelLoadError, match="torch checkpoint"):
         check_model(tmp_path / "bad.ckpt")

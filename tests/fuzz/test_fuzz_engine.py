@@ -1,0 +1,213 @@
+"""Fuzzing the engine's inputs (issue 10): model file headers and the worker's HTTP requests.
+
+Model files are tiny GGUF / safetensors / torch zip checkpoints made here (no real weights), then
+mutated: :func:`check_model` either accepts them or raises ``ModelLoadError``, within a time and a
+memory bound. The worker's HTTP server (the real one, on 127.0.0.1, with a backend that never
+loads a runtime) gets random request lines, headers and bodies over real sockets: it answers or
+closes, never dies, and the token holder's ``/ping`` still works afterwards. Examples that found
+bugs are kept below as plain tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accelstack.engine.errors import ModelLoadError
+from accelstack.engine.modelfile import check_model
+
+from .fuzzing import Counter, bounded, fuzz
+
+STATS: Dict[str, Counter] = {"model headers": Counter(), "model refused": Counter()}
+
+
+# -- tiny model files ----------------------------------------------------------------------------------------
+def gguf_bytes(tensors: List[Tuple[bytes, List[int], int, int]], kv: List[Tuple[bytes, int, bytes]] = (),
+               version: int = 3, n_tensors: int = -1, n_kv: int = -1, alignment: int = 32) -> bytes:
+    """A GGUF file: (name, dims, ggml type, offset) per tensor, (key, type, raw value) per KV; the
+    counts can lie (``n_tensors``/``n_kv``); data is zeros up to the largest tensor's end."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors < 0 else n_tensors,
+                                          len(kv) if n_kv < 0 else n_kv))
+    for key, kind, raw in kv:
+        out += struct.pack("<Q", len(key)) + key + struct.pack("<I", kind) + raw
+    end = 0
+    for name, dims, kind, offset in tensors:
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d & (2 ** 64 - 1)) for d in dims) + struct.pack("<IQ", kind, offset)
+        n = 1
+        for d in dims:
+            n *= max(d, 0)
+        end = max(end, offset + n * 4)
+    out += b"\0" * (-len(out) % alignment)
+    return bytes(out) + b"\0" * min(end, 1 << 20)
+
+
+def safetensors_bytes(header: object, data: bytes = b"", length: int = -1) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length < 0 else length) + raw + data
+
+
+def ckpt_bytes(path: Path, pkl: bytes = b"", names: Tuple[str, ...] = ("archive/data/0",)) -> bytes:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pkl or pickle.dumps({"w": 1}, protocol=2))
+        for name in names:
+            archive.writestr(name, b"\0" * 16)
+    return path.read_bytes()
+
+
+GOOD_GGUF = gguf_bytes([(b"w", [4, 2], 0, 0), (b"b", [64], 8, 32)], kv=[(b"general.name", 8, struct.pack("<Q", 3) + b"sd1")])
+GOOD_SAFETENSORS = safetensors_bytes({"w": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]},
+                                      "__metadata__": {"format": "pt"}}, b"\0" * 8)
+
+
+def _refused(path: Path, words: str) -> None:
+    with pytest.raises(ModelLoadError) as err:
+        check_model(path)
+    assert words in str(err.value), str(err.value)
+    assert len(str(err.value)) < 800
+
+
+# -- kept examples: what crashed stable-diffusion.cpp or hung before the checks ------------------------------
+def test_good_tiny_files_pass(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(GOOD_GGUF)
+    assert check_model(tmp_path / "m.gguf").tensors == 2
+    (tmp_path / "m.safetensors").write_bytes(GOOD_SAFETENSORS)
+    assert check_model(tmp_path / "m.safetensors").tensors == 1
+    ckpt_bytes(tmp_path / "m.ckpt")
+    assert check_model(tmp_path / "m.ckpt").kind == "ckpt"
+
+
+def test_non_regular_model_paths_are_never_opened(tmp_path):
+    os.mkfifo(tmp_path / "model.safetensors")  # opening it would block until a writer comes: a hang
+    _refused(tmp_path / "model.safetensors", "not a regular file")
+    _refused(Path("/dev/zero"), "not a regular file")
+    _refused(tmp_path / "model.safetensors" / "x", "does not exist")
+    _refused(Path(str(tmp_path) + "/a\0b"), "NUL")
+
+
+@pytest.mark.parametrize("data, words", [
+    (gguf_bytes([], n_tensors=2 ** 62), "claims 4611686018427387904 tensors"),  # SIGSEGV in the worker
+    (gguf_bytes([], n_kv=2 ** 40), "metadata entries"),
+    (gguf_bytes([(b"w", [-4, 2], 0, 0)]), "negative dimension"),  # negative shapes crashed the worker
+    (gguf_bytes([(b"w", [2 ** 62, 2 ** 62], 0, 0)]), "more elements"),
+    (gguf_bytes([(b"w", [4], 0, 1 << 40)]), "outside"),
+    (gguf_bytes([(b"x" * 100, [4], 0, 0)]), "tensor name is 100 bytes"),
+    (gguf_bytes([(b"w", [4, 1, 1, 1, 1], 0, 0)]), "5 dimensions"),
+    (gguf_bytes([(b"w", [4], 4, 0)]), "unknown type 4"),
+    (gguf_bytes([(b"w", [33], 8, 0)]), "not a multiple"),
+    (gguf_bytes([(b"w", [4], 0, 4)]), "not aligned"),
+    (gguf_bytes([], version=1), "version 1"),
+    (gguf_bytes([], kv=[(b"k", 9, struct.pack("<IQ", 9, 2))]), "arrays of arrays"),
+    (gguf_bytes([], kv=[(b"k", 9, struct.pack("<IQ", 0, 2 ** 62))]), "past the end"),
+    (gguf_bytes([], kv=[(b"k", 8, struct.pack("<Q", 2 ** 63))]), "more than"),
+    (gguf_bytes([], kv=[(b"general.alignment", 4, struct.pack("<I", 3))]), "power of two"),
+    (gguf_bytes([], kv=[(b"k" * 5000, 4, b"\0" * 4)]), "metadata key is 5000 bytes"),
+    (b"GGUF\x03\x00\x00\x00\x01", "past the end"),
+])
+def test_corrupt_gguf_is_refused(tmp_path, data, words):
+    (tmp_path / "m.gguf").write_bytes(data)
+    _refused(tmp_path / "m.gguf", words)
+
+
+@pytest.mark.parametrize("data, words", [
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [-2, 2], "data_offsets": [0, 8]}}, b"\0" * 8), "invalid shape"),
+    (safetensors_bytes({"w": {"dtype": 7, "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4), "dtype"),  # nlohmann throws
+    (safetensors_bytes({"w": {"shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4), "dtype"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": "2", "data_offsets": [0, 4]}}, b"\0" * 4), "invalid shape"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [2.5], "data_offsets": [0, 4]}}, b"\0" * 4), "invalid shape"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [1, 1, 1, 1, 1, 1], "data_offsets": [0, 2]}}, b"\0" * 2), "invalid shape"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 4]}}, b"\0" * 4), "bytes of data"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [2 ** 62, 2 ** 62], "data_offsets": [0, 4]}}, b"\0" * 4), "bytes of data"),
+    (safetensors_bytes({"w": {"dtype": "F16", "shape": [2], "data_offsets": [-4, 0]}}, b"\0" * 4), "outside"),
+    (safetensors_bytes({"w": "x"}, b""), "not an object"),
+    (safetensors_bytes({}, b"", length=2 ** 63), "header length"),
+    (struct.pack("<Q", 20) + b"[" * 20, "not JSON"),
+    (struct.pack("<Q", 20_000) + b"{\"a\":" * 4000, "not JSON"),  # nlohmann recurses per level
+])
+def test_corrupt_safetensors_is_refused(tmp_path, data, words):
+    (tmp_path / "m.safetensors").write_bytes(data)
+    _refused(tmp_path / "m.safetensors", words)
+
+
+def test_corrupt_checkpoints_are_refused(tmp_path):
+    good = ckpt_bytes(tmp_path / "good.ckpt")
+    cases = {
+        "garbage.ckpt": (b"PK\x03\x04" + os.urandom(200), "no zip directory"),  # crashed the worker's zip reader
+        "cut.ckpt": (good[:-30], "zip"),
+        "huge-dir.ckpt": (good[:-22] + b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 5, 5, 2 ** 31, 0, 0), "outside"),
+        "many.ckpt": (good[:-22] + b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 0xFFFF, 0xFFFF, 10, 0, 0), "zip64"),
+        "bad-pickle.ckpt": (ckpt_bytes(tmp_path / "x.ckpt", pkl=b"\x80\x02}q\x00(X\xff\xff\xff\x7f"), "not a valid pickle"),
+        "nopkl.ckpt": (_zip_without_pickle(tmp_path / "y.zip"), "no data.pkl"),
+        "legacy.ckpt": (b"\x80\x02" + os.urandom(64), "pickle"),
+    }
+    for name, (data, words) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        _refused(tmp_path / name, words)
+
+
+def _zip_without_pickle(path: Path) -> bytes:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.txt", "hello")
+    return path.read_bytes()
+
+
+# -- the fuzz target: mutated tiny files -------------------------------------------------------------------
+SEEDS = {"m.gguf": GOOD_GGUF, "m.safetensors": GOOD_SAFETENSORS}
+
+
+@st.composite
+def mutated_model(draw) -> Tuple[str, bytes]:
+    name = draw(st.sampled_from(sorted(SEEDS) + ["m.ckpt"]))
+    data = bytearray(SEEDS.get(name) or _CKPT_SEED)
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["flip", "u64", "cut", "insert", "u32"]))
+        at = draw(st.integers(0, max(0, len(data) - 1)))
+        if op == "flip" and data:
+            data[at] ^= draw(st.integers(1, 255))
+        elif op in ("u64", "u32"):
+            size = 8 if op == "u64" else 4
+            value = draw(st.sampled_from([0, 1, 2 ** 31, 2 ** 32 - 1, 2 ** 62, 2 ** 63, 2 ** 64 - 1, 255, 65535]))
+            data[at:at + size] = value.to_bytes(8, "little")[:size]
+        elif op == "cut":
+            del data[at:at + draw(st.integers(1, 64))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=32))
+    return name, bytes(data)
+
+
+_CKPT_SEED = b""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ckpt_seed(tmp_path_factory):
+    global _CKPT_SEED
+    _CKPT_SEED = ckpt_bytes(tmp_path_factory.mktemp("seed") / "m.ckpt")
+
+
+@fuzz(int(os.environ.get("FUZZ_MODEL_EXAMPLES", "300")))
+@given(mutated_model())
+def test_fuzz_model_headers(tmp_path_factory, example):
+    STATS["model headers"]()
+    name, data = example
+    path = tmp_path_factory.getbasetemp() / "fuzz-model"
+    path.mkdir(exist_ok=True)
+    target = path / name
+    target.write_bytes(data)
+    with bounded("check_model"):
+        try:
+            check_model(target)
+        except ModelLoadError as exc:
+            STATS["model refused"]()
+            assert len(str(exc)) < 1000
+
+
+def teardown_module(module):
+    print("\nengine fuzz:", {k: v.count for k, v in STATS.items()})
