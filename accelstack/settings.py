@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 from typing import Any, Dict, List, Mapping, Optional
 
-from .errors import UsageError
+from .errors import Action, UsageError
 
 APP = "accelstack"
 
@@ -131,7 +132,22 @@ class Settings:
                 setattr(out, name, bool(given[name]))
         if "timeouts" in given:
             out.timeouts = given["timeouts"]
+        if os_name is None or os_name == current_os():  # paths of this machine: refuse files now
+            out.check_directories()
         return out
+
+    def check_directories(self) -> None:
+        """Raise :class:`UsageError` if a directory setting names an existing file, or a path under one.
+
+        Checked when settings are resolved, before anything is created: otherwise the first
+        ``mkdir`` deep inside an install fails with "File exists" or "Not a directory".
+        """
+        for name, what, action in (("home", "the runtime home", Action.CHOOSE_HOME),
+                                   ("cache", "the download cache", Action.FIX_INPUT),
+                                   ("build_cache", "the build cache", Action.FIX_INPUT),
+                                   ("probe_cache", "the probe cache", Action.FIX_INPUT),
+                                   ("config_dir", "the configuration directory", Action.FIX_INPUT)):
+            check_directory(getattr(self, name), what, f"--home or {ENV[name]}" if name == "home" else ENV[name], action)
 
     @staticmethod
     def resolve_home(*, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None) -> Path:
@@ -184,6 +200,24 @@ def platform_dirs(os_name: str, env: Mapping[str, str]) -> Dict[str, Path]:
     return {"data": xdg("XDG_DATA_HOME", home / ".local" / "share") / APP,
             "cache": xdg("XDG_CACHE_HOME", home / ".cache") / APP,
             "config": xdg("XDG_CONFIG_HOME", home / ".config") / APP}
+
+
+def check_directory(path: Path, what: str, option: str = "", action: Action = Action.FIX_INPUT) -> None:
+    """Raise :class:`UsageError` when ``path`` exists and is not a directory (a link to one is
+    fine), or when the nearest existing path above it is not one (it could never be created)."""
+    for candidate in (path, *path.parents):
+        try:
+            st = candidate.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (OSError, ValueError):  # unreadable, or a NUL in the path: the step that uses it reports it
+            return
+        if stat.S_ISDIR(st.st_mode):
+            return
+        where = "is a file, not a directory" if candidate == path else f"is under {candidate}, which is a file, not a directory"
+        name = f" ({option})" if option else ""
+        raise UsageError(f"{what}{name} {path} {where}", f"choose a directory for {what}: a new path, or an existing "
+                         "directory", action=action)
 
 
 def _env_path(env: Mapping[str, str], name: str) -> Optional[Path]:

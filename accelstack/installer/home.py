@@ -20,8 +20,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..errors import Action
+from ..errors import Action, UsageError
 from ..serde import from_dict, to_dict
+from ..settings import check_directory
 from .records import Active, LockHeldError, Receipt, StateError, atomic_write, dump_receipt, load_receipt, now_iso
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ class Home:
 
     def ensure(self) -> None:
         """Create the layout and prove the home is writable; raises before any other work."""
+        try:
+            check_directory(self.root, "the runtime home", action=Action.CHOOSE_HOME)
+        except UsageError as exc:  # a file where the home should be: nothing is created
+            raise StateError(exc.message, hint=exc.hint, action=Action.CHOOSE_HOME) from None
         for d in (self.staging, self.receipts):
             if d.is_symlink():
                 raise StateError(f"{d} is a symbolic link; accelstack keeps its staging and receipts inside the home and "
