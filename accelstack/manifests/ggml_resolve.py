@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple, cast
 from ..detect.cpu import normalize_features
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
-from .hw_rules import cuda_driver_check, driver_hint, hw_rules
+from .hw_rules import branch_note, cuda_driver_check, driver_hint, hw_rules
 from .knowledge import Manifests
 from .machine import (
     Device,
@@ -104,7 +104,7 @@ class _GgmlResolver:
             if usable is True or (usable is None and (dev.cuda_max or dev.driver)):
                 return None
             if g.driver == "nouveau":
-                return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver")
+                return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver{branch_note(dev.cc)}")
             return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'no working NVIDIA driver answered'}")
         if backend == "rocm":
             if not dev.gfx:
@@ -182,7 +182,7 @@ class _GgmlResolver:
             if dev.driver is None:
                 return ("driver", f"the NVIDIA driver version is unknown; {t.id} needs driver >= {min_drv}")
             if dev.driver < version_of(min_drv):
-                return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs")
+                return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs; {driver_hint(dev.cc, min_drv)}")
         return None
 
     # -- can a local build work at all? -----------------------------------------------------------

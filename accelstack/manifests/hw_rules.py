@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from .machine import Device, cc_parts, is_jetson, l4t_of
 
-__all__ = ["HwRules", "cuda_driver_check", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
+__all__ = ["HwRules", "branch_note", "cuda_driver_check", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
 
 BUILTIN = "hw-rules.json"
 STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
@@ -128,6 +128,14 @@ def driver_hint(cc: str, need: str = "") -> str:
         target = f"{need} or newer" if need else "a newer one"
         return f"update the NVIDIA driver to {target}, at most the R{last} branch (the last for {arch.name} GPUs)"
     return f"update the NVIDIA driver to {need} or newer" if need else "update the NVIDIA driver"
+
+
+def branch_note(cc: str) -> str:
+    """" (R470 is the last driver branch for Kepler GPUs)" for a GPU whose support ends, else ""."""
+    arch = hw_rules().architecture(cc)
+    if arch is None or not arch.last_branch:
+        return ""
+    return f" (R{arch.last_branch} is the last driver branch for {arch.name} GPUs)"
 
 
 def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os_name: str, what: str,

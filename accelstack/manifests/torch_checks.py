@@ -17,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..domain import Backend
-from .hw_rules import COMPAT_MARK, cuda_driver_check, jetson_text
+from .hw_rules import COMPAT_MARK, branch_note, cuda_driver_check, jetson_text
 from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name, version_of
 from .plan import Candidate, Request
 from .request import Requirements
@@ -170,13 +170,14 @@ class TorchChecks:
             if usable is True or (usable is None and (dev.cuda_max or dev.driver)):
                 return None
             if g.driver == "nouveau":
-                return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver (install it, then run accelstack again)")
+                return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver{branch_note(dev.cc)} "
+                               "(install it, then run accelstack again)")
             evidence = m.api_evidence("cuda", g)
             if evidence and "installed" in evidence:
                 # driver present, version unknown: not the same as no driver (the user need not install one)
-                return ("api", f"CUDA could not be checked on {dev.label}: {evidence}; run nvidia-smi (or update the NVIDIA driver) so its CUDA version is known")
+                return ("api", f"CUDA could not be checked on {dev.label}: {evidence}; run nvidia-smi so its CUDA version is known")
             if not g.cuda_driver_version and not g.driver_version:
-                return ("api", f"no working NVIDIA driver answered for {dev.label} (nvidia-smi missing or failing); install or repair the NVIDIA driver")
+                return ("api", f"no working NVIDIA driver answered for {dev.label} (nvidia-smi missing or failing); install or repair the NVIDIA driver{branch_note(dev.cc)}")
             return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'the driver did not report a CUDA version'}")
         if backend == "rocm":
             if m.os != "linux":

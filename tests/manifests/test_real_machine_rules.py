@@ -171,3 +171,8 @@ def test_ggml_ptx_only_gpu_needs_the_full_toolkit_driver():
     report = machine(nvidia(name="NVIDIA GB10", cc="12.1", cuda="12.4", driver="551.61", vram=128), os="windows")
     reason = candidate(plan_of(report, "ggml"), "win-x64-cuda12").reason
     assert "needs CUDA 12.8 (driver >= 570.65 on Windows), because it reaches this GPU only through PTX" in reason
+
+
+def test_a_kepler_on_nouveau_is_told_its_last_driver_branch():
+    report = machine(nvidia(name="NVIDIA GeForce GTX 780", cc="3.5", cuda="", driver="", vram=3, driver_name="nouveau"), apis={})
+    assert "CUDA needs NVIDIA's driver (R470 is the last driver branch for Kepler GPUs)" in candidate(plan_of(report, python="3.11"), "cuda").reason
