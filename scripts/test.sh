@@ -8,6 +8,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# The status page of `accelstack serve` is tested in a real headless browser: Debian's chromium and
+# its chromedriver (tests/service/test_page.py). Installed once, when missing, where apt can run.
+if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo -n"; fi
+  echo "== installing chromium and chromium-driver"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+    && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || echo "   could not install them: the browser test will be skipped"
+fi
 echo "== ruff"
 .venv/bin/ruff check accelstack tests benchmarks
 echo "== mypy"
