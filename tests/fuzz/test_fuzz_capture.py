@@ -164,7 +164,7 @@ def test_fuzz_capture_json(workdir, name, mutations):
     replay_bounded(root)
 
 
-@fuzz(250)
+@fuzz(200)
 @given(name=st.sampled_from(FIXTURES), damages=st.lists(file_mutation(), min_size=1, max_size=3))
 def test_fuzz_capture_files(workdir, name, damages):
     STATS["files"]()
@@ -306,3 +306,13 @@ def test_only_typed_errors_escape_the_replay_of_every_fixture(tmp_path):
                 detect(ReplaySystem(str(CAPTURES / name)), home=HOME)
         except AccelstackError as exc:  # pragma: no cover - a fixture must replay
             pytest.fail(f"{name}: {exc}")
+
+
+def test_a_gpu_name_read_from_a_4_mb_file_does_not_stall_the_name_rules(tmp_path):
+    """Found by test_fuzz_capture_files: a Jetson's /proc/device-tree/model replaced by 4 MB made
+    every GPU-name rule scan all of it (about 7 s); names are matched on their first
+    MAX_NAME_LENGTH characters."""
+    root = copy_of(tmp_path, "linux-arm64-jetson-orin-nx")
+    (root / "files" / "proc" / "device-tree" / "model").write_bytes(b"a" * (MAX_CAPTURE_FILE_BYTES + 10))
+    with bounded("detect over a 4 MB device-tree model"):
+        detect(ReplaySystem(str(root)), home=HOME)
