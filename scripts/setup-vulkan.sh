@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Make this Debian/Ubuntu machine able to build and run the `vulkan` ggml variant, without a GPU:
+#   - Debian packages: mesa-vulkan-drivers (lavapipe, a conformant Vulkan driver that runs on the
+#     CPU), libvulkan1 (the loader), libvulkan-dev and glslc (the shader compiler ggml-vulkan needs);
+#     installed with apt-get only when one is missing (`apt-get update` only then too);
+#   - Vulkan 1.4 headers: Debian 12's libvulkan-dev (1.3.239) lacks vk::LayerSettingEXT, which
+#     ggml-vulkan uses, so Debian 13 (trixie)'s libvulkan-dev is downloaded (never installed: it
+#     would pull a newer libc) and only its usr/include is extracted into the build cache, where
+#     `accelstack build ggml --backend vulkan` finds it. The system's 1.3 loader runs the result.
+# The trixie package index lives in a temporary apt directory: the system's sources are not touched.
+# Idempotent and quiet: prints only the include directory on stdout (notes go to stderr).
+# Usage: scripts/setup-vulkan.sh [BUILD_CACHE_DIR]   (default: accelstack's build cache)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HEADERS_SUITE=trixie
+HEADERS_PACKAGE=libvulkan-dev
+PACKAGES=(mesa-vulkan-drivers libvulkan1 libvulkan-dev glslc)
+
+note() { echo "setup-vulkan: $*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo -n"; fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  note "installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The build cache, as accelstack resolves it (ACCELSTACK_BUILD_CACHE, ACCELSTACK_CACHE, XDG).
+cache=${1:-}
+if [ -z "$cache" ]; then
+  for py in .venv/bin/python python3; do
+    if cache=$("$py" -c 'from accelstack.settings import Settings; print(Settings.resolve().build_cache)' 2>/dev/null); then
+      break
+    fi
+    cache=""
+  done
+fi
+if [ -z "$cache" ]; then
+  cache=${ACCELSTACK_BUILD_CACHE:-${ACCELSTACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accelstack}/builds}
+fi
+root="$cache/vulkan-headers"
+
+# Already extracted? (any version with the C++ header ggml-vulkan includes, that has LayerSettingEXT)
+for dir in $(ls -d "$root"/*/usr/include 2>/dev/null | sort -V -r); do
+  if grep -qs "LayerSettingEXT" "$dir/vulkan/vulkan_structs.hpp"; then
+    echo "$dir"
+    exit 0
+  fi
+done
+
+apt_dir=$(mktemp -d)
+trap 'rm -rf "$apt_dir"' EXIT
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/download"
+echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $HEADERS_SUITE main" \
+  > "$apt_dir/sources.list"
+apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
+          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Get::List-Cleanup=0"
+          -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root" -qq)
+note "fetching $HEADERS_PACKAGE from Debian $HEADERS_SUITE (headers only)"
+apt-get "${apt_opts[@]}" update >/dev/null
+(cd "$apt_dir/download" && apt-get "${apt_opts[@]}" download "$HEADERS_PACKAGE/$HEADERS_SUITE" >/dev/null)
+deb=$(ls "$apt_dir"/download/*.deb)
+version=$(dpkg-deb -f "$deb" Version)
+unpack="$apt_dir/unpack"
+dpkg-deb -x "$deb" "$unpack"
+dest="$root/$version"
+rm -rf "$dest.tmp"
+mkdir -p "$dest.tmp/usr"
+cp -a "$unpack/usr/include" "$dest.tmp/usr/include"
+rm -rf "$dest"
+mv "$dest.tmp" "$dest"
+echo "$dest/usr/include"
