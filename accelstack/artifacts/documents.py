@@ -5,13 +5,26 @@ we only cap their size and use the same transport rules as for artifacts (https,
 """
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Optional
 
+from ..limits import MAX_JSON_BYTES
 from .errors import FetchError
 from .transport import Transport
 
-MAX_DOCUMENT = 16 * 1024 * 1024
+MAX_DOCUMENT = MAX_JSON_BYTES  # the manifest parser refuses anything larger anyway
+
+
+def _read_local(p: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of the regular file ``p``: opened without blocking, so a
+    FIFO named as a manifest is refused instead of waiting forever for a writer."""
+    fd = os.open(str(p), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FetchError(f"{p} is not a regular file; not a manifest", url=str(p))
+        return fh.read(max_bytes + 1)
 
 
 def fetch_document(location: str, *, transport: Optional[Transport] = None, max_bytes: int = MAX_DOCUMENT) -> bytes:
@@ -19,7 +32,7 @@ def fetch_document(location: str, *, transport: Optional[Transport] = None, max_
     if "://" not in location:
         p = Path(location)
         try:
-            data = p.read_bytes()
+            data = _read_local(p, max_bytes)
         except FileNotFoundError:
             raise FetchError(f"{p} does not exist", status=404, url=location) from None
         except OSError as exc:

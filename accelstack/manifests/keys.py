@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from .errors import ManifestKeyError
+from .errors import ManifestFormatError, ManifestKeyError
+from .fields import read_document
 
 PACKAGE_KEYS_DIR = Path(__file__).resolve().parent / "keys"
+MAX_KEY_FILE_BYTES = 16 * 1024  # a .pub file is one base64 line and a few comments
 
 
 def _ed25519() -> Any:
@@ -133,8 +135,8 @@ class TrustStore:
     def add_file(self, path: Union[str, Path], origin: str = "explicit") -> str:
         path = Path(path)
         try:
-            text = path.read_text(encoding="ascii")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_document(path, MAX_KEY_FILE_BYTES).decode("ascii")
+        except (OSError, UnicodeDecodeError, ManifestFormatError) as exc:
             raise ManifestKeyError(f"cannot read public key {path} ({exc})") from None
         raw = parse_public_key(text, str(path))
         kid = keyid_of(raw)

@@ -569,3 +569,19 @@ def test_a_hash_mismatch_leaves_only_the_blobs_own_lock_file(server, cache, tran
         fetch_one(ref, cache=cache, transport=transport, retry=retry)
     # The per-blob lock file is by design (see artifacts.cache); nothing else stays, nothing misnamed.
     assert sorted(p.name for p in cache.blob_dir.iterdir()) == [ref.sha256 + ".lock"]
+
+
+def test_local_documents_are_capped_and_must_be_regular_files(tmp_path):
+    from accelstack.artifacts.documents import MAX_DOCUMENT, fetch_document
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_DOCUMENT + 1))
+    with pytest.raises(FetchError, match="larger than"):
+        fetch_document(str(big))
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "manifest.json"
+        os.mkfifo(fifo)  # reading it would wait forever for a writer
+        with pytest.raises(FetchError, match="not a regular file"):
+            fetch_document(str(fifo))
+    with pytest.raises(FetchError, match="not a regular file|Is a directory"):
+        fetch_document(str(tmp_path))

@@ -180,6 +180,9 @@ def test_file_errors_name_the_file(tmp_path):
         load_manifest_file(tmp_path / "missing.json")
 
 
+LINES = [r["torch"] for r in json.loads(TORCH_JSON.read_text(encoding="utf-8"))["releases"]]  # as the data has them
+
+
 def torch_doc() -> dict:
     return json.loads(TORCH_JSON.read_text())
 
@@ -194,8 +197,8 @@ def torch_doc() -> dict:
         (lambda d: d["releases"][0]["variants"][0]["platforms"].__setitem__("solaris-sparc", {}), "releases[0].variants[0].platforms.solaris-sparc"),
         (lambda d: d["releases"][0]["variants"][0].__setitem__("backend", "opencl"), "releases[0].variants[0].backend: unknown value 'opencl'"),
         (lambda d: d["releases"][1].__setitem__("python", "3.10+"), "releases[1].python"),
-        (lambda d: d["releases"][1].__setitem__("versions", ["2.9.0"]), "releases[1].versions[0]: 2.9.0 is not in the 2.13 release line"),
-        (lambda d: d["releases"][1].update(torch="2.14", versions=[]), "releases[1].torch: duplicate release line 2.14"),
+        (lambda d: d["releases"][1].__setitem__("versions", ["2.9.0"]), f"releases[1].versions[0]: 2.9.0 is not in the {LINES[1]} release line"),
+        (lambda d: d["releases"][1].update(torch=LINES[0], versions=[]), f"releases[1].torch: duplicate release line {LINES[0]}"),
         (lambda d: d["cuda_toolkits"][0]["driver"].__setitem__("linux", "new"), "cuda_toolkits[0].driver.linux"),
         (lambda d: d["releases"][2]["variants"][3]["platforms"]["linux-x86_64"].__setitem__("gfx", ["navi31"]), "releases[2].variants[3].platforms.linux-x86_64.gfx[0]"),
         (lambda d: d["releases"][2]["extras"][0].__setitem__("install", "always"), "releases[2].extras[0].install"),
