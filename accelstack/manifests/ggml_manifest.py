@@ -16,8 +16,11 @@ Besides the envelope (:mod:`accelstack.manifests.envelope`)::
         "artifacts": [{"name": "...", "sha256": "<64 hex>", "size": 123,
                        "url": "https://..." | "urls": ["https://...", "https://mirror/..."]}]}]}
 
-The body is checked before the resolver trusts it: every hash is a hash, every backend known,
-and a requirement this accelstack does not understand is refused rather than ignored.
+The body is checked before the resolver trusts it: every hash is exactly 64 lowercase hex digits,
+every backend known, and a requirement this accelstack does not understand is refused rather
+than ignored. Target ids (and the envelope's ``source``) match ``^[a-z0-9][a-z0-9._+-]{0,127}$``
+(:data:`~accelstack.manifests.fields.ID`); artifact names are one plain file name of at most 256
+characters; sizes are positive and at most :data:`~accelstack.limits.MAX_ARTIFACT_BYTES`.
 """
 from __future__ import annotations
 
