@@ -7,6 +7,7 @@ sha256 plus the exact CMake options and platform — so a repeated build is a lo
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -14,8 +15,10 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -29,16 +32,29 @@ from ..settings import Settings
 from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
 from .sdist import fetch_sdist
-from .variants import DEFAULT_TOOLCHAIN_HINT, PROPERTIES, TOOLCHAIN_HINTS, VARIANTS, missing_toolchain
+from .variants import (
+    DEFAULT_TOOLCHAIN_HINT,
+    PROPERTIES,
+    TOOLCHAIN_HINTS,
+    VARIANTS,
+    VULKAN_HEADERS_HINT,
+    missing_toolchain,
+    vulkan_headers_ok,
+)
 
 __all__ = [
     "BUILDER_VERSION", "COMPILE_TIMEOUT", "VARIANTS", "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir",
-    "build_ggml", "cache_key", "cached_sha256", "missing_toolchain", "sha256_file",
+    "PACKAGING_VERSION", "build_ggml", "cache_key", "cached_sha256", "lean_wheel", "missing_toolchain", "sha256_file",
+    "vulkan_include_dir",
 ]
 
 log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 1  # bump when the build recipe changes in a way the options do not show
+# The packaging applied to a compiled wheel (lean_wheel). It is not part of the cache key: a newer
+# packaging repackages a cached compile instead of compiling again.
+PACKAGING_VERSION = 1
+SYSTEM_INCLUDE = Path("/usr/include")  # where a distribution's libvulkan-dev puts the Vulkan headers
 COMPILE_TIMEOUT = 3600.0  # seconds for one variant's compile (CUDA for many architectures is the slow one)
 _STEP = re.compile(r"^\[(?:(\d+)/(\d+)|\s*(\d+)%)\]")  # ninja "[12/51] ..." or make "[ 42%] Building ..."
 
@@ -56,6 +72,9 @@ class BuildResult:
     cache_hit: bool = False
     seconds: float = 0.0
     platform_tag: str = ""
+    installed_size: int = 0  # bytes the wheel's files take once installed (its uncompressed contents)
+    packaging: int = 0  # PACKAGING_VERSION that made ``wheel`` (0: the wheel as the compile left it)
+    compiled_wheel: str = ""  # the wheel as compiled, before packaging (in the cache slot)
 
 
 def build_cache_dir() -> Path:
@@ -129,12 +148,19 @@ def build_ggml(
         raise BuildError(f"source distribution {sdist} does not exist",
                          hint="give the path of an existing stable_diffusion_cpp_python-*.tar.gz", action=Action.FIX_INPUT)
     cmake_args = VARIANTS[variant] + list(extra_cmake_args or [])
+    if variant == "vulkan":
+        cmake_args += _vulkan_header_args(cache, cmake_args)
     source_sha = cached_sha256(sdist) if in_cache else sha256_file(sdist)
     key = cache_key(source_sha, variant, cmake_args)
     slot = cache / key
     slot.mkdir(parents=True, exist_ok=True)
     with FileLock(str(slot) + ".lock"):
         cached = _cached_result(slot / "build.json")
+        if cached is not None and cached.packaging < PACKAGING_VERSION:
+            log.info("repackaging the cached %s build %s (packaging %d -> %d)", variant, key, cached.packaging,
+                     PACKAGING_VERSION)
+            cached = _package(cached, slot)
+            _write_json(slot / "build.json", {**asdict(cached), "cache_hit": False})
         if cached is not None:
             log.info("build cache hit for %s (key %s): %s", variant, key, cached.wheel)
             progress(ProgressEvent("message", "build", task=variant, message=f"reusing cached build {key}"))
@@ -146,8 +172,127 @@ def build_ggml(
                              hint=TOOLCHAIN_HINTS.get(variant, DEFAULT_TOOLCHAIN_HINT), action=Action.INSTALL_TOOLCHAIN)
         result = _compile(variant, sdist, source_sha, cmake_args, key, slot, jobs or os.cpu_count() or 2,
                           compile_timeout, progress)
+        result = _package(result, slot)
         _write_json(slot / "build.json", asdict(result))
         return _export(result, out_dir)
+
+
+def vulkan_include_dir(cache: Path) -> Optional[Path]:
+    """The newest Vulkan headers extracted into ``<cache>/vulkan-headers/<version>/usr/include`` (by
+    scripts/setup-vulkan.sh) that ggml-vulkan can compile against, or None."""
+    def version(path: Path) -> List[int]:
+        return [int(n) for n in re.findall(r"\d+", path.parents[1].name)]
+
+    found = sorted((Path(cache) / "vulkan-headers").glob("*/usr/include"), key=version, reverse=True)
+    return next((d for d in found if vulkan_headers_ok(d)), None)
+
+
+def _vulkan_header_args(cache: Path, cmake_args: List[str]) -> List[str]:
+    """``-DVulkan_INCLUDE_DIR`` for headers new enough for ggml-vulkan, unless the caller gave one or
+    the system's own headers are new enough."""
+    if any(arg.startswith("-DVulkan_INCLUDE_DIR=") for arg in cmake_args):
+        return []
+    found = vulkan_include_dir(cache)
+    if found is not None:
+        return [f"-DVulkan_INCLUDE_DIR={found}"]
+    if vulkan_headers_ok(SYSTEM_INCLUDE) or sys.platform != "linux":
+        return []  # the system's (or the Vulkan SDK's, found by CMake) headers
+    raise BuildError("cannot build the vulkan variant here: the Vulkan headers are missing or older than 1.3.255 "
+                     "(ggml-vulkan needs vk::LayerSettingEXT)", hint=VULKAN_HEADERS_HINT,
+                     action=Action.INSTALL_TOOLCHAIN)
+
+
+def _package(result: BuildResult, slot: Path) -> BuildResult:
+    """The lean wheel of a compiled one (see :func:`lean_wheel`), kept beside it in the cache slot."""
+    compiled = Path(result.compiled_wheel or result.wheel)
+    dest = slot / f"lean{PACKAGING_VERSION}" / compiled.name
+    installed = lean_wheel(compiled, dest)
+    log.info("packaged %s: %.1f MB wheel -> %.1f MB, %.1f MB installed", result.variant, compiled.stat().st_size / 1e6,
+             dest.stat().st_size / 1e6, installed / 1e6)
+    return BuildResult(**{**asdict(result), "wheel": str(dest), "sha256": cached_sha256(dest),
+                          "size": dest.stat().st_size, "installed_size": installed, "packaging": PACKAGING_VERSION,
+                          "compiled_wheel": str(compiled)})
+
+
+_INSTALL_TREE = ("include/", "lib/cmake/", "lib/pkgconfig/", "bin/")  # CMake's install tree at the wheel root
+
+
+def lean_wheel(src: Path, dest: Path) -> int:
+    """Write ``src`` without what a runtime never loads; return the bytes its files take installed.
+
+    scikit-build-core puts CMake's whole install tree into the bindings' wheel beside the package:
+    headers, CMake package files, ggml's static archives and a second copy of every shared
+    library (the bindings load theirs from ``<package>/lib``). Each shared library is kept once
+    (the package's copy), no static archive, no header, and symbols are stripped where ``strip``
+    exists. RECORD is rewritten; entry times are kept, so the same input gives the same bytes.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    with zipfile.ZipFile(src) as zin:
+        infos = [i for i in zin.infolist() if not i.is_dir()]
+        in_package = {Path(i.filename).name for i in infos if "/" in i.filename and _is_package_file(i.filename)}
+        kept: List[zipfile.ZipInfo] = []
+        for info in infos:
+            name = info.filename
+            if name.endswith(".dist-info/RECORD"):
+                continue
+            if name.endswith(".a") or name.startswith(_INSTALL_TREE):
+                continue
+            if not _is_package_file(name) and _is_shared_library(name) and Path(name).name in in_package:
+                continue  # the install tree's copy of a library the package carries
+            kept.append(info)
+        record_name = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        rows: List[str] = []
+        installed = 0
+        with tempfile.TemporaryDirectory(prefix="lean-") as work, \
+                zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+            for info in kept:
+                data = zin.read(info)
+                if _is_shared_library(info.filename) and data[:4] == b"\x7fELF":
+                    data = _stripped(data, Path(work))
+                out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+                out.external_attr = info.external_attr
+                out.compress_type = zipfile.ZIP_DEFLATED
+                zout.writestr(out, data)
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                rows.append(f"{info.filename},sha256={digest},{len(data)}")
+                installed += len(data)
+            record = ("\n".join(rows + [f"{record_name},,"]) + "\n").encode()
+            out = zipfile.ZipInfo(record_name, date_time=zin.getinfo(record_name).date_time)
+            out.external_attr = zin.getinfo(record_name).external_attr
+            out.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(out, record)
+            installed += len(record)
+    os.replace(tmp, dest)
+    return installed
+
+
+def _is_package_file(name: str) -> bool:
+    """A file of an importable package or of the wheel's metadata (not CMake's install tree)."""
+    return "/" in name and name.split("/", 1)[0] not in ("lib", "include", "bin", "share")
+
+
+def _is_shared_library(name: str) -> bool:
+    base = Path(name).name
+    return base.endswith((".so", ".dylib", ".dll")) or ".so." in base
+
+
+def _stripped(data: bytes, work: Path) -> bytes:
+    """``data`` (an ELF shared library) without symbols a loader does not need; as is without ``strip``."""
+    tool = shutil.which("strip")
+    if tool is None:
+        return data
+    path = work / "lib.so"
+    path.write_bytes(data)
+    try:
+        done = subprocess.run([tool, "--strip-unneeded", str(path)], capture_output=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.info("strip failed (%s); keeping the library's symbols", exc)
+        return data
+    if done.returncode != 0:
+        log.info("strip failed (%s); keeping the library's symbols", done.stderr.decode(errors="replace").strip())
+        return data
+    return path.read_bytes()
 
 
 def _cached_result(record: Path) -> Optional[BuildResult]:

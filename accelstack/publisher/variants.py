@@ -3,6 +3,7 @@ properties a manifest entry of the variant requires of a target machine."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Dict, List
 
 # The GPU targets a CUDA and a ROCm build carry, written once: the CMake options compile for them
@@ -37,7 +38,9 @@ TOOLCHAINS: Dict[str, List[str]] = {
 # What to install when a variant's tools are missing (a sentence for a person).
 TOOLCHAIN_HINTS: Dict[str, str] = {
     "cuda": "install the CUDA toolkit (nvcc), CMake and a C++ compiler",
-    "vulkan": "install the Vulkan SDK (glslc), CMake and a C++ compiler",
+    "vulkan": "install the Vulkan SDK (glslc, headers 1.3.255 or newer), CMake and a C++ compiler; on Debian or "
+              "Ubuntu the packages libvulkan-dev, glslc and mesa-vulkan-drivers, and the repository's "
+              "scripts/setup-vulkan.sh for new enough headers",
     "rocm": "install ROCm with hipcc, and CMake",
     "metal": "build on macOS with Xcode and CMake",
 }
@@ -56,3 +59,18 @@ PROPERTIES: Dict[str, Dict[str, object]] = {
 def missing_toolchain(variant: str) -> List[str]:
     """The tools ``variant`` needs that are not on PATH (empty: the build can start)."""
     return [tool for tool in TOOLCHAINS.get(variant, []) if shutil.which(tool) is None]
+
+# ggml-vulkan uses vk::LayerSettingEXT (Vulkan-Hpp 1.3.255+); Debian 12's libvulkan-dev is 1.3.239.
+VULKAN_HEADERS_MARK = "LayerSettingEXT"
+VULKAN_HEADERS_HINT = ("put Vulkan headers 1.3.255 or newer where the build finds them: the Vulkan SDK, a newer "
+                       "libvulkan-dev, or (Debian 12) the repository's scripts/setup-vulkan.sh, which extracts "
+                       "Debian 13's headers into the build cache's vulkan-headers folder")
+
+
+def vulkan_headers_ok(include: Path) -> bool:
+    """Whether the Vulkan headers in ``include`` are new enough for ggml-vulkan."""
+    try:
+        with open(Path(include) / "vulkan" / "vulkan_structs.hpp", encoding="utf-8", errors="replace") as fh:
+            return any(VULKAN_HEADERS_MARK in line for line in fh)
+    except OSError:
+        return False
