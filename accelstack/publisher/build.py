@@ -159,8 +159,12 @@ def build_ggml(
         if cached is not None and cached.packaging < PACKAGING_VERSION:
             log.info("repackaging the cached %s build %s (packaging %d -> %d)", variant, key, cached.packaging,
                      PACKAGING_VERSION)
-            cached = _package(cached, slot)
-            _write_json(slot / "build.json", {**asdict(cached), "cache_hit": False})
+            try:
+                cached = _package(cached, slot)
+                _write_json(slot / "build.json", {**asdict(cached), "cache_hit": False})
+            except BuildError as exc:
+                log.info("cannot repackage the cached %s build (%s); building again", variant, exc.message)
+                cached = None
         if cached is not None:
             log.info("build cache hit for %s (key %s): %s", variant, key, cached.wheel)
             progress(ProgressEvent("message", "build", task=variant, message=f"reusing cached build {key}"))
@@ -226,6 +230,14 @@ def lean_wheel(src: Path, dest: Path) -> int:
     (the package's copy), no static archive, no header, and symbols are stripped where ``strip``
     exists. RECORD is rewritten; entry times are kept, so the same input gives the same bytes.
     """
+    try:
+        return _lean_wheel(src, dest)
+    except (zipfile.BadZipFile, StopIteration) as exc:
+        raise BuildError(f"{src} is not a wheel with a RECORD ({exc or 'no RECORD'})",
+                         hint="delete it from the build cache and build again", action=Action.RETRY) from exc
+
+
+def _lean_wheel(src: Path, dest: Path) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
     with zipfile.ZipFile(src) as zin:

@@ -14,6 +14,7 @@ import pytest
 
 from accelstack.errors import Action, SubprocessTimeout
 from accelstack.publisher.build import (
+    PACKAGING_VERSION,
     VARIANTS,
     BuildError,
     BuildResult,
@@ -164,7 +165,7 @@ def test_a_cache_hit_writes_nothing_beside_a_given_source(tmp_path):
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"wheel bytes")
     record = BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=11, cmake_args=VARIANTS["cpu"],
-                         source_sha256=sha256_file(sdist), key=key)
+                         source_sha256=sha256_file(sdist), key=key, packaging=PACKAGING_VERSION)
     (wheel.parent / "build.json").write_text(json.dumps(asdict(record)))
     result = build_ggml("cpu", sdist=sdist, cache_dir=cache)
     assert result.cache_hit and result.wheel == str(wheel) and result.key == key

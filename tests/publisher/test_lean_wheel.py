@@ -155,3 +155,24 @@ def test_a_vulkan_build_without_new_enough_headers_says_what_to_install(tmp_path
     assert build_mod._vulkan_header_args(tmp_path / "cache", VARIANTS["vulkan"] + given) == []
     good = _headers(tmp_path / "cache", "1.4.309.0-1", new=True)
     assert build_mod._vulkan_header_args(tmp_path / "cache", VARIANTS["vulkan"]) == [f"-DVulkan_INCLUDE_DIR={good}"]
+
+
+def test_a_cached_wheel_that_is_no_wheel_is_built_again_not_a_crash(tmp_path, monkeypatch):
+    sdist = tmp_path / "stable_diffusion_cpp_python-0.4.7.tar.gz"
+    sdist.write_bytes(b"source")
+    cache = tmp_path / "cache"
+    fat = _cached_compile(cache, sdist)
+    fat.write_bytes(b"not a zip")
+    record = json.loads((fat.parent / "build.json").read_text())
+    (fat.parent / "build.json").write_text(json.dumps({**record, "sha256": sha256_file(fat)}))
+    compiled = []
+
+    def fake_compile(variant, *args, **kwargs):
+        compiled.append(variant)
+        raise BuildError("compiled again")
+
+    monkeypatch.setattr(build_mod, "_compile", fake_compile)
+    monkeypatch.setattr(build_mod, "missing_toolchain", lambda variant: [])
+    with pytest.raises(BuildError, match="compiled again"):
+        build_ggml("cpu", sdist=sdist, cache_dir=cache)
+    assert compiled == ["cpu"]
