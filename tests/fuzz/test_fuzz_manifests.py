@@ -23,7 +23,6 @@ from accelstack.errors import AccelstackError
 from accelstack.manifests import TrustedManifests, load_manifest
 from accelstack.manifests.envelope import parse_expires
 from accelstack.manifests.errors import ManifestFormatError
-from accelstack.manifests.keys import generate_keypair, keyid_of
 from accelstack.manifests.signatures import parse_signature, sign_manifest
 
 from .fuzzing import Counter, bounded, fuzz
@@ -33,8 +32,20 @@ DATA = REPO / "accelstack" / "manifests" / "data"
 GGML = json.loads((DATA / "ggml-example.json").read_text(encoding="utf-8"))
 TORCH = json.loads((DATA / "torch.json").read_text(encoding="utf-8"))
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
-PEM, PUB = generate_keypair()
-KEYID = keyid_of(base64.b64decode(PUB))
+
+
+def fixed_keypair() -> tuple:
+    """A key pair from a fixed seed, so signatures (and so every example) are the same each run."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    key = ed25519.Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return pem, base64.b64encode(raw).decode("ascii")
+
+
+PEM, PUB = fixed_keypair()
 
 STATS = {name: Counter() for name in ("mutated", "bytes", "random", "deep", "signature", "expires", "accepted")}
 
