@@ -12,9 +12,10 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import Action
 from . import tables
+from . import vulkan as vulkan_probe
 from .common import Probe, SmiGPU, check_driver_age, classify_kind, fill_nvidia, norm_bus_id, nvidia_driver_hint, query_nvidia_smi
 from .cpu import parse_proc_cpuinfo
-from .report import GPU, CPUInfo, OSInfo
+from .report import GPU, CPUInfo, OSInfo, VulkanDevice
 
 PCI_ROOT = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
@@ -212,6 +213,16 @@ def vulkan(probe: Probe) -> Tuple[str, List[str]]:
     for d in VULKAN_ICD_DIRS:
         icds += [n for n in probe.list_dir(d) if n.endswith(".json")]
     return loader, sorted(set(icds))
+
+
+def vulkan_devices(probe: Probe, loader: str, gpus: List[GPU]) -> Tuple[str, List[VulkanDevice]]:
+    """(loader version, devices) as the Vulkan loader enumerates them, each linked to its GPU;
+    nothing without a loader (see :mod:`.vulkan`)."""
+    if not loader:
+        return "", []
+    version, devices = vulkan_probe.enumerate_devices(probe)
+    vulkan_probe.match_gpus(devices, gpus)
+    return version, devices
 
 
 def level_zero(probe: Probe) -> str:

@@ -100,6 +100,43 @@ class GPU:
 
 
 @dataclass
+class VulkanHeap:
+    size: int  # bytes
+    device_local: bool  # VK_MEMORY_HEAP_DEVICE_LOCAL_BIT: the device's own memory (VRAM, or RAM on an iGPU/CPU)
+
+
+@dataclass
+class VulkanDevice:
+    """One physical device as the Vulkan loader enumerates it (what a Vulkan build of ggml can see).
+
+    ``index`` is the loader's enumeration order, the number ``GGML_VK_VISIBLE_DEVICES`` takes.
+    ``type`` is Vulkan's device type: a ``cpu`` device (Mesa's lavapipe/llvmpipe) runs on the
+    processor and is no accelerator. Ids are lowercase hex as in PCI ids ("10de"); Mesa's software
+    drivers use Khronos vendor ids past 0xffff ("10005").
+    """
+
+    index: int
+    name: str
+    type: str  # "discrete" | "integrated" | "virtual" | "cpu" | "other"
+    vendor_id: str = ""
+    device_id: str = ""
+    api_version: str = ""  # the device's Vulkan version, "1.3.230"
+    driver_version: str = ""  # decoded per vendor ("550.40.7" for NVIDIA, "0.0.1" for lavapipe)
+    driver_name: str = ""  # VkPhysicalDeviceDriverProperties (Vulkan 1.2+): "NVIDIA", "llvmpipe", "radv"
+    driver_info: str = ""  # "Mesa 22.3.6 (LLVM 15.0.6)", "550.40.07"
+    driver_id: int = 0  # VkDriverId (0: not reported)
+    heaps: List[VulkanHeap] = field(default_factory=list)
+    gpu: Optional[int] = None  # index into HardwareReport.gpus of the same PCI device, when matched
+
+    __derived__ = ("device_local_bytes",)
+
+    @property
+    def device_local_bytes(self) -> int:
+        """The memory the device calls its own (the sum of its device-local heaps)."""
+        return sum(h.size for h in self.heaps if h.device_local)
+
+
+@dataclass
 class AcceleratorAPI:
     """One way to run work on hardware, with why we think it is usable (or not)."""
 
@@ -130,6 +167,8 @@ class HardwareReport:
     problems: List[Problem] = field(default_factory=list)
     rocm_version: str = ""  # installed ROCm userspace, "6.2.4"
     vulkan_loader: str = ""  # path of the Vulkan loader found, "" when none
+    vulkan_loader_version: str = ""  # the loader's Vulkan version, "1.3.239", when its devices were enumerated
+    vulkan_devices: List[VulkanDevice] = field(default_factory=list)  # what the loader enumerates, in its order
     format_version: int = REPORT_FORMAT
     source: str = "live"  # "live" | "replay:<dir>"
     duration_ms: float = 0.0
