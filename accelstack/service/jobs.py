@@ -259,7 +259,7 @@ class Jobs:
             if job is None:
                 return
             with job._lock:
-                if job.state != "queued":  # cancelled while it waited
+                if job.state != "queued" or job.cancel_requested.is_set():  # cancelled while it waited
                     continue
                 job.state, job.started_at = "running", now_iso()
                 call = job.call

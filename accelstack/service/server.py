@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import uvicorn
 
-from ..errors import UsageError
+from ..errors import AccelstackError, Action, UsageError
 from ..settings import Settings
 from .app import Hardware, build_app
 from .jobs import Jobs
@@ -97,7 +97,12 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
     token = new_token()
-    path = write_token_file(token_file(config.settings, port), token)
+    try:
+        path = write_token_file(token_file(config.settings, port), token)
+    except OSError as exc:
+        sock.close()
+        raise AccelstackError(f"cannot write the token file under {config.settings.state_dir} ({exc.strerror or exc})",
+                              hint="choose a writable runtime home", action=Action.CHOOSE_HOME) from None
     try:
         s = config.settings
         detector = config.detector
@@ -119,6 +124,9 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
         if parent is not None:
             threading.Thread(target=_watch_parent, args=(parent, server), name="accelstack-parent", daemon=True).start()
         server.run(sockets=[sock])
+        if not server.started:
+            raise AccelstackError("the service could not start", hint="run it again with ACCELSTACK_LOG=debug to see why",
+                                  action=Action.REPORT_BUG)
         return Stopped(server.reason or "stopped", clean=not jobs.alive())
     finally:
         sock.close()

@@ -78,7 +78,7 @@ def test_cancel_a_running_and_a_queued_job(start_service, installed_home):
     assert event == "progress"
     queued = svc.start_job("verify")  # waits: one job runs at a time
     assert queued["state"] == "queued"
-    cancelled = svc.get(f"{API}/jobs/{queued['id']}").json()["job"]
+    before = svc.get(f"{API}/jobs/{queued['id']}").json()["job"]
     r = _delete(svc, queued["id"])
     assert r.status_code == 202 and r.json()["job"]["state"] == "cancelled"
     r = _delete(svc, running["id"])
@@ -87,7 +87,7 @@ def test_cancel_a_running_and_a_queued_job(start_service, installed_home):
     final_event, _, final = rest[-1]
     assert final_event == "error" and final["state"] == "cancelled" and final["error"]["code"] == "cancelled"
     assert _delete(svc, running["id"]).status_code == 409
-    assert cancelled["state"] == "queued"
+    assert before["state"] == "queued"
     _, event, data = svc.follow(queued["id"])
     assert event == "error" and data["state"] == "cancelled"
     # the service goes on: the next job runs (an install of what is installed: a quick no-op)
@@ -129,6 +129,23 @@ def test_sigterm_during_an_install_cancels_it_and_leaves_the_home_as_it_was(star
 
     s = Settings.resolve(home=home, cache=installed_home / "cache", manifests=[])
     assert accelstack.status(settings=s, check_upgrades=False)[0].healthy
+
+
+def test_generate_uses_a_model_named_from_the_models_dir(start_service, installed_home, probe_model, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "probe").symlink_to(probe_model.path, target_is_directory=True)
+    svc = start_service("--models-dir", str(models), home=installed_home / "home", cache=installed_home / "cache")
+    for name in ("../probe", str(models / "probe"), "missing"):
+        r = svc.post_job("generate", model=name, prompt="a red cube")
+        assert r.status_code == 400 and "probe" in r.json()["error"]["hint"]["detail"], r.text
+    job = svc.start_job("generate", model="probe", prompt="a red cube", width=64, height=64, steps=1, seed=3)
+    progress, event, data = svc.follow(job["id"])
+    assert event == "result", data
+    assert data["result"]["seeds"] == [3] and len(data["result"]["images"]) == 1
+    assert any(e["stage"] == "generate" and e["kind"] == "end" and e["ok"] for e in progress)
+    png = svc.get(f"{API}/jobs/{job['id']}/image")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
 
 
 def _delete(svc, job_id):
