@@ -92,6 +92,9 @@ def detect(system: Optional[System] = None, *, home: Optional[Path] = None, time
             kfd_ok = _stage(probe, "kfd", lambda: _check_kfd(probe, report), False)
         no_vulkan: Tuple[str, List[str]] = ("", [])
         report.vulkan_loader, icds = _stage(probe, "vulkan", lambda: linux.vulkan(probe), no_vulkan)
+        report.vulkan_loader_version, report.vulkan_devices = _stage(
+            probe, "vulkan devices", lambda: linux.vulkan_devices(probe, report.vulkan_loader, report.gpus),
+            ("", report.vulkan_devices))
         if any(g.vendor == "intel" for g in report.gpus):
             level_zero = _stage(probe, "level zero", lambda: linux.level_zero(probe), "")
         if report.gpus and not report.vulkan_loader and not info.wsl:

@@ -112,8 +112,8 @@ def match_gpus(devices: List[VulkanDevice], gpus: List[GPU]) -> None:
     for device in devices:
         if device.type == "cpu":
             continue
-        for gpu in gpus:
-            if gpu.index not in taken and (gpu.pci_vendor_id, gpu.pci_device_id) == (device.vendor_id, device.device_id):
-                device.gpu = gpu.index
-                taken.add(gpu.index)
+        for position, gpu in enumerate(gpus):  # the report's GPU index is its position in the list
+            if position not in taken and (gpu.pci_vendor_id, gpu.pci_device_id) == (device.vendor_id, device.device_id):
+                device.gpu = position
+                taken.add(position)
                 break

@@ -16,6 +16,8 @@ from accelstack.detect.report import CPUInfo, HardwareReport, MemoryInfo, OSInfo
 from accelstack.detect.system import CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.serde import dumps, loads
 
+from .conftest import replay
+
 LOADER = next((p for p in linux.VULKAN_LOADERS if os.path.exists(p)), "")
 LAVAPIPE = any(os.path.exists(f"{d}/lvp_icd.x86_64.json") or os.path.exists(f"{d}/lvp_icd.aarch64.json")
                for d in linux.VULKAN_ICD_DIRS)
@@ -156,3 +158,10 @@ def test_vulkan_devices_round_trip_through_a_report_as_json():
     text = dumps(report)
     assert json.loads(text)["vulkan_devices"][0]["device_local_bytes"] == 2 << 30
     assert loads(HardwareReport, text) == report
+
+
+def test_detect_puts_the_loaders_devices_on_the_report(builder, tmp_path):
+    report = replay(_p4000_host(builder, tmp_path, stdout=json.dumps(PROBE_064) + "\n"))
+    assert report.vulkan_loader == VULKAN_LOADER and report.vulkan_loader_version == "1.3.275"
+    assert [(d.index, d.type, d.gpu) for d in report.vulkan_devices] == [(0, "cpu", None), (1, "discrete", 0)]
+    assert report.gpus[0].name == report.vulkan_devices[1].name == "Quadro P4000"
