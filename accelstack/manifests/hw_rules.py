@@ -65,7 +65,8 @@ class HwRules:
         l4t = (l4t or "").strip()
         if not l4t:
             return ""
-        exact = self.jetpack.get(l4t) or self.jetpack.get(".".join(l4t.split(".")[:2]))
+        short = l4t[:-2] if l4t.endswith(".0") else l4t  # "36.3.0" is release 36.3; "36.4.7" is not 36.4
+        exact = self.jetpack.get(l4t) or self.jetpack.get(short)
         if exact:
             return exact
         family = self.jetpack_family.get(l4t.split(".")[0])

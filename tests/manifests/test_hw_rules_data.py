@@ -31,7 +31,9 @@ def test_nvidias_numbers_are_the_ones_of_the_fact_sheet():
 
 def test_jetpack_names_come_from_the_table_or_the_family():
     rules = hw_rules()
-    assert rules.jetpack_of("35.4.1") == "5.1.2" and rules.jetpack_of("36.3.0") == "6.x" and rules.jetpack_of("28.2") == ""
+    assert rules.jetpack_of("35.4.1") == "5.1.2" and rules.jetpack_of("36.3.0") == "6.0"
+    assert rules.jetpack_of("36.5.0") == "6.x" and rules.jetpack_of("36.4.7") == "6.x"  # not in the table: its family
+    assert rules.jetpack_of("28.2") == ""
 
 
 def test_the_parsed_rules_follow_the_data():

@@ -32,7 +32,7 @@ def test_jetson_orin_never_gets_the_sbsa_wheels_even_with_a_540_driver():
     # JetPack 6 reports a 540.x driver: it is a Tegra driver, not a desktop R535+ one
     plan = plan_of(replay("i11d-jetson-agx-orin-jp6"), python="3.11")
     assert plan.backend == "cpu" and not any(c.name.startswith("cu1") for c in plan.candidates)
-    assert "JetPack 6.x (L4T 36.3.0)" in candidate(plan, "cuda").reason  # 36.3 is not in the cited table: family only
+    assert "JetPack 6.0 (L4T 36.3.0)" in candidate(plan, "cuda").reason  # 36.3 -> 6.0 (JETPACK-MAP-S)
 
 
 def test_jetson_ggml_is_a_local_cuda_build_for_the_tegra_sm():
