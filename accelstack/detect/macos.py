@@ -1,11 +1,11 @@
 """macOS: ``sysctl`` for CPU and memory facts, ``system_profiler`` for GPUs and Metal support."""
 from __future__ import annotations
 
-import json
 import re
 from typing import Dict, List
 
 from ..domain import Vendor
+from ..limits import MalformedInput, parse_json
 from . import tables
 from .common import Probe, classify_kind
 from .cpu import cpu_from_sysctl, parse_sysctl
@@ -63,12 +63,15 @@ def parse_profiler(text: str) -> List[GPU]:
     """GPUs from ``system_profiler SPDisplaysDataType`` in JSON or text form, even if cut short."""
     entries: List[Dict[str, str]] = []
     try:
-        data = json.loads(text)
-        for item in data.get("SPDisplaysDataType", []):
-            if isinstance(item, dict):
-                entries.append({k: str(v) for k, v in item.items() if not isinstance(v, (list, dict))})
-    except ValueError:
+        data = parse_json(text, what="system_profiler output")
+    except MalformedInput:
         entries = _salvage(text)
+    else:
+        # valid JSON of another shape (an old or broken system_profiler) holds no GPUs we can read
+        items = data.get("SPDisplaysDataType", []) if isinstance(data, dict) else []
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                entries.append({str(k): str(v) for k, v in item.items() if not isinstance(v, (list, dict))})
     out: List[GPU] = []
     for e in entries:
         name = e.get("sppci_model") or e.get("_name") or e.get("Chipset Model", "")

@@ -92,3 +92,11 @@ def test_intel_mac_prefers_its_discrete_gpu_for_metal():
     r = replay(CAPTURES / "i11d-macos11-intel-uhd630-radeon5500m-text")
     assert [(p.api, p.gpu) for p in r.preference] == [("metal", 1), ("metal", 0), ("cpu", None)]
     assert "after any discrete one" in r.preference[1].reason
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"SPDisplaysDataType": 5}', '"x"', "[" * 5000, '{"SPDisplaysDataType": [1, null]}'])
+def test_profiler_output_of_another_shape_gives_no_gpus_and_no_exception(text):
+    # found by the capture fuzz target (issue 10): valid JSON that is not the expected object
+    from accelstack.detect.macos import parse_profiler
+
+    assert parse_profiler(text) == []
