@@ -75,6 +75,8 @@ def _gpu_line(g: GPU) -> List[str]:
         facts.append(f"pci {g.pci_vendor_id}:{g.pci_device_id}" + (f" at {g.bus_id}" if g.bus_id else ""))
     if g.vram_total:
         facts.append(f"VRAM {_size(g.vram_total)}" + (f" ({_size(g.vram_free)} free)" if g.vram_free is not None else ""))
+    elif g.vram_at_least:
+        facts.append(f"VRAM >= {_size(g.vram_at_least)} (exact size unknown)")
     if g.driver or g.driver_version:
         facts.append(f"driver {g.driver} {g.driver_version}".strip())
     if g.compute_capability:
