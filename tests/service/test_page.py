@@ -32,7 +32,7 @@ def browser(tmp_path, monkeypatch):
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                "--disable-extensions", "--window-size=1280,900", f"--user-data-dir={tmp_path / 'chromium'}"):
+                "--disable-extensions", "--window-size=1280,1100", f"--user-data-dir={tmp_path / 'chromium'}"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_script_timeout(30)
