@@ -45,7 +45,6 @@ import os
 import sys
 import threading
 import time
-from http.server import ThreadingHTTPServer
 from typing import Any, Dict, List, Optional
 
 from ..serde import from_dict
@@ -54,7 +53,7 @@ from .errors import ModelLoadError
 from .ggml_backend import GgmlBackend
 from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, TOKEN_ENV
 from .worker_backend import WorkerBackend
-from .worker_server import make_handler
+from .worker_server import make_server
 from .worker_state import STATUS_DELAY_ENV, WorkerState
 
 __all__ = ["main", "TOKEN_ENV", "STATUS_DELAY_ENV"]
@@ -108,8 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         backend = GgmlBackend(sys.stderr)
     state = WorkerState(backend, token)
     backend.on_progress = state.on_progress
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
-    server.daemon_threads = True
+    server = make_server(state)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     threading.Thread(target=_heartbeat, args=(state,), name="heartbeat", daemon=True).start()
     _write_ready(args.ready_file, {"port": server.server_address[1], "pid": os.getpid()})

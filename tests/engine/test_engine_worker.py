@@ -105,7 +105,7 @@ def test_requests_need_the_token(sup):
         conn = http.client.HTTPConnection("127.0.0.1", sup.client.port, timeout=5)
         conn.request("GET", "/status", headers=headers)
         resp = conn.getresponse()
-        assert resp.status == 403 and json.loads(resp.read())["kind"] == "Forbidden"
+        assert resp.status == 401 and json.loads(resp.read())["kind"] == "Unauthorized"
         conn.close()
     # the token is not on the worker's command line
     assert not any(sup.client.token in part for part in psutil.Process(sup.pid).cmdline())

@@ -1,0 +1,161 @@
+"""The worker's HTTP server under hostile local clients (issue 10): idle connections, missing
+tokens, bad Content-Length, oversized headers, slow clients. Real sockets on 127.0.0.1 against the
+real server class, in this process with a backend that loads nothing, and against a real worker
+process on the CPU runtime."""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from accelstack.engine import worker_server
+from accelstack.engine.client import WorkerClient
+from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.worker_backend import WorkerBackend
+from accelstack.engine.worker_server import make_server
+from accelstack.engine.worker_state import WorkerState
+from accelstack.limits import WORKER_MAX_BODY_BYTES, WORKER_MAX_CONNECTIONS, WORKER_MAX_UNAUTHENTICATED
+
+TOKEN = "t0ken-for-tests"
+CROWD = 300  # idle connections any local process could open
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setattr(worker_server, "exit_soon", lambda code: None)  # /shutdown must not end pytest
+    state = WorkerState(WorkerBackend(io.StringIO()), TOKEN)
+    state.phase = "ready"
+    srv = make_server(state)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    srv.port = srv.server_address[1]
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` on a fresh connection, then read until the server closes it (or ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass  # the server may answer and close before reading everything
+        out = b""
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+                if b"Connection: close" not in out and out.count(b"\r\n\r\n") and _complete(out):
+                    break
+        except (socket.timeout, ConnectionResetError):
+            pass
+        return out
+
+
+def _complete(out: bytes) -> bool:
+    head, _, body = out.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
+
+
+def status_of(response: bytes) -> int:
+    if response.startswith(b"<!DOCTYPE HTML>"):  # http.server's answer to an HTTP/0.9-looking line: no status line
+        return int(response.split(b"Error code: ", 1)[1][:3])
+    assert response.startswith(b"HTTP/1."), response[:100]
+    return int(response.split(b" ", 2)[1])
+
+
+def test_a_crowd_of_idle_connections_does_not_lock_out_the_token_holder(server):
+    crowd = []
+    try:
+        for i in range(CROWD):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            if i % 3 == 0:
+                sock.sendall(b"GET /ping HTTP/1.1\r\nX-Slow: ")  # half a request, then silence
+            crowd.append(sock)
+        client = WorkerClient(server.port, TOKEN)
+        assert all(client.ping(timeout=5) for _ in range(5))
+        with server.guard:
+            assert server.open_connections <= WORKER_MAX_CONNECTIONS
+            assert len(server.waiting) <= WORKER_MAX_UNAUTHENTICATED
+        assert server.dropped >= CROWD - WORKER_MAX_UNAUTHENTICATED
+    finally:
+        for sock in crowd:
+            sock.close()
+    assert server.errors == 0
+
+
+def test_requests_without_the_token_are_answered_401_and_their_body_never_read(server):
+    # A body of a terabyte is announced and never sent: the answer must not wait for it.
+    response = exchange(server.port, b"POST /generate HTTP/1.1\r\nContent-Length: 1000000000000\r\n\r\n")
+    assert status_of(response) == 401 and b"Connection: close" in response
+    response = exchange(server.port, b"GET /status HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n")
+    assert status_of(response) == 401 and json.loads(response.partition(b"\r\n\r\n")[2])["kind"] == "Unauthorized"
+
+
+@pytest.mark.parametrize("length, code", [
+    ("-1", 400), ("-5", 400), ("abc", 400), ("1e3", 400), ("0x10", 400), (" 12 ", 400), (str(WORKER_MAX_BODY_BYTES + 1), 413),
+    ("99999999999999999999999999", 400),
+])
+def test_content_length_is_checked_before_reading(server, length, code):
+    head = f"POST /generate HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {length}\r\n\r\n".encode()
+    if length == " 12 ":  # the header parser strips the spaces: 12 bytes are read, and are not JSON
+        head += b"{not json!!}"
+    response = exchange(server.port, head)  # no body follows: a server that trusted the length would wait
+    assert status_of(response) == code, response[:200]
+    assert server.errors == 0
+
+
+def test_other_malformed_requests(server):
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    cases = [
+        (b"POST /generate HTTP/1.1\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
+        (b"POST /generate HTTP/1.1\r\n" + auth + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+        (b"POST /generate HTTP/1.1\r\n" + auth + b"Content-Length: 12\r\n\r\n" + b"[" * 12, 400),
+        (b"POST /generate HTTP/1.1\r\n" + auth + b"Content-Length: 2\r\n\r\n{}", 400),  # no prompt
+        (b"GET /status?wait=nan&since=" + b"9" * 200 + b" HTTP/1.1\r\n" + auth + b"\r\n", 200),
+        (b"GET /status?" + b"&".join(b"a=%d" % i for i in range(50)) + b" HTTP/1.1\r\n" + auth + b"\r\n", 400),
+        (b"GET /result?job=" + b"x" * 300 + b" HTTP/1.1\r\n" + auth + b"\r\n", 400),
+        (b"GET /status HTTP/1.1\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 1000) for i in range(100)) + auth + b"\r\n", 401),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)), 400),  # a TLS hello
+    ]
+    for data, code in cases:
+        assert status_of(exchange(server.port, data)) == code, data[:80]
+    assert WorkerClient(server.port, TOKEN).ping(timeout=5) and server.errors == 0
+
+
+def test_a_silent_connection_is_closed_after_the_socket_timeout(server, monkeypatch):
+    monkeypatch.setattr(server.RequestHandlerClass, "timeout", 0.3)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /ping HTTP/1.1\r\n")
+        assert sock.recv(100) == b""  # closed by the server (the client's own timeout is 10 s)
+    deadline = time.monotonic() + 10
+    while server.open_connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.open_connections == 0
+
+
+def test_a_real_worker_keeps_serving_its_supervisor(cpu_runtime):
+    """The real worker process (runtime imported, no model): a crowd and hostile requests, then the
+    supervisor's own requests still work."""
+    with Supervisor(cpu_runtime) as sup:
+        port = sup.client.port
+        crowd = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(CROWD)]
+        try:
+            assert sup.ping(timeout=5)
+            assert status_of(exchange(port, b"POST /shutdown HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n")) == 401
+            head = f"POST /generate HTTP/1.1\r\nAuthorization: Bearer {sup.client.token}\r\nContent-Length: -1\r\n\r\n"
+            assert status_of(exchange(port, head.encode())) == 400
+            assert sup.status().phase == "ready" and sup.alive()
+        finally:
+            for sock in crowd:
+                sock.close()
