@@ -46,6 +46,9 @@ def test_start_announces_the_url_and_a_user_only_token_file(svc):
     csp = page.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
     assert "http" not in page.text.split("<script>")[1], "the page loads nothing from elsewhere"
+    for r in (page, svc.get(f"{API}/jobs")):
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+        assert r.headers["cache-control"] == "no-store" and r.headers["referrer-policy"] == "no-referrer"
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/hardware"), ("GET", "/plans"), ("GET", "/status"), ("GET", "/jobs"),
@@ -180,6 +183,20 @@ def test_listening_beyond_loopback_needs_allow_remote(tmp_path):
     assert proc.returncode == 2
     err = json.loads(proc.stdout.strip().splitlines()[-1])
     assert err["error"] == "RemoteBindRefused" and "0.0.0.0" in err["message"]
+
+
+def test_allow_remote_trusts_the_token_alone(tmp_path):
+    """With --allow-remote the service is reached under names it cannot know: Host is not checked,
+    the token still is (and a foreign Origin is still refused)."""
+    svc = Service(tmp_path / "home", tmp_path / "cache", "--allow-remote")
+    try:
+        other = {"Host": f"my-machine.lan:{svc.port}"}
+        assert raw(svc, "GET", f"{API}/jobs", {**other, "Authorization": f"Bearer {svc.token}"}).status == 200
+        assert raw(svc, "GET", f"{API}/jobs", other).status == 401
+        assert raw(svc, "GET", f"{API}/jobs", {**other, "Authorization": f"Bearer {svc.token}",
+                                                "Origin": "http://evil.example"}).status == 403
+    finally:
+        assert svc.stop() == 0
 
 
 def test_the_service_stops_when_its_parent_ends(tmp_path):
