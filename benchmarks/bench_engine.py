@@ -10,7 +10,14 @@ generate_image time in each, and the largest pixel difference. Also: probe-model
 
 Goal (issue 6): accelstack within 5% of sd-cli; pixels identical when built with the same flags.
 
+With ``--vs-native`` (issue 12) it measures instead the published ``cpu`` variant (x86-64-v3: AVX2,
+FMA, F16C) against a ``GGML_NATIVE=ON`` build of the same source for this very CPU (AVX-512 where
+the CPU has it; built once into the build cache under its own key): both generate the same image
+with the same probe model (default 256x256, 4 steps), alternating, and it prints both times and
+the ratio cpu/native (product goal: <= 1.10, within 10% of the best speed the hardware allows).
+
     python benchmarks/bench_engine.py [--size 128] [--steps 4] [--runs 2] [--keep-probe]
+    python benchmarks/bench_engine.py --vs-native [--size 256] [--steps 4] [--runs 2]
 """
 from __future__ import annotations
 
@@ -72,14 +79,70 @@ def timed(cmd, env=None):
     return wall, res.stdout
 
 
+def generate_cmd(rt: Path, probe_path: str, out: Path, size: int, steps: int, seed: int, threads: str):
+    return [sys.executable, "-m", "accelstack", "generate", "--runtime", str(rt), "-m", probe_path,
+            "-p", "a lighthouse on a cliff at dusk", "-W", str(size), "-H", str(size), "--steps", str(steps),
+            "--seed", str(seed), "--sampler", "euler", "--scheduler", "discrete", "--cfg-scale", "7",
+            "--threads", threads, "-o", str(out), "--json"]
+
+
+def vs_native(args) -> None:
+    """The ``cpu`` variant against a GGML_NATIVE=ON build of the same source, same image."""
+    import psutil
+
+    from accelstack.engine.png import read_png
+    from accelstack.engine.probe_model import ensure_probe_model
+    from accelstack.publisher.build import VARIANTS, build_cache_dir, build_ggml
+
+    cache = build_cache_dir()
+    builds = {}
+    for name, extra in (("cpu", []), ("native", ["-DGGML_NATIVE=ON"])):
+        t = time.perf_counter()
+        result = build_ggml("cpu", extra_cmake_args=extra)
+        builds[name] = runtime_dir(Path(result.wheel), cache)
+        print(f"{name:6} runtime: {' '.join(VARIANTS['cpu'] + extra)} ({'cached' if result.cache_hit else 'built'}, "
+              f"{time.perf_counter() - t:.1f} s, key {result.key})")
+    probe = ensure_probe_model(4321)  # the shared probe cache (Settings), synthesized once
+    threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    work = Path(tempfile.mkdtemp(prefix="bench-native-"))
+    env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
+    wall = {name: [] for name in builds}
+    lib = {name: [] for name in builds}
+    try:
+        for _ in range(args.runs):
+            for name, rt in builds.items():
+                seconds, out = timed(generate_cmd(rt, probe.path, work / f"{name}.png", args.size, args.steps, args.seed,
+                                                  threads), env)
+                wall[name].append(seconds)
+                lib[name].append(json.loads(out)["library_seconds"] or float("nan"))
+        a, b = read_png(work / "cpu.png").rgb(), read_png(work / "native.png").rgb()
+        worst = max((abs(x - y) for x, y in zip(a, b)), default=0) if len(a) == len(b) else None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"image: {args.size}x{args.size}, {args.steps} steps euler/discrete, seed {args.seed}, {threads} threads, "
+          f"{args.runs} runs each (min)")
+    for name in builds:
+        print(f"{name:6} {min(wall[name]):7.2f} s whole process  (generate_image {min(lib[name]):.2f} s)")
+    print(f"ratio cpu/native  {min(wall['cpu']) / min(wall['native']):6.3f} whole process, "
+          f"{min(lib['cpu']) / min(lib['native']):6.3f} generate_image   (goal: <= 1.10)")
+    print(f"largest pixel difference {worst if worst is not None else 'sizes differ'} (0-255)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--size", type=int, default=None, help="image side (default 128; 256 with --vs-native)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep-probe", action="store_true", help="keep the freshly synthesized probe folder")
+    ap.add_argument("--vs-native", action="store_true",
+                    help="compare the cpu variant with a GGML_NATIVE=ON build for this CPU instead of sd-cli")
     args = ap.parse_args()
+    if args.vs_native:
+        args.size = args.size or 256
+        vs_native(args)
+        return
+    args.size = args.size or 128
 
     from accelstack.engine.png import read_png
     from accelstack.engine.probe_model import ensure_probe_model
