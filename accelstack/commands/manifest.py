@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -115,11 +116,15 @@ def run_build(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         raise UsageError(exc.message) from None
     key = _read_private(args.key) if args.key else None
+    changed: List[str] = []
     doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,
-                         expires_days=args.expires_days)
+                         expires_days=args.expires_days, changed=changed)
+    for line in changed:
+        print(f"note: {line}; publishing the file as it is", file=sys.stderr)
     path = write_signed_manifest(Path(args.directory), doc, key)
     targets = [t["id"] for t in doc["targets"]]
-    _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version},
+    _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version,
+                 "changed": changed},
           f"wrote {path} (version {args.version}, {'signed' if key else 'UNSIGNED'}) with {len(targets)} target(s): {', '.join(targets)}")
     return 0
 

@@ -6,14 +6,18 @@ properties, artifacts with sha256/size/URL), writes it and signs it. Upload the 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import platform
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..artifacts.cache import hash_file
 from ..errors import Action
+from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json
 from ..manifests.signing import sign_manifest, signature_path
 from .build import BuildResult
 from .errors import PublishError
@@ -72,8 +76,13 @@ def build_manifest(
     expires_days: int = 180,
     release: str = "",
     now: Optional[datetime] = None,
+    changed: Optional[List[str]] = None,
 ) -> Dict[str, Any]:
-    """The manifest document for every ``*.build.json`` under ``directory``."""
+    """The manifest document for every ``*.build.json`` under ``directory``.
+
+    Every wheel is hashed as it is now; ``changed``, when given, receives a line for each wheel
+    whose bytes differ from its build record (rebuilt or repacked since).
+    """
     directory = Path(directory)
     records = sorted(directory.rglob("*.whl.build.json"))
     if not records:
@@ -83,16 +92,45 @@ def build_manifest(
     base = base_url.rstrip("/") + "/"
     builds: List[Tuple[BuildResult, str]] = []
     for rec in records:
-        try:
-            build = BuildResult(**json.loads(rec.read_text()))
-        except (ValueError, TypeError) as exc:
-            raise PublishError(f"{rec} is not a build record ({exc})") from None
         wheel = rec.with_name(rec.name[: -len(".build.json")])
         if not wheel.is_file():
             raise PublishError(f"{rec} names {wheel.name}, which is missing")
+        recorded = _read_record(rec)
+        build = _as_published(recorded, wheel)
+        if changed is not None and (build.sha256, build.size) != (recorded.sha256, recorded.size):
+            changed.append(f"{wheel.relative_to(directory).as_posix()} changed since its build record "
+                           f"(recorded sha256 {recorded.sha256}, now {build.sha256})")
         builds.append((build, base + wheel.relative_to(directory).as_posix()))
     log.info("manifest of %s: %d build(s)", directory, len(builds))
     return manifest_of(builds, source=source, version=version, expires_days=expires_days, release=release, now=now)
+
+
+def _read_record(rec: Path) -> BuildResult:
+    """The build record ``<wheel>.build.json`` (bounded parse; unknown fields are refused)."""
+    try:
+        doc = parse_json(rec.read_bytes(), what=str(rec), max_bytes=MAX_JSON_BYTES)
+        if not isinstance(doc, dict):
+            raise TypeError("not a JSON object")
+        return BuildResult(**doc)
+    except (OSError, MalformedInput, ValueError, TypeError) as exc:
+        raise PublishError(f"{rec} is not a build record ({exc})", action=Action.FIX_INPUT) from None
+
+
+def _as_published(build: BuildResult, wheel: Path) -> BuildResult:
+    """``build`` with the sha256 and size of the wheel file as it is now.
+
+    The record remembers the wheel as the build wrote it; a wheel rebuilt, repacked or re-signed
+    since then would otherwise be published with a hash no download can match.
+    """
+    try:
+        size = wheel.stat().st_size
+        sha = hash_file(wheel).hexdigest()
+    except OSError as exc:
+        raise PublishError(f"cannot read {wheel} ({exc.strerror or exc})", action=Action.FIX_INPUT) from None
+    if sha != build.sha256 or size != build.size:
+        log.warning("%s changed since its build record (sha256 %s, %d bytes; recorded %s, %d bytes): "
+                    "publishing the file as it is", wheel.name, sha, size, build.sha256, build.size)
+    return dataclasses.replace(build, sha256=sha, size=size)
 
 
 def manifest_of(builds: List[Tuple[BuildResult, str]], *, source: str, version: int, expires_days: int = 180,
@@ -115,11 +153,27 @@ def manifest_of(builds: List[Tuple[BuildResult, str]], *, source: str, version: 
 
 
 def write_signed_manifest(directory: Path, doc: Dict[str, Any], private_pem: Optional[bytes]) -> Path:
-    """Write ``ggml-manifest.json`` (and its ``.sig`` when a key is given) into ``directory``."""
+    """Write ``ggml-manifest.json`` (and its ``.sig`` when a key is given) into ``directory``.
+
+    Each file is replaced atomically; an unsigned manifest removes a stale ``.sig`` of an earlier
+    one, which would no longer match.
+    """
     path = Path(directory) / MANIFEST_NAME
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    path.write_bytes(data)
+    sig = signature_path(path)
+    _replace(path, data)
     if private_pem is not None:
-        signature_path(path).write_bytes(sign_manifest(data, private_pem))
+        _replace(sig, sign_manifest(data, private_pem))
+    else:
+        try:
+            sig.unlink()
+        except FileNotFoundError:
+            pass
     log.info("wrote %s (%d targets, %s)", path, len(doc.get("targets", [])), "signed" if private_pem else "unsigned")
     return path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

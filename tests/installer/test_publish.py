@@ -47,3 +47,52 @@ def test_manifest_build_of_an_empty_directory_says_what_to_do(tmp_path):
     proc = run_cli(["manifest", "build", str(tmp_path / "empty"), "--base-url", "https://x", "--version", "1"], env)
     assert proc.returncode != 0
     assert "no builds found" in proc.stderr and "build at least one variant" in proc.stderr
+
+
+def _repack(src: Path, dest: Path) -> None:
+    """The same wheel written again with other compression: same files, other bytes (as a signing or
+    repackaging step after the build would leave it)."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info), compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
+
+
+def test_manifest_build_hashes_the_wheel_it_publishes_not_the_build_record(ggml_cpu_build, tmp_path):
+    import dataclasses
+    import hashlib
+
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    site = tmp_path / "site" / "cpu"
+    site.mkdir(parents=True)
+    wheel = site / Path(ggml_cpu_build.wheel).name
+    _repack(Path(ggml_cpu_build.wheel), wheel)
+    (site / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(ggml_cpu_build)))
+    data = wheel.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    assert actual != ggml_cpu_build.sha256  # the record is stale
+
+    assert run_cli(["manifest", "keygen", "--out", str(tmp_path / "keys" / "rel")], env).returncode == 0
+    proc = run_cli(["manifest", "build", str(site.parent), "--base-url", "https://example.org/acc", "--key",
+                    str(tmp_path / "keys" / "rel.key"), "--version", "3"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "changed since its build record" in proc.stderr  # the publisher is told
+    art = load_manifest((site.parent / "ggml-manifest.json").read_bytes()).targets[0].artifacts[0]
+    assert (art.sha256, art.size) == (actual, len(data))
+
+    # unsigned again: the stale signature goes, it would not match the new manifest
+    proc = run_cli(["manifest", "build", str(site.parent), "--base-url", "https://example.org/acc", "--version", "4"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (site.parent / "ggml-manifest.json.sig").exists()
+
+
+def test_manifest_build_refuses_a_record_that_is_not_a_build(ggml_cpu_build, tmp_path):
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    site = tmp_path / "site"
+    site.mkdir()
+    wheel = site / Path(ggml_cpu_build.wheel).name
+    wheel.write_bytes(b"PK")
+    (site / (wheel.name + ".build.json")).write_text("[" * 10_000)
+    proc = run_cli(["manifest", "build", str(site), "--base-url", "https://x", "--version", "1"], env)
+    assert proc.returncode != 0 and "is not a build record" in proc.stderr
