@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -97,6 +98,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--version", type=int, required=True, help="manifest version; must grow with every release")
     bd.add_argument("--expires-days", type=int, default=180,
                     help=f"days until the manifest expires (default 180, at most {MAX_EXPIRES_DAYS})")
+    bd.add_argument("--flat", action="store_true",
+                    help="for a host without folders (GitHub release assets): each wheel's URL is "
+                    "BASE_URL/<its path under DIR with / replaced by -->, and a copy of it by that name is put in DIR")
     bd.add_argument("--json", action="store_true", help="print the result as JSON")
     bd.set_defaults(func=run_build)
 
@@ -104,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ..publisher.publish import build_manifest, write_signed_manifest
+    from ..publisher.publish import build_manifest, flat_assets, write_signed_manifest
 
     if not 1 <= args.expires_days <= MAX_EXPIRES_DAYS:
         raise UsageError(f"--expires-days must be 1 to {MAX_EXPIRES_DAYS}, got {args.expires_days}",
@@ -118,13 +122,21 @@ def run_build(args: argparse.Namespace) -> int:
     key = _read_private(args.key) if args.key else None
     changed: List[str] = []
     doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,
-                         expires_days=args.expires_days, changed=changed)
+                         expires_days=args.expires_days, changed=changed, flat=args.flat)
     for line in changed:
         print(f"note: {line}; publishing the file as it is", file=sys.stderr)
     path = write_signed_manifest(Path(args.directory), doc, key)
+    assets = [str(path)] + ([str(path) + ".sig"] if key else [])
+    if args.flat:
+        for wheel, name in flat_assets(Path(args.directory)):
+            flat = Path(args.directory) / name
+            tmp = flat.with_name(name + ".tmp")
+            shutil.copyfile(wheel, tmp)
+            os.replace(tmp, flat)
+            assets.append(str(flat))
     targets = [t["id"] for t in doc["targets"]]
     _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version,
-                 "changed": changed},
+                 "changed": changed, "assets": assets},
           f"wrote {path} (version {args.version}, {'signed' if key else 'UNSIGNED'}) with {len(targets)} target(s): {', '.join(targets)}")
     return 0
 

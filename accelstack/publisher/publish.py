@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -23,14 +24,32 @@ from .build import BuildResult
 from .errors import PublishError
 from .sdist import SDIST_PACKAGE, SDIST_VERSION
 
-__all__ = ["MANIFEST_NAME", "PublishError", "build_manifest", "target_for", "write_signed_manifest"]
+__all__ = ["MANIFEST_NAME", "PublishError", "build_manifest", "flat_assets", "flat_name", "target_for",
+           "write_signed_manifest"]
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "ggml-manifest.json"
 
 
-def _os_arch() -> Dict[str, str]:
+_TAG_OS = (("manylinux", "linux"), ("musllinux", "linux"), ("linux", "linux"), ("win", "windows"), ("macosx", "macos"))
+_TAG_ARCH = {"amd64": "x86_64", "aarch64": "arm64", "x86_64": "x86_64", "arm64": "arm64", "universal2": "arm64"}
+
+
+def _os_arch(platform_tag: str = "") -> Dict[str, str]:
+    """The os and arch a build runs on: from its wheel's platform tag (``linux_x86_64``,
+    ``win_amd64``, ``macosx_14_0_arm64``), so that a manifest written on one machine describes
+    builds made on others; this machine's own for a record without a tag."""
+    tag = platform_tag.lower()
+    for prefix, os_name in _TAG_OS:
+        if tag.startswith(prefix + "_"):
+            arch = tag.split("_", 1)[1]
+            for key, value in _TAG_ARCH.items():
+                if arch == key or arch.endswith("_" + key):
+                    return {"os": os_name, "arch": value}
+            raise PublishError(f"unknown architecture in the wheel platform tag {platform_tag!r}", action=Action.FIX_INPUT)
+    if tag:
+        raise PublishError(f"unknown wheel platform tag {platform_tag!r}", action=Action.FIX_INPUT)
     system = {"Linux": "linux", "Windows": "windows", "Darwin": "macos"}.get(platform.system(), platform.system().lower())
     machine = {"amd64": "x86_64", "aarch64": "arm64"}.get(platform.machine().lower(), platform.machine().lower())
     return {"os": system, "arch": machine}
@@ -41,7 +60,7 @@ def _strings(value: object) -> List[str]:
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
-def target_for(build: BuildResult, url: str, glibc: str = "") -> Dict[str, Any]:
+def target_for(build: BuildResult, url: str, glibc: str = "", label: str = "") -> Dict[str, Any]:
     props = dict(build.properties)
     backend = str(props.pop("backend", build.variant))
     requires: Dict[str, Any] = {}
@@ -52,11 +71,11 @@ def target_for(build: BuildResult, url: str, glibc: str = "") -> Dict[str, Any]:
         requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in sms]
     if gfx:
         requires["gfx"] = gfx
-    if glibc:
+    where = _os_arch(build.platform_tag)
+    if glibc and where["os"] == "linux":
         requires["glibc"] = glibc
-    where = _os_arch()
     return {
-        "id": f"{where['os']}-{where['arch']}-{build.variant}",
+        "id": f"{where['os']}-{where['arch']}-{label or build.variant}",
         "os": where["os"],
         "arch": where["arch"],
         "backend": backend,
@@ -77,11 +96,13 @@ def build_manifest(
     release: str = "",
     now: Optional[datetime] = None,
     changed: Optional[List[str]] = None,
+    flat: bool = False,
 ) -> Dict[str, Any]:
     """The manifest document for every ``*.build.json`` under ``directory``.
 
     Every wheel is hashed as it is now; ``changed``, when given, receives a line for each wheel
-    whose bytes differ from its build record (rebuilt or repacked since).
+    whose bytes differ from its build record (rebuilt or repacked since). ``flat``: each URL names
+    the wheel by its :func:`flat_name` (for a GitHub release, whose assets have no folders).
     """
     directory = Path(directory)
     records = sorted(directory.rglob("*.whl.build.json"))
@@ -91,6 +112,7 @@ def build_manifest(
                                 "<wheel>.build.json record beside its wheel", action=Action.FIX_INPUT)
     base = base_url.rstrip("/") + "/"
     builds: List[Tuple[BuildResult, str]] = []
+    labels: List[str] = []
     for rec in records:
         wheel = rec.with_name(rec.name[: -len(".build.json")])
         if not wheel.is_file():
@@ -100,9 +122,47 @@ def build_manifest(
         if changed is not None and (build.sha256, build.size) != (recorded.sha256, recorded.size):
             changed.append(f"{wheel.relative_to(directory).as_posix()} changed since its build record "
                            f"(recorded sha256 {recorded.sha256}, now {build.sha256})")
-        builds.append((build, base + wheel.relative_to(directory).as_posix()))
+        rel = wheel.relative_to(directory).as_posix()
+        builds.append((build, base + (flat_name(rel) if flat else rel)))
+        labels.append(_label(build, wheel))
     log.info("manifest of %s: %d build(s)", directory, len(builds))
-    return manifest_of(builds, source=source, version=version, expires_days=expires_days, release=release, now=now)
+    doc = manifest_of(builds, source=source, version=version, expires_days=expires_days, release=release, now=now,
+                      labels=labels)
+    seen: Dict[str, str] = {}
+    for target, (_build, url) in zip(doc["targets"], builds):
+        if target["id"] in seen:
+            raise PublishError(f"two builds would both be target {target['id']}: {seen[target['id']]} and {url}",
+                               hint="export each build of one variant into its own directory named after the "
+                                    "variant plus a suffix (e.g. cuda12/ and cuda13/)", action=Action.FIX_INPUT)
+        seen[target["id"]] = url
+    return doc
+
+
+_LABEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+
+
+def _label(build: BuildResult, wheel: Path) -> str:
+    """The last part of a build's target id: its directory's name when that is the variant's name
+    plus a suffix (``cuda12``, ``cuda13``: two builds of one variant), else the variant."""
+    name = wheel.parent.name
+    return name if name.startswith(build.variant) and _LABEL.match(name) else build.variant
+
+
+def flat_name(rel: str) -> str:
+    """The one-level name a file at ``rel`` (a path under the published directory) gets on a host
+    without folders, such as the assets of a GitHub release: ``linux-x86_64/cpu/x.whl`` ->
+    ``linux-x86_64--cpu--x.whl``. Wheels of several variants share a file name, so the path stays in it."""
+    return rel.replace("/", "--")
+
+
+def flat_assets(directory: Path) -> List[Tuple[Path, str]]:
+    """Each published wheel under ``directory`` and its :func:`flat_name`."""
+    directory = Path(directory)
+    out = []
+    for rec in sorted(directory.rglob("*.whl.build.json")):
+        wheel = rec.with_name(rec.name[: -len(".build.json")])
+        out.append((wheel, flat_name(wheel.relative_to(directory).as_posix())))
+    return out
 
 
 def _read_record(rec: Path) -> BuildResult:
@@ -134,7 +194,7 @@ def _as_published(build: BuildResult, wheel: Path) -> BuildResult:
 
 
 def manifest_of(builds: List[Tuple[BuildResult, str]], *, source: str, version: int, expires_days: int = 180,
-                release: str = "", now: Optional[datetime] = None) -> Dict[str, Any]:
+                release: str = "", now: Optional[datetime] = None, labels: Optional[List[str]] = None) -> Dict[str, Any]:
     """The manifest document for ``builds``, each a build and the URL its wheel is served from
     (the core offers a local build to the resolver this way, with its wheel's ``file:`` URL)."""
     glibc = platform.libc_ver()[1] if platform.system() == "Linux" else ""
@@ -148,7 +208,7 @@ def manifest_of(builds: List[Tuple[BuildResult, str]], *, source: str, version: 
         "kind": "ggml",
         "package": SDIST_PACKAGE,
         "release": release or SDIST_VERSION,
-        "targets": [target_for(build, url, glibc) for build, url in builds],
+        "targets": [target_for(build, url, glibc, label=labels[i] if labels else "") for i, (build, url) in enumerate(builds)],
     }
 
 

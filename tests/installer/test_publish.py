@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from accelstack.manifests.schema import load_manifest
 
 from installer_helpers import cli_env, result_of, run_cli
@@ -96,3 +98,63 @@ def test_manifest_build_refuses_a_record_that_is_not_a_build(ggml_cpu_build, tmp
     (site / (wheel.name + ".build.json")).write_text("[" * 10_000)
     proc = run_cli(["manifest", "build", str(site), "--base-url", "https://x", "--version", "1"], env)
     assert proc.returncode != 0 and "is not a build record" in proc.stderr
+
+
+def test_targets_name_the_os_and_arch_of_each_build_not_of_the_publishing_machine(ggml_cpu_build, tmp_path):
+    """The release workflow builds on four kinds of runner and writes the manifest on one."""
+    import dataclasses
+
+    from accelstack.publisher.publish import build_manifest
+
+    tags = {"win_amd64": ("windows", "x86_64", "cpu"), "macosx_14_0_arm64": ("macos", "arm64", "metal"),
+            "linux_aarch64": ("linux", "arm64", "vulkan"), "manylinux_2_35_x86_64": ("linux", "x86_64", "cuda")}
+    for tag, (_os, _arch, variant) in tags.items():
+        wheel = tmp_path / "site" / tag / f"stable_diffusion_cpp_python-0.4.7-py3-none-{tag}.whl"
+        wheel.parent.mkdir(parents=True)
+        wheel.write_bytes(tag.encode())
+        record = dataclasses.replace(ggml_cpu_build, variant=variant, platform_tag=tag, properties={"backend": variant})
+        (wheel.parent / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(record)))
+    changed: list = []
+    doc = build_manifest(tmp_path / "site", "https://example.org/r", source="release", version=1, changed=changed)
+    got = {(t["os"], t["arch"], t["backend"]): t for t in doc["targets"]}
+    assert set(got) == set(tags.values()) and len(changed) == 4
+    assert "glibc" not in got[("windows", "x86_64", "cpu")]["requires"]
+    assert got[("macos", "arm64", "metal")]["id"] == "macos-arm64-metal"
+
+
+def test_two_builds_of_one_variant_are_told_apart_by_their_directory_and_flat_urls(ggml_cpu_build, tmp_path):
+    import dataclasses
+
+    from accelstack.publisher.publish import PublishError, build_manifest
+
+    site = tmp_path / "site"
+    for label in ("cuda12", "cuda13"):
+        wheel = site / "linux-x86_64" / label / "stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl"
+        wheel.parent.mkdir(parents=True)
+        wheel.write_bytes(label.encode())
+        record = dataclasses.replace(ggml_cpu_build, variant="cuda", properties={"backend": "cuda"})
+        (wheel.parent / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(record)))
+    doc = build_manifest(site, "https://github.com/o/r/releases/download/t1", source="release", version=1, flat=True)
+    assert sorted(t["id"] for t in doc["targets"]) == ["linux-x86_64-cuda12", "linux-x86_64-cuda13"]
+    assert doc["targets"][0]["artifacts"][0]["url"] == ("https://github.com/o/r/releases/download/t1/"
+                                                        "linux-x86_64--cuda12--stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl")
+    for label in ("cuda12", "cuda13"):  # neither directory names a label: both would be "cuda"
+        (site / "linux-x86_64" / label).rename(site / "linux-x86_64" / f"other{label}")
+    with pytest.raises(PublishError, match="would both be target"):
+        build_manifest(site, "https://x", source="release", version=1)
+
+
+def test_manifest_build_flat_puts_each_upload_at_top_level(ggml_cpu_build, tmp_path):
+    import dataclasses
+
+    env = cli_env(tmp_path / "home", tmp_path / "cache")
+    site = tmp_path / "site"
+    wheel = site / "linux-x86_64" / "cpu" / Path(ggml_cpu_build.wheel).name
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"wheel bytes")
+    (wheel.parent / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(ggml_cpu_build)))
+    proc = run_cli(["manifest", "build", str(site), "--base-url", "https://x/r", "--version", "1", "--flat", "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    assets = json.loads(proc.stdout)["assets"]
+    assert [Path(a).parent for a in assets] == [site, site]
+    assert (site / f"linux-x86_64--cpu--{wheel.name}").read_bytes() == b"wheel bytes"
