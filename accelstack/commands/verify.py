@@ -40,6 +40,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vae-tile-size", type=int, default=None, metavar="N", help="tile edge in latent pixels (>= 4)")
     g.add_argument("--threads", default=None, metavar="N|auto", help="CPU threads (default: auto = physical cores)")
     g.add_argument("--weight-type", default=None, metavar="TYPE", help="convert weights on load: f16, q8_0, ...")
+    g.add_argument("--no-memory-check", dest="memory_check", action="store_false", default=None,
+                   help="generate even when the memory estimate exceeds the free RAM/VRAM")
 
 
 def engine_options(args: argparse.Namespace):
@@ -54,7 +56,7 @@ def engine_options(args: argparse.Namespace):
     return apply_overrides(load_config(args.config), {
         "flash_attention": args.flash_attention, "offload_to_cpu": args.offload_to_cpu,
         "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,
-        "weight_type": args.weight_type,
+        "weight_type": args.weight_type, "memory_check": args.memory_check,
     })
 
 

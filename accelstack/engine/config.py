@@ -9,6 +9,7 @@ The file has one section that this module owns::
       vae_tile_size: 32        # tile edge in latent pixels (x8 in image pixels), 4..512
       threads: auto            # CPU threads: auto (physical cores) or 1..512 (ggml's thread limit)
       weight_type: default     # convert weights on load: default (as stored), f16, q8_0, ...
+      memory_check: true       # refuse a generation whose memory estimate exceeds the free RAM/VRAM
 
 Invalid keys and values raise :class:`ConfigError` naming the key and the allowed values. The file
 is read through :func:`accelstack.limits.parse_yaml` (size cap, no aliases, depth check), only if
@@ -59,6 +60,7 @@ class EngineOptions:
     vae_tile_size: int = 32
     threads: int = 0
     weight_type: str = "default"
+    memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory)
 
     def validate(self) -> EngineOptions:
         """Raise :class:`ConfigError` for a value outside its range (also run by the worker)."""
@@ -69,7 +71,7 @@ class EngineOptions:
 
 def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
     """One YAML value to its option type, or a ConfigError naming the key and what is allowed."""
-    if key in ("flash_attention", "offload_to_cpu", "vae_tiling"):
+    if key in ("flash_attention", "offload_to_cpu", "vae_tiling", "memory_check"):
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{where}: {SECTION}.{key} must be true or false, got {shown(value)}")

@@ -64,6 +64,12 @@ class GenerationError(EngineError):
     default_action = Action.FIX_INPUT
 
 
+class InsufficientMemoryError(GenerationError):
+    """The estimate of a generation's memory exceeds what the machine has (nothing was started)."""
+
+    default_action = Action.FIX_INPUT
+
+
 class CancelledError(EngineError):
     """The generation was cancelled on request."""
 

@@ -7,6 +7,7 @@ damaged file is reported with its name and the reason, never as the bindings' op
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import time
@@ -18,6 +19,7 @@ from .. import __version__
 from ..events import ProgressCallback, null_progress
 from .config import EngineOptions
 from .errors import GenerationError
+from .memory import UNET_SHARE, MemoryEstimate, check, estimate
 from .modelfile import check_model
 from .png import parameters_text, write_png
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
@@ -138,6 +140,26 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
     return paths
 
 
+def available_ram() -> Optional[int]:
+    """RAM available to a new allocation now (None when it cannot be told)."""
+    from ..detect.live import LiveSystem
+
+    return LiveSystem().memory()[1]
+
+
+def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: GenerateRequest,
+                         options: EngineOptions) -> None:
+    """With the model loaded on a GPU whose free memory the worker reports, check the working
+    memory against it before the job (the weights are already in place)."""
+    dev = sup.last_status.device if sup.last_status is not None else None
+    if not options.memory_check or not need.vram or dev is None or dev.kind == "cpu" or not dev.memory_free:
+        return
+    # Loaded weights already left the free memory; offloaded ones come in for sampling.
+    extra = need.activations + (int(need.weights * UNET_SHARE) if options.offload_to_cpu else 0)
+    check(MemoryEstimate(need.weights, need.activations, need.images, ram=0, vram=extra),
+          request, options, None, vram_free=dev.memory_free)
+
+
 def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest, output: Union[str, Path],
              options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
              progress: ProgressCallback = null_progress, attempts: int = 2) -> GenerateReport:
@@ -148,10 +170,17 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
     """
     start = time.perf_counter()
     request.validate()
+    options = (options or EngineOptions()).validate()
     check_outputs(output_paths(output, request.batch_count))  # bad outputs fail before the model loads
     info = check_model(model)
     runtime.check()
+    need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
+    if runtime.backend == "torch":  # the estimate is stable-diffusion.cpp's; diffusers differs
+        options = dataclasses.replace(options, memory_check=False)
+    if options.memory_check:
+        check(need, request, options, available_ram())
     with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress) as sup:
+        _check_device_memory(sup, need, request, options)
         result = sup.generate(request, attempts=attempts)
         load_seconds = result.load_seconds
     paths = save_images(result, request, output, info.path,

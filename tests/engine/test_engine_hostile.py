@@ -8,8 +8,9 @@ import stat
 
 import pytest
 
+from accelstack.engine import generation, memory
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config
-from accelstack.engine.errors import ConfigError, GenerationError
+from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError
 from accelstack.engine.generation import check_outputs, output_paths
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
@@ -147,3 +148,48 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
         assert words in res.stderr and "Traceback" not in res.stderr, (words, res.stderr[-500:])
         assert len(res.stderr) < 3000
     assert not (tmp_path / "home").exists()
+
+
+# -- memory estimate -----------------------------------------------------------------------------------
+def test_memory_estimate_matches_the_calibration():
+    """The formula against the peaks measured on the CPU build (see engine.memory): within 25 MiB
+    above 128 px, and never below what was measured."""
+    measured = {(256, False, 32): 425, (384, False, 32): 956, (384, True, 8): 106, (384, True, 32): 431}
+    for (side, tiling, tile), mib in measured.items():
+        est = memory.activations(side, side, EngineOptions(vae_tiling=tiling, vae_tile_size=tile)) / 2 ** 20
+        assert mib <= est <= mib + 40, (side, tiling, tile, est, mib)
+
+
+def test_memory_check_refuses_with_the_numbers_and_what_to_lower():
+    gib = 2 ** 30
+    req = GenerateRequest(prompt="x", width=4096, height=4096, batch_count=2)
+    opts = EngineOptions()
+    need = memory.estimate(2 * gib, req, opts)
+    assert need.ram > 100 * gib  # the VAE decodes 16.8 Mpx at ~6.6 KiB each
+    with pytest.raises(InsufficientMemoryError) as err:
+        memory.check(need, req, opts, ram_available=22 * gib)
+    msg, hint = err.value.message, err.value.hint
+    assert "4096x4096 x2" in msg and "22.0 GiB is available" in msg and "model 2.0 GiB" in msg
+    assert "fits" in hint and "VAE tiling" in hint and "smaller batch" in hint and "memory_check" in hint
+    side = int(hint.split("about ")[1].split("x")[0])
+    fits = GenerateRequest(prompt="x", width=side, height=side, batch_count=2)
+    memory.check(memory.estimate(2 * gib, fits, opts), fits, opts, ram_available=22 * gib)
+    tiled = EngineOptions(vae_tiling=True)
+    memory.check(memory.estimate(2 * gib, req, tiled), req, tiled, ram_available=22 * gib)  # tiles fit
+    memory.check(need, req, opts, ram_available=None)  # unknown memory: not checked
+    gpu = memory.estimate(2 * gib, req, opts, gpu=True)
+    with pytest.raises(InsufficientMemoryError, match="GPU memory"):
+        memory.check(gpu, req, opts, ram_available=64 * gib, vram_free=24 * gib)
+
+
+def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime, probe_model, monkeypatch):
+    monkeypatch.setattr(generation, "available_ram", lambda: 22 * 2 ** 30)  # this machine's size, on any machine
+    req = GenerateRequest(prompt="x", width=4096, height=4096, steps=1)
+    started = []
+    monkeypatch.setattr(generation.Supervisor, "start", lambda self: started.append(1))
+    with pytest.raises(InsufficientMemoryError) as err:
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png")
+    assert "needs about" in err.value.message and not started and not (tmp_path / "big.png").exists()
+    with pytest.raises(ConfigError):
+        apply_overrides(EngineOptions(), {"memory_check": "no"})
+    assert not apply_overrides(EngineOptions(), {"memory_check": False}).memory_check
