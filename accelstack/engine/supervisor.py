@@ -18,7 +18,6 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from .policy import LivenessJudge, RestartBudget, RestartRecord, SupervisorPolic
 from .process import WorkerProcess, signal_name, tree_cpu_seconds
 from .protocol import EXIT_CANCELLED, TOKEN_ENV, GenerateRequest, GenerateResult, WorkerStatus
 from .runtime import Runtime
+from .workdirs import clean_stale, make, mark_crashed
 
 __all__ = ["Supervisor", "SupervisorPolicy"]
 
@@ -74,6 +74,7 @@ class Supervisor:
         self._budget = RestartBudget(self.policy)
         self._pending_restart: Optional[str] = None
         self._saved_tail: List[str] = []
+        self._crashed = False  # a worker crashed: its folder (the log a message names) is kept
         self._cancel = threading.Event()
         self._lock = threading.RLock()
 
@@ -105,7 +106,9 @@ class Supervisor:
             try:
                 self._launch()
                 return self._wait_ready()
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, WorkerStartError):  # its message or hint names the worker's log
+                    self._keep_log()
                 self._saved_tail = self.log_tail(40)
                 self.stop()
                 raise
@@ -124,8 +127,12 @@ class Supervisor:
                 proc.close()
             self._proc = None
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._crashed:
+                log.info("kept the crashed worker's folder %s (its log)", self._dir)
+            else:
+                shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+            self._crashed = False
 
     def restart(self, reason: str = "requested") -> WorkerStatus:
         with self._lock:
@@ -136,7 +143,8 @@ class Supervisor:
     # -- launching ------------------------------------------------------------------------------
     def _launch(self) -> None:
         if self._dir is None or not self._dir.is_dir():
-            self._dir = Path(tempfile.mkdtemp(prefix="accelstack-worker-"))
+            clean_stale()  # folders left by a killed process, and old crash logs
+            self._dir = make()
         if self._proc is not None:
             self._proc.close()
         self.launches += 1
@@ -156,6 +164,13 @@ class Supervisor:
     def _log_hint(self) -> str:
         return f"see the worker log {self._log_path}"
 
+    def _keep_log(self) -> str:
+        """Keep this supervisor's folder when it stops (a message names a log in it); the log's path."""
+        if self._dir is not None and not self._crashed:
+            self._crashed = True
+            mark_crashed(self._dir)
+        return str(self._log_path)
+
     def _wait_ready(self) -> WorkerStatus:
         deadline = time.monotonic() + self.policy.load_timeout
         proc = self._proc
@@ -168,10 +183,10 @@ class Supervisor:
                 if self.model:
                     tail = proc.reason_from_log()
                     raise ModelLoadError(
-                        f"cannot load model {self.model}: the runtime crashed while loading it (exit code {rc})"
-                        + (f": {tail}" if tail else ""),
+                        f"cannot load model {self.model}: the runtime crashed while loading it (exit code {rc}"
+                        f"{signal_name(rc)})" + (f": {tail}" if tail else ""),
                         hint="the file may be damaged or not a Stable Diffusion model; "
-                        f"the worker log was {self._log_path}")
+                        f"the worker's log is kept at {self._keep_log()}")
                 raise proc.start_failure(f"the worker exited while starting (exit code {rc})")
             st = self._status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
             if st is None:
@@ -213,6 +228,7 @@ class Supervisor:
         if self._proc is not None and self._pending_restart is None:  # it died while idle: a crash too
             rc = self._proc.poll()
             if rc not in (None, 0, EXIT_CANCELLED):
+                self._keep_log()
                 self._budget.record(now)
                 self._pending_restart = f"the worker died while idle (exit code {rc}{signal_name(rc)})"
         delay = self._budget.delay(now, self._pending_restart or "", self._log_hint())
@@ -260,7 +276,7 @@ class Supervisor:
         if not self.model:
             raise GenerationError("this supervisor has no model loaded", hint="pass model= to Supervisor")
         restarts_before = len(self.restarts)
-        last = ""
+        last = crash_log = ""
         for _attempt in range(max(1, attempts)):
             with self._lock:
                 self._ensure_running()
@@ -273,12 +289,14 @@ class Supervisor:
             except _WorkerLost as lost:
                 log.warning("worker lost during a job: %s", lost.reason)
                 last = lost.reason
+                crash_log = self._keep_log()
                 self._budget.record(time.monotonic())
                 self._pending_restart = lost.reason
         tail = " | ".join(self.log_tail(3))
         raise WorkerCrashedError(f"generation failed: {last}" + (f" (tried {attempts} times)" if attempts > 1 else ""),
-                                 hint="the runtime may not work on this machine; a verification of it gives the "
-                                 "details" + (f"; the worker's last log lines: {tail}" if tail else ""),
+                                 hint=f"the worker's log is kept at {crash_log}"
+                                 + (f" (its last lines: {tail})" if tail else "")
+                                 + "; the runtime may not work on this machine, and a verification of it gives the details",
                                  action=Action.VERIFY)
 
     def _run_job(self, request: GenerateRequest) -> GenerateResult:

@@ -46,3 +46,15 @@ def cache_with_probe(tmp_path, probe_model):
 @pytest.fixture(scope="session")
 def cpu_runtime(ggml_cpu_runtime) -> Runtime:
     return Runtime(path=Path(ggml_cpu_runtime), backend="cpu")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_folders_in_a_test_temp_dir(tmp_path_factory):
+    """Supervisors make their folders in the temp dir and keep a crashed worker's (its log) for a
+    week: in tests, that temp dir is the session's own, so crash tests leave nothing in /tmp."""
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    tempfile.tempdir = saved

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import signal
 import socket
+import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from accelstack.engine import worker_server
+from accelstack.engine import workdirs, worker_server
 from accelstack.engine.client import WorkerClient
+from accelstack.engine.errors import ModelLoadError
+from accelstack.engine.generation import generate
+from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.supervisor import Supervisor
 from accelstack.engine.worker_backend import WorkerBackend
 from accelstack.engine.worker_server import make_server
@@ -159,3 +170,93 @@ def test_a_real_worker_keeps_serving_its_supervisor(cpu_runtime):
         finally:
             for sock in crowd:
                 sock.close()
+
+
+# -- crashed workers keep their log; abandoned folders are cleaned up --------------------------------------
+def _gguf_claiming_2_62_tensors(path):
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 2 ** 62, 0) + b"\0" * 64)
+    return path
+
+
+def test_a_crashed_worker_keeps_the_log_its_message_names(cpu_runtime, probe_model):
+    """A worker that dies of SIGSEGV while loading (as stable-diffusion.cpp does on some corrupt
+    files; sent here by hand, so it happens every time): the message names the log, and the log is
+    still there after the supervisor stopped."""
+    sup = Supervisor(cpu_runtime, model=probe_model.path)
+
+    def segfault():
+        deadline = time.monotonic() + 60
+        while not sup.pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        os.kill(sup.pid, signal.SIGSEGV)
+
+    threading.Thread(target=segfault, daemon=True).start()
+    with pytest.raises(ModelLoadError) as err:
+        sup.start()
+    assert not sup.alive()
+    assert "crashed while loading" in err.value.message and "SIGSEGV" in err.value.message
+    log_path = Path(err.value.hint.split("kept at ", 1)[1].split()[0])
+    assert log_path.is_file()
+    marker = json.loads((log_path.parent / workdirs.MARKER).read_text())
+    assert marker["crashed"] is True and marker["pid"] == os.getpid()
+    assert log_path.parent not in workdirs.clean_stale(log_path.parent.parent)  # kept: its maker runs
+    shutil.rmtree(log_path.parent)
+
+
+def test_generate_refuses_that_file_before_any_worker(cpu_runtime, tmp_path):
+    model = _gguf_claiming_2_62_tensors(tmp_path / "bad.gguf")
+    before = set(Path(tempfile.gettempdir()).glob("accelstack-worker-*"))
+    with pytest.raises(ModelLoadError, match="claims 4611686018427387904 tensors"):
+        generate(cpu_runtime, model, GenerateRequest(prompt="x", width=64, height=64, steps=1), tmp_path / "o.png")
+    assert set(Path(tempfile.gettempdir()).glob("accelstack-worker-*")) == before
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_abandoned_worker_folders_are_removed_and_nothing_else(tmp_path):
+    now = time.time()
+    old = now - workdirs.WORKER_DIR_STALE_SECONDS - 60
+
+    def folder(name, marker=None, mtime=old):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "worker-1.log").write_text("log")
+        if marker is not None:
+            (d / workdirs.MARKER).write_text(marker if isinstance(marker, str) else json.dumps(marker))
+            os.utime(d / workdirs.MARKER, (mtime, mtime))
+        return d
+
+    dead = _dead_pid()
+    gone = [folder("accelstack-worker-dead", {"pid": dead, "started": 1.0, "crashed": False}),
+            folder("accelstack-worker-oldcrash", {"pid": dead, "started": 1.0, "crashed": True},
+                   mtime=now - workdirs.CRASH_LOG_KEEP_SECONDS - 60)]
+    kept = [folder("accelstack-worker-alive", {"pid": os.getpid(), "started": workdirs._started(os.getpid())}),
+            folder("accelstack-worker-recent", {"pid": dead, "started": 1.0}, mtime=now),
+            folder("accelstack-worker-crash", {"pid": dead, "started": 1.0, "crashed": True}),
+            folder("accelstack-worker-unmarked"),
+            folder("accelstack-worker-badmarker", "{not json"),
+            folder("accelstack-worker-strpid", {"pid": "1"}),
+            folder("someone-elses", {"pid": dead, "started": 1.0})]
+    (tmp_path / "accelstack-worker-link").symlink_to(gone[0])
+    kept.append(tmp_path / "accelstack-worker-link")
+    removed = workdirs.clean_stale(tmp_path, now=now)
+    assert sorted(removed) == sorted(gone)
+    assert all(os.path.lexists(k) for k in kept) and not any(g.exists() for g in gone)
+
+
+def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path):
+    code = ("import sys, time; from accelstack.engine import workdirs; "
+            "print(workdirs.make(sys.argv[1]), flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    made = Path(proc.stdout.readline().strip())
+    assert workdirs.clean_stale(tmp_path, now=time.time() + 3600) == []  # its maker still runs
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    assert workdirs.clean_stale(tmp_path) == []  # dead, but not stale yet
+    assert workdirs.clean_stale(tmp_path, now=time.time() + workdirs.WORKER_DIR_STALE_SECONDS + 60) == [made]
