@@ -27,6 +27,8 @@ COMMAND_MODULES = [
     "accelstack.commands.fetch",
     "accelstack.commands.manifest",
     "accelstack.commands.serve",
+    "accelstack.commands.channel",
+    "accelstack.commands.bundle",
 ]
 # Which module registers each command: running one command imports only its module, so a
 # no-op `accelstack install` does not pay for the engine's or the publisher's imports.
@@ -40,6 +42,8 @@ COMMANDS = {
     "fetch": "accelstack.commands.fetch",
     "manifest": "accelstack.commands.manifest",
     "serve": "accelstack.commands.serve",
+    "channel": "accelstack.commands.channel",
+    "bundle": "accelstack.commands.bundle",
 }
 
 EPILOG = """\

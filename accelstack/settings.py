@@ -35,6 +35,7 @@ ENV = {
     "backend": "ACCELSTACK_BACKEND",
     "trusted_keys": "ACCELSTACK_TRUSTED_KEYS",  # os.pathsep-separated keys or .pub files
     "manifests": "ACCELSTACK_MANIFESTS",  # whitespace-separated URLs
+    "channel": "ACCELSTACK_CHANNEL",  # whitespace-separated channel names to use
 }
 
 _TRUE = ("1", "true", "yes", "on")
@@ -53,6 +54,21 @@ class Timeouts:
 
 
 @dataclass
+class Channel:
+    """A named source of ggml builds: its manifest URL (mirrors after it) and the keys that must sign it.
+
+    ``keys`` (base64 public keys, or paths of ``.pub`` files) pin the channel's trust: when given,
+    only they verify its manifest, so a key trusted for one channel never signs for another. With
+    none, the globally trusted keys (shipped, the user's trusted-keys directory) apply. During a
+    key rotation a channel lists both the current and the next key."""
+
+    name: str
+    url: str
+    mirrors: List[str] = field(default_factory=list)
+    keys: List[str] = field(default_factory=list)
+
+
+@dataclass
 class Settings:
     """Where things live and how accelstack behaves; see the module docstring for precedence."""
 
@@ -65,6 +81,8 @@ class Settings:
     offline: bool = False
     backend: str = ""  # a forced backend ("" = choose)
     manifests: List[str] = field(default_factory=list)  # ggml manifest URLs (or paths)
+    channels: List[Channel] = field(default_factory=list)  # the embedding app's own channels (before the user's)
+    channel: List[str] = field(default_factory=list)  # use only these channels, by name ("" = every configured one)
     trusted_keys: List[str] = field(default_factory=list)  # extra keys: base64 text or .pub paths
     insecure_unsigned: bool = False  # accept unsigned manifests (a mirror you control)
     allow_build: bool = True  # build ggml locally when no published build fits
@@ -91,6 +109,11 @@ class Settings:
     @property
     def user_keys_dir(self) -> Path:
         return self.config_dir / "trusted-keys"
+
+    @property
+    def channels_file(self) -> Path:
+        """The user's channels (``accelstack channel add``); a hand-written ``channels.yaml`` beside it is read too."""
+        return self.config_dir / "channels.json"
 
     @classmethod
     def resolve(cls, *, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None,
@@ -122,6 +145,9 @@ class Settings:
         out.offline = bool(given["offline"]) if "offline" in given else _flag(env, ENV["offline"])
         out.backend = str(given.get("backend", env.get(ENV["backend"], ""))).strip()
         out.manifests = _strings(given["manifests"]) if "manifests" in given else env.get(ENV["manifests"], "").split()
+        out.channel = _strings(given["channel"]) if "channel" in given else env.get(ENV["channel"], "").split()
+        if "channels" in given:
+            out.channels = [_channel(c) for c in given["channels"]]
         keys = env.get(ENV["trusted_keys"], "")
         out.trusted_keys = _strings(given["trusted_keys"]) if "trusted_keys" in given else [k for k in keys.split(os.pathsep) if k]
         if "torch_venv" in given:
@@ -228,6 +254,15 @@ def _env_path(env: Mapping[str, str], name: str) -> Optional[Path]:
 def _strings(value: Any) -> List[str]:
     """A list argument; one string is one item (not a list of its characters)."""
     return [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in value]
+
+
+def _channel(value: Any) -> Channel:
+    """A channel argument: a :class:`Channel`, or a mapping with its fields (an app's own config)."""
+    if isinstance(value, Channel):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str) and isinstance(value.get("url"), str):
+        return Channel(value["name"], value["url"], _strings(value.get("mirrors", [])), _strings(value.get("keys", [])))
+    raise UsageError(f"a channel needs a name and a manifest URL, got {value!r}")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

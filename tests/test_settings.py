@@ -208,3 +208,20 @@ def test_the_test_session_keeps_off_the_user_dirs():
         assert not {Path(pd.user_data_dir), Path(pd.user_cache_dir), Path(pd.user_config_dir)} & {path, *path.parents}
     if os.environ.get(ENV["probe_cache"]) == str(REPO / ".cache" / "probe"):
         assert REPO / ".cache" in s.probe_cache.parents
+
+
+# -- channels ----------------------------------------------------------------------------------
+
+
+def test_channels_from_the_app_and_the_channel_names_from_arguments_or_the_environment(tmp_path):
+    from accelstack.settings import Channel
+
+    s = Settings.resolve(env={"HOME": str(tmp_path), "ACCELSTACK_CHANNEL": "beta  stable"}, os_name="linux",
+                         channels=[Channel("stable", "https://a/m.json"), {"name": "beta", "url": "https://b/m.json",
+                                                                             "mirrors": ["https://c/m.json"], "keys": []}])
+    assert [c.name for c in s.channels] == ["stable", "beta"] and s.channels[1].mirrors == ["https://c/m.json"]
+    assert s.channel == ["beta", "stable"]
+    assert Settings.resolve(env={"HOME": str(tmp_path), "ACCELSTACK_CHANNEL": "x"}, os_name="linux", channel="y").channel == ["y"]
+    assert s.channels_file == s.config_dir / "channels.json"
+    with pytest.raises(UsageError, match="a channel needs a name and a manifest URL"):
+        Settings.resolve(env={"HOME": str(tmp_path)}, os_name="linux", channels=[{"name": "x"}])

@@ -21,7 +21,8 @@ ACTION_COMMANDS: Dict[str, str] = {
     Action.WAIT.value: "retry later, or pass --wait SECONDS",
     Action.RETRY.value: "run the same command again",
     Action.CHOOSE_HOME.value: "pass --home DIR (or set ACCELSTACK_HOME) to a writable directory on one disk",
-    Action.ADD_MANIFEST.value: "pass --manifest URL of a manifest with a build for this machine",
+    Action.ADD_MANIFEST.value: "accelstack channel add NAME URL --key FILE (or pass --manifest URL, or install --bundle FILE)",
+    Action.INSTALL_TOOLCHAIN.value: "install the compiler named above, then run the same command again",
     Action.TRUST_KEY.value: "pass --trusted-key KEY (the publisher's public key)",
     Action.ALLOW_UNSIGNED.value: "pass --insecure-unsigned only for a mirror you control",
     Action.GIVE_SOURCE.value: "pass --sdist PATH of a local source distribution",
@@ -42,6 +43,8 @@ def add_home_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--channel", action="append", default=[], metavar="NAME",
+                   help="use this configured channel (`accelstack channel list`); repeatable. Default: every configured one")
     p.add_argument("--manifest", action="append", default=[], metavar="URL",
                    help="ggml manifest to install from (URL or path; its .sig is fetched beside it). Repeatable.")
     p.add_argument("--insecure-unsigned", action="store_true", help="accept an unsigned manifest (a local mirror you control)")
@@ -61,6 +64,7 @@ def settings_from(args: argparse.Namespace, **extra: Any):
     s = Settings.resolve(
         home=getattr(args, "home", None),
         manifests=list(getattr(args, "manifest", []) or []) or None,
+        channel=list(getattr(args, "channel", []) or []) or None,
         trusted_keys=list(getattr(args, "trusted_key", []) or []) or None,
         insecure_unsigned=True if getattr(args, "insecure_unsigned", False) else None,
         offline=True if getattr(args, "offline", False) else None,

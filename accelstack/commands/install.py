@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .common import add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from, settings_from
 from .progress import progress_renderer
@@ -26,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
         "  accelstack install                               ggml runtime for this machine\n"
         "  accelstack install --manifest https://host/ggml-manifest.json\n"
+        "  accelstack install --channel stable                from a channel added with `accelstack channel add`\n"
+        "  accelstack install --bundle runtime.tar --offline  from an offline bundle (`accelstack bundle create`)\n"
         "  accelstack install --dry-run --json              what would be installed (touches nothing)\n"
         "  accelstack install --stack torch --venv .venv    the right torch build into .venv",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -38,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter to install into (default: this one)")
     p.add_argument("--venv", metavar="DIR", help="torch: install into this virtual environment (created if missing)")
     p.add_argument("--uv", action="store_true", help="torch: use uv instead of pip when available")
+    p.add_argument("--bundle", metavar="FILE", help="ggml: install from an offline bundle, with no network (signature "
+                   "and hashes checked as online; the key comes from the bundle's configured channel or --trusted-key)")
     p.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch: pins such as 'torch==2.6.*'")
     add_home_arguments(p)
     add_manifest_arguments(p)
@@ -79,6 +84,17 @@ def run_install(args) -> int:
     s = settings_from(args, backend=args.backend, torch_venv=optional_path(args.venv), torch_python=args.target_python,
                       use_uv=True if args.uv else None)
     report = report_from(args, s)
+    if args.bundle:
+        from ..core.bundles import install_bundle
+        from ..errors import UsageError
+
+        if args.stack != "ggml" or args.dry_run or args.manifest:
+            raise UsageError("--bundle installs a ggml runtime from the bundle alone (no --stack torch, --dry-run or --manifest)")
+        with progress_renderer(json_mode=args.json) as progress:
+            summary = install_bundle(Path(args.bundle).expanduser(), settings=s, report=report, force=args.force,
+                                     on_progress=progress)
+        emit(args, summary, _install_text(summary))
+        return 0
     with progress_renderer(json_mode=args.json) as progress:
         summary = core.plan_and_install(report, args.stack, requirements=args.requirements, settings=s, force=args.force,
                                         dry_run=args.dry_run, on_progress=progress)

@@ -26,7 +26,7 @@ from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..settings import Settings
 from .detection import detect
-from .planning import LOCAL_SOURCE, TrustedSet, hardware_fingerprint, load_manifests, plan, remember_manifests, target_interpreter
+from .planning import LOCAL_SOURCE, TrustedSet, hardware_fingerprint, load_manifests, plan, remember_channels, target_interpreter
 from .verifiers import default_verifier
 
 log = logging.getLogger(__name__)
@@ -90,16 +90,22 @@ def install_runtime(plan: Plan, *, report: Optional[HardwareReport] = None, sett
 
 def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requirements: Sequence[str] = (),
                      backend: Optional[str] = None, settings: Optional[Settings] = None, verifier: Optional[Verifier] = None,
-                     force: bool = False, dry_run: bool = False,
-                     on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+                     force: bool = False, dry_run: bool = False, trusted: Optional[TrustedSet] = None,
+                     prefer_remembered: bool = False, on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
     """:func:`plan` then :func:`install_runtime`, fetching and verifying the manifests once (the
-    CLI's ``install`` and ``upgrade``). A dry run checks them without raising any watermark."""
+    CLI's ``install`` and ``upgrade``). A dry run checks them without raising any watermark.
+
+    ``trusted``: manifests already verified by the caller (an offline bundle); otherwise those of
+    the active channels (``prefer_remembered``: the ones the last install used, for ``upgrade``)."""
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     report = report if report is not None else detect(settings=s)
     if not dry_run:
         home_of(s).ensure()  # an unusable home is said plainly before any manifest version is recorded in it
-    trusted = load_manifests(s, record=not dry_run, progress=progress) if stack == "ggml" else None
+    if trusted is None and stack == "ggml":
+        trusted = load_manifests(s, record=not dry_run, progress=progress, prefer_remembered=prefer_remembered)
+    if stack == "ggml" and trusted is not None and not trusted.channels:
+        progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE))
     p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
              manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
     return install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
@@ -113,7 +119,7 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
     if dry_run:
         if plan.ok:
             return InstallSummary("ggml", runtime_id(plan), False, plan, dry_run=True)
-        _require_buildable(plan, s)
+        _require_buildable(plan, s, report, trusted)
         return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=_local_variant(plan, report))
     home, lock = _prepare(s, "install")
     with lock:
@@ -125,9 +131,9 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
         built = False
         timings = {"manifests": time.perf_counter() - t}
         if not plan.ok:
-            _require_buildable(plan, s)
+            _require_buildable(plan, s, report, trusted)
             t = time.perf_counter()
-            manifests = _build_locally(report, plan, manifests, s, progress)
+            manifests = _build_locally(report, plan, manifests, s, progress, bool(trusted.channels))
             timings["local build"] = time.perf_counter() - t
             plan = _replan(report, plan, manifests, s)
             built = True
@@ -147,8 +153,8 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
                                   verifier or default_verifier(s), home=home, runtime_id=rid,
                                   provenance=Provenance(source, version, hardware_fingerprint(report)), progress=progress)
         timings.update(outcome.timings)
-        if loaded:
-            remember_manifests(s, [m.url for m in loaded])
+        if loaded and trusted.remember:
+            remember_channels(s, trusted.channels)
         maintenance.register_home(Cache(s.cache), home, maintenance.referenced_blobs(home))
         return InstallSummary("ggml", rid, True, plan, outcome.receipt, outcome.previous, timings, recovered, built)
 
@@ -165,10 +171,36 @@ def _already_installed(home: Home, plan: Plan, receipt: Receipt, recovered: List
     return InstallSummary("ggml", rid, False, plan, receipt, recovered=recovered, built_locally=built)
 
 
-def _require_buildable(plan: Plan, s: Settings) -> None:
+NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
+
+
+class NoChannelError(AccelstackError):
+    """No channel is configured and no runtime can be built here: the ways forward, in words."""
+
+    default_action = Action.ADD_MANIFEST
+
+
+def compiler_instructions(os_name: str) -> str:
+    """How to get CMake and a C++ compiler on ``os_name`` ("c++" is not a name anyone can install on Windows)."""
+    if os_name == "windows":
+        return ("install Visual Studio Build Tools (the 'Desktop development with C++' workload) and CMake, "
+                "e.g. winget install Microsoft.VisualStudio.2022.BuildTools Kitware.CMake")
+    if os_name == "macos":
+        return "run xcode-select --install, then brew install cmake"
+    return "install CMake and a C++ compiler: sudo apt install cmake g++ (Debian, Ubuntu) or sudo dnf install cmake gcc-c++ (Fedora, RHEL)"
+
+
+def no_channel_choices(report: HardwareReport) -> str:
+    return ("configure a channel (a manifest URL and its publisher's key), install from an offline bundle made "
+            f"on a machine with network access, or build from source: {compiler_instructions(report.os.name)}")
+
+
+def _require_buildable(plan: Plan, s: Settings, report: HardwareReport, trusted: Optional[TrustedSet]) -> None:
     if plan.status == "needs-build" and not plan.artifacts:
         if s.allow_build:
             return
+        if trusted is not None and not trusted.channels:
+            raise NoChannelError(f"{NO_CHANNEL_LINE}, and local builds are turned off", no_channel_choices(report))
         raise AccelstackError(f"nothing to install: {plan.summary}", hint="name a manifest with a build for this machine, "
                               "or allow a local build from source", action=Action.ADD_MANIFEST)
     raise AccelstackError(f"nothing to install: {plan.summary}", hint="; ".join(plan.conflicts) or
@@ -185,7 +217,7 @@ def _local_variant(plan: Plan, report: HardwareReport) -> str:
 
 
 def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
-                   progress: ProgressCallback) -> Manifests:
+                   progress: ProgressCallback, channels: bool = True) -> Manifests:
     """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
     without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
     from ..manifests.schema import parse_manifest
@@ -197,10 +229,12 @@ def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: 
     try:
         result = build_ggml(_local_variant(plan, report), cache_dir=s.build_cache, progress=progress)
     except BuildError as exc:
+        if exc.action is Action.INSTALL_TOOLCHAIN and not channels:  # the choices, not only the compiler
+            raise NoChannelError(f"{NO_CHANNEL_LINE}, and {exc.message}", no_channel_choices(report)) from None
         if exc.action is Action.INSTALL_TOOLCHAIN:  # say why a build was wanted at all
             exc.message = f"no published ggml build fits this machine, and {exc.message}"
             exc.args = (exc.message,)
-            exc.hint = f"{exc.hint}; or use a manifest with a build for this machine"
+            exc.hint = f"{exc.hint} ({compiler_instructions(report.os.name)}); or use a channel with a build for this machine"
         raise
     doc = manifest_of([(result, Path(result.wheel).as_uri())], source=LOCAL_SOURCE, version=1)
     extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
@@ -257,7 +291,8 @@ def upgrade(*, stack: str = "ggml", report: Optional[HardwareReport] = None, set
     s = settings or Settings.resolve()
     if backend is None:
         backend = _active_backend_request(s, stack)
-    return plan_and_install(report, stack, backend=backend, settings=s, verifier=verifier, on_progress=on_progress)
+    return plan_and_install(report, stack, backend=backend, settings=s, verifier=verifier, prefer_remembered=True,
+                            on_progress=on_progress)
 
 
 def _active_backend_request(s: Settings, stack: str) -> str:
@@ -340,7 +375,7 @@ def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settin
         if st.stack != "ggml" or st.receipt is None or not check_upgrades:
             continue
         try:
-            trusted = load_manifests(s, record=False)
+            trusted = load_manifests(s, record=False, prefer_remembered=True)
             if not trusted.loaded:
                 continue
             from ..installer.ggml import runtime_id

@@ -11,9 +11,9 @@ import hashlib
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..detect.report import HardwareReport
 from ..domain import STACKS
@@ -21,7 +21,7 @@ from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..manifests.plan import Plan, Request
 from ..manifests.resolve import Manifests, resolve
-from ..settings import Settings
+from ..settings import Channel, Settings
 from .detection import detect
 
 log = logging.getLogger(__name__)
@@ -43,63 +43,157 @@ class LoadedManifest:
     url: str
     source: str
     version: int
+    channel: str = ""  # the channel it came from
 
 
 @dataclass
 class TrustedSet:
-    """What ``load_manifests`` verified: the knowledge for the resolver, and where each part came from."""
+    """What ``load_manifests`` verified: the knowledge for the resolver, where each part came from,
+    and the channels it was read from (remembered after an install, keys included)."""
 
     manifests: Manifests
     loaded: List[LoadedManifest]
+    channels: List[Channel] = field(default_factory=list)
+    remember: bool = True  # an install remembers ``channels`` for status and upgrade (not a bundle's)
+
+
+def _channel_of(item: object, i: int) -> Optional[Channel]:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("url"), str):
+        return None
+    lists = [[v for v in item.get(k, []) if isinstance(v, str)] if isinstance(item.get(k), list) else []
+             for k in ("mirrors", "keys")]
+    return Channel(item["name"], item["url"], lists[0], lists[1])
+
+
+def remembered_channels(settings: Settings) -> List[Channel]:
+    """The channels the last install used, with the keys it trusted them with (the home's
+    ``settings.json``; an older file lists bare manifest URLs)."""
+    from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json
+
+    try:
+        with open(settings.remembered, "rb") as fh:
+            data = parse_json(fh.read(MAX_CONFIG_BYTES + 1), what=str(settings.remembered), max_bytes=MAX_CONFIG_BYTES)
+    except (OSError, MalformedInput):
+        return []
+    if not isinstance(data, dict):
+        return []
+    out = [c for c in (_channel_of(item, i) for i, item in enumerate(data.get("channels", []) or [])) if c is not None]
+    if not out:
+        out = [Channel(_adhoc_name(u), u) for u in data.get("manifests", []) or [] if isinstance(u, str)]
+    return out
 
 
 def remembered_manifests(settings: Settings) -> List[str]:
-    try:
-        data = json.loads(settings.remembered.read_text(encoding="utf-8"))
-        urls = data.get("manifests", []) if isinstance(data, dict) else []
-        return [u for u in urls if isinstance(u, str)]
-    except (OSError, ValueError):
-        return []
+    return [c.url for c in remembered_channels(settings)]
+
+
+def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
+    """Remember what an install used, keys as base64 text (a ``.pub`` path given once may move)."""
+    from ..installer.records import atomic_write
+    from ..manifests.channels import key_from_file
+
+    if not channels:
+        return
+    doc = {"manifests": [c.url for c in channels],
+           "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors),
+                         "keys": [key_from_file(k) if k.endswith(".pub") else k for k in c.keys]} for c in channels]}
+    atomic_write(settings.remembered, json.dumps(doc, indent=2))
 
 
 def remember_manifests(settings: Settings, urls: Sequence[str]) -> None:
-    from ..installer.records import atomic_write
+    remember_channels(settings, [Channel(_adhoc_name(u), u, [], list(settings.trusted_keys)) for u in urls])
 
-    if urls:
-        atomic_write(settings.remembered, json.dumps({"manifests": list(urls)}, indent=2))
+
+def _adhoc_name(url: str) -> str:
+    """The channel name of a manifest named by URL alone (``--manifest``)."""
+    return "manifest-" + hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def _with_keys(channel: Channel, keys: Sequence[str]) -> Channel:
+    extra = [k for k in keys if k not in channel.keys]
+    return Channel(channel.name, channel.url, list(channel.mirrors), list(channel.keys) + extra) if extra else channel
+
+
+def configured_channels(settings: Settings) -> List[Channel]:
+    """The embedding app's channels, then the user's (a user channel of the same name is shadowed)."""
+    from ..manifests.channels import read_user_channels
+
+    names = {c.name for c in settings.channels}
+    return list(settings.channels) + [c for c in read_user_channels(settings) if c.name not in names]
+
+
+def active_channels(settings: Settings, *, prefer_remembered: bool = False) -> List[Channel]:
+    """The channels to read, in precedence: manifests named outright (``--manifest``, the app's
+    ``manifests``), channels named by ``settings.channel`` (``--channel``), the app's channels,
+    the user's channels, and the ones the last install used (first of all for ``status`` and
+    ``upgrade``: ``prefer_remembered``). ``settings.trusted_keys`` (``--trusted-key``) are added
+    to each, and remembered with it by an install. Empty: no channel is configured."""
+    from ..manifests.channels import ChannelError, find
+
+    extra = list(settings.trusted_keys)
+    if settings.manifests:
+        return [Channel(_adhoc_name(u), u, [], extra) for u in settings.manifests]
+    remembered = remembered_channels(settings)
+    if settings.channel:
+        configured = configured_channels(settings)
+        chosen = []
+        for name in settings.channel:
+            c = find(configured, name) or find(remembered, name)
+            if c is None:
+                known = ", ".join(c.name for c in configured) or "none"
+                raise ChannelError(f"no channel named {name!r} is configured (configured: {known})",
+                                   "add the channel with its manifest URL and the publisher's key",
+                                   action=Action.ADD_MANIFEST)
+            chosen.append(_with_keys(c, extra))
+        return chosen
+    if settings.channels:
+        return [_with_keys(c, extra) for c in settings.channels]
+    if prefer_remembered and remembered:
+        return [_with_keys(c, extra) for c in remembered]
+    return [_with_keys(c, extra) for c in (configured_channels(settings) or remembered)]
 
 
 def manifest_urls(settings: Settings) -> List[str]:
-    """The manifests to use: the settings' own, else the ones the last install used."""
-    return list(settings.manifests) or remembered_manifests(settings)
+    """The manifests to use: the settings' own, else the channels', else the ones the last install used."""
+    return [c.url for c in active_channels(settings)]
 
 
-def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress) -> TrustedSet:
-    """The builtin torch matrix plus every ggml manifest in ``settings``, each verified before use.
+def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress,
+                   channels: Optional[Sequence[Channel]] = None, prefer_remembered: bool = False) -> TrustedSet:
+    """The builtin torch matrix plus the ggml manifest of every channel (``channels``, default
+    :func:`active_channels`), each verified with its channel's keys before use; a channel's
+    mirrors are tried in turn when its URL cannot be fetched.
 
     ``record=False`` checks rollback without raising the watermark (status, dry runs)."""
-    from ..artifacts import FetchError
-    from ..artifacts.documents import fetch_document, fetch_optional_document
-    from ..manifests.trust import TrustedManifests
+    from ..manifests.channels import trust_for
 
     manifests = Manifests.builtin()
     loaded: List[LoadedManifest] = []
-    urls = manifest_urls(settings)
-    if not urls:
-        return TrustedSet(manifests, loaded)
-    trusted = TrustedManifests.from_settings(settings)  # a check with record=False only reads
-    for url in urls:
-        progress(ProgressEvent("message", "plan", message=f"reading manifest {url}"))
-        try:
-            data = fetch_document(url)
-            sig = fetch_optional_document(url + ".sig")
-        except FetchError as exc:
-            raise FetchError(f"cannot get the manifest {url}: {exc.message}", hint="check the address and the network; "
-                             "nothing was changed", action=Action.CHECK_NETWORK) from None
+    chosen = list(channels) if channels is not None else active_channels(settings, prefer_remembered=prefer_remembered)
+    for channel in chosen:
+        trusted = trust_for(channel, settings)  # a check with record=False only reads
+        data, sig, url = _fetch_channel(channel, progress)
         verified = trusted.verify(data, sig, url, expect="ggml", record=record)
         manifests.add(verified.manifest)
-        loaded.append(LoadedManifest(url, verified.envelope.source, verified.envelope.version))
-    return TrustedSet(manifests, loaded)
+        loaded.append(LoadedManifest(url, verified.envelope.source, verified.envelope.version, channel.name))
+    return TrustedSet(manifests, loaded, chosen)
+
+
+def _fetch_channel(channel: Channel, progress: ProgressCallback) -> Tuple[bytes, Optional[bytes], str]:
+    """The manifest and signature of ``channel``: from its URL, else from each mirror in turn."""
+    from ..artifacts import FetchError
+    from ..artifacts.documents import fetch_document, fetch_optional_document
+
+    failures = []
+    for url in [channel.url, *channel.mirrors]:
+        progress(ProgressEvent("message", "plan", message=f"reading manifest {url}"))
+        try:
+            return fetch_document(url), fetch_optional_document(url + ".sig"), url
+        except FetchError as exc:
+            failures.append(f"{url}: {exc.message}")
+    raise FetchError(f"cannot get the manifest of channel {channel.name}: {'; '.join(failures)}"
+                      if len(failures) > 1 else f"cannot get the manifest {failures[0]}",
+                      hint="check the address and the network; nothing was changed", action=Action.CHECK_NETWORK)
 
 
 def target_interpreter(settings: Settings, *, create: bool) -> str:

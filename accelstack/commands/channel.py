@@ -1,0 +1,101 @@
+"""`accelstack channel list | add | remove`: the user's channels (signed manifest URLs and their keys)."""
+from __future__ import annotations
+
+import argparse
+from typing import List
+
+from ..errors import UsageError
+from .common import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "channel",
+        help="list, add and remove channels: where signed prebuilt runtimes come from",
+        description="A channel is a named manifest URL (with mirrors) and the public key(s) that must sign it. "
+        "`install`, `status` and `upgrade` read every configured channel (or those named with --channel). Trust "
+        "is pinned per channel: its keys verify its manifest and no other.",
+        epilog="examples:\n"
+        "  accelstack channel add stable https://host/ggml-manifest.json --key release.pub\n"
+        "  accelstack channel add stable URL --key current.pub --key next.pub --replace   during a key rotation\n"
+        "  accelstack channel list --json\n"
+        "  accelstack channel remove stable",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    csub = p.add_subparsers(dest="channel_command", metavar="ACTION")
+
+    ls = csub.add_parser("list", help="the configured channels (the app's, the user's, and the last install's)")
+    ls.add_argument("--json", action="store_true", help="print the result as JSON")
+    ls.add_argument("--home", metavar="DIR", help="runtime home whose last install's channels are listed too")
+    ls.set_defaults(func=run_list)
+
+    add = csub.add_parser("add", help="add a channel to the user's channels file")
+    add.add_argument("name", help="the channel's name (lowercase letters, digits, '.', '_', '+', '-')")
+    add.add_argument("url", help="the URL (or path) of its ggml-manifest.json; the .sig is read beside it")
+    add.add_argument("--mirror", action="append", default=[], metavar="URL", help="another address of the same manifest")
+    add.add_argument("--key", action="append", default=[], metavar="FILE", help="a public key (.pub) that signs it; repeatable")
+    add.add_argument("--key-id", action="append", default=[], metavar="ID",
+                     help="an already trusted key (shipped, or in the trusted-keys directory) by its id")
+    add.add_argument("--replace", action="store_true", help="replace a channel of the same name")
+    add.add_argument("--json", action="store_true", help="print the result as JSON")
+    add.set_defaults(func=run_add)
+
+    rm = csub.add_parser("remove", help="remove a channel from the user's channels file")
+    rm.add_argument("name")
+    rm.add_argument("--json", action="store_true", help="print the result as JSON")
+    rm.set_defaults(func=run_remove)
+
+    p.set_defaults(func=lambda args: _usage(p))
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _row(channel, origin: str) -> dict:
+    from ..manifests.channels import channel_trust
+
+    return {"name": channel.name, "url": channel.url, "mirrors": list(channel.mirrors), "keys": list(channel.keys),
+            "trust": channel_trust(channel), "origin": origin}
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from ..core.planning import remembered_channels
+    from ..manifests.channels import read_user_channels
+    from ..settings import Settings
+
+    s = Settings.resolve(home=args.home)
+    rows: List[dict] = [_row(c, "app") for c in s.channels]
+    rows += [_row(c, f"user ({s.channels_file})") for c in read_user_channels(s)]
+    names = {r["name"] for r in rows}
+    rows += [_row(c, f"last install ({s.home})") for c in remembered_channels(s) if c.name not in names]
+    lines = [f"{r['name']}  {r['url']}" + "".join(f"\n    mirror {m}" for m in r["mirrors"])
+             + f"\n    signed by {r['trust']}; from {r['origin']}" for r in rows]
+    emit(args, rows, "\n".join(lines) or "no channel is configured (add one: accelstack channel add NAME URL --key FILE)")
+    return 0
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from ..manifests.channels import add_channel, key_from_file, key_from_id
+    from ..settings import Channel, Settings
+
+    s = Settings.resolve()
+    keys = [key_from_file(k) for k in args.key] + [key_from_id(k, s) for k in args.key_id]
+    if not keys:
+        raise UsageError("a channel needs the key that signs its manifest: give --key FILE or --key-id ID",
+                         "ask the publisher for the public key (.pub)")
+    channel = add_channel(s, Channel(args.name, args.url, list(args.mirror), list(dict.fromkeys(keys))), replace=args.replace)
+    row = _row(channel, f"user ({s.channels_file})")
+    emit(args, row, f"added channel {channel.name}: {channel.url}, signed by {row['trust']}\n  in {s.channels_file}")
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from ..manifests.channels import remove_channel
+    from ..settings import Settings
+
+    s = Settings.resolve()
+    channel = remove_channel(s, args.name)
+    emit(args, _row(channel, "removed"), f"removed channel {channel.name} ({channel.url})")
+    return 0
