@@ -131,7 +131,7 @@ class Downloader:
 
     def _download(self, ref: ArtifactRef, task: str) -> Path:
         sha, size = ref.sha256, ref.size
-        part = PartFile(self.cache.part_path(sha), size)
+        part = PartFile(self.cache.part_path(sha), size, self.chunk_size)
         ok = False
         try:
             resumed = part.offset
@@ -251,28 +251,7 @@ class Downloader:
                     "the mirror has another file under this name; report it to the publisher",
                     url=url,
                 )
-            last = time.monotonic()
-            emit = self._progress is not None
-            for chunk in stream.chunks(self.chunk_size):
-                if self.cancel.is_set():
-                    self.check_cancel()
-                if len(chunk) > size - part.offset:
-                    part.reset()
-                    self.emit("advance", task, done=0, total=size)
-                    raise SizeMismatchError(
-                        f"{task}: {url} sent more than the declared {size} bytes",
-                        "the mirror has another file under this name; report it to the publisher",
-                        url=url,
-                    )
-                try:
-                    part.write(chunk)
-                except OSError as exc:
-                    raise write_error(exc, part.path) from None
-                if emit:
-                    now = time.monotonic()
-                    if now - last >= PROGRESS_INTERVAL:
-                        last = now
-                        self.emit("advance", task, done=part.offset, total=size)
+            self._stream_into(stream, ref, url, part, task)
             if part.offset < size:
                 raise FetchError(
                     f"{url}: connection closed after {part.offset} of {size} bytes", transient=True, url=url
@@ -291,6 +270,61 @@ class Downloader:
             with self._active_lock:
                 self._active.discard(stream)
             stream.close()
+
+    def _stream_into(self, stream: Stream, ref: ArtifactRef, url: str, part: PartFile, task: str) -> None:
+        """Copy the body into ``part`` until it ends: each buffer filled by as many socket reads as
+        it takes, then written and hashed once (see :mod:`.partfile`). Bytes received before an
+        error are kept, so a resume asks only for the rest."""
+        size = ref.size
+        cancel = self.cancel
+        emit = self._progress is not None
+        last = time.monotonic()
+        while True:
+            if cancel.is_set():
+                self.check_cancel()
+            buf = part.buffer()
+            owned = True  # until the part takes the buffer
+            try:
+                view = memoryview(buf)
+                # One byte more than still missing: a body longer than declared shows itself.
+                want = min(len(view), size - part.offset + 1)
+                filled, eof = 0, False
+                error: Optional[FetchError] = None
+                try:
+                    while filled < want:
+                        n = stream.readinto(view[filled:want])
+                        if not n:
+                            eof = True
+                            break
+                        filled += n
+                except FetchError as exc:
+                    error = exc
+                if filled > size - part.offset:
+                    part.reset()
+                    self.emit("advance", task, done=0, total=size)
+                    raise SizeMismatchError(
+                        f"{task}: {url} sent more than the declared {size} bytes",
+                        "the mirror has another file under this name; report it to the publisher",
+                        url=url,
+                    )
+                if filled:
+                    owned = False
+                    try:
+                        part.write(view[:filled], buffer=buf)
+                    except OSError as exc:
+                        raise write_error(exc, part.path) from None
+            finally:
+                if owned:
+                    part.give_back(buf)
+            if error is not None:
+                raise error
+            if emit:
+                now = time.monotonic()
+                if now - last >= PROGRESS_INTERVAL:
+                    last = now
+                    self.emit("advance", task, done=part.offset, total=size)
+            if eof:
+                return
 
 
 def write_error(exc: OSError, path: Path) -> ArtifactError:

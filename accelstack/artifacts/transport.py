@@ -96,6 +96,12 @@ class Stream:
     def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def readinto(self, view: memoryview) -> int:  # pragma: no cover - interface
+        """Read the next bytes into ``view``: at most one network read (what it gave, up to
+        ``len(view)``), so a caller filling a buffer loses nothing already received when the
+        next read fails. 0 at the end of the body."""
+        raise NotImplementedError
+
     def close(self) -> None:  # pragma: no cover - interface
         pass
 
@@ -128,6 +134,12 @@ class _FileStream(Stream):
         self.start = offset
         self.length = size - offset
         self.total = size
+
+    def readinto(self, view: memoryview) -> int:
+        try:
+            return self._fh.readinto(view)  # type: ignore[attr-defined]  # a BufferedReader
+        except OSError as exc:
+            raise FetchError(f"{self.url}: read failed ({exc})", transient=True, url=self.url) from None
 
     def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
         while True:
@@ -176,6 +188,54 @@ class _HTTPStream(Stream):
                 self.length = end - self.start + 1
         else:
             self.total = self.length
+        # The fast path: straight from the socket's buffered reader into the caller's buffer, with
+        # the body's length counted here (http.client's own reads would copy each read into a new
+        # bytes object first). Only for a plain body; a chunked one goes through http.client.
+        self._reader: Optional[Any] = None
+        self._left: Optional[int] = None
+        fp = getattr(response.raw, "_fp", None)  # urllib3 -> http.client.HTTPResponse
+        sockfile = getattr(fp, "fp", None)
+        if (isinstance(fp, http.client.HTTPResponse) and fp.chunked is False and sockfile is not None
+                and hasattr(sockfile, "readinto1")):
+            self._reader = sockfile.readinto1
+            self._left = fp.length
+
+    def readinto(self, view: memoryview) -> int:
+        reader = self._reader
+        if reader is None:
+            data = self._read_some(len(view))
+            view[: len(data)] = data
+            return len(data)
+        left = self._left
+        if left is not None:
+            if left <= 0:
+                return 0
+            if len(view) > left:
+                view = view[:left]
+        try:
+            n = reader(view) or 0
+        except (OSError, ValueError) as exc:
+            raise FetchError(
+                f"{_redact(self.url)}: transfer interrupted ({_describe(exc)})", transient=True, url=self.url
+            ) from None
+        if left is not None:
+            self._left = left - n
+        return n
+
+    def _read_some(self, size: int) -> bytes:
+        import requests
+        import urllib3
+
+        raw = self._resp.raw
+        try:
+            if hasattr(raw, "read1"):  # urllib3 >= 2
+                return bytes(raw.read1(size, decode_content=False))
+            return bytes(raw.read(size, decode_content=False))
+        except (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError,
+                ValueError) as exc:
+            raise FetchError(
+                f"{_redact(self.url)}: transfer interrupted ({_describe(exc)})", transient=True, url=self.url
+            ) from None
 
     def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
         import requests

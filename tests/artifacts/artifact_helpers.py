@@ -12,7 +12,8 @@ error; ``wrong_bytes()`` serve corrupted bytes of the right length; ``content_le
 ``n`` body bytes; ``extra(n)`` no Content-Length and ``n`` bytes too many; ``no_range()`` ignore
 Range (200 with everything); ``drip(at, stall)`` send up to ``at`` then stall ``stall`` seconds
 (longer than the client's read timeout); ``throttle(chunk, delay)`` send slowly;
-``gate(at, event)`` send up to ``at`` and wait for ``event`` before the rest.
+``gate(at, event)`` send up to ``at`` and wait for ``event`` before the rest; ``rate(bps)`` a
+link throttled to ``bps`` bytes per second (paced to the schedule, as benchmarks/bench_fetch.py does).
 ``redirect(path, to)`` makes ``path`` a redirect.
 """
 from __future__ import annotations
@@ -61,6 +62,11 @@ def drip(at: int, stall: float) -> dict:
 
 def throttle(chunk: int, delay: float) -> dict:
     return {"kind": "throttle", "chunk": chunk, "delay": delay}
+
+
+def rate(bytes_per_second: int) -> dict:
+    """A throttled link: the body is paced so that byte ``n`` leaves ``n / bytes_per_second`` s after the first."""
+    return {"kind": "rate", "bps": bytes_per_second}
 
 
 def gate(at: int, event: threading.Event) -> dict:
@@ -209,8 +215,13 @@ class _Handler(BaseHTTPRequestHandler):
         chunk, delay = 64 * 1024, 0.0
         if kind in ("drop", "drip", "gate"):
             stop_at = max(0, min(len(body), fault["at"] - start))
+        bps = 0
         if kind == "throttle":
             chunk, delay = fault["chunk"], fault["delay"]
+        if kind == "rate":
+            bps = fault["bps"]
+            chunk = max(1, min(64 * 1024, bps // 50))  # ~20 ms of the link per write
+        t0 = time.monotonic()
         try:
             pos = 0
             while pos < stop_at:
@@ -222,6 +233,10 @@ class _Handler(BaseHTTPRequestHandler):
                 pos += len(piece)
                 if delay:
                     time.sleep(delay)
+                if bps:
+                    ahead = t0 + pos / bps - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
             if kind == "drip":
                 fs.stop.wait(fault["stall"])
                 return
