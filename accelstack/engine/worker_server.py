@@ -159,6 +159,14 @@ def make_handler(state: WorkerState) -> Type[BaseHTTPRequestHandler]:
             super().setup()
             self.rfile = _HeaderBudget(self.rfile, WORKER_MAX_HEADER_BYTES)  # type: ignore[assignment]
 
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            if self.request_version == "HTTP/0.9":  # no status line to answer with: drop it
+                self.close_connection = True
+                return False
+            return True
+
         def handle_one_request(self) -> None:
             self.rfile.reset()  # type: ignore[attr-defined]
             try:

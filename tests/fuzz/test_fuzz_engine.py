@@ -9,10 +9,13 @@ bugs are kept below as plain tests.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import socket
 import struct
+import threading
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -21,12 +24,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accelstack.engine import worker_server
+from accelstack.engine.client import WorkerClient
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.modelfile import check_model
+from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.worker_backend import WorkerBackend
+from accelstack.engine.worker_server import make_server
+from accelstack.engine.worker_state import WorkerState
 
 from .fuzzing import Counter, bounded, fuzz
 
-STATS: Dict[str, Counter] = {"model headers": Counter(), "model refused": Counter()}
+STATS: Dict[str, Counter] = {"model headers": Counter(), "model refused": Counter(), "http in-process": Counter(),
+                             "http real worker": Counter(), "http closed without answer": Counter()}
 
 
 # -- tiny model files ----------------------------------------------------------------------------------------
@@ -207,6 +217,141 @@ def test_fuzz_model_headers(tmp_path_factory, example):
         except ModelLoadError as exc:
             STATS["model refused"]()
             assert len(str(exc)) < 1000
+
+
+# -- the fuzz target: HTTP requests over real sockets ------------------------------------------------------
+TOKEN = "fuzz-token"
+PATHS = ["/ping", "/status", "/status?wait=0.01&since=0", "/status?wait=nan&since=-1", "/result?job=abc",
+         "/result?job=abc&wait=0.01", "/generate", "/cancel", "/shutdown", "/nope", "/%00", "*", "", "/" + "a" * 300]
+METHODS = ["GET", "POST", "PUT", "HEAD", "OPTIONS", "G\x00T", "\u00e9", ""]
+
+
+@st.composite
+def http_request(draw, token: str, paths=PATHS) -> bytes:
+    if draw(st.integers(0, 9)) == 0:  # now and then: pure noise
+        return draw(st.binary(max_size=300))
+    method = draw(st.sampled_from(METHODS))
+    path = draw(st.sampled_from(paths) | st.text(max_size=40).map(lambda t: "/" + t))
+    version = draw(st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/9", "", "HTTP/1.1 extra"]))
+    lines = [f"{method} {path} {version}".rstrip()]
+    auth = draw(st.sampled_from(["good", "good", "bad", "none", "long"]))
+    if auth == "good":
+        lines.append(f"Authorization: Bearer {token}")
+    elif auth == "bad":
+        lines.append("Authorization: Bearer " + draw(st.text(max_size=50)))
+    elif auth == "long":
+        lines.append("Authorization: " + "B" * draw(st.integers(1000, 20000)))
+    body = draw(st.sampled_from([b"", b"{}", b"[]", b"{", b"null"]) | st.binary(max_size=200) | st.builds(
+        lambda d: json.dumps(d).encode(), st.dictionaries(
+            st.sampled_from(["prompt", "width", "height", "steps", "seed", "cfg_scale", "sampler", "batch_count",
+                             "clip_skip", "negative_prompt", "extra"]),
+            st.one_of(st.integers(-(2 ** 70), 2 ** 70), st.text(max_size=30), st.floats(), st.none(), st.lists(st.integers(), max_size=3)),
+            max_size=6)))
+    length = draw(st.sampled_from(["exact", "none", "-1", "huge", "text", "short", "long", "two"]))
+    if length == "exact":
+        lines.append(f"Content-Length: {len(body)}")
+    elif length == "-1":
+        lines.append("Content-Length: -1")
+    elif length == "huge":
+        lines.append("Content-Length: 99999999999999999999")
+    elif length == "text":
+        lines.append("Content-Length: " + draw(st.text(max_size=10)))
+    elif length == "short":
+        lines.append(f"Content-Length: {max(0, len(body) - 3)}")
+    elif length == "long":
+        lines.append(f"Content-Length: {len(body) + 50}")
+    elif length == "two":
+        lines += ["Content-Length: 1", "Content-Length: 2"]
+    for _ in range(draw(st.integers(0, 3))):
+        lines.append(draw(st.text(max_size=30)) + ": " + draw(st.text(max_size=30)))
+    if draw(st.booleans()):
+        lines.append("Transfer-Encoding: chunked")
+    head = "\r\n".join(lines) + draw(st.sampled_from(["\r\n\r\n", "\n\n", "\r\n", ""]))
+    return head.encode("utf-8", "surrogatepass") + body
+
+
+def send(port: int, data: bytes) -> bytes:
+    """One request on a fresh connection; the write side is shut so the server never waits for more."""
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        out = b""
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the server answered and closed before reading everything: allowed
+            pass
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except ConnectionResetError:
+            pass
+        return out
+
+
+def _check_answer(out: bytes) -> None:
+    if not out:
+        STATS["http closed without answer"]()
+        return
+    assert out.startswith((b"HTTP/1.", b"<!DOCTYPE HTML>")), out[:100]
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    saved = worker_server.exit_soon
+    worker_server.exit_soon = lambda code: None  # /shutdown and /cancel must not end pytest
+    state = WorkerState(WorkerBackend(io.StringIO()), TOKEN)
+    state.phase = "ready"
+    state.backend.sd = object()  # "loaded": /generate starts a job, which the bare backend fails
+    srv = make_server(state)
+    srv.RequestHandlerClass.timeout = 2.0
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    worker_server.exit_soon = saved
+
+
+@fuzz(int(os.environ.get("FUZZ_HTTP_EXAMPLES", "150")))
+@given(data=st.data())
+def test_fuzz_worker_http_in_process(http_server, data):
+    STATS["http in-process"]()
+    request = data.draw(http_request(TOKEN))
+    with bounded("an HTTP request", time_s=10.0):
+        _check_answer(send(http_server.server_address[1], request))
+    assert http_server.errors == 0
+    with http_server.guard:
+        assert http_server.open_connections <= 96
+
+
+def test_in_process_server_still_serves_after_fuzzing(http_server):
+    assert WorkerClient(http_server.server_address[1], TOKEN).ping(timeout=5)
+    assert http_server.errors == 0
+
+
+@pytest.fixture(scope="module")
+def real_worker(ggml_cpu_runtime):
+    from accelstack.engine.runtime import Runtime
+
+    with Supervisor(Runtime(Path(ggml_cpu_runtime))) as sup:
+        yield sup
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_fuzz_real_worker_http(real_worker, data):
+    """The real worker process (runtime imported, no model); /shutdown is left out (it is obeyed)."""
+    STATS["http real worker"]()
+    request = data.draw(http_request(real_worker.client.token, [p for p in PATHS if p != "/shutdown"]))
+    with bounded("an HTTP request", time_s=10.0):
+        _check_answer(send(real_worker.client.port, request))
+    assert real_worker.alive()
+
+
+def test_real_worker_still_serves_after_fuzzing(real_worker):
+    assert real_worker.ping(timeout=5) and real_worker.status().phase == "ready"
+    assert "Traceback" not in "\n".join(real_worker.log_tail(200))
 
 
 def teardown_module(module):
