@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import logging
 import os
 import re
 import socket
@@ -24,6 +25,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from .errors import FetchError, InsecureURLError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
 DEFAULT_READ_TIMEOUT = 60.0
@@ -291,6 +294,61 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+_TLS_LOCK = threading.Lock()
+_TLS_CONTEXT: List[Any] = []  # [the process's one truststore context], or [None] where there is none
+
+
+def _trust_store_context() -> Optional[Any]:
+    """An SSL context that verifies against the operating system's trust store (``truststore``,
+    as pip does): a company's TLS-inspecting proxy whose root the IT department installed on the
+    machine is trusted, which certifi's fixed bundle cannot know. ``None`` where truststore is not
+    available (Python 3.9, or not installed): requests then verifies against certifi's bundle."""
+    with _TLS_LOCK:
+        if not _TLS_CONTEXT:
+            context: Optional[Any] = None
+            try:
+                import ssl
+
+                import truststore
+
+                context = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            except Exception as exc:  # ImportError on 3.9; any failure falls back to certifi
+                log.info("TLS: the system trust store is not available (%s); verifying against certifi's bundle",
+                         _describe(exc))
+            _TLS_CONTEXT.append(context)
+        return _TLS_CONTEXT[0]
+
+
+def _tls_adapter() -> Optional[Any]:
+    """A requests adapter for https:// that uses :func:`_trust_store_context` (for this session
+    only: nothing is injected into ``ssl`` or ``requests`` globally, so an embedding app's own
+    HTTP clients are untouched). Proxies from the environment still apply: requests asks the
+    adapter for a proxy manager, which gets the same context."""
+    context = _trust_store_context()
+    if context is None:
+        return None
+    from requests.adapters import HTTPAdapter
+
+    class TrustStoreAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs["ssl_context"] = context
+            return super().init_poolmanager(*args, **kwargs)
+
+        def proxy_manager_for(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs["ssl_context"] = context
+            return super().proxy_manager_for(*args, **kwargs)
+
+        def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+            super().cert_verify(conn, url, verify, cert)
+            if verify is True:
+                # requests would add certifi's bundle to every connection; the system store is the
+                # trust (a bundle named by REQUESTS_CA_BUNDLE still is added, as the user asked)
+                conn.ca_certs = None
+                conn.ca_cert_dir = None
+
+    return TrustStoreAdapter()
+
+
 class Transport:
     """Opens URLs. One ``requests.Session`` per thread; connect and read timeouts on every request."""
 
@@ -325,7 +383,10 @@ class Transport:
             session.headers["User-Agent"] = self.user_agent
             # Bytes as stored: a transparently gunzipped body would not match the hash or size.
             session.headers["Accept-Encoding"] = "identity"
-            session.trust_env = True  # proxies from the environment, as users expect
+            session.trust_env = True  # HTTPS_PROXY, NO_PROXY, ... from the environment, as users expect
+            adapter = _tls_adapter()
+            if adapter is not None:
+                session.mount("https://", adapter)
             self._local.session = session
             with self._lock:
                 self._sessions.append(session)
@@ -373,6 +434,16 @@ class Transport:
                 )
             except requests.exceptions.InvalidURL as exc:
                 raise FetchError(f"{_redact(current)}: invalid URL ({exc})", url=current) from None
+            except requests.exceptions.SSLError as exc:
+                if "CERTIFICATE_VERIFY_FAILED" not in str(exc):
+                    raise FetchError(f"{_redact(current)}: {_describe(exc)}", transient=True, url=current) from None
+                # Trying again cannot help; the usual cause is a TLS-inspecting proxy.
+                raise FetchError(
+                    f"{_redact(current)}: the server's TLS certificate is not trusted ({_describe(exc)})",
+                    "if your network inspects TLS (a company proxy), install its root certificate in the "
+                    "operating system's trust store, which accelstack uses; otherwise report the mirror",
+                    url=current,
+                ) from None
             except (requests.RequestException, OSError, ValueError) as exc:
                 raise FetchError(
                     f"{_redact(current)}: {_describe(exc)}", transient=True, url=current

@@ -81,6 +81,7 @@ class Hit:
     status: int = 0
     sent: int = 0
     fault: Optional[str] = None
+    target: str = ""  # the request line's target as sent: an absolute URI when this server is a proxy
 
 
 @dataclass
@@ -94,10 +95,12 @@ class FaultServer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    scheme: str = "http"
+
     @property
     def base(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -151,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         fs = self.fs
         path = urlsplit(self.path).path
         match = _RANGE.match(self.headers.get("Range", ""))
-        hit = Hit(path, int(match.group(1)) if match else None)
+        hit = Hit(path, int(match.group(1)) if match else None, target=self.path)
         with fs.lock:
             fs.log.append(hit)
         fault = fs._next_fault(path)
@@ -283,11 +286,19 @@ class Events:
 
 
 
-def start_server():
-    """A running :class:`FaultServer` and a function that stops it."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # a refused TLS handshake is expected in tests
+        pass
+
+
+def start_server(tls=None):
+    """A running :class:`FaultServer` and a function that stops it; with ``tls`` (a server-side
+    ``ssl.SSLContext``) it speaks https."""
+    httpd = _QuietServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    fs = FaultServer(httpd)
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+    fs = FaultServer(httpd, scheme="https" if tls is not None else "http")
     httpd.fault_server = fs  # type: ignore[attr-defined]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
