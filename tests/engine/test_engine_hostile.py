@@ -12,7 +12,7 @@ from accelstack.engine import generation, memory
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config
 from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError
 from accelstack.engine.generation import check_outputs, output_paths
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.protocol import DeviceInfo, GenerateRequest, WorkerStatus
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
 
 from engine_helpers import cli_env, run_cli
@@ -193,3 +193,23 @@ def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime,
     with pytest.raises(ConfigError):
         apply_overrides(EngineOptions(), {"memory_check": "no"})
     assert not apply_overrides(EngineOptions(), {"memory_check": False}).memory_check
+
+
+def test_free_gpu_memory_reported_by_the_worker_is_checked_before_the_job():
+    """On a GPU runtime the worker reports the device's free memory once the model is loaded; the
+    working memory (plus the offloaded UNet) is checked against it before the job is sent."""
+    gib = 2 ** 30
+    req = GenerateRequest(prompt="x", width=2048, height=2048)
+    opts = EngineOptions()
+    need = memory.estimate(2 * gib, req, opts, gpu=True)
+
+    class FakeSupervisor:
+        last_status = WorkerStatus(phase="ready", pid=1, device=DeviceInfo(name="GPU0", kind="gpu", memory_free=8 * gib))
+
+    with pytest.raises(InsufficientMemoryError) as err:
+        generation._check_device_memory(FakeSupervisor(), need, req, opts)  # type: ignore[arg-type]
+    assert "GPU memory" in err.value.message and "8.0 GiB is available" in err.value.message
+    FakeSupervisor.last_status.device.memory_free = 64 * gib
+    generation._check_device_memory(FakeSupervisor(), need, req, opts)  # type: ignore[arg-type]
+    FakeSupervisor.last_status.device = DeviceInfo(name="CPU", kind="cpu", memory_free=1)
+    generation._check_device_memory(FakeSupervisor(), need, req, opts)  # type: ignore[arg-type]  # CPU: RAM was checked
