@@ -179,7 +179,7 @@ def test_no_channel_and_no_toolchain_explains_the_choices(tmp_path, ggml_cpu_bui
     # the source is cached, the compile is not, and no compiler is on PATH
     builds = tmp_path / "builds"
     (builds / "sdist").mkdir(parents=True)
-    sdist = next(Path(ggml_cpu_build.wheel).parents[2].glob("sdist/*.tar.gz"))
+    sdist = next((Settings.resolve().build_cache / "sdist").glob("*.tar.gz"))
     os.symlink(sdist, builds / "sdist" / sdist.name)
     env = cli_env(tmp_path / "home", tmp_path / "cache", {"ACCELSTACK_BUILD_CACHE": str(builds),
                   "ACCELSTACK_CONFIG_DIR": str(tmp_path / "config"), "PATH": _hidden_toolchain_path(tmp_path)})
