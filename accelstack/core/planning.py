@@ -83,10 +83,6 @@ def remembered_channels(settings: Settings) -> List[Channel]:
     return out
 
 
-def remembered_manifests(settings: Settings) -> List[str]:
-    return [c.url for c in remembered_channels(settings)]
-
-
 def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
     """Remember what an install used, keys as base64 text (a ``.pub`` path given once may move)."""
     from ..installer.records import atomic_write
@@ -98,10 +94,6 @@ def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
            "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors),
                          "keys": [key_from_file(k) if k.endswith(".pub") else k for k in c.keys]} for c in channels]}
     atomic_write(settings.remembered, json.dumps(doc, indent=2))
-
-
-def remember_manifests(settings: Settings, urls: Sequence[str]) -> None:
-    remember_channels(settings, [Channel(_adhoc_name(u), u, [], list(settings.trusted_keys)) for u in urls])
 
 
 def _adhoc_name(url: str) -> str:
@@ -151,11 +143,6 @@ def active_channels(settings: Settings, *, prefer_remembered: bool = False) -> L
     if prefer_remembered and remembered:
         return [_with_keys(c, extra) for c in remembered]
     return [_with_keys(c, extra) for c in (configured_channels(settings) or remembered)]
-
-
-def manifest_urls(settings: Settings) -> List[str]:
-    """The manifests to use: the settings' own, else the channels', else the ones the last install used."""
-    return [c.url for c in active_channels(settings)]
 
 
 def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress,

@@ -29,6 +29,7 @@ from ..settings import Channel, Settings
 from .errors import ManifestError
 from .fields import ID_RULE, check_id, read_document
 from .keys import TrustStore, parse_public_key
+from .trust import TrustedManifests
 
 FORMAT = "accelstack-channels"
 FORMAT_VERSION = 1
@@ -73,12 +74,10 @@ def check_channel(channel: Channel, where: str = "channel") -> Channel:
     return channel
 
 
-def trust_for(channel: Channel, settings: Settings) -> Any:
+def trust_for(channel: Channel, settings: Settings) -> TrustedManifests:
     """The :class:`~accelstack.manifests.trust.TrustedManifests` that checks ``channel``'s manifest:
     its own keys only when it has some (pinned), else the globally trusted keys; the home's
     rollback state and ``insecure_unsigned`` as ``settings`` say."""
-    from .trust import TrustedManifests
-
     if channel.keys:
         return TrustedManifests(keys=channel.keys, user_keys_dir=None, include_package_keys=False,
                                 rollback_state=settings.rollback_state, insecure_unsigned=settings.insecure_unsigned)
