@@ -104,7 +104,7 @@ def run_install(args) -> int:
 
 def _install_text(summary) -> str:
     plan = summary.plan
-    lines = [f"plan: {plan.summary}"]
+    lines = list(summary.notes) + [f"plan: {plan.summary}"]
     lines += [f"recovered: {r}" for r in summary.recovered]
     if summary.dry_run:
         if summary.would_build:

@@ -47,6 +47,7 @@ class InstallSummary:
     built_locally: bool = False
     dry_run: bool = False
     would_build: str = ""  # dry run: the variant that would be compiled first
+    notes: List[str] = field(default_factory=list)  # said once to the user ("no channel is configured ...")
 
 
 def home_of(settings: Settings) -> Home:
@@ -104,12 +105,16 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
         home_of(s).ensure()  # an unusable home is said plainly before any manifest version is recorded in it
     if trusted is None and stack == "ggml":
         trusted = load_manifests(s, record=not dry_run, progress=progress, prefer_remembered=prefer_remembered)
+    notes = []
     if stack == "ggml" and trusted is not None and not trusted.channels:
+        notes.append(NO_CHANNEL_LINE)
         progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE))
     p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
              manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
-    return install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
-                           on_progress=progress)
+    summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
+                              on_progress=progress)
+    summary.notes = notes + summary.notes
+    return summary
 
 
 def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], force: bool,

@@ -205,6 +205,7 @@ def test_no_channel_with_a_cached_build_says_so_once_and_installs_without_a_comp
     summary = accelstack.plan_and_install(settings=s, verifier=import_verifier(), on_progress=events.append)
     said = [e.message for e in events if e.kind == "message"]
     assert sum("no channel is configured" in m for m in said) == 1
+    assert summary.notes == ["no channel is configured, so there is no published build to download"]
     assert summary.built_locally and summary.changed and summary.receipt.manifest_source == "local-build"
     assert accelstack.status(settings=s)[0].healthy
 
