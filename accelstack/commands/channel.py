@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import List
 
 from ..errors import UsageError
@@ -81,14 +82,25 @@ def run_add(args: argparse.Namespace) -> int:
     from ..settings import Channel, Settings
 
     s = Settings.resolve()
+    url, mirrors = _location(args.url), [_location(m) for m in args.mirror]
     keys = [key_from_file(k) for k in args.key] + [key_from_id(k, s) for k in args.key_id]
     if not keys:
         raise UsageError("a channel needs the key that signs its manifest: give --key FILE or --key-id ID",
                          "ask the publisher for the public key (.pub)")
-    channel = add_channel(s, Channel(args.name, args.url, list(args.mirror), list(dict.fromkeys(keys))), replace=args.replace)
+    channel = add_channel(s, Channel(args.name, url, mirrors, list(dict.fromkeys(keys))), replace=args.replace)
     row = _row(channel, f"user ({s.channels_file})")
     emit(args, row, f"added channel {channel.name}: {channel.url}, signed by {row['trust']}\n  in {s.channels_file}")
     return 0
+
+
+def _location(text: str) -> str:
+    """A URL as given (refused now if it could never be fetched), or a local path made absolute."""
+    from ..artifacts import check_url
+
+    if "://" in text:
+        check_url(text)
+        return text
+    return str(Path(text).expanduser().resolve())
 
 
 def run_remove(args: argparse.Namespace) -> int:

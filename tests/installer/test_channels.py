@@ -60,6 +60,8 @@ def test_channel_add_list_remove_through_the_cli(tmp_path, signing_key):
     assert proc.returncode != 0 and "not a valid channel name" in proc.stderr
     proc = run_cli(["channel", "add", "nokey", "https://example.org/x.json"], env)
     assert proc.returncode != 0 and "--key" in proc.stderr
+    proc = run_cli(["channel", "add", "plain", "http://example.org/x.json", "--key", str(pub)], env)
+    assert proc.returncode != 0 and "only https://" in proc.stderr
 
     rows = result_of(run_cli(["channel", "list", "--json"], env))
     assert [(r["name"], r["mirrors"]) for r in rows] == [("stable", ["https://mirror.example.org/ggml-manifest.json"]),
