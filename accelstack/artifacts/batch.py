@@ -99,17 +99,21 @@ def fetch(
     check_disk: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     fsync: Optional[bool] = None,
+    deep: bool = False,
 ) -> Dict[str, Path]:
     """Make every ref available in the cache; return ``{sha256: path}``.
 
     ``cache``: a :class:`Cache`, a directory, or ``None`` for ``Settings.resolve().cache``.
     ``offline``: ``None`` for ``Settings.resolve().offline``; when on, no network is used and a
     missing file raises :class:`OfflineError`. ``verify_cached`` re-hashes cached blobs before
-    trusting them (a blob that fails is fetched again). ``transport`` and ``retry`` set timeouts,
+    trusting them (a blob that fails is fetched again); a blob whose size, mtime and inode still
+    match the record of its last check is trusted without reading it, unless ``deep`` (for
+    ``repair`` and ``verify --deep``: every cached blob is re-hashed). ``transport`` and ``retry`` set timeouts,
     redirects and backoff. At most ``max_workers`` files download at once. ``fsync`` flushes each
     file to disk before its rename into place; by default only when ``verify_cached`` is off
-    (with it on, a blob torn by a power cut is caught by the re-hash on its next use and fetched
-    again, so the flush would only cost time).
+    (with it on, a blob placed without the flush is hashed once more on its first reuse before
+    its size/mtime/inode record is written, so a blob torn by a power cut is caught and fetched
+    again; the flush would only cost time).
 
     Raises :class:`FetchError` (or a subclass) for a file that no mirror could serve correctly,
     after the other files of the batch have finished; several failures are reported together.
@@ -119,7 +123,7 @@ def fetch(
         offline = Settings.resolve().offline
     unique, tasks = _unique(refs)
     if offline:
-        return _from_cache_only(store, unique, tasks, progress, verify_cached)
+        return _from_cache_only(store, unique, tasks, progress, verify_cached, deep)
 
     todo = list(unique.values())
     needed = 0
@@ -138,7 +142,7 @@ def fetch(
         transport = Transport()
     if fsync is None:
         fsync = not verify_cached
-    batch = Downloader(store, transport, retry or RetryPolicy(), progress, verify_cached, chunk_size, fsync)
+    batch = Downloader(store, transport, retry or RetryPolicy(), progress, verify_cached, chunk_size, fsync, deep)
     total = sum(r.size for r in todo)
     batch.emit("start", "", done=0, total=total, extra={"files": len(todo)})
     results: Dict[str, Path] = {}
@@ -191,9 +195,10 @@ def _unique(refs: Iterable[ArtifactRef]) -> Tuple[Dict[str, ArtifactRef], Dict[s
 
 
 def _from_cache_only(store: Cache, unique: Dict[str, ArtifactRef], tasks: Dict[str, str],
-                     progress: Optional[ProgressCallback], verify_cached: bool) -> Dict[str, Path]:
+                     progress: Optional[ProgressCallback], verify_cached: bool, deep: bool) -> Dict[str, Path]:
     """Offline mode: every file from the cache, or :class:`OfflineError` naming the missing ones."""
-    missing = [r for r in unique.values() if not store.valid(r.sha256, r.size, verify=verify_cached)]
+    missing = [r for r in unique.values()
+               if not store.valid(r.sha256, r.size, verify=verify_cached or deep, deep=deep)]
     if missing:
         listed = ", ".join(r.name for r in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise OfflineError(

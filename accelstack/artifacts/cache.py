@@ -5,24 +5,37 @@ Layout under the cache root (``Settings.cache``: ``ACCELSTACK_CACHE``, else the 
     blobs/sha256/<hex>        a verified file, read-only, named by its sha256
     blobs/sha256/<hex>.part   bytes downloaded so far (resumed with an HTTP Range request)
     blobs/sha256/<hex>.lock   the per-blob lock file (held while downloading or placing)
+    blobs/sha256/<hex>.verified  the blob's size, mtime_ns, inode and device when its sha256 was
+                              last checked (a small JSON document, replaced atomically)
 
 A blob only ever appears at its final path by an atomic rename of a ``.part`` whose hash was
 checked, so a file at ``blobs/sha256/<hex>`` is either complete or absent. Lock files stay behind
 (that is normal for file locks) and are tiny.
+
+Re-hashing a multi-GB blob on every use costs seconds, so a blob whose stat still matches its
+``.verified`` record is trusted without reading it; any change of size, mtime or inode (a
+rewrite, a copy, a restore from backup) makes the next use hash it again. That catches accidents
+(a torn write, a truncation, a file replaced), not a deliberate same-size edit that restores the
+mtime: ``deep=True`` (``repair``, ``verify --deep``) re-hashes every blob whatever its record says.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
+import threading
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Union
 
+from ..limits import MalformedInput, parse_json
 from ..settings import Settings
 from .errors import CacheError
 
 HASH_CHUNK = 1 << 20
+STAMP_SUFFIX = ".verified"
+MAX_STAMP_BYTES = 1024  # {"sha256": 64 hex, four integers}: ~200 bytes
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would accept a trailing newline
 
 
@@ -92,6 +105,9 @@ class Cache:
     def part_path(self, sha256: str) -> Path:
         return self.blob_dir / (check_sha256(sha256) + ".part")
 
+    def stamp_path(self, sha256: str) -> Path:
+        return self.blob_dir / (check_sha256(sha256) + STAMP_SUFFIX)
+
     def lock_path(self, sha256: str) -> Path:
         return self.blob_dir / (check_sha256(sha256) + ".lock")
 
@@ -108,11 +124,13 @@ class Cache:
         except OSError:
             return 0
 
-    def valid(self, sha256: str, size: int, *, verify: bool = True) -> bool:
+    def valid(self, sha256: str, size: int, *, verify: bool = True, deep: bool = False) -> bool:
         """True if the blob is present with ``size`` bytes (and, with ``verify``, the right hash).
 
-        Has no side effects, so it is safe under the blob's lock; a blob that fails is replaced by
-        the next download of it (see :mod:`.download`).
+        With ``verify``, a blob whose size, mtime and inode match its ``.verified`` record is
+        trusted without reading it; otherwise (or with ``deep``) it is hashed, and a match is
+        recorded. Safe under the blob's lock (the record is replaced atomically); a blob that
+        fails is replaced by the next download of it (see :mod:`.download`).
         """
         path = self.blob_path(sha256)
         try:
@@ -123,15 +141,71 @@ class Cache:
             return False
         if not verify:
             return True
+        if not deep and self._stamp_matches(sha256, st):
+            return True
         try:
-            return hash_file(path).hexdigest() == sha256
+            ok = hash_file(path).hexdigest() == sha256
         except OSError:
             return False
+        if ok:
+            self._write_stamp(sha256, st)
+        else:
+            self._remove_stamp(sha256)
+        return ok
+
+    def remove(self, sha256: str) -> None:
+        """Delete the blob and its ``.verified`` record (a damaged blob, or garbage collection)."""
+        self._remove_stamp(sha256)
+        remove_file(self.blob_path(sha256))
+
+    # -- the .verified record -----------------------------------------------------------------
+    @staticmethod
+    def _stamp_of(sha256: str, st: os.stat_result) -> Dict[str, Any]:
+        return {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+                "device": st.st_dev}
+
+    def _stamp_matches(self, sha256: str, st: os.stat_result) -> bool:
+        path = self.stamp_path(sha256)
+        try:
+            fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        except OSError:
+            return False
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False  # never block on a FIFO planted as a record
+            data = os.read(fd, MAX_STAMP_BYTES + 1)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        try:
+            record = parse_json(data, what=str(path), max_bytes=MAX_STAMP_BYTES, max_depth=2)
+        except MalformedInput:
+            return False
+        return record == self._stamp_of(sha256, st)
+
+    def _write_stamp(self, sha256: str, st: os.stat_result) -> None:
+        """Record that the blob with stat ``st`` hashed to ``sha256``; best effort (a cache on a
+        read-only disk just hashes again next time)."""
+        final = self.stamp_path(sha256)
+        tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self._stamp_of(sha256, st), sort_keys=True))
+            os.replace(tmp, final)
+        except OSError:
+            remove_file(tmp)
+
+    def _remove_stamp(self, sha256: str) -> None:
+        try:
+            remove_file(self.stamp_path(sha256))
+        except OSError:
+            pass
 
     def place(self, part: Path, sha256: str, *, durable: bool = True) -> Path:
         """Atomically move a verified ``.part`` into place, read-only. Call under the blob's lock.
 
-        ``durable`` also syncs the directory so the rename survives a power cut.
+        ``durable`` (the part was flushed to disk) also syncs the directory so the rename survives
+        a power cut, and records the blob as verified.
         """
         final = self.blob_path(sha256)
         try:
@@ -145,6 +219,15 @@ class Cache:
             os.replace(part, final)
         if durable:
             _fsync_dir(final.parent)
+            # Its hash was checked while it streamed in, and it is on disk: trusted from now on.
+            # A blob placed without a flush is hashed once more on its first reuse instead, so
+            # that a power cut before the writeback cannot leave a torn blob with a record.
+            try:
+                self._write_stamp(sha256, final.stat())
+            except OSError:
+                pass
+        else:
+            self._remove_stamp(sha256)
         return final
 
 

@@ -48,8 +48,10 @@ class Downloader:
         verify_cached: bool,
         chunk_size: int,
         fsync: bool,
+        deep: bool = False,
     ) -> None:
         self.fsync = fsync
+        self.deep = deep
         self.cache = cache
         self.transport = transport
         self.retry = retry
@@ -92,17 +94,17 @@ class Downloader:
     def fetch_ref(self, ref: ArtifactRef, task: str) -> Path:
         sha, size = ref.sha256, ref.size
         blob = self.cache.blob_path(sha)
-        if self.cache.valid(sha, size, verify=self.verify_cached):
+        if self.cache.valid(sha, size, verify=self.verify_cached or self.deep, deep=self.deep):
             self._cached(task, ref, blob)
             return blob
         lock = self.cache.lock(sha)
         self._acquire(lock, task)
         try:
             # Another process may have finished it while we waited for the lock.
-            if self.cache.valid(sha, size, verify=self.verify_cached):
+            if self.cache.valid(sha, size, verify=self.verify_cached or self.deep, deep=self.deep):
                 self._cached(task, ref, blob)
                 return blob
-            remove_file(blob)  # wrong size or hash: never serve it
+            self.cache.remove(sha)  # wrong size or hash: never serve it
             return self._download(ref, task)
         finally:
             lock.release()
