@@ -8,7 +8,9 @@ redirect loops, insecure redirects).
 
 Only ``https://`` is accepted, except ``http://`` to a loopback address (``localhost``,
 ``127.0.0.0/8``, ``::1``) and ``file://`` (local mirrors and tests). Redirects are followed here,
-hop by hop, so that every hop is checked against the same rule.
+hop by hop, so that every hop is checked against the same rule. TLS is verified against the
+operating system's trust store (``truststore``, in this module's sessions only), and proxies come
+from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), as requests reads them.
 """
 from __future__ import annotations
 

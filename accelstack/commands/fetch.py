@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="name for progress and messages (default: last part of the URL)")
     p.add_argument("--cache", metavar="DIR", help="cache directory (default: $ACCELSTACK_CACHE or the user cache dir)")
     p.add_argument("--offline", action="store_true", help="use only the cache; never touch the network")
+    p.add_argument("--deep", action="store_true",
+                   help="re-hash a cached copy even when its size, mtime and inode match its last check")
     p.add_argument("--connect-timeout", type=float, default=15.0, metavar="S", help="connect timeout (default 15 s)")
     p.add_argument("--read-timeout", type=float, default=60.0, metavar="S", help="read timeout (default 60 s)")
     p.add_argument("--retries", type=int, default=4, metavar="N", help="retries per mirror without progress (default 4)")
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             offline=True if args.offline else None,
             transport=transport,
             retry=RetryPolicy(retries=args.retries),
+            deep=args.deep,
         )
     path = paths[sha]
     if args.json:

@@ -136,3 +136,23 @@ def test_renderer_on_a_real_resumed_fetch(server, tmp_path):
               retry=RetryPolicy(backoff_base=0.001))
     r.close()
     assert "a.bin" in tty.getvalue()
+
+
+def test_fetch_deep_rehashes_a_cached_copy(server, tmp_path, capsys):
+    data = payload(30_000, seed=5)
+    ref = ref_for("d.bin", data, server.serve("/d.bin", data))
+    args = ["fetch", ref.urls[0], "--sha256", ref.sha256, "--size", str(ref.size), "--cache", str(tmp_path / "c")]
+    assert main(args) == 0
+    assert main(args) == 0  # the first reuse hashes it and records it as verified
+    blob = capsys.readouterr().out.split()[-1]
+    import os
+
+    st = os.stat(blob)
+    os.chmod(blob, 0o644)
+    with open(blob, "r+b") as fh:
+        fh.write(b"\0")
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(args) == 0  # the record matches: trusted as it is
+    assert open(blob, "rb").read()[:1] == b"\0" and len(server.hits("/d.bin")) == 1
+    assert main(args + ["--deep"]) == 0
+    assert open(blob, "rb").read() == data and len(server.hits("/d.bin")) == 2
