@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
 import ssl
+import threading
 
 import pytest
 
@@ -38,8 +40,8 @@ def _certificates(tmp_path):
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
@@ -124,3 +126,83 @@ def test_a_proxy_from_the_environment_carries_requests_to_other_hosts(server, ca
         assert server.hits("/a.bin") == []
     finally:
         stop()
+
+
+class _ConnectProxy:
+    """A tiny HTTP CONNECT proxy on 127.0.0.1 that records each request line and tunnels bytes."""
+
+    def __init__(self) -> None:
+        self.requests = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+
+    def _tunnel(self, client) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = client.recv(4096)
+            if not data:
+                client.close()
+                return
+            head += data
+        line = head.split(b"\r\n", 1)[0].decode()
+        self.requests.append(line)
+        method, target, _ = line.split(" ", 2)
+        host, port = target.rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        def pipe(src, dst) -> None:
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_https_through_an_https_proxy_tunnel_keeps_the_system_trust_store(https_server, cache, retry, monkeypatch,
+                                                                           no_extra_bundles):
+    if _trust_store_context() is None:
+        pytest.skip("truststore is not installed (Python 3.9)")
+    server, ca = https_server
+    proxy = _ConnectProxy()
+    try:
+        data = payload(60_000, seed=7)
+        url = server.serve("/a.bin", data).replace("127.0.0.1", "localhost")
+        for name in ("no_proxy", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the CA only the system store knows
+        ref = ref_for("a.bin", data, url)
+        with Transport(connect_timeout=5, read_timeout=5) as transport:
+            assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+            managers = transport._session().get_adapter(url).proxy_manager.values()
+            assert [m.connection_pool_kw.get("ssl_context") for m in managers] == [_trust_store_context()]
+        port = url.split(":")[2].split("/")[0]
+        assert [r.rsplit(" ", 1)[0] for r in proxy.requests] == [f"CONNECT localhost:{port}"]
+    finally:
+        proxy.close()
