@@ -55,6 +55,10 @@ def _os_arch(platform_tag: str = "") -> Dict[str, str]:
     return {"os": system, "arch": machine}
 
 
+_X86_FEATURES = {"sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw",
+                 "avx512vl", "avx512vnni", "avx_vnni", "amx_int8"}
+
+
 def _strings(value: object) -> List[str]:
     """A list property of a build record (JSON: a list of strings); anything else is empty."""
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
@@ -65,13 +69,17 @@ def target_for(build: BuildResult, url: str, glibc: str = "", label: str = "") -
     backend = str(props.pop("backend", build.variant))
     requires: Dict[str, Any] = {}
     features, sms, gfx = (_strings(props.get(name)) for name in ("cpu_features", "sm", "gfx"))
+    where = _os_arch(build.platform_tag)
+    if where["arch"] != "x86_64":
+        # a variant's properties name the x86 instructions its x86 build needs; an arm64 build of
+        # the same variant needs none of them (and no arm64 machine would ever be offered it)
+        features = [f for f in features if f.lower() not in _X86_FEATURES]
     if features:
         requires["cpu_features"] = features
     if sms:
         requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in sms]
     if gfx:
         requires["gfx"] = gfx
-    where = _os_arch(build.platform_tag)
     if glibc and where["os"] == "linux":
         requires["glibc"] = glibc
     return {

@@ -122,6 +122,22 @@ def test_targets_name_the_os_and_arch_of_each_build_not_of_the_publishing_machin
     assert got[("macos", "arm64", "metal")]["id"] == "macos-arm64-metal"
 
 
+def test_an_arm64_build_of_the_cpu_variant_does_not_require_x86_instructions(ggml_cpu_build, tmp_path):
+    import dataclasses
+
+    from accelstack.publisher.publish import build_manifest
+
+    for tag in ("linux_aarch64", "linux_x86_64"):
+        wheel = tmp_path / "site" / tag / "cpu" / f"stable_diffusion_cpp_python-0.4.7-py3-none-{tag}.whl"
+        wheel.parent.mkdir(parents=True)
+        wheel.write_bytes(tag.encode())
+        record = dataclasses.replace(ggml_cpu_build, platform_tag=tag)  # cpu_features avx2, fma, f16c
+        (wheel.parent / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(record)))
+    doc = build_manifest(tmp_path / "site", "https://x", source="release", version=1)
+    got = {t["arch"]: t["requires"].get("cpu_features") for t in doc["targets"]}
+    assert got["arm64"] is None and set(got["x86_64"]) >= {"avx2", "fma", "f16c"}
+
+
 def test_two_builds_of_one_variant_are_told_apart_by_their_directory_and_flat_urls(ggml_cpu_build, tmp_path):
     import dataclasses
 
