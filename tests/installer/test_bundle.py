@@ -9,10 +9,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accelstack.artifacts import HashMismatchError
 from accelstack.core.bundles import BundleError, create_bundle, install_bundle, read_bundle
 from accelstack.core.verifiers import import_verifier
+from accelstack.errors import UsageError
 from accelstack.installer.home import Home
 from accelstack.manifests.errors import ManifestSignatureError
 from accelstack.settings import Channel, Settings
@@ -166,3 +169,46 @@ def test_hostile_bundle_files_are_refused(tmp_path):
     (tmp_path / "g").mkdir()
     opened = read_bundle(good, tmp_path / "g")
     assert opened.artifacts == {sha: tmp_path / "g" / sha} and opened.signature is None
+
+
+_NAMES = st.sampled_from(["accelstack-bundle.json", "ggml-manifest.json", "ggml-manifest.json.sig", f"artifacts/{'c' * 64}",
+                          "../x", "/abs", "artifacts/../../x", "artifacts/" + "C" * 64, "./ggml-manifest.json", "a" * 300,
+                          "artifacts/", "wheels/x.whl"])
+_KINDS = st.sampled_from([tarfile.REGTYPE, tarfile.REGTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.DIRTYPE,
+                          tarfile.FIFOTYPE, tarfile.CHRTYPE])
+
+
+@settings(max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_NAMES, _KINDS, st.binary(max_size=64)), max_size=6), st.integers(0, 64))
+def test_any_tar_is_read_safely_or_refused_with_a_bundle_error(tmp_path, members, cut):
+    case = tmp_path / f"case-{abs(hash((tuple(members), cut)))}"
+    case.mkdir()
+    path = case / "b.tar"
+    with tarfile.open(path, "w") as tf:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                info.linkname = "../../outside"
+                tf.addfile(info)
+            elif kind == tarfile.REGTYPE:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+            else:
+                tf.addfile(info)
+    if cut:
+        path.write_bytes(path.read_bytes()[:-cut * 64])
+    root = case / "root"
+    root.mkdir()
+    try:
+        read_bundle(path, root)
+    except BundleError:
+        pass
+    assert {p.name for p in case.iterdir()} <= {"b.tar", "root"}
+    assert all(p.is_file() and not p.is_symlink() and len(p.name) == 64 for p in root.iterdir())
+
+
+def test_torch_bundles_are_refused_plainly(tmp_path):
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", config_dir=tmp_path / "config")
+    with pytest.raises(UsageError, match="torch stack are not supported yet"):
+        create_bundle(tmp_path / "t.tar", settings=s, stack="torch")
