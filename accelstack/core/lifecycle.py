@@ -235,7 +235,8 @@ def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: 
         result = build_ggml(_local_variant(plan, report), cache_dir=s.build_cache, progress=progress)
     except BuildError as exc:
         if exc.action is Action.INSTALL_TOOLCHAIN and not channels:  # the choices, not only the compiler
-            raise NoChannelError(f"{NO_CHANNEL_LINE}, and {exc.message}", no_channel_choices(report)) from None
+            needs = "" if exc.hint.startswith("install CMake and a C++ compiler") else f" (this variant: {exc.hint})"
+            raise NoChannelError(f"{NO_CHANNEL_LINE}, and {exc.message}", no_channel_choices(report) + needs) from None
         if exc.action is Action.INSTALL_TOOLCHAIN:  # say why a build was wanted at all
             exc.message = f"no published ggml build fits this machine, and {exc.message}"
             exc.args = (exc.message,)
