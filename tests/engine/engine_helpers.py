@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 def cli_env(cache: Path, tmp: Path, **extra: str) -> dict:
     env = dict(os.environ)
     env.update(ACCELSTACK_CACHE=str(cache), ACCELSTACK_CONFIG=str(tmp / "no-config.yaml"),
-               ACCELSTACK_HOME=str(tmp / "home"), **extra)
+               ACCELSTACK_HOME=str(tmp / "home"), TMPDIR=str(tmp), **extra)  # TMPDIR: kept crash logs stay here
     env.pop("ACCELSTACK_DEBUG", None)
     env.pop("ACCELSTACK_PROBE_CACHE", None)
     return env
