@@ -14,14 +14,16 @@ after loading (``VmHWM``, reset between runs) on the CPU build 0.4.7 with the SD
     256    8-latent tiles     40 MiB     78 MiB
     384    8-latent tiles    106 MiB    136 MiB
     384    32-latent tiles   431 MiB    445 MiB
+    384    16-latent tiles,  204 MiB    216 MiB
+           no flash attention
 
 The VAE decoder dominates: about 6.6 KiB per decoded pixel (the whole image, or one tile with
 VAE tiling); the UNet (flash attention) needs about 46 KiB per latent pixel (an image pixel is
 1/64 of one); they run one after the other, so the larger counts. Without flash attention the
-UNet also holds attention scores: 8 heads x (latent pixels)^2 x 4 bytes, twice (scores and
-softmax), at its first level. Formula::
+UNet also holds attention scores, quadratic in the latent pixels: measured ~16 bytes per pair of
+latent pixels (the table's last row). Formula::
 
-    activations = BASE + max(VAE_PER_PIXEL * decoded pixels, UNET_PER_LATENT * w*h/64 [+ 64 * (w*h/64)^2])
+    activations = BASE + max(VAE_PER_PIXEL * decoded pixels, UNET_PER_LATENT * w*h/64 [+ 16 * (w*h/64)^2])
     images      = IMAGE_PER_PIXEL * w * h * batch   (RGB in the worker, base64 + JSON both sides, PNG)
     weights     = the model's file size
     RAM  (CPU)  = weights + activations + images
@@ -45,7 +47,7 @@ GIB = 1 << 30
 BASE = 32 * MIB  # graph, tokens, latents, allocator slack
 VAE_PER_PIXEL = 6600  # bytes per decoded pixel (measured: 956 MiB at 384x384)
 UNET_PER_LATENT = 46 * 1024  # bytes per latent pixel with flash attention (measured: 106 MiB at 48x48)
-ATTENTION_HEADS = 8  # SD 1.x at its first level
+ATTENTION_PER_PAIR = 16  # bytes per pair of latent pixels without flash attention (measured: +70 MiB at 48x48)
 IMAGE_PER_PIXEL = 16  # bytes per output pixel on both sides of the worker's API
 UNET_SHARE = 0.85  # the UNet's part of an SD checkpoint's weights (held in VRAM while sampling)
 LATENT_SCALE = 8  # image pixels per latent pixel, per side
@@ -79,7 +81,7 @@ def activations(width: int, height: int, options: EngineOptions) -> int:
     latent = pixels // (LATENT_SCALE * LATENT_SCALE)
     unet = UNET_PER_LATENT * latent
     if not options.flash_attention:
-        unet += 2 * ATTENTION_HEADS * 4 * latent * latent
+        unet += ATTENTION_PER_PAIR * latent * latent
     return BASE + max(VAE_PER_PIXEL * decoded, unet)
 
 
