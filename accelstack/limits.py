@@ -93,7 +93,7 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
-                raise MalformedInput(f"{what} uses a YAML alias (*{event.anchor}) at line "
+                raise MalformedInput(f"{what} uses a YAML alias (*{str(event.anchor)[:40]}) at line "
                                      f"{event.start_mark.line + 1}; aliases are not accepted",
                                      "write the value out in full")
             return super().compose_node(parent, index)
@@ -104,6 +104,11 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
         raise MalformedInput(f"{what} nests too deeply to read", "a config file needs only a few levels") from None
     except yaml.YAMLError as exc:
         raise MalformedInput(f"{what} is not valid YAML: {str(exc)[:300]}", "fix the file or remove it") from None
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as exc:
+        # PyYAML's constructors let these through for explicit tags with odd values
+        # (`!!timestamp x`, an empty `!!float`): the document is malformed, not our code broken
+        raise MalformedInput(f"{what} has a value YAML cannot construct: {type(exc).__name__}: {str(exc)[:200]}",
+                             "fix the file or remove it") from None
     return check_depth(value, what=what, max_depth=max_depth)
 
 # --- Documents from elsewhere: manifests, signatures, captures (issue 10, documents side) ---
