@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, cast
 
 from ..detect.cpu import normalize_features
+from ..detect.report import VulkanDevice
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
 from .hw_rules import branch_note, cuda_driver_check, driver_hint, hw_rules
@@ -58,6 +59,15 @@ class _Eval:
     fail: Optional[Tuple[str, str]] = None  # (code, reason)
     how: str = ""
     covers: List[Device] = field(default_factory=list)
+    vk: Optional[VulkanDevice] = None  # a Vulkan build on a CPU-type Vulkan device (lavapipe), forced
+
+    @property
+    def where(self) -> str:
+        if self.device is not None:
+            return self.device.label
+        if self.vk is not None:
+            return f"Vulkan device {self.vk.index} {self.vk.name} (a CPU-type device)"
+        return "the CPU"
 
     @property
     def ok(self) -> bool:
@@ -91,7 +101,8 @@ class _GgmlResolver:
 
     def backends_for(self, dev: Optional[Device]) -> List[str]:
         if dev is None:
-            return ["cpu"]
+            # A CPU-type Vulkan device (lavapipe) is a candidate too, so the plan says why it is not used.
+            return ["cpu", "vulkan"] if self.m.cpu_vulkan_devices() and self.m.os != "macos" else ["cpu"]
         if self.m.os == "macos":
             return ["metal"]
         native = {"nvidia": "cuda", "amd": "rocm", "intel": "sycl"}.get(dev.vendor)
@@ -228,10 +239,22 @@ class _GgmlResolver:
         return None
 
     # -- the resolution ----------------------------------------------------------------------------
+    def forces(self, backend: str) -> bool:
+        """The request names ``backend`` (or one of its targets) explicitly."""
+        return bool(self.forced) and (self.forced == backend or any(
+            t.id.lower() == self.forced and t.backend == backend for t in self.targets))
+
     def evaluate(self, dev: Optional[Device], backend: Backend, tier: int) -> List[_Eval]:
         ids = {t.id.lower() for t in self.targets}
-        if self.forced and self.forced != backend and not any(t.id.lower() == self.forced and t.backend == backend for t in self.targets):
+        if self.forced and not self.forces(backend):
             return [_Eval(backend, backend, dev, tier, fail=("forced-backend", f"not the requested backend {self.request.backend!r}"))]
+        vk = self.m.cpu_vulkan_devices()[0] if dev is None and backend == "vulkan" else None
+        if vk is not None and not self.forces("vulkan"):
+            # lavapipe ran the 64x64 probe step ~150x slower than the CPU build (issue 12): it is a
+            # way to test Vulkan builds without a GPU, never an accelerator to prefer.
+            return [_Eval(backend, backend, dev, tier, vk=vk, fail=(
+                "cpu-device", f"Vulkan device {vk.index} {vk.name} is a CPU-type device (Vulkan in software on the "
+                              f"processor), far slower than the native CPU build; ask for it with --backend vulkan"))]
         problem = self.device_problem(dev, backend) if dev is not None else None
         if problem:
             return [_Eval(backend, backend, dev, tier, fail=problem)]
@@ -243,7 +266,9 @@ class _GgmlResolver:
         out = []
         for i, t in enumerate(targets):
             fail, how = self.check(dev, t)
-            out.append(_Eval(t.id, backend, dev, tier, target=t, order=i, fail=fail, how=how))
+            if vk is not None and fail is None:
+                how = f"asked for with --backend {self.request.backend}; GGML_VK_VISIBLE_DEVICES={vk.index} names it"
+            out.append(_Eval(t.id, backend, dev, tier, target=t, order=i, fail=fail, how=how, vk=vk))
         for e in out:
             if e.ok and dev is not None:
                 e.covers = [dev] + [o for o in self.m.devices if o is not dev and o.vendor == dev.vendor
@@ -261,7 +286,7 @@ class _GgmlResolver:
                 continue
             group = self.evaluate(dev, cast(Backend, backend), tier_i)
             evals.extend(group)
-            if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend")):
+            if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend", "cpu-device")):
                 problem = self.build_problem(dev, backend)
                 if problem is None:
                     hardware.append(group[0])
@@ -303,7 +328,7 @@ class _GgmlResolver:
 
     def candidate(self, e: _Eval, chosen: Optional[_Eval]) -> Candidate:
         gpus = [i for d in (e.covers or ([e.device] if e.device else [])) for i in d.indexes]
-        where = e.device.label if e.device else "the CPU"
+        where = e.where
         if not e.ok:
             code, why = e.fail or ("no-artifact", "no build")
             return Candidate(name=e.name, backend=e.backend, accepted=False, code=code, reason=f"{e.name} rejected: {why}", gpus=gpus)
@@ -329,7 +354,7 @@ class _GgmlResolver:
         plan.gpus = [i for d in e.covers for i in d.indexes]
         plan.artifacts = list(e.tgt.artifacts)
         size = sum(a.size for a in plan.artifacts)
-        where = e.device.label if e.device else "the CPU"
+        where = e.where
         plan.summary = f"ggml {e.name} ({_TEXT[e.backend]}) for {where}: {len(plan.artifacts)} file(s), {size / 2**20:.1f} MiB"
         env: Dict[str, str] = {}
         if e.device is not None:
@@ -339,14 +364,23 @@ class _GgmlResolver:
             elif e.backend == "rocm":
                 env.update(visible_devices_env(m, vendor, plan.gpus, "rocm"))
             elif e.backend == "vulkan":
-                api = m.report.api("vulkan")
-                listed = api.gpus if api and api.gpus else [g.index for g in m.report.gpus]
-                if len(listed) > len(plan.gpus):
-                    env["GGML_VK_VISIBLE_DEVICES"] = ",".join(str(listed.index(i)) for i in plan.gpus if i in listed)
+                loader = m.vulkan_indexes(plan.gpus)
+                if loader:  # the loader's own order, as detection enumerated it: what ggml-vulkan numbers
+                    env["GGML_VK_VISIBLE_DEVICES"] = ",".join(map(str, loader))
+                else:  # no Vulkan device list (an older report): the Vulkan API entry's order, else the GPUs'
+                    api = m.report.api("vulkan")
+                    listed = api.gpus if api and api.gpus else [g.index for g in m.report.gpus]
+                    if len(listed) > len(plan.gpus):
+                        env["GGML_VK_VISIBLE_DEVICES"] = ",".join(str(listed.index(i)) for i in plan.gpus if i in listed)
             elif e.backend == "sycl":
                 intel = visible_devices_env(m, vendor, plan.gpus, "xpu")
                 if intel:
                     env["ONEAPI_DEVICE_SELECTOR"] = "level_zero:" + intel["ZE_AFFINITY_MASK"]
+        if e.vk is not None:
+            # ggml-vulkan skips CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them.
+            env["GGML_VK_VISIBLE_DEVICES"] = str(e.vk.index)
+            plan.device_reason = (f"Vulkan device {e.vk.index} {e.vk.name} is used because the Vulkan backend was asked for; "
+                                  f"it is a CPU-type device (Vulkan in software on the processor), slower than the CPU build")
         plan.env = env
         if e.device is not None and len(m.devices) > 1:
             others = [d for d in m.devices if d not in e.covers]

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ..detect.report import GPU, HardwareReport
+from ..detect.report import GPU, HardwareReport, VulkanDevice
 from ..domain import ApiName
 
 GiB = 1024 ** 3
@@ -175,6 +175,16 @@ class Machine:
         prefix = f"GPU {gpu.index} {gpu.name}: "
         mine = [e[len(prefix):] for e in api.evidence if e.startswith(prefix)]
         return "; ".join(mine or api.evidence)
+
+    def vulkan_indexes(self, gpus: Sequence[int]) -> List[int]:
+        """The Vulkan loader's indexes (what ``GGML_VK_VISIBLE_DEVICES`` takes) of the devices detection
+        linked to the report's GPUs ``gpus``, in the loader's order; [] when none was linked."""
+        return [d.index for d in self.report.vulkan_devices if d.gpu is not None and d.gpu in gpus]
+
+    def cpu_vulkan_devices(self) -> List[VulkanDevice]:
+        """Vulkan devices that run on the processor (Mesa's lavapipe/llvmpipe, SwiftShader): they
+        can run a Vulkan build but are no accelerator, so they are never linked to a GPU."""
+        return [d for d in self.report.vulkan_devices if d.type == "cpu"]
 
     def vendor_gpus(self, vendor: str) -> List[GPU]:
         return [g for g in self.report.gpus if g.vendor == vendor]
