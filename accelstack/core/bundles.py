@@ -122,7 +122,8 @@ def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str 
             refs.setdefault(a.sha256, a)
     timings = {"manifest": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    paths = fetch(list(refs.values()), cache=Cache(s.cache), progress=progress, offline=s.offline)
+    # re-hashed in full: a bundle travels to machines that cannot re-download a damaged blob
+    paths = fetch(list(refs.values()), cache=Cache(s.cache), progress=progress, offline=s.offline, deep=True)
     timings["download"] = time.perf_counter() - t0
     index = {"format": FORMAT, "version": FORMAT_VERSION, "stack": stack,
              "channel": {"name": channel.name, "url": channel.url},

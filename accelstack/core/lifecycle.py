@@ -332,7 +332,7 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
             raise StateError(f"no {stack} runtime is active, so there is nothing to repair", hint="install one first",
                              action=Action.INSTALL)
         cache = Cache(s.cache)
-        rep = repair_ggml(home, rid, lambda ref: fetch([ref], cache=cache, progress=progress, offline=s.offline)[ref.sha256],
+        rep = repair_ggml(home, rid, lambda ref: fetch([ref], cache=cache, progress=progress, offline=s.offline, deep=True)[ref.sha256],
                           verifier or default_verifier(s), progress)
         rep.pointer_rebuilt = rebuilt
     if rep.unrepairable:

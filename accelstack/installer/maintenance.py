@@ -170,9 +170,9 @@ def gc(home: Home, cache: Cache) -> GcReport:
             with cache.lock(name):  # a concurrent fetch of this blob finishes (or waits) first
                 try:
                     size = blob.stat().st_size
-                    blob.unlink()
                 except FileNotFoundError:
                     continue
+                cache.remove(name)  # the blob and its .verified record
             out.bytes_freed += size
             out.blobs_removed.append(name)
     return out

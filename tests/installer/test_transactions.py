@@ -215,6 +215,9 @@ def test_gc_keeps_blobs_another_home_on_the_same_cache_still_uses(site, tmp_path
     assert wheel_a in rep.blobs_kept_shared and str(a.home.resolve()) in rep.other_homes
     assert (cache / "blobs" / "sha256" / wheel_a).is_file()
     assert len(rep.blobs_removed) == 1  # b's own wheel, which nothing references any more
+    gone = rep.blobs_removed[0]
+    assert not (cache / "blobs" / "sha256" / gone).exists()
+    assert not (cache / "blobs" / "sha256" / (gone + ".verified")).exists()  # nor its record
     assert audit(Home(a.home), ra.id).healthy
 
 
