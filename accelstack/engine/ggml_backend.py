@@ -18,6 +18,14 @@ from .worker_backend import WorkerBackend
 
 LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
 DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+# stable-diffusion.cpp's line for the ggml backend it creates for the model (ggml_extend.hpp):
+# "Initializing backend: Vulkan0", "Initializing backend: CUDA0", "Initializing backend: CPU".
+INIT_MARK = "Initializing backend: "
+
+
+def initialized_backends(lines: List[str]) -> List[str]:
+    """The ggml backends stable-diffusion.cpp initialized, in order, from its log lines."""
+    return [line.split(INIT_MARK, 1)[1].strip() for line in lines if INIT_MARK in line]
 
 
 class GgmlBackend(WorkerBackend):
@@ -32,6 +40,7 @@ class GgmlBackend(WorkerBackend):
         self.threads = 0
         self.vae_tiling = False
         self.vae_tile_size = 32
+        self.initialized: List[str] = []  # ggml backends the loaded model runs on (from the runtime's log)
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
@@ -64,7 +73,24 @@ class GgmlBackend(WorkerBackend):
             return ""
 
     def device(self) -> DeviceInfo:
-        """The device stable-diffusion.cpp computes on: the first GPU-like one, else the CPU."""
+        """The device stable-diffusion.cpp computes on. Once a model is loaded: the ggml device it
+        initialized (its log says which), so a GPU build that fell back to its CPU backend says "CPU".
+        Before: the first GPU-like device ggml registered, else the CPU."""
+        devices = self.devices()
+        if self.initialized:
+            name = self.initialized[0]
+            for dev in devices:
+                if dev.name == name:
+                    return dev
+            return DeviceInfo(name=name, kind="cpu" if name.upper() == "CPU" else "other")
+        for kind in ("gpu", "igpu", "accel"):
+            for dev in devices:
+                if dev.kind == kind:
+                    return dev
+        return devices[0] if devices else DeviceInfo(name="unknown")
+
+    def devices(self) -> List[DeviceInfo]:
+        """The devices ggml registered ([] with an older library that lacks the device API)."""
         import ctypes
 
         try:
@@ -89,13 +115,9 @@ class GgmlBackend(WorkerBackend):
                     description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace").strip(),
                     kind=DEVICE_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
                     memory_total=total.value or None, memory_free=free.value or None))
-        except Exception:  # an older library without the device API: name what we know
-            return DeviceInfo(name="unknown")
-        for kind in ("gpu", "igpu", "accel"):
-            for dev in devices:
-                if dev.kind == kind:
-                    return dev
-        return devices[0] if devices else DeviceInfo(name="unknown")
+        except Exception:  # an older library without the device API
+            return []
+        return devices
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model: str, options: EngineOptions) -> None:
@@ -119,6 +141,7 @@ class GgmlBackend(WorkerBackend):
         if not getattr(sd, "_model", None) or not sd._model.model:
             raise ModelLoadError(f"cannot load model {model}: {self.load_reason() or 'stable-diffusion.cpp returned no context'}")
         self.sd = sd
+        self.initialized = initialized_backends([line for _lvl, line in self.log_tail])
         self.threads = threads
         self.vae_tiling = options.vae_tiling
         self.vae_tile_size = options.vae_tile_size

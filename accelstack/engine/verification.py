@@ -4,6 +4,9 @@ It synthesizes (or reuses) the probe model, starts a supervised worker on the ru
 generates a 64x64 image in one step with a fixed seed, twice, and checks:
 
 * ``load``          the runtime loads the probe model (load time measured);
+* ``device``        on a GPU runtime: the model was loaded onto a GPU device, as the runtime
+                    itself says (a GPU build whose device is not found runs on its CPU backend:
+                    that is a FAIL, not a slow PASS);
 * ``size``          the image has the requested size;
 * ``pixels``        the pixels are not constant and not mostly saturated (stable-diffusion.cpp
                     casts NaN/inf to black or white, so a non-finite result shows up here);
@@ -19,6 +22,7 @@ stores it in receipts).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Optional, Tuple, Union
@@ -116,6 +120,13 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
             return fail(f"the runtime could not load the probe model: {exc.message}")
         report.device, report.load_seconds = st.device, st.load_seconds
         report.checks.append(VerifyCheck("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}"))
+        fell_back = _fell_back_to_cpu(runtime, st.device)
+        if fell_back:
+            report.checks.append(VerifyCheck("device", False, fell_back))
+            report.log_tail = sup.log_tail()
+            return fail(fell_back)
+        if runtime.is_gpu and runtime.backend != "torch":
+            report.checks.append(VerifyCheck("device", True, _device_name(st.device)))
         try:
             first = sup.generate(request)
             second = sup.generate(request)
@@ -158,6 +169,25 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
 
 
 _CHECKS = ("load", "size", "pixels", "deterministic")
+
+
+_GPU_TEXT = {"cuda": "CUDA", "vulkan": "Vulkan", "rocm": "ROCm", "metal": "Metal", "sycl": "SYCL"}
+
+
+def _fell_back_to_cpu(runtime: Runtime, device: Optional[DeviceInfo]) -> str:
+    """Why a GPU runtime ran on the CPU instead ("" when it did not): the worker reports the ggml
+    device stable-diffusion.cpp initialized for the model."""
+    if not runtime.is_gpu or runtime.backend == "torch" or device is None:
+        return ""
+    if device.kind != "cpu" and device.name.upper() != "CPU":
+        return ""
+    text = _GPU_TEXT.get(runtime.backend, runtime.backend)
+    reason = f"the {runtime.backend} runtime ran on the CPU: no {text} device was initialized"
+    if runtime.backend == "vulkan":
+        named = runtime.env.get("GGML_VK_VISIBLE_DEVICES", os.environ.get("GGML_VK_VISIBLE_DEVICES"))
+        reason += (" (ggml-vulkan skips CPU-type devices such as lavapipe unless GGML_VK_VISIBLE_DEVICES names them)"
+                   if named is None else f" (GGML_VK_VISIBLE_DEVICES={named})")
+    return reason
 
 
 def _device_name(device: Optional[DeviceInfo]) -> str:

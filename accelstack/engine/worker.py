@@ -126,6 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             backend.load(args.model, options)
             with state.lock:
                 state.load_seconds = round(time.perf_counter() - start, 4)
+                state.device = backend.device()  # what the model was loaded onto (a GPU build may fall back)
         with state.lock:
             state.phase = "ready"
             state.changed()
