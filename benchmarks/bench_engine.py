@@ -122,7 +122,8 @@ def vs_native(args) -> None:
     print(f"image: {args.size}x{args.size}, {args.steps} steps euler/discrete, seed {args.seed}, {threads} threads, "
           f"{args.runs} runs each (min)")
     for name in builds:
-        print(f"{name:6} {min(wall[name]):7.2f} s whole process  (generate_image {min(lib[name]):.2f} s)")
+        print(f"{name:6} {min(wall[name]):7.2f} s whole process  (generate_image {min(lib[name]):.2f} s; "
+              f"runs {', '.join(f'{t:.1f}' for t in wall[name])} s)")
     print(f"ratio cpu/native  {min(wall['cpu']) / min(wall['native']):6.3f} whole process, "
           f"{min(lib['cpu']) / min(lib['native']):6.3f} generate_image   (goal: <= 1.10)")
     print(f"largest pixel difference {worst if worst is not None else 'sizes differ'} (0-255)")
