@@ -18,6 +18,11 @@ if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && comm
     && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
     || echo "   could not install them: the browser test will be skipped"
 fi
+# Vulkan on lavapipe (Mesa's CPU Vulkan driver): loader, driver, glslc and Vulkan 1.4 headers for the
+# vulkan variant, which the Vulkan tests build once and cache (docs/builds.md)
+if command -v apt-get >/dev/null 2>&1; then
+  scripts/setup-vulkan.sh >/dev/null || echo "   could not set up Vulkan: the Vulkan tests will be skipped"
+fi
 echo "== ruff"
 .venv/bin/ruff check accelstack tests benchmarks
 echo "== mypy"
