@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_home_arguments, emit, report_from, settings_from
+from .common import add_home_arguments, emit, optional_path, report_from, settings_from
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
@@ -13,15 +13,19 @@ MiB = 1024 * 1024
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bundle",
-        help="make an offline bundle: a channel's signed manifest and its builds in one file",
+        help="make an offline bundle: a channel's signed manifest and its builds (or a torch plan's wheels) in one file",
         description="Offline and air-gapped machines: `bundle create` (on a machine with network access) writes one "
         "tar file with a channel's signed manifest, its signature and the builds of the chosen targets; "
         "`accelstack install --bundle FILE --offline` installs from it with no network, checking the signature "
-        "and every hash as an online install does.",
+        "and every hash as an online install does. With --stack torch it holds the wheels of the torch plan "
+        "(downloaded with pip for the target's Python and platform, each sha256 in the bundle's index), installed "
+        "with pip --no-index --require-hashes.",
         epilog="examples:\n"
         "  accelstack bundle create -o runtime.tar                     the build this machine would install\n"
         "  accelstack bundle create --backend cuda --backend cpu -o gpu-and-cpu.tar\n"
-        "  accelstack install --bundle runtime.tar --offline --trusted-key release.pub   on the offline machine",
+        "  accelstack install --bundle runtime.tar --offline --trusted-key release.pub   on the offline machine\n"
+        "  accelstack bundle create --stack torch --venv .venv -o torch.tar 'torch==2.6.*'   the torch build for this machine\n"
+        "  accelstack install --bundle torch.tar --venv .venv                             on the offline machine",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bsub = p.add_subparsers(dest="bundle_command", metavar="ACTION")
@@ -35,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--manifest", action="append", default=[], metavar="URL", help="bundle this manifest instead of a channel's")
     c.add_argument("--trusted-key", action="append", default=[], metavar="KEY", help="a public key that signs the manifest")
     c.add_argument("--offline", action="store_true", help="take the builds from the download cache only")
+    c.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter the bundle is for (its Python version)")
+    c.add_argument("--venv", metavar="DIR", help="torch: the virtual environment the bundle is for (its Python version)")
+    c.add_argument("--python-version", default="", metavar="X.Y", help="torch: the target's Python version (default: the target's)")
+    c.add_argument("--platform", action="append", default=[], metavar="TAG",
+                   help="torch: a pip platform tag of the target (manylinux_2_28_x86_64, win_amd64, ...; default: this "
+                   "machine's); repeatable")
+    c.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch: pins such as 'torch==2.6.*'")
     c.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
     c.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
     add_home_arguments(c)
@@ -50,13 +61,20 @@ def _usage(p: argparse.ArgumentParser) -> int:
 def run_create(args: argparse.Namespace) -> int:
     from ..core.bundles import create_bundle
 
-    s = settings_from(args)
-    chosen = args.all or args.backend or args.target
+    s = settings_from(args, torch_venv=optional_path(args.venv), torch_python=args.target_python)
+    chosen = (args.all or args.backend or args.target) and args.stack == "ggml"
     report = None if chosen else report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
         summary = create_bundle(Path(args.out).expanduser(), settings=s, stack=args.stack, backends=args.backend,
-                                targets=args.target, all_targets=args.all, report=report, on_progress=progress)
-    emit(args, summary, f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB): channel {summary.channel} "
-         f"({summary.source} version {summary.version}), target(s) {', '.join(summary.targets)}\n"
-         f"  install it offline: accelstack install --bundle {summary.path} --offline")
+                                targets=args.target, all_targets=args.all, report=report, requirements=args.requirements,
+                                python_version=args.python_version, platforms=args.platform, on_progress=progress)
+    if summary.stack == "torch":
+        text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): torch {summary.targets[0]} "
+                f"for Python {summary.python}, {len(summary.artifacts)} wheels\n"
+                f"  install it offline: accelstack install --bundle {summary.path} --venv DIR")
+    else:
+        text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): channel {summary.channel} "
+                f"({summary.source} version {summary.version}), target(s) {', '.join(summary.targets)}\n"
+                f"  install it offline: accelstack install --bundle {summary.path} --offline")
+    emit(args, summary, text)
     return 0

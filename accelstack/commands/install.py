@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter to install into (default: this one)")
     p.add_argument("--venv", metavar="DIR", help="torch: install into this virtual environment (created if missing)")
     p.add_argument("--uv", action="store_true", help="torch: use uv instead of pip when available")
-    p.add_argument("--bundle", metavar="FILE", help="ggml: install from an offline bundle, with no network (signature "
-                   "and hashes checked as online; the key comes from the bundle's configured channel or --trusted-key)")
+    p.add_argument("--bundle", metavar="FILE", help="install from an offline bundle, with no network (ggml: signature "
+                   "and hashes checked as online, the key from the bundle's configured channel or --trusted-key; "
+                   "torch: the bundled wheels into --venv/--python, pip --no-index --require-hashes)")
     p.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch: pins such as 'torch==2.6.*'")
     add_home_arguments(p)
     add_manifest_arguments(p)
@@ -88,8 +89,8 @@ def run_install(args) -> int:
         from ..core.bundles import install_bundle
         from ..errors import UsageError
 
-        if args.stack != "ggml" or args.dry_run or args.manifest:
-            raise UsageError("--bundle installs a ggml runtime from the bundle alone (no --stack torch, --dry-run or --manifest)")
+        if args.dry_run or args.manifest or args.requirements:
+            raise UsageError("--bundle installs what the bundle holds, from the bundle alone (no --dry-run, --manifest or requirements)")
         with progress_renderer(json_mode=args.json) as progress:
             summary = install_bundle(Path(args.bundle).expanduser(), settings=s, report=report, force=args.force,
                                      on_progress=progress)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,9 +20,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from ..errors import Action, SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
@@ -133,6 +136,86 @@ def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bo
     return True, f"torch {got} works on {info.get('device', backend)}"
 
 
+def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: str) -> None:
+    """Run one pip command, its lines as progress; a failure names pip's first ``ERROR:`` line
+    (``after``: what the caller has done about it, for the hint)."""
+    progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
+    errors: List[str] = []
+
+    def line(text: str) -> None:
+        if text.startswith("ERROR:") and len(errors) < 3:
+            errors.append(text.strip())
+        progress(ProgressEvent("message", "install", task="pip", message=text.rstrip()))
+
+    try:
+        outcome = run_logged(argv, timeout=timeout, on_line=line)
+    except OSError as exc:
+        raise TorchInstallError(f"cannot run {argv[0]}: {exc.strerror or exc}", action=Action.FIX_INPUT) from None
+    if outcome.timed_out:  # the watchdog stopped it even if it hung without printing
+        raise SubprocessTimeout(f"{argv[0]} did not finish within {timeout:.0f} s", hint=f"{after}; try again on a faster connection")
+    if outcome.returncode != 0:
+        reason = errors[0] if errors else (outcome.last_lines[-1] if outcome.last_lines else "no output")
+        raise TorchInstallError(f"pip failed: {reason}", hint=after)
+
+
+# -- installing from local wheels (offline bundles) -------------------------------------------------
+
+
+def download_commands(plan: Plan, dest: Path, python_version: str, platforms: Sequence[str] = (),
+                      pip_python: str = sys.executable) -> List[List[str]]:
+    """``pip download`` for each of the plan's pip commands: the same requirements and index, binary
+    wheels only, for the target's Python ``python_version`` (``"3.11"``) and, when given, the target's
+    ``platforms`` (pip tags such as ``manylinux_2_28_x86_64``; default: this machine's)."""
+    target = ["--only-binary=:all:", "--python-version", python_version]
+    for tag in platforms:
+        target += ["--platform", tag]
+    out = []
+    for cmd in plan.commands:
+        argv = list(cmd.argv)
+        if cmd.tool != "pip" or argv[:4] != [PYTHON_PLACEHOLDER, "-m", "pip", "install"]:
+            raise TorchInstallError(f"the plan's command {cmd.render()} is not a pip install; it cannot be bundled",
+                                    action=Action.REPORT_BUG)
+        out.append([pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *argv[4:]])
+    return out
+
+
+_WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,250}\.whl\Z")
+
+
+def wheel_pin(filename: str) -> Tuple[str, str]:
+    """``(name, version)`` of the wheel file ``filename``; TorchInstallError for anything that is not
+    a plain wheel file name (no directories, no odd characters)."""
+    if not _WHEEL_NAME.match(filename):
+        raise TorchInstallError(f"{filename[:300]!r} is not a wheel file name", action=Action.FIX_INPUT)
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise TorchInstallError(f"{filename!r} is not a wheel file name ({exc})", action=Action.FIX_INPUT) from None
+    return str(name), str(version)
+
+
+def hashed_requirements(wheels: Sequence[Tuple[str, str]]) -> str:
+    """A requirements file for ``pip install --require-hashes``: one exact pin per project with the
+    sha256 of each of its wheels (``wheels``: file name, sha256), so pip installs these bytes or nothing."""
+    pins: Dict[str, Tuple[str, List[str]]] = {}
+    for filename, sha in wheels:
+        name, version = wheel_pin(filename)
+        have = pins.setdefault(name, (version, []))
+        if have[0] != version:
+            raise TorchInstallError(f"two versions of {name} ({have[0]} and {version}); pip can install only one",
+                                    action=Action.FIX_INPUT)
+        have[1].append(sha)
+    return "".join(f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in hashes) + "\n"
+                   for name, (version, hashes) in sorted(pins.items()))
+
+
+def local_install_command(find_links: Path, requirements: Path) -> Command:
+    """The pip command that installs only the hashed wheels in ``find_links``: no index, binary only."""
+    return Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", "--no-index", "--find-links", str(find_links),
+                           "--only-binary=:all:", "--require-hashes", "-r", str(requirements)],
+                   "install the bundled wheels (no index; each wheel's sha256 required)")
+
+
 class _Backup:
     """Moves installed distributions aside and back: the undo log of a torch install."""
 
@@ -223,24 +306,7 @@ class TorchEnvironment:
         argv = [a.replace(PYTHON_PLACEHOLDER, self.python) for a in cmd.argv]
         if use_uv and cmd.tool == "pip" and shutil.which("uv"):
             argv = ["uv", "pip"] + argv[argv.index("pip") + 1:] + ["--python", self.python]
-        progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
-        errors: List[str] = []
-
-        def line(text: str) -> None:
-            if text.startswith("ERROR:") and len(errors) < 3:
-                errors.append(text.strip())
-            progress(ProgressEvent("message", "install", task="pip", message=text.rstrip()))
-
-        try:
-            outcome = run_logged(argv, timeout=self.pip_timeout, on_line=line)
-        except OSError as exc:
-            raise TorchInstallError(f"cannot run {argv[0]}: {exc.strerror or exc}", action=Action.FIX_INPUT) from None
-        if outcome.timed_out:  # the watchdog stopped it even if it hung without printing
-            raise SubprocessTimeout(f"{argv[0]} did not finish within {self.pip_timeout:.0f} s",
-                                    hint="the previous torch (if any) has been restored; try again on a faster connection")
-        if outcome.returncode != 0:
-            reason = errors[0] if errors else (outcome.last_lines[-1] if outcome.last_lines else "no output")
-            raise TorchInstallError(f"pip failed: {reason}", hint="the previous torch (if any) has been restored")
+        run_pip(argv, self.pip_timeout, progress, "the previous torch (if any) has been restored")
 
     def files(self, staged: StagedRuntime) -> List[InstalledFile]:
         return []  # the environment is the user's; its files are pip's to track

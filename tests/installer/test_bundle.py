@@ -208,7 +208,8 @@ def test_any_tar_is_read_safely_or_refused_with_a_bundle_error(tmp_path, members
     assert all(p.is_file() and not p.is_symlink() and len(p.name) == 64 for p in root.iterdir())
 
 
-def test_torch_bundles_are_refused_plainly(tmp_path):
+def test_torch_bundles_take_a_plan_not_manifest_targets(tmp_path):
+    # torch bundles themselves: tests/installer/test_torch_bundle.py
     s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", config_dir=tmp_path / "config")
-    with pytest.raises(UsageError, match="torch stack are not supported yet"):
-        create_bundle(tmp_path / "t.tar", settings=s, stack="torch")
+    with pytest.raises(UsageError, match="holds one torch plan"):
+        create_bundle(tmp_path / "t.tar", settings=s, stack="torch", targets=["linux-x86_64-cpu"])
