@@ -185,7 +185,8 @@ def _create_torch(out: Path, s: Settings, backends: Sequence[str], report: Optio
         t0 = time.perf_counter()
         for argv in download_commands(p, work, version, platforms):
             # offline: only the wheels pip's find-links directories hold (a local mirror)
-            run_pip(argv + (["--no-index"] if s.offline else []), s.timeouts.pip, progress, "nothing was written")
+            run_pip(argv + (["--no-index"] if s.offline else []), s.timeouts.pip, progress, "nothing was written",
+                    stage="bundle")
         timings["download"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         wheels: List[Dict[str, Any]] = []

@@ -136,16 +136,16 @@ def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bo
     return True, f"torch {got} works on {info.get('device', backend)}"
 
 
-def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: str) -> None:
-    """Run one pip command, its lines as progress; a failure names pip's first ``ERROR:`` line
-    (``after``: what the caller has done about it, for the hint)."""
-    progress(ProgressEvent("message", "install", task="torch", message="$ " + " ".join(argv)))
+def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: str, stage: str = "install") -> None:
+    """Run one pip command, its lines as progress events of ``stage``; a failure names pip's first
+    ``ERROR:`` line (``after``: what the caller has done about it, for the hint)."""
+    progress(ProgressEvent("message", stage, task="torch", message="$ " + " ".join(argv)))
     errors: List[str] = []
 
     def line(text: str) -> None:
         if text.startswith("ERROR:") and len(errors) < 3:
             errors.append(text.strip())
-        progress(ProgressEvent("message", "install", task="pip", message=text.rstrip()))
+        progress(ProgressEvent("message", stage, task="pip", message=text.rstrip()))
 
     try:
         outcome = run_logged(argv, timeout=timeout, on_line=line)

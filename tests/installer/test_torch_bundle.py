@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-import accelstack
 from accelstack.artifacts import HashMismatchError
-from accelstack.core.bundles import BundleError, create_bundle, install_bundle
+from accelstack.core.bundles import BundleError, install_bundle
 from accelstack.core.verifiers import import_verifier
 from accelstack.installer.home import Home
-from accelstack.installer.torch import hashed_requirements, local_install_command
+from accelstack.installer.torch import TorchInstallError, download_commands, hashed_requirements, local_install_command
 from accelstack.manifests.plan import PYTHON_PLACEHOLDER
 from accelstack.settings import Settings
 
@@ -41,13 +40,14 @@ def torch_bundle(tmp_path_factory):
     if probe.returncode != 0:
         pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
     root = tmp_path_factory.mktemp("online")
-    s = Settings.resolve(home=root / "home", cache=root / "cache", config_dir=root / "config", torch_venv=root / "venv")
-    report = accelstack.detect(settings=s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PIP_RETRIES", "0")  # the plan's index (download.pytorch.org) is unreachable here: fail over at once
-        summary = create_bundle(root / "torch.tar", settings=s, stack="torch", requirements=[PIN], report=report)
+    # the plan's index (download.pytorch.org) is unreachable here: PIP_RETRIES=0 fails over to the local mirror at once
+    env = cli_env(root / "home", root / "cache", {"ACCELSTACK_CONFIG_DIR": str(root / "config"), "PIP_RETRIES": "0"})
+    proc = run_cli(["bundle", "create", "--stack", "torch", "--venv", str(root / "venv"), "-o", str(root / "torch.tar"),
+                    "--json", PIN], env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not (root / "venv").exists()  # making a bundle touches no environment
-    return Path(summary.path), summary
+    made = result_of(proc)
+    return Path(made["path"]), made
 
 
 def _offline_env(tmp_path: Path) -> dict:
@@ -61,14 +61,14 @@ def _offline_env(tmp_path: Path) -> dict:
 
 def test_a_torch_bundle_installs_into_a_fresh_venv_from_the_bundle_alone(torch_bundle, tmp_path):
     bundle, made = torch_bundle
-    assert made.stack == "torch" and made.targets == ["cpu"] and made.python == "%d.%d" % sys.version_info[:2]
-    assert any(n.startswith("torch-2.13.0+cpu-") for n in made.artifacts) and len(made.artifacts) > 1  # and its dependencies
-    assert made.sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest() and made.bytes == bundle.stat().st_size
+    assert made["stack"] == "torch" and made["targets"] == ["cpu"] and made["python"] == "%d.%d" % sys.version_info[:2]
+    assert any(n.startswith("torch-2.13.0+cpu-") for n in made["artifacts"]) and len(made["artifacts"]) > 1  # and its deps
+    assert made["sha256"] == hashlib.sha256(bundle.read_bytes()).hexdigest() and made["bytes"] == bundle.stat().st_size
     with tarfile.open(bundle) as tf:
         index = json.loads(tf.extractfile("accelstack-bundle.json").read())
         names = sorted(tf.getnames())
     assert index["stack"] == "torch" and index["plan"]["variant"] == "cpu" and index["plan"]["torch_version"] == "2.13"
-    assert sorted(w["name"] for w in index["wheels"]) == sorted(made.artifacts)
+    assert sorted(w["name"] for w in index["wheels"]) == sorted(made["artifacts"])
     assert names == sorted(["accelstack-bundle.json"] + [f"artifacts/{w['sha256']}" for w in index["wheels"]])
 
     venv = tmp_path / "venv"
@@ -101,7 +101,7 @@ def _rewrite(src: Path, dest: Path, change) -> Path:
 
 
 def test_a_tampered_wheel_is_refused_before_pip_and_nothing_is_installed(torch_bundle, tmp_path):
-    bundle, made = torch_bundle
+    bundle, _ = torch_bundle
     with tarfile.open(bundle) as tf:
         index = json.loads(tf.extractfile("accelstack-bundle.json").read())
     small = min(index["wheels"], key=lambda w: w["size"])  # any wheel will do; the smallest is the cheapest to rewrite
@@ -178,3 +178,26 @@ def test_hostile_torch_bundle_indexes_are_refused_before_pip(tmp_path):
             install_bundle(_torch_tar(tmp_path / f"{name}.tar", doc, {"w": wheel}), settings=s, verifier=import_verifier())
         assert words in info.value.message, (name, info.value.message)
         assert not venv.exists(), name
+
+
+def test_download_commands_carry_the_plans_index_and_the_targets_tags(tmp_path):
+    plan = accelstack_plan()
+    cmds = download_commands(plan, tmp_path, "3.12", ["manylinux_2_28_x86_64", "manylinux2014_x86_64"], pip_python="py")
+    assert len(cmds) == len(plan.commands) == 1
+    argv = cmds[0]
+    assert argv[:6] == ["py", "-m", "pip", "download", "--dest", str(tmp_path)]
+    assert "--only-binary=:all:" in argv and argv[argv.index("--python-version") + 1] == "3.12"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"] == ["manylinux_2_28_x86_64", "manylinux2014_x86_64"]
+    assert argv[-3:] == [PIN, "--index-url", "https://download.pytorch.org/whl/cu126"]
+    plan.commands[0].argv = ["uv", "pip", "install", PIN]  # anything but `{python} -m pip install` cannot be bundled
+    with pytest.raises(TorchInstallError, match="not a pip install"):
+        download_commands(plan, tmp_path, "3.12")
+
+
+def accelstack_plan():
+    """A CUDA torch plan made on paper (no machine needed): the plan's own pin and index carry into pip download."""
+    from accelstack.manifests.plan import Command, Plan
+
+    return Plan(stack="torch", summary="on paper", packages=[PIN], index_url="https://download.pytorch.org/whl/cu126",
+                commands=[Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", PIN, "--index-url",
+                                          "https://download.pytorch.org/whl/cu126"], "install")])
