@@ -12,7 +12,8 @@ generates a 64x64 image in one step with a fixed seed, twice, and checks:
                     casts NaN/inf to black or white, so a non-finite result shows up here);
 * ``deterministic`` the second run with the same seed gives the same bytes;
 * ``cpu-match``     on a GPU runtime, when a CPU runtime is given: the same step on the CPU
-                    build agrees within a tolerance (mean absolute difference, 0-255 scale).
+                    build agrees within tolerances (mean and largest absolute difference, 0-255
+                    scale; see DEFAULT_TOLERANCE for how they were set).
 
 A failing runtime gives a FAIL report with the reason; it does not raise. Only problems that
 make a verdict impossible (no runtime directory, no disk space for the probe) raise. The
@@ -39,7 +40,7 @@ from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
 __all__ = ["verify", "pixel_stats", "image_diff",
-           "probe_request", "default_output", "DEFAULT_TOLERANCE"]
+           "probe_request", "default_output", "DEFAULT_TOLERANCE", "DEFAULT_MAX_TOLERANCE"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,14 @@ PROBE_SIZE = 64
 PROBE_STEPS = 1
 PROBE_SEED = 42
 MAX_SATURATED = 0.5  # fraction of pixels that are pure black or white
-DEFAULT_TOLERANCE = 8.0  # mean |GPU - CPU| per channel, 0..255
+# GPU-vs-CPU agreement of the probe image (64x64, one step, seed 42), per channel on 0..255. Measured
+# on lavapipe (ggml-vulkan on Mesa 22.3.6's llvmpipe, 0.4.7) against the cpu build: mean 3.38, largest
+# 24 here (the issue's earlier run: mean 1.85, largest 17). The difference comes from fp16 storage and
+# a different summation order (flash attention, matmul tiling), spread over a few pixels. Both bounds
+# leave about 2.5x that: other drivers round differently, yet a broken kernel (NaN turned black or
+# white, a wrong convolution, garbage) moves the mean by tens and single values by 100 or more.
+DEFAULT_TOLERANCE = 8.0  # mean |GPU - CPU|
+DEFAULT_MAX_TOLERANCE = 64  # largest |GPU - CPU| of any channel of any pixel
 
 
 def pixel_stats(rgb: bytes) -> PixelStats:
@@ -86,7 +94,8 @@ def default_output(backend: str, cache: Optional[Path] = None) -> Path:
 def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options: Optional[EngineOptions] = None,
            policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
            tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
-           probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress) -> VerifyReport:
+           probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress,
+           max_tolerance: int = DEFAULT_MAX_TOLERANCE) -> VerifyReport:
     """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
     torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
 
@@ -122,8 +131,10 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
         report.checks.append(VerifyCheck("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}"))
         fell_back = _fell_back_to_cpu(runtime, st.device)
         if fell_back:
-            report.checks.append(VerifyCheck("device", False, fell_back))
-            report.log_tail = sup.log_tail()
+            # what the GPU backend itself printed about its devices ("ggml_vulkan: No devices found.")
+            said = [line.strip() for line in sup.log_tail(400) if line.lstrip().startswith(_BACKEND_LOG_PREFIXES)]
+            report.checks.append(VerifyCheck("device", False, "; ".join([fell_back] + said[-3:])))
+            report.log_tail = said[-5:] + sup.log_tail()
             return fail(fell_back)
         if runtime.is_gpu and runtime.backend != "torch":
             report.checks.append(VerifyCheck("device", True, _device_name(st.device)))
@@ -156,7 +167,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
                                                     "Model": f"accelstack probe (seed {probe_seed})"})
         report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
     if runtime.is_gpu and cpu_runtime is not None and size_ok:
-        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, progress)
+        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, max_tolerance, progress)
     failed = [c for c in report.checks if not c.ok]
     if failed:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
@@ -172,6 +183,7 @@ _CHECKS = ("load", "size", "pixels", "deterministic")
 
 
 _GPU_TEXT = {"cuda": "CUDA", "vulkan": "Vulkan", "rocm": "ROCm", "metal": "Metal", "sycl": "SYCL"}
+_BACKEND_LOG_PREFIXES = ("ggml_vulkan:", "ggml_cuda_init:", "ggml_metal_init:", "ggml_sycl_init:")
 
 
 def _fell_back_to_cpu(runtime: Runtime, device: Optional[DeviceInfo]) -> str:
@@ -204,7 +216,7 @@ def _timings(report: VerifyReport, result: GenerateResult) -> None:
 
 def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request: GenerateRequest, pixels: bytes,
                  options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], tolerance: float,
-                 progress: ProgressCallback) -> None:
+                 max_tolerance: int, progress: ProgressCallback) -> None:
     try:
         with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress) as cpu:
             ref = cpu.generate(request).images[0].pixels
@@ -213,6 +225,7 @@ def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request
         return
     mean, worst = image_diff(pixels, ref)
     report.cpu_mean_diff, report.cpu_max_diff = round(mean, 3), worst
-    report.checks.append(VerifyCheck("cpu-match", mean <= tolerance,
-                                     f"mean difference {mean:.2f} (tolerance {tolerance}), largest {worst}"))
+    report.checks.append(VerifyCheck("cpu-match", mean <= tolerance and worst <= max_tolerance,
+                                     f"mean difference {mean:.2f} (tolerance {tolerance}), "
+                                     f"largest {worst} (tolerance {max_tolerance})"))
 
