@@ -171,3 +171,39 @@ def test_a_vulkan_build_that_skips_lavapipe_falls_back_to_cpu_and_fails(publishe
     assert "unless GGML_VK_VISIBLE_DEVICES names them" in report.reason
     assert report.device is not None and report.device.name == "CPU"
     assert "ggml_vulkan: No devices found" in report.checks[-1].detail and report.checks[-1].name == "device"
+
+
+@real
+def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(published, probe_model, tmp_path, monkeypatch):
+    """lavapipe shown to the planner as an integrated GPU with a usable Vulkan driver, so the plan
+    chooses the vulkan build without being forced; the Vulkan loader then finds no driver (it is pointed
+    at a file that does not exist), the vulkan build runs on its CPU backend, verify fails it, and
+    install lands on the CPU build, saying why in the result and in the receipt."""
+    from accelstack.core.detection import detect
+    from accelstack.core.fallback import install_with_fallback
+    from accelstack.detect.report import GPU, AcceleratorAPI
+    from accelstack.installer.home import Home
+    from accelstack.settings import Settings
+
+    url, key, _cpu_dir, _vk_dir = published
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", probe_cache=Path(probe_model.path).parent,
+                         manifests=[url], trusted_keys=[key], allow_build=False)
+    report = detect(settings=s)
+    lvp = next(d for d in report.vulkan_devices if d.type == "cpu")
+    report.gpus = [GPU(index=0, vendor="intel", name="Intel UHD Graphics (lavapipe here)", kind="integrated")]
+    report.apis.append(AcceleratorAPI(name="vulkan", usable=True, version=report.vulkan_loader_version, gpus=[0]))
+    lvp.type, lvp.gpu = "integrated", 0
+    for var in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"):
+        monkeypatch.setenv(var, str(tmp_path / "no-driver.json"))
+
+    summary = install_with_fallback(report, "ggml", settings=s)
+
+    assert summary.plan.backend == "cpu" and summary.receipt is not None and summary.receipt.verification.ok
+    why = [n for n in summary.notes if "(vulkan) was abandoned: it failed verify on this machine: " in n]
+    assert len(why) == 1, summary.notes
+    assert "the vulkan runtime ran on the CPU: no Vulkan device was initialized" in why[0], why[0]
+    print("\nfallback:", why[0])
+    home = Home(s.home)
+    receipt = home.read_receipt(home.read_active().active["ggml"])
+    assert receipt.backend == "cpu" and why[0] in receipt.plan.notes
+    assert [p.name for p in home.runtimes("ggml").iterdir()] == [receipt.id]  # the vulkan try was undone
