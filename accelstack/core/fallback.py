@@ -52,7 +52,8 @@ def install_with_fallback(report: Optional[HardwareReport] = None, stack: str = 
     """Plan and install ``stack``; when the chosen ggml build fails verify, install the next candidate.
 
     Raises the last :class:`VerifyFailed` (its message naming every abandoned build) when none passes.
-    The torch stack and plans that need a local build install as :func:`install_runtime` does."""
+    The torch stack and plans that need a local build install as :func:`install_runtime` does.
+    ``accelstack install`` goes through :func:`install_plan_with_fallback` with its own plan."""
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     report = report if report is not None else detect(settings=s)
@@ -60,14 +61,25 @@ def install_with_fallback(report: Optional[HardwareReport] = None, stack: str = 
         trusted = load_manifests(s, record=True, progress=progress)
     manifests = trusted.manifests if trusted is not None else None
     first = plan(report, stack, requirements=requirements, backend=backend, settings=s, manifests=manifests, on_progress=progress)
-    if stack != "ggml" or not first.ok:
+    return install_plan_with_fallback(first, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
+                                      requirements=requirements, on_progress=progress)
+
+
+def install_plan_with_fallback(first: Plan, *, report: HardwareReport, settings: Settings, verifier: Optional[Verifier] = None,
+                               force: bool = False, trusted: Optional[TrustedSet] = None, requirements: Sequence[str] = (),
+                               on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
+    """Install ``first`` (a plan made with ``trusted``'s manifests); when it is a ready ggml plan whose
+    build fails verify, install its next accepted candidates in order (see the module docstring)."""
+    s, progress = settings, on_progress or null_progress
+    if first.stack != "ggml" or not first.ok:
         return install_runtime(first, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
                                on_progress=progress)
+    manifests = trusted.manifests if trusted is not None else None
     order = [first.variant] + fallback_order(first)
     abandoned: List[Abandoned] = []
     last: Optional[VerifyFailed] = None
     for i, variant in enumerate(order[:MAX_TRIES]):
-        p = first if i == 0 else plan(report, stack, requirements=requirements, backend=variant, settings=s,
+        p = first if i == 0 else plan(report, "ggml", requirements=requirements, backend=variant, settings=s,
                                       manifests=manifests, on_progress=progress)
         if not p.ok or p.variant != variant:
             continue
@@ -83,6 +95,8 @@ def install_with_fallback(report: Optional[HardwareReport] = None, stack: str = 
             continue
         summary.notes = [a.note() for a in abandoned] + summary.notes
         return summary
-    assert last is not None  # the first plan was ok, so at least one try ran
+    assert last is not None  # the first plan is ready, so its try ran
+    if len(abandoned) == 1:
+        raise last
     raise VerifyFailed("no build of the plan works on this machine: " + "; ".join(a.note() for a in abandoned), last.report,
                        hint=last.hint)
