@@ -74,6 +74,11 @@ def parse_json(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_JSON_
     return check_depth(value, what=what, max_depth=max_depth)
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked "..." when cut (hostile values flood messages)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFIG_BYTES,
                max_depth: int = MAX_DEPTH) -> Any:
     """Parse YAML written by a person: size-capped, no aliases (no billion laughs), depth-checked."""
@@ -93,7 +98,7 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
-                raise MalformedInput(f"{what} uses a YAML alias (*{str(event.anchor)[:40]}) at line "
+                raise MalformedInput(f"{what} uses a YAML alias (*{_cut(str(event.anchor), 40)}) at line "
                                      f"{event.start_mark.line + 1}; aliases are not accepted",
                                      "write the value out in full")
             return super().compose_node(parent, index)
@@ -107,7 +112,7 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
     except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as exc:
         # PyYAML's constructors let these through for explicit tags with odd values
         # (`!!timestamp x`, an empty `!!float`): the document is malformed, not our code broken
-        raise MalformedInput(f"{what} has a value YAML cannot construct: {type(exc).__name__}: {str(exc)[:200]}",
+        raise MalformedInput(f"{what} is not valid YAML: a value cannot be constructed ({type(exc).__name__}: {_cut(str(exc), 200)})",
                              "fix the file or remove it") from None
     return check_depth(value, what=what, max_depth=max_depth)
 
