@@ -7,12 +7,14 @@ in the tests, with a generous bound). Examples that found a bug are kept as plai
 """
 from __future__ import annotations
 
+import copy
 import time
 import tracemalloc
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Any, Callable, Iterator, List
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 # A hang detector, not a speed test: one call of a parser on one input must return within this.
 CALL_BOUND_S = 5.0
@@ -66,3 +68,36 @@ def bounded(what: str = "call", time_s: float = CALL_BOUND_S,
         figures[:] = [elapsed, float(peak)]
     assert elapsed < time_s, f"{what} took {elapsed:.1f} s (bound {time_s} s): a hang"
     assert peak < memory_bytes, f"{what} peaked at {peak} bytes traced (bound {memory_bytes})"
+
+
+def node_mutation(values: Any, max_path: int) -> Any:
+    """A strategy of functions that change one node of a JSON document: a node reached by up to
+    ``max_path`` drawn steps is replaced by a value drawn from ``values``, or removed."""
+
+    @st.composite
+    def strategy(draw: Any) -> Callable[[Any], Any]:
+        choices: List[int] = draw(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=max_path))
+        remove = draw(st.booleans())
+        value = draw(values)
+
+        def mutate(doc: Any) -> Any:
+            node, parent, key = doc, None, None
+            for c in choices:
+                if isinstance(node, dict) and node:
+                    parent, key = node, sorted(node)[c % len(node)]
+                elif isinstance(node, list) and node:
+                    parent, key = node, c % len(node)
+                else:
+                    break
+                node = parent[key]
+            if parent is None:
+                return copy.deepcopy(value)
+            if remove:
+                del parent[key]
+            else:
+                parent[key] = copy.deepcopy(value)  # the same drawn value may be placed twice
+            return doc
+
+        return mutate
+
+    return strategy()

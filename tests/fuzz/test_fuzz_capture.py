@@ -8,13 +8,12 @@ plain tests.
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Iterator
 
 import pytest
 from hypothesis import given
@@ -25,7 +24,7 @@ from accelstack.detect.replay import ReplaySystem
 from accelstack.errors import AccelstackError, CaptureFormatError
 from accelstack.limits import MAX_CAPTURE_FILE_BYTES
 
-from .fuzzing import Counter, bounded, fuzz
+from .fuzzing import Counter, bounded, fuzz, node_mutation
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "captures"
@@ -78,32 +77,8 @@ ODD_VALUES = st.one_of(
 )
 
 
-@st.composite
-def index_mutation(draw: Any) -> Callable[[Any], Any]:
-    """A function that changes one node of capture.json: replaced by an odd value, or removed."""
-    choices: List[int] = draw(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=5))
-    remove = draw(st.booleans())
-    value = draw(ODD_VALUES)
-
-    def mutate(doc: Any) -> Any:
-        node, parent, key = doc, None, None
-        for c in choices:
-            if isinstance(node, dict) and node:
-                parent, key = node, sorted(node)[c % len(node)]
-            elif isinstance(node, list) and node:
-                parent, key = node, c % len(node)
-            else:
-                break
-            node = parent[key]
-        if parent is None:
-            return copy.deepcopy(value)
-        if remove:
-            del parent[key]
-        else:
-            parent[key] = copy.deepcopy(value)  # the same drawn value may be placed twice
-        return doc
-
-    return mutate
+def index_mutation() -> Any:
+    return node_mutation(ODD_VALUES, 5)
 
 
 FILE_CONTENTS = st.one_of(

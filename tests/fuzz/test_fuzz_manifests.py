@@ -13,7 +13,7 @@ import copy
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, List
+from typing import Any, Callable
 
 import pytest
 from hypothesis import given
@@ -25,7 +25,7 @@ from accelstack.manifests.envelope import parse_expires
 from accelstack.manifests.errors import ManifestFormatError
 from accelstack.manifests.signatures import parse_signature, sign_manifest
 
-from .fuzzing import Counter, bounded, fuzz
+from .fuzzing import Counter, bounded, fuzz, node_mutation
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "accelstack" / "manifests" / "data"
@@ -83,32 +83,8 @@ ODD = st.one_of(
 )
 
 
-@st.composite
-def mutation(draw: Any) -> Callable[[Any], Any]:
-    """Change one node of a document: replace it with an odd value, or remove it."""
-    choices: List[int] = draw(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=7))
-    remove = draw(st.booleans())
-    value = draw(ODD)
-
-    def mutate(doc: Any) -> Any:
-        node, parent, key = doc, None, None
-        for c in choices:
-            if isinstance(node, dict) and node:
-                parent, key = node, sorted(node)[c % len(node)]
-            elif isinstance(node, list) and node:
-                parent, key = node, c % len(node)
-            else:
-                break
-            node = parent[key]
-        if parent is None:
-            return copy.deepcopy(value)
-        if remove:
-            del parent[key]
-        else:
-            parent[key] = copy.deepcopy(value)
-        return doc
-
-    return mutate
+def mutation() -> Any:
+    return node_mutation(ODD, 7)
 
 
 def dumps(doc: Any) -> bytes:
