@@ -134,7 +134,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
             # what the GPU backend itself printed about its devices ("ggml_vulkan: No devices found.")
             said = [line.strip() for line in sup.log_tail(400) if line.lstrip().startswith(_BACKEND_LOG_PREFIXES)]
             report.checks.append(VerifyCheck("device", False, "; ".join([fell_back] + said[-3:])))
-            report.log_tail = said[-5:] + sup.log_tail()
+            report.log_tail = sup.log_tail() + said[-3:]  # its own words last: what a FAIL shows first
             return fail(fell_back)
         if runtime.is_gpu and runtime.backend != "torch":
             report.checks.append(VerifyCheck("device", True, _device_name(st.device)))
