@@ -111,8 +111,14 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
         progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE))
     p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
              manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
-    summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
-                              on_progress=progress)
+    if dry_run:
+        summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
+                                  on_progress=progress)
+    else:  # a build that fails verify here gives way to the plan's next candidate (issue 12)
+        from .fallback import install_plan_with_fallback
+
+        summary = install_plan_with_fallback(p, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
+                                             requirements=requirements, on_progress=progress)
     summary.notes = notes + summary.notes
     return summary
 

@@ -179,6 +179,7 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
     chooses the vulkan build without being forced; the Vulkan loader then finds no driver (it is pointed
     at a file that does not exist), the vulkan build runs on its CPU backend, verify fails it, and
     install lands on the CPU build, saying why in the result and in the receipt."""
+    from accelstack import core
     from accelstack.core.detection import detect
     from accelstack.core.fallback import install_with_fallback
     from accelstack.detect.report import GPU, AcceleratorAPI
@@ -197,6 +198,7 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
         monkeypatch.setenv(var, str(tmp_path / "no-driver.json"))
 
     summary = install_with_fallback(report, "ggml", settings=s)
+    assert core.plan_and_install(report, "ggml", settings=s).changed is False  # what `accelstack install` calls: CPU stays
 
     assert summary.plan.backend == "cpu" and summary.receipt is not None and summary.receipt.verification.ok
     why = [n for n in summary.notes if "(vulkan) was abandoned: it failed verify on this machine: " in n]
