@@ -10,16 +10,17 @@ installed, so the receipt (which keeps that plan) and the result both say it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from ..detect.report import HardwareReport
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..installer.transaction import Verifier, VerifyFailed
 from ..manifests.plan import Plan
 from ..settings import Settings
-from .detection import detect
-from .lifecycle import InstallSummary, install_runtime
-from .planning import TrustedSet, load_manifests, plan
+from .planning import TrustedSet, plan
+
+if TYPE_CHECKING:
+    from .lifecycle import InstallSummary
 
 MAX_TRIES = 4  # each try stages a runtime and verifies it (a generation): bound the time a bad machine costs
 
@@ -45,31 +46,14 @@ def fallback_order(chosen: Plan) -> List[str]:
     return out
 
 
-def install_with_fallback(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requirements: Sequence[str] = (),
-                          backend: Optional[str] = None, settings: Optional[Settings] = None,
-                          verifier: Optional[Verifier] = None, force: bool = False, trusted: Optional[TrustedSet] = None,
-                          on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
-    """Plan and install ``stack``; when the chosen ggml build fails verify, install the next candidate.
-
-    Raises the last :class:`VerifyFailed` (its message naming every abandoned build) when none passes.
-    The torch stack and plans that need a local build install as :func:`install_runtime` does.
-    ``accelstack install`` goes through :func:`install_plan_with_fallback` with its own plan."""
-    s = settings or Settings.resolve()
-    progress = on_progress or null_progress
-    report = report if report is not None else detect(settings=s)
-    if trusted is None and stack == "ggml":
-        trusted = load_manifests(s, record=True, progress=progress)
-    manifests = trusted.manifests if trusted is not None else None
-    first = plan(report, stack, requirements=requirements, backend=backend, settings=s, manifests=manifests, on_progress=progress)
-    return install_plan_with_fallback(first, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
-                                      requirements=requirements, on_progress=progress)
-
-
-def install_plan_with_fallback(first: Plan, *, report: HardwareReport, settings: Settings, verifier: Optional[Verifier] = None,
-                               force: bool = False, trusted: Optional[TrustedSet] = None, requirements: Sequence[str] = (),
+def install_plan_with_fallback(first: Plan, install_runtime: Callable[..., InstallSummary], *, report: HardwareReport,
+                               settings: Settings, verifier: Optional[Verifier] = None, force: bool = False,
+                               trusted: Optional[TrustedSet] = None, requirements: Sequence[str] = (),
                                on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
-    """Install ``first`` (a plan made with ``trusted``'s manifests); when it is a ready ggml plan whose
-    build fails verify, install its next accepted candidates in order (see the module docstring)."""
+    """Install ``first`` (a plan made with ``trusted``'s manifests) with ``install_runtime`` (the
+    lifecycle's, passed in by :func:`~accelstack.core.lifecycle.plan_and_install`, which is how
+    ``accelstack install`` and ``upgrade`` get here); when it is a ready ggml plan whose build fails
+    verify, install its next accepted candidates in order (see the module docstring)."""
     s, progress = settings, on_progress or null_progress
     if first.stack != "ggml" or not first.ok:
         return install_runtime(first, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,

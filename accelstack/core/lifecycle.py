@@ -26,6 +26,7 @@ from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..settings import Settings
 from .detection import detect
+from .fallback import install_plan_with_fallback
 from .planning import LOCAL_SOURCE, TrustedSet, hardware_fingerprint, load_manifests, plan, remember_channels, target_interpreter
 from .verifiers import default_verifier
 
@@ -115,10 +116,8 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
         summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
                                   on_progress=progress)
     else:  # a build that fails verify here gives way to the plan's next candidate (issue 12)
-        from .fallback import install_plan_with_fallback
-
-        summary = install_plan_with_fallback(p, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
-                                             requirements=requirements, on_progress=progress)
+        summary = install_plan_with_fallback(p, install_runtime, report=report, settings=s, verifier=verifier, force=force,
+                                             trusted=trusted, requirements=requirements, on_progress=progress)
     summary.notes = notes + summary.notes
     return summary
 

@@ -181,7 +181,6 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
     install lands on the CPU build, saying why in the result and in the receipt."""
     from accelstack import core
     from accelstack.core.detection import detect
-    from accelstack.core.fallback import install_with_fallback
     from accelstack.detect.report import GPU, AcceleratorAPI
     from accelstack.installer.home import Home
     from accelstack.settings import Settings
@@ -197,8 +196,8 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
     for var in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"):
         monkeypatch.setenv(var, str(tmp_path / "no-driver.json"))
 
-    summary = install_with_fallback(report, "ggml", settings=s)
-    assert core.plan_and_install(report, "ggml", settings=s).changed is False  # what `accelstack install` calls: CPU stays
+    summary = core.plan_and_install(report, "ggml", settings=s)  # what `accelstack install` calls
+    assert core.plan_and_install(report, "ggml", settings=s).changed is False  # a second run: the CPU build stays
 
     assert summary.plan.backend == "cpu" and summary.receipt is not None and summary.receipt.verification.ok
     why = [n for n in summary.notes if "(vulkan) was abandoned: it failed verify on this machine: " in n]
