@@ -29,6 +29,9 @@ COMMAND_MODULES = [
     "accelstack.commands.serve",
     "accelstack.commands.channel",
     "accelstack.commands.bundle",
+    "accelstack.commands.cache",
+    "accelstack.commands.doctor",
+    "accelstack.commands.completion",
 ]
 # Which module registers each command: running one command imports only its module, so a
 # no-op `accelstack install` does not pay for the engine's or the publisher's imports.
@@ -44,6 +47,9 @@ COMMANDS = {
     "serve": "accelstack.commands.serve",
     "channel": "accelstack.commands.channel",
     "bundle": "accelstack.commands.bundle",
+    "cache": "accelstack.commands.cache",
+    "doctor": "accelstack.commands.doctor",
+    "completion": "accelstack.commands.completion",
 }
 
 EPILOG = """\
