@@ -85,6 +85,21 @@ class UsageError(AccelstackError):
     default_action = Action.FIX_INPUT
 
 
+class NotPossibleHere(AccelstackError):
+    """The request is valid but this machine cannot meet it (a forced backend with no device,
+    a build variant whose toolchain cannot exist here). Exit code 3: retrying will not help."""
+
+    exit_code = 3
+    default_action = Action.EXPLAIN_PLAN
+
+
+class Interrupted(AccelstackError):
+    """The user interrupted (Ctrl-C); ``message`` says what state the machine was left in."""
+
+    exit_code = 130
+    default_action = Action.NONE
+
+
 class CaptureFormatError(AccelstackError):
     """A capture/replay directory is missing, of an unknown version, or malformed."""
 

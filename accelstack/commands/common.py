@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -99,10 +100,42 @@ def report_from(args: argparse.Namespace, settings=None):
     return detect(settings=settings)
 
 
-def emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    if args.json:
-        print(json.dumps({"result": to_dict(data)}, indent=2))
-    else:
+# The version of the JSON Lines contract (docs/json.md). Bumped only when a field is removed or
+# changes meaning; adding fields keeps it (apps must ignore fields they do not know).
+FORMAT_VERSION = 1
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The subcommand as typed (``channel add`` -> ``channel``), for the JSON envelope."""
+    return str(getattr(args, "command", None) or "")
+
+
+def result_line(command: str, data: Any, ok: bool = True) -> str:
+    """The one final line of a successful (or completed-with-a-verdict) ``--json`` command."""
+    result = to_dict(data)
+    if not isinstance(result, dict):
+        result = {"value": result}
+    return json.dumps({"event": "result", "format_version": FORMAT_VERSION, "command": command,
+                       "ok": bool(ok), "result": result}, separators=(",", ":"), default=str)
+
+
+def error_line(command: str, exc: Any) -> str:
+    """The one final line of a ``--json`` command that failed with an :class:`AccelstackError`."""
+    action = getattr(exc.action, "value", exc.action)
+    return json.dumps({"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
+                       "error": type(exc).__name__, "code": exc.code, "message": exc.message,
+                       "hint": exc.hint, "action": action, "run": render_action(action)},
+                      separators=(",", ":"), default=str)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str, ok: bool = True) -> None:
+    """Print a command's outcome: with ``--json`` its one final result line (commands print no
+    other JSON themselves), else ``text`` for people. ``ok=False`` reports a completed command
+    whose verdict is negative (a failed verify), which still exits 1."""
+    if getattr(args, "json", False):
+        sys.stdout.write(result_line(command_name(args), data, ok) + "\n")
+        sys.stdout.flush()
+    elif text:
         print(text)
 
 
