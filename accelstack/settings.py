@@ -36,6 +36,8 @@ ENV = {
     "trusted_keys": "ACCELSTACK_TRUSTED_KEYS",  # os.pathsep-separated keys or .pub files
     "manifests": "ACCELSTACK_MANIFESTS",  # whitespace-separated URLs
     "channel": "ACCELSTACK_CHANNEL",  # whitespace-separated channel names to use
+    "index_url": "ACCELSTACK_INDEX_URL",  # torch: the package index used instead of PyPI (a mirror)
+    "extra_index_urls": "ACCELSTACK_EXTRA_INDEX_URL",  # torch: whitespace-separated extra indexes
 }
 
 _TRUE = ("1", "true", "yes", "on")
@@ -89,6 +91,8 @@ class Settings:
     torch_venv: Optional[Path] = None  # torch: install into this virtual environment (created if missing)
     torch_python: str = ""  # torch: install into this interpreter ("" = the one running accelstack)
     use_uv: bool = False  # torch: run uv instead of pip when it is on PATH
+    index_url: Optional[str] = None  # torch: a package index used where PyPI would be (a mirror); None = PyPI
+    extra_index_urls: List[str] = field(default_factory=list)  # torch: indexes pip searches as well
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     # -- derived paths: one rule each ---------------------------------------------------------
@@ -153,6 +157,10 @@ class Settings:
         if "torch_venv" in given:
             out.torch_venv = Path(given["torch_venv"]).expanduser()
         out.torch_python = str(given.get("torch_python", ""))
+        out.index_url = str(given["index_url"]).strip() if "index_url" in given else env.get(ENV["index_url"], "").strip()
+        out.index_url = out.index_url or None
+        extras = _strings(given["extra_index_urls"]) if "extra_index_urls" in given else env.get(ENV["extra_index_urls"], "").split()
+        out.extra_index_urls = [u.strip() for u in extras if u.strip()]
         for name in ("insecure_unsigned", "allow_build", "use_uv"):
             if name in given:
                 setattr(out, name, bool(given[name]))

@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion
 from ..errors import Action, SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from ..settings import Settings
 from ..subprocesses import run_logged
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
 from .home import Home
@@ -139,7 +140,7 @@ def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bo
 def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: str, stage: str = "install") -> None:
     """Run one pip command, its lines as progress events of ``stage``; a failure names pip's first
     ``ERROR:`` line (``after``: what the caller has done about it, for the hint)."""
-    progress(ProgressEvent("message", stage, task="torch", message="$ " + " ".join(argv)))
+    progress(ProgressEvent("message", stage, task="torch", message="$ " + " ".join(redact(argv))))
     errors: List[str] = []
 
     def line(text: str) -> None:
@@ -156,6 +157,37 @@ def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: 
     if outcome.returncode != 0:
         reason = errors[0] if errors else (outcome.last_lines[-1] if outcome.last_lines else "no output")
         raise TorchInstallError(f"pip failed: {reason}", hint=after)
+
+
+# -- package indexes (mirrors) ----------------------------------------------------------------------
+
+_INDEX_FLAGS = ("--index-url", "-i")
+
+
+def with_indexes(commands: Sequence[Command], index_url: Optional[str], extra_index_urls: Sequence[str] = ()) -> List[Command]:
+    """``commands`` with a user's package indexes: ``index_url`` replaces PyPI (only in commands
+    that would use PyPI: a PyTorch index the plan chose for a CUDA/ROCm/XPU build stays, because
+    that build is published only there), and each of ``extra_index_urls`` is searched as well, by
+    every command. Commands that use no index (``--no-index``: bundles) are left alone."""
+    out = []
+    for cmd in commands:
+        argv = list(cmd.argv)
+        if "install" not in argv or "--no-index" in argv:
+            out.append(Command(cmd.tool, argv, cmd.why))
+            continue
+        has_index = any(a in _INDEX_FLAGS or a.startswith("--index-url=") for a in argv)
+        if index_url and not has_index:
+            argv += ["--index-url", index_url]
+        for url in extra_index_urls:
+            if url not in argv:
+                argv += ["--extra-index-url", url]
+        out.append(Command(cmd.tool, argv, cmd.why))
+    return out
+
+
+def redact(argv: Sequence[str]) -> List[str]:
+    """``argv`` for logs and progress: a password or token in an index URL (``https://user:token@host``) hidden."""
+    return [re.sub(r"(?<=://)([^/@\s:]+):[^/@\s]+@", r"\1:***@", a) for a in argv]
 
 
 # -- installing from local wheels (offline bundles) -------------------------------------------------
@@ -267,6 +299,11 @@ class PipCommands:
 
     commands: List[Command]
     use_uv: bool = False
+
+    @classmethod
+    def for_plan(cls, plan: Plan, settings: Settings) -> PipCommands:
+        """The plan's commands with the settings' package indexes (a mirror) and uv choice applied."""
+        return cls(with_indexes(plan.commands, settings.index_url, settings.extra_index_urls), settings.use_uv)
 
 
 class TorchEnvironment:
