@@ -1,74 +1,250 @@
-"""Render :class:`~accelstack.events.ProgressEvent` for the CLI: tqdm bars, JSON lines, or nothing.
+"""Render :class:`~accelstack.events.ProgressEvent` for the CLI: bars, plain lines, JSON lines, or nothing.
 
     with progress_renderer(json_mode=args.json) as progress:
         fetch(refs, progress=progress)
 
-* ``--json``: every event is one JSON line on stdout (``{"event": "progress", ...}``), for GUIs.
-* on a terminal: one tqdm bar per task (file) and, when a stage announces its batch with a
-  ``start`` event of task ``""``, a total bar; bars start at the ``done`` of their ``start``
-  event (a resumed download starts at its resumed offset); byte units when ``stage`` is
-  ``fetch`` or ``extra["unit"] == "B"``. ``message`` events are printed above the bars.
-* otherwise (piped, CI): silent.
+* ``--json`` (mode ``json``): every event is one JSON line on stdout (``{"event": "progress",
+  "ts": ..., "stage_index": ...}``), for GUIs; ``stage_index`` counts the stages in the order
+  this run met them.
+* on a terminal (``bars``): one tqdm bar per task, named, with its elapsed time; a known total
+  gives a determinate bar with an ETA (byte units when ``stage`` is ``fetch`` or
+  ``extra["unit"] == "B"``), an unknown one a spinner whose elapsed time keeps moving, so no
+  step ever looks frozen. When a stage announces its batch with a ``start`` event of task
+  ``""``, a total bar sums its tasks. Bars start at the ``done`` of their ``start`` event (a
+  resumed download starts at its offset). Messages, failures and the duration of every task
+  that took a while are printed above the bars.
+* not a terminal (``lines``: CI logs, ``| tee``, an app reading stderr): plain timestamped lines
+  on stderr for every start, end and message, progress at most every ``line_interval`` seconds
+  per task, and a "still working" line for a task silent for ``heartbeat`` seconds.
+* ``quiet``: nothing.
 
-The renderer is thread-safe; any command can reuse it.
+:func:`configure` takes the CLI's verbosity: -1 quiet, 0 normal, 1+ also messages marked
+``extra["level"] == "debug"``. The renderer is thread-safe; any command can reuse it.
 """
 from __future__ import annotations
 
 import contextlib
 import sys
 import threading
-from typing import IO, Any, Dict, Iterator, Optional
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..events import ProgressEvent
 
 _BYTE_STAGES = {"fetch", "download"}
+SPINNER = "|/-\\"
+TICK = 0.25  # terminal: how often spinners turn and elapsed times move
+LINE_INTERVAL = 5.0  # not a terminal: least seconds between two progress lines of one task
+HEARTBEAT = 15.0  # not a terminal: a running task silent this long gets a "still working" line
+SHOW_DURATION = 2.0  # terminal: tasks that took at least this long print their duration at the end
+
+_verbosity = 0
+
+
+def configure(verbosity: int) -> None:
+    """The CLI's ``-q``/``-v``: -1 no progress at all, 0 normal, 1+ debug messages too."""
+    global _verbosity
+    _verbosity = int(verbosity)
+
+
+def verbosity() -> int:
+    return _verbosity
+
+
+@dataclass
+class _Task:
+    """What the renderer knows of one running task."""
+
+    stage: str
+    task: str
+    started: float  # clock()
+    total: Optional[int]
+    done: int
+    first: int  # done at the start (a resumed download): the rate counts from here
+    unit: str
+    last_line: float  # clock() of the last line printed for it (lines mode)
+    printed: Tuple[int, str] = (0, "")  # (done, message) of that line
+    message: str = ""
+
+    @property
+    def label(self) -> str:
+        return _label(self.stage, self.task)
+
+
+def _label(stage: str, task: str) -> str:
+    return f"[{stage}] {task}" if task else f"[{stage}]"
 
 
 class ProgressRenderer:
-    """A ``ProgressCallback``. ``mode`` is ``"json"``, ``"bars"``, ``"quiet"`` or ``"auto"``
-    (bars when ``stream`` is a terminal, else quiet)."""
+    """A ``ProgressCallback``. ``mode`` is ``"json"``, ``"bars"``, ``"lines"``, ``"quiet"`` or
+    ``"auto"`` (bars when ``stream`` is a terminal, else lines). ``clock`` (monotonic seconds)
+    and ``ticker=False`` (call :meth:`tick` yourself) are for tests."""
 
-    def __init__(self, mode: str = "auto", *, stream: Optional[IO[str]] = None, json_stream: Optional[IO[str]] = None) -> None:
+    def __init__(self, mode: str = "auto", *, stream: Optional[IO[str]] = None, json_stream: Optional[IO[str]] = None,
+                 verbosity: Optional[int] = None, clock: Callable[[], float] = time.monotonic,
+                 line_interval: float = LINE_INTERVAL, heartbeat: float = HEARTBEAT, ticker: bool = True) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.json_stream = json_stream if json_stream is not None else sys.stdout
         if mode == "auto":
             isatty = getattr(self.stream, "isatty", None)
-            mode = "bars" if isatty is not None and isatty() else "quiet"
-        if mode not in ("json", "bars", "quiet"):
+            mode = "bars" if isatty is not None and isatty() else "lines"
+        if mode not in ("json", "bars", "lines", "quiet"):
             raise ValueError(f"unknown progress mode {mode!r}")
         self.mode = mode
-        self._lock = threading.Lock()
+        self.verbosity = _verbosity if verbosity is None else verbosity
+        self.clock = clock
+        self.line_interval = line_interval
+        self.heartbeat = heartbeat
+        self._use_ticker = ticker
+        self._lock = threading.RLock()
+        self._stages: List[str] = []  # in the order this run met them: their stage_index
+        self._tasks: Dict[tuple, _Task] = {}  # (stage, task) -> running task
         self._bars: Dict[tuple, Any] = {}  # (stage, task) -> tqdm
         self._done: Dict[tuple, int] = {}  # (stage, task) -> last done, for the total bar
         self._totals: Dict[str, Any] = {}  # stage -> tqdm total bar
+        self._spin = 0
+        self._last_refresh = 0.0
+        self._ticker: Optional[threading.Thread] = None
+        self._closed = threading.Event()
+
+    def stage_index(self, stage: str) -> int:
+        """The stage's index in this run (counted from 0 in the order the stages first appeared)."""
+        with self._lock:
+            if stage not in self._stages:
+                self._stages.append(stage)
+            return self._stages.index(stage)
 
     def __call__(self, event: ProgressEvent) -> None:
         if self.mode == "quiet":
             return
         with self._lock:
+            index = self.stage_index(event.stage)
             if self.mode == "json":
-                self.json_stream.write(event.to_json() + "\n")
+                self.json_stream.write(event.to_json(stage_index=index) + "\n")
                 self.json_stream.flush()
-            else:
+                return
+            if event.kind == "message" and event.extra.get("level") == "debug" and self.verbosity < 1:
+                return
+            self._track(event)
+            if self.mode == "bars":
                 self._bar_event(event)
+            if self._use_ticker and self._tasks and self._ticker is None and not self._closed.is_set():
+                self._ticker = threading.Thread(target=self._tick_loop, name="progress-ticker", daemon=True)
+                self._ticker.start()
+
+    # -- what is running --------------------------------------------------------------------------
+    def _unit(self, event: ProgressEvent) -> str:
+        return "B" if event.stage in _BYTE_STAGES or event.extra.get("unit") == "B" else str(event.extra.get("unit", ""))
+
+    def _track(self, event: ProgressEvent) -> None:
+        """Keep the running tasks up to date; in lines mode, print what is due."""
+        key = (event.stage, event.task)
+        now = self.clock()
+        task = self._tasks.get(key)
+        if event.kind == "start" or (event.kind == "advance" and task is None):
+            task = _Task(event.stage, event.task, now, event.total, event.done or 0, event.done or 0,
+                         self._unit(event), now, (event.done or 0, event.message), event.message)
+            self._tasks[key] = task
+            if self.mode == "lines":
+                size = f" ({_amount(task.total, task.unit, of=False)})" if task.total is not None else ""
+                self._line(event.ts, task.label, f"started{size}" + (f": {event.message}" if event.message else ""))
+            if event.kind == "start":
+                return
+        if event.kind == "advance":
+            assert task is not None
+            if event.total is not None:
+                task.total = event.total
+            task.done, task.message = event.done, event.message or task.message
+            if self.mode == "lines":
+                changed = (task.done, task.message) != task.printed
+                if now - task.last_line >= (self.line_interval if changed else self.heartbeat):
+                    self._progress_line(task, now, event.ts)
+        elif event.kind == "end":
+            self._tasks.pop(key, None)
+            if self.mode != "lines":
+                return
+            took = f" in {_duration(now - task.started)}" if task is not None else ""
+            label = _label(event.stage, event.task)
+            if event.ok is False:
+                self._line(event.ts, label, f"failed{took.replace(' in ', ' after ')}" + (f": {event.message}" if event.message else ""))
+            else:
+                self._line(event.ts, label, f"done{took}" + (f": {event.message}" if event.message else ""))
+        elif event.kind == "message" and self.mode == "lines" and event.message:
+            label = _label(event.stage, event.task)
+            self._line(event.ts, label, event.message)
+
+    def _progress_line(self, task: _Task, now: float, ts: float) -> None:
+        elapsed = now - task.started
+        if task.total:
+            text = f"{min(100, int(task.done * 100 / task.total))}% ({_amount(task.done, task.unit)} of " \
+                   f"{_amount(task.total, task.unit, of=False)}), {_duration(elapsed)}"
+            eta = _eta(task, elapsed)
+            if eta is not None:
+                text += f", about {_duration(eta)} left"
+        elif task.done:
+            text = f"{_amount(task.done, task.unit, of=False)} so far, {_duration(elapsed)}"
+        else:
+            text = f"still working, {_duration(elapsed)}"
+        if task.message:
+            text += f" ({task.message})"
+        self._line(ts, task.label, text)
+        task.last_line, task.printed = now, (task.done, task.message)
+
+    def _line(self, ts: float, label: str, text: str) -> None:
+        self.stream.write(f"{time.strftime('%H:%M:%S', time.localtime(ts))} {label}: {text}\n")
+        self.stream.flush()
+
+    # -- ticking ----------------------------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        while not self._closed.wait(TICK):
+            with self._lock:
+                if not self._tasks:
+                    self._ticker = None
+                    return
+                self.tick()
+
+    def tick(self) -> None:
+        """Move what moves with time alone: spinners and elapsed times (bars), "still working"
+        lines for silent tasks (lines). Called by the ticker thread every ``TICK`` seconds."""
+        with self._lock:
+            now = self.clock()
+            if self.mode == "lines":
+                for task in list(self._tasks.values()):
+                    if now - task.last_line >= self.heartbeat:
+                        self._progress_line(task, now, time.time())
+            elif self.mode == "bars":
+                self._spin = (self._spin + 1) % len(SPINNER)
+                refresh_all = now - self._last_refresh >= 1.0
+                if refresh_all:
+                    self._last_refresh = now
+                for key, bar in list(self._bars.items()) + [((s, ""), b) for s, b in self._totals.items()]:
+                    if bar.total is None:
+                        self._spinner(bar, key)
+                    elif refresh_all:
+                        bar.refresh()
 
     # -- bars ---------------------------------------------------------------------------------
-    def _is_bytes(self, event: ProgressEvent) -> bool:
-        return event.stage in _BYTE_STAGES or event.extra.get("unit") == "B"
-
     def _new_bar(self, event: ProgressEvent, desc: str):
         from tqdm import tqdm
 
-        kw = dict(unit="B", unit_scale=True, unit_divisor=1024) if self._is_bytes(event) else dict(unit="it")
-        return tqdm(
-            total=event.total,
-            initial=event.done or 0,
-            desc=desc,
-            file=self.stream,
-            leave=False if event.task else True,
-            dynamic_ncols=True,
-            **kw,
-        )
+        unit = self._unit(event)
+        kw = dict(unit="B", unit_scale=True, unit_divisor=1024) if unit == "B" else dict(unit=unit or "it")
+        bar = tqdm(total=event.total, initial=event.done or 0, desc=desc, file=self.stream, leave=False if event.task else True,
+                   dynamic_ncols=True, bar_format=_bar_format(unit) if event.total is not None else "{desc}", **kw)
+        bar.accelstack_name, bar.accelstack_unit = desc, unit
+        if event.total is None:
+            self._spinner(bar, (event.stage, event.task))
+        return bar
+
+    def _spinner(self, bar: Any, key: tuple) -> None:
+        """An indeterminate bar: its name, a turning spinner, the time so far and its last note."""
+        task = self._tasks.get(key)
+        elapsed = self.clock() - task.started if task is not None else bar.format_dict.get("elapsed", 0)
+        note = f" — {task.message}" if task is not None and task.message else ""
+        done = f", {_amount(task.done, task.unit, of=False)}" if task is not None and task.done else ""
+        bar.set_description_str(f"{SPINNER[self._spin]} {bar.accelstack_name}: {_duration(elapsed)}{done}{note}", refresh=False)
+        bar.refresh()
 
     def _bar_event(self, event: ProgressEvent) -> None:
         key = (event.stage, event.task)
@@ -78,12 +254,18 @@ class ProgressRenderer:
                 if total_bar is not None:
                     total_bar.close()
                 self._totals[event.stage] = self._new_bar(event, f"{event.stage} total")
+            elif event.kind == "advance" and total_bar is not None:
+                self._advance(total_bar, event, key)
             elif event.kind == "end" and total_bar is not None:
                 if event.ok and total_bar.total is not None:
                     total_bar.n = total_bar.total
                 total_bar.refresh()
                 total_bar.close()
                 del self._totals[event.stage]
+                if event.ok is False:
+                    self._write(f"{event.stage}: failed" + (f": {event.message}" if event.message else ""))
+            elif event.kind == "end" and event.ok is False:
+                self._write(f"{event.stage}: failed" + (f": {event.message}" if event.message else ""))
             elif event.kind == "message" and event.message:
                 self._write(event.message)
             return
@@ -92,29 +274,45 @@ class ProgressRenderer:
                 self._write(f"{event.task}: {event.message}")
             return
         bar = self._bars.get(key)
-        if event.kind == "start":
+        if event.kind == "start" or (event.kind == "advance" and bar is None):
             if bar is not None:
                 bar.close()
             self._bars[key] = bar = self._new_bar(event, _short(event.task))
             self._move_total(key, event.done or 0)
-            return
-        if bar is None:
-            return
+            if event.kind == "start":
+                return
         if event.kind == "advance":
-            if event.total is not None and bar.total != event.total:
-                bar.total = event.total
-            bar.n = event.done
-            bar.refresh()
+            self._advance(bar, event, key)
             self._move_total(key, event.done)
         elif event.kind == "end":
-            if event.ok:
-                bar.n = event.total if event.total is not None else event.done
-                self._move_total(key, bar.n)
-                bar.refresh()
+            if bar is not None:
+                started = bar.start_t
+                if event.ok:
+                    bar.n = event.total if event.total is not None else (event.done or bar.n)
+                    self._move_total(key, bar.n)
+                    bar.refresh()
+                bar.close()
+                del self._bars[key]
+                took = bar._time() - started
             else:
-                self._write(f"{event.task}: failed: {event.message}")
-            bar.close()
-            del self._bars[key]
+                took = 0.0
+            if event.ok is False:
+                self._write(f"{event.task}: failed" + (f": {event.message}" if event.message else ""))
+            elif took >= SHOW_DURATION or (event.message and self.verbosity >= 1):
+                self._write(f"{event.task}: done in {_duration(took)}" + (f" ({event.message})" if event.message else ""))
+
+    def _advance(self, bar: Any, event: ProgressEvent, key: tuple) -> None:
+        if event.total is not None and bar.total != event.total:
+            bar.total = event.total
+            bar.bar_format = _bar_format(bar.accelstack_unit)  # its size is known now: a bar with an ETA
+            bar.set_description_str(bar.accelstack_name, refresh=False)
+        bar.n = event.done
+        if bar.total is None:
+            self._spinner(bar, key)
+        else:
+            if event.message:
+                bar.set_postfix_str(event.message, refresh=False)
+            bar.refresh()
 
     def _move_total(self, key: tuple, done: int) -> None:
         before = self._done.get(key, 0)
@@ -130,6 +328,7 @@ class ProgressRenderer:
         tqdm.write(text, file=self.stream)
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             for bar in list(self._bars.values()) + list(self._totals.values()):
                 try:
@@ -138,16 +337,63 @@ class ProgressRenderer:
                     pass
             self._bars.clear()
             self._totals.clear()
+            self._tasks.clear()
 
 
-def _short(name: str, width: int = 28) -> str:
+def _short(name: str, width: int = 40) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def _bar_format(unit: str) -> Optional[str]:
+    """tqdm's own format for bytes (with the rate); else done/total, the unit named once, and the
+    elapsed and remaining time."""
+    if unit == "B":
+        return None
+    named = f" {unit}" + ("s" if unit and not unit.endswith("s") else "") if unit else ""
+    return "{l_bar}{bar}| {n_fmt}/{total_fmt}" + named + " [{elapsed}<{remaining}{postfix}]"
+
+
+def _duration(seconds: float) -> str:
+    """``0.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _amount(n: Optional[int], unit: str, of: bool = True) -> str:
+    """``n`` in ``unit``: sizes for bytes (``1.5 MiB``), else the number and the unit's name."""
+    if n is None:
+        return "?"
+    if unit == "B":
+        value = float(n)
+        for name in ("B", "KiB", "MiB", "GiB"):
+            if value < 1024 or name == "GiB":
+                return f"{value:.0f} {name}" if name == "B" else f"{value:.1f} {name}"
+            value /= 1024
+    if of or not unit:
+        return str(n)
+    return f"{n} {unit}" + ("s" if n != 1 and not unit.endswith("s") else "")
+
+
+def _eta(task: _Task, elapsed: float) -> Optional[float]:
+    """Seconds left at the average rate since the task started (None before any progress)."""
+    moved = task.done - task.first
+    if task.total is None or moved <= 0 or elapsed <= 0 or task.done >= task.total:
+        return None
+    return max(0.0, (task.total - task.done) * elapsed / moved)
 
 
 @contextlib.contextmanager
 def progress_renderer(json_mode: bool = False, *, quiet: bool = False, stream: Optional[IO[str]] = None) -> Iterator[ProgressRenderer]:
-    """The CLI's renderer for ``--json`` / a terminal / silence; closes its bars on exit."""
-    mode = "json" if json_mode else ("quiet" if quiet else "auto")
+    """The CLI's renderer: JSON lines on stdout with ``json_mode`` (``--json``), else bars on a
+    terminal or timestamped lines on stderr; nothing with ``quiet`` or ``-q`` (:func:`configure`)."""
+    mode = "quiet" if quiet or _verbosity < 0 else ("json" if json_mode else "auto")
     renderer = ProgressRenderer(mode, stream=stream)
     try:
         yield renderer

@@ -8,6 +8,7 @@ sha256 plus the exact CMake options and platform — so a repeated build is a lo
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -18,12 +19,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..artifacts.cache import hash_file
 from ..errors import Action
@@ -154,7 +156,7 @@ def build_ggml(
     key = cache_key(source_sha, variant, cmake_args)
     slot = cache / key
     slot.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(slot) + ".lock"):
+    with build_lock(Path(str(slot) + ".lock"), variant, progress):
         cached = _cached_result(slot / "build.json")
         if cached is not None and cached.packaging < PACKAGING_VERSION:
             log.info("repackaging the cached %s build %s (packaging %d -> %d)", variant, key, cached.packaging,
@@ -179,6 +181,43 @@ def build_ggml(
         result = _package(result, slot)
         _write_json(slot / "build.json", asdict(result))
         return _export(result, out_dir)
+
+
+@contextlib.contextmanager
+def build_lock(path: Path, variant: str, progress: ProgressCallback = null_progress,
+               poll: float = 1.0) -> Iterator[None]:
+    """Hold the build slot's lock. When another process holds it (another accelstack building the
+    same variant), say so and tick every ``poll`` seconds until it is free: a wait of minutes
+    must not look like a hang."""
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        task = f"waiting for the {variant} build lock"
+        said = f"waiting for another accelstack build of {variant} (lock {path})"
+        log.info("%s", said)
+        progress(ProgressEvent("message", "build", task=variant, message=said))
+        progress(ProgressEvent("start", "build", task=task, message=said))
+        start = time.monotonic()
+        try:
+            while True:
+                try:
+                    lock.acquire(timeout=poll)
+                    break
+                except Timeout:
+                    progress(ProgressEvent("advance", "build", task=task, message=said,
+                                           extra={"elapsed": round(time.monotonic() - start, 1), "lock": str(path)}))
+        except BaseException:
+            progress(ProgressEvent("end", "build", task=task, ok=False, message="stopped waiting for the build lock"))
+            raise
+        waited = time.monotonic() - start
+        log.info("got the %s build lock after %.1f s", variant, waited)
+        progress(ProgressEvent("end", "build", task=task, ok=True,
+                               message=f"the other build of {variant} finished after {waited:.0f} s of waiting"))
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def vulkan_include_dir(cache: Path) -> Optional[Path]:
