@@ -90,7 +90,7 @@ class ParseError(Exception):
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors reach ``main`` (so ``--json`` gets an error line too)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         raise ParseError(self, message)
 
 

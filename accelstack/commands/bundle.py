@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_home_arguments, emit, optional_path, report_from, settings_from
+from .common import add_home_arguments, emit, needs_subcommand, optional_path, report_from, settings_from
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
@@ -50,12 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
     add_home_arguments(c)
     c.set_defaults(func=run_create)
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=needs_subcommand(p))
 
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def run_create(args: argparse.Namespace) -> int:

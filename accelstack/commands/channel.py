@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import List
 
 from ..errors import UsageError
-from .common import emit
+from .common import emit, needs_subcommand
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,12 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rm.add_argument("--json", action="store_true", help="print the result as JSON")
     rm.set_defaults(func=run_remove)
 
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=needs_subcommand(p))
 
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def _row(channel, origin: str) -> dict:
@@ -73,7 +69,7 @@ def run_list(args: argparse.Namespace) -> int:
     rows += [_row(c, f"last install ({s.home})") for c in remembered_channels(s) if c.name not in names]
     lines = [f"{r['name']}  {r['url']}" + "".join(f"\n    mirror {m}" for m in r["mirrors"])
              + f"\n    signed by {r['trust']}; from {r['origin']}" for r in rows]
-    emit(args, rows, "\n".join(lines) or "no channel is configured (add one: accelstack channel add NAME URL --key FILE)")
+    emit(args, {"channels": rows}, "\n".join(lines) or "no channel is configured (add one: accelstack channel add NAME URL --key FILE)")
     return 0
 
 

@@ -139,6 +139,20 @@ def emit(args: argparse.Namespace, data: Any, text: str, ok: bool = True) -> Non
         print(text)
 
 
+def needs_subcommand(p: argparse.ArgumentParser):
+    """The ``func`` of a command group given no subcommand: its help (exit 2), or with ``--json``
+    a usage error line (stdout stays JSON Lines)."""
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "json", False):
+            from ..errors import UsageError
+
+            raise UsageError(f"`{p.prog}` needs a subcommand", f"see `{p.prog} --help`")
+        p.print_help()
+        return 2
+
+    return run
+
+
 def what_to_do(hint: str, action: str) -> str:
     """A hint with its action as the command to run (or the words to follow), for people."""
     cmd = render_action(action)

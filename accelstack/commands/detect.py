@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import List, Optional
 
 from ..detect import detect
 from ..detect.report import GPU, HardwareReport, Problem
 from ..detect.system import DEFAULT_TIMEOUT, CapturingSystem, LiveSystem, ReplaySystem
 from ..errors import UsageError
-from ..serde import to_dict
-from .common import what_to_do
+from .common import emit, what_to_do
 
 GiB = 1024 ** 3
 
@@ -50,12 +48,10 @@ def run(args: argparse.Namespace) -> int:
         capturing.save(args.capture)
     else:
         report = detect(LiveSystem(), timeout=args.timeout)
-    if args.json:
-        print(json.dumps(to_dict(report), indent=2))
-    else:
-        print(render(report))
-        if args.capture:
-            print(f"\ncapture written to {args.capture} (replay it with `accelstack detect --replay {args.capture}`)")
+    text = render(report)
+    if args.capture:
+        text += f"\n\ncapture written to {args.capture} (replay it with `accelstack detect --replay {args.capture}`)"
+    emit(args, report, text)
     return 0
 
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from ..artifacts import ArtifactRef, Cache, RetryPolicy, Transport, fetch
 from ..artifacts.cache import check_sha256
 from ..errors import UsageError
+from .common import emit
 from .progress import progress_renderer
 
 
@@ -67,8 +67,5 @@ def run(args: argparse.Namespace) -> int:
             deep=args.deep,
         )
     path = paths[sha]
-    if args.json:
-        print(json.dumps({"event": "result", "name": name, "sha256": sha, "size": args.size, "path": str(path)}))
-    else:
-        print(path)
+    emit(args, {"name": name, "sha256": sha, "size": args.size, "path": str(path)}, str(path))
     return 0

@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Tuple
 
 from ..serde import to_dict
+from .common import emit
 from .progress import progress_renderer
-from .verify import add_engine_arguments, add_runtime_arguments, engine_options, no_runtime_says_what_to_do, runtime_from_args
+from .verify import (
+    PROBE_NOISE,
+    add_engine_arguments,
+    add_runtime_arguments,
+    engine_options,
+    no_runtime_says_what_to_do,
+    runtime_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-count", "-b", type=int, default=1)
     p.add_argument("--output", "-o", default="output.png",
                    help="PNG path; with several images, %%d or {n} is the number, else name-1.png, name-2.png...")
-    p.add_argument("--json", action="store_true", help="print the GenerateReport as JSON")
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.generation import generate
 
     request, options = prepare(args)
-    with progress_renderer(json_mode=False, quiet=args.json) as progress:
+    with progress_renderer(json_mode=args.json) as progress:
         if args.runtime or args.backend == "torch":  # a runtime given by hand: the engine alone
             report = generate(runtime_from_args(args), args.model, request, args.output, options=options, progress=progress)
         else:  # the installed runtime, through the core
@@ -74,11 +80,9 @@ def run(args: argparse.Namespace) -> int:
             wanted = {k: v for k, v in dataclasses.asdict(request).items() if k != "prompt"}
             with no_runtime_says_what_to_do():
                 report = core.generate(args.model, args.prompt, args.output, options=options, on_progress=progress, **wanted)
-    if args.json:
-        print(json.dumps(to_dict(report), indent=2))
-        return 0
     dev = report.device
-    lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images),
+    noise = f"  ({PROBE_NOISE})" if is_probe_model(args.model) else ""
+    lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
              f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
              f"  device {dev.name if dev else '?'}{' — ' + dev.description if dev and dev.description else ''}; "
@@ -86,5 +90,20 @@ def run(args: argparse.Namespace) -> int:
              f"total {report.total_seconds:.2f} s"]
     if report.restarts:
         lines.append(f"  (the worker was restarted {report.restarts} time(s) along the way)")
-    print("\n".join(lines))
+    data = to_dict(report)
+    if noise:
+        data["probe_model"] = True  # the image is noise by design
+    emit(args, data, "\n".join(lines))
     return 0
+
+
+def is_probe_model(model: str) -> bool:
+    """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
+    from pathlib import Path
+
+    from ..engine.probe_model import MARKER
+
+    try:
+        return (Path(model) / MARKER).is_file()
+    except OSError:
+        return False

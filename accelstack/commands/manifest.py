@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -18,6 +17,7 @@ from ..manifests.keys import generate_keypair, keyid_of, parse_public_key, publi
 from ..manifests.signatures import read_manifest_files, sign_manifest, signature_path
 from ..manifests.trust import TrustedManifests
 from ..settings import Settings
+from .common import emit, needs_subcommand
 
 # An expiry past the years a manifest may name (limits.MAX_DATETIME_YEAR) would be refused by
 # every user; 50 years is far beyond any sensible release cadence.
@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--json", action="store_true", help="print the result as JSON")
     bd.set_defaults(func=run_build)
 
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=needs_subcommand(p))
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -141,13 +141,9 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
-
 
 def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
-    print(json.dumps(data) if args.json else text)
+    emit(args, data, text)
 
 
 def run_keygen(args: argparse.Namespace) -> int:

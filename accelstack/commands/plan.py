@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from ..detect.report import HardwareReport
 from ..errors import UsageError
 from ..manifests.plan import Plan
-from ..serde import to_dict
-from .common import report_from
+from .common import emit, report_from
 
 if TYPE_CHECKING:
     from ..manifests.knowledge import Manifests
@@ -65,11 +63,9 @@ def run(args: argparse.Namespace) -> int:
                      python=args.python, manifests=manifests, settings=settings)
     if args.manifest:
         plan.notes.append(f"planned with {', '.join(args.manifest)} as given: signatures are checked when a manifest is installed from")
-    if args.json:
-        print(json.dumps(to_dict(plan), indent=2))
-    else:
-        print(render(plan, report))
-    return 0 if plan.status in ("ready", "needs-build") and not plan.conflicts else 3
+    ok = plan.status in ("ready", "needs-build") and not plan.conflicts
+    emit(args, plan, render(plan, report), ok=ok)
+    return 0 if ok else 3
 
 
 def check_backend(backend: str, manifests: Manifests, stack: str, *, option: bool) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from .common import add_home_arguments, add_manifest_arguments, optional_path, report_from, settings_from
+from .common import FORMAT_VERSION, add_home_arguments, add_manifest_arguments, emit, optional_path, report_from, settings_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
                            models_dir=optional_path(args.models_dir), detector=lambda: report_from(args, s))
 
     def announce(ready: Ready) -> None:
-        if args.json:
-            print(json.dumps(ready.to_dict()), flush=True)
+        if args.json:  # an event line (the result line comes when the service stops)
+            print(json.dumps({"event": "ready", "format_version": FORMAT_VERSION, "command": "serve",
+                              **ready.to_dict(), "page_url": ready.page_url}), flush=True)
             return
         print(f"accelstack service listening on {ready.url}\n"
               f"  status page: {ready.page_url}\n"
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
               "  stop with Ctrl-C", flush=True)
 
     stopped = serve(config, announce)
-    print(f"accelstack service stopped ({stopped.reason})" + ("" if stopped.clean else "; a job was still ending"),
-          file=sys.stderr, flush=True)
+    text = f"accelstack service stopped ({stopped.reason})" + ("" if stopped.clean else "; a job was still ending")
+    if args.json:
+        emit(args, stopped, "")
+    else:
+        print(text, file=sys.stderr, flush=True)
     return 0

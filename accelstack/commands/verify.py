@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -11,8 +10,12 @@ from typing import Iterator, List, Optional
 
 from ..errors import UsageError
 from ..serde import to_dict
+from .common import emit
 from .progress import progress_renderer
 
+# The probe model's weights are random by design (nothing is downloaded): its image proves the
+# runtime computes, deterministically and like the CPU build; it is not meant to show anything.
+PROBE_NOISE = "noise by design: the probe model has random weights"
 RUNTIME_HINT = "run `accelstack install` first, or pass --runtime DIR (a directory the " \
                "stable-diffusion-cpp-python wheel is installed in)"
 
@@ -153,7 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="largest mean difference (0-255) from the CPU image that passes (default 8)")
     p.add_argument("--probe-seed", type=int, default=None, metavar="N", help="seed of the synthesized probe model")
     p.add_argument("--no-diffusers", action="store_true", help="torch: skip the diffusers pipeline step")
-    p.add_argument("--json", action="store_true", help="print the VerifyReport as JSON")
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -169,22 +171,19 @@ def run(args: argparse.Namespace) -> int:
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
     engine = {"options": options, "cpu_runtime": cpu, "tolerance": DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
               "probe_seed": DEFAULT_SEED if args.probe_seed is None else args.probe_seed}
-    with progress_renderer(json_mode=False, quiet=args.json) as progress:
+    with progress_renderer(json_mode=args.json) as progress:
         if args.runtime:  # a directory given by hand: the engine's check alone
             report = verify(runtime_from_args(args), output=args.output, progress=progress, **engine)
-        else:  # the installed runtime: through the core, which records the verdict in its receipt
+        else:  # the installed runtime, through the core, which records the verdict in its receipt
             from .. import core
 
             with no_runtime_says_what_to_do():
                 report = core.verify(output=args.output, on_progress=progress, **engine)
-    installed = not args.runtime
-    if args.json:
-        print(json.dumps({"verdict": report.verdict, **to_dict(report)}, indent=2))
-    else:
-        print(render(report))
-        if installed and not report.ok:
-            print("  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
-                  "fails, `accelstack plan` shows why this build was chosen")
+    text = render(report)
+    if not args.runtime and not report.ok:
+        text += ("\n  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
+                 "fails, `accelstack plan` shows why this build was chosen")
+    emit(args, {"verdict": report.verdict, **to_dict(report)}, text, ok=report.ok)
     return 0 if report.ok else 1
 
 
@@ -207,7 +206,7 @@ def render(r) -> str:
     if r.cpu_mean_diff is not None:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")
     if r.image:
-        lines.append(f"  image       {r.image}")
+        lines.append(f"  image       {r.image}  ({PROBE_NOISE})")
     lines.append(f"  probe       {r.probe_path}" + (f" (synthesized in {r.probe_seconds:.1f} s)" if r.probe_seconds else " (cached)"))
     lines.append(f"  total       {_secs(r.total_seconds)}")
     if not r.ok and r.log_tail:
@@ -223,15 +222,11 @@ def _run_torch(args: argparse.Namespace) -> int:
     python, env = _torch_python(args.runtime)
     probe = None
     if not args.no_diffusers:
-        with progress_renderer(json_mode=False, quiet=args.json) as progress:
+        with progress_renderer(json_mode=args.json) as progress:
             probe = ensure_probe_model(DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
                                        progress=progress).path
     report = verify_torch(python=python, env=env, probe=probe)
     found = torch_details(report)  # the per-op view this command renders
-    if args.json:
-        print(json.dumps({"verdict": report.verdict, "ok": report.ok, "reason": report.reason, "python": report.runtime,
-                          **to_dict(found), "seconds": report.total_seconds}, indent=2))
-        return 0 if report.ok else 1
     lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:
         lines.append(f"  reason      {report.reason}")
@@ -248,5 +243,6 @@ def _run_torch(args: argparse.Namespace) -> int:
                      + (f", step {d['step_seconds']:.2f} s" if d.get("step_seconds") is not None else "")
                      + (f" — {d['detail']}" if d.get("detail") else ""))
     lines.append(f"  total       {report.total_seconds:.2f} s")
-    print("\n".join(lines))
+    emit(args, {"verdict": report.verdict, "ok": report.ok, "reason": report.reason, "python": report.runtime,
+                **to_dict(found), "seconds": report.total_seconds}, "\n".join(lines), ok=report.ok)
     return 0 if report.ok else 1

@@ -48,6 +48,7 @@ _EXPORTS = {
     "WorkerCrashedError": ".errors",
     "ModelLoadError": ".errors",
     "GenerationError": ".errors",
+    "InvalidRequestError": ".errors",
     "CancelledError": ".errors",
 }
 

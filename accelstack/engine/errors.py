@@ -54,7 +54,6 @@ class WorkerCrashedError(EngineError):
 class ModelLoadError(EngineError):
     """A model file could not be loaded; the message names the file and the reason."""
 
-    exit_code = 3
     default_action = Action.FIX_INPUT
 
 
@@ -62,6 +61,12 @@ class GenerationError(EngineError):
     """A generation request was invalid or failed inside the worker."""
 
     default_action = Action.FIX_INPUT
+
+
+class InvalidRequestError(GenerationError):
+    """A generation request's value is out of range (size, steps, sampler...): a usage error, exit 2."""
+
+    exit_code = 2
 
 
 class InsufficientMemoryError(GenerationError):

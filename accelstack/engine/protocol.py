@@ -22,7 +22,7 @@ from ..limits import (
     PROMPT_CHUNK_TOKENS,
 )
 from ..verdict import DeviceInfo
-from .errors import GenerationError
+from .errors import InvalidRequestError
 
 # Names stable-diffusion.cpp 0.4.x accepts ("default" lets it choose for the model).
 SAMPLERS = ("default", "euler", "euler_a", "heun", "dpm2", "dpm++2s_a", "dpm++2m", "dpm++2mv2", "ipndm",
@@ -43,29 +43,29 @@ _LORA_TAG = re.compile(r"<lora:[^:>]+:[^>]+>", re.IGNORECASE)
 
 
 def check_prompt(text: Any, name: str = "prompt") -> str:
-    """``text`` if stable-diffusion.cpp can take it, else :class:`GenerationError` saying why."""
+    """``text`` if stable-diffusion.cpp can take it, else :class:`InvalidRequestError` saying why."""
     if not isinstance(text, str):
-        raise GenerationError(f"{name} must be text, got {type(text).__name__}")
+        raise InvalidRequestError(f"{name} must be text, got {type(text).__name__}")
     if len(text) > MAX_PROMPT_CHARS:
-        raise GenerationError(
+        raise InvalidRequestError(
             f"{name} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} are accepted",
             hint=f"the text encoder reads {PROMPT_CHUNK_TOKENS}-token chunks and this engine takes up to "
             f"{MAX_PROMPT_CHUNKS} of them (about {MAX_PROMPT_CHARS} characters); shorten the {name}")
     if "\x00" in text:
-        raise GenerationError(f"{name} contains a NUL character", hint=f"remove it from the {name}")
+        raise InvalidRequestError(f"{name} contains a NUL character", hint=f"remove it from the {name}")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise GenerationError(f"{name} is not valid Unicode text (it holds a lone surrogate)",
+        raise InvalidRequestError(f"{name} is not valid Unicode text (it holds a lone surrogate)",
                               hint=f"retype the {name}") from None
     if _LORA_TAG.search(text):
-        raise GenerationError(f"{name} holds a <lora:...> tag; LoRAs are not supported by this engine",
+        raise InvalidRequestError(f"{name} holds a <lora:...> tag; LoRAs are not supported by this engine",
                               hint=f"remove the <lora:...> tag from the {name}")
     for match in _WEIGHT.finditer(text):
         number = _C_FLOAT_PREFIX.match(match.group(1))
         value = float(number.group(0)) if number else None
         if value is None or (value != 0 and not _FLT_MIN <= abs(value) <= _FLT_MAX):
-            raise GenerationError(f"{name} has an attention weight '{match.group(0)[:40]}' that is not a number "
+            raise InvalidRequestError(f"{name} has an attention weight '{match.group(0)[:40]}' that is not a number "
                                   "in the range of a 32-bit float",
                                   hint="write weights as (word:1.2); escape a literal parenthesis as \\(")
     return text
@@ -100,34 +100,34 @@ class GenerateRequest:
     clip_skip: int = -1
 
     def validate(self) -> GenerateRequest:
-        """Raise :class:`GenerationError` naming the bad field and what is allowed."""
+        """Raise :class:`InvalidRequestError` naming the bad field and what is allowed."""
         check_prompt(self.prompt, "prompt")
         check_prompt(self.negative_prompt, "negative prompt")
         for name in ("width", "height"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v % SIDE_MULTIPLE or not MIN_SIDE <= v <= MAX_SIDE:
-                raise GenerationError(
+                raise InvalidRequestError(
                     f"{name} {_shown(v)} is not allowed: it must be a multiple of {SIDE_MULTIPLE} between {MIN_SIDE} and {MAX_SIDE}",
                     hint=f"try {name} {_round8(max(MIN_SIDE, min(MAX_SIDE, v)))}" if isinstance(v, int) else None)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise GenerationError(f"steps must be an integer between 1 and {MAX_STEPS}, got {_shown(self.steps)}")
+            raise InvalidRequestError(f"steps must be an integer between 1 and {MAX_STEPS}, got {_shown(self.steps)}")
         if isinstance(self.batch_count, bool) or not isinstance(self.batch_count, int) or not 1 <= self.batch_count <= MAX_BATCH:
-            raise GenerationError(f"batch count must be an integer between 1 and {MAX_BATCH}, "
+            raise InvalidRequestError(f"batch count must be an integer between 1 and {MAX_BATCH}, "
                                   f"got {_shown(self.batch_count)}")
         if (isinstance(self.cfg_scale, bool) or not isinstance(self.cfg_scale, (int, float))
                 or not 0.0 <= self.cfg_scale <= MAX_CFG_SCALE):
-            raise GenerationError(f"cfg scale must be a number between 0 and {MAX_CFG_SCALE:g}, got {_shown(self.cfg_scale)}")
+            raise InvalidRequestError(f"cfg scale must be a number between 0 and {MAX_CFG_SCALE:g}, got {_shown(self.cfg_scale)}")
         if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
-            raise GenerationError(f"unknown sampler {_shown(self.sampler)}", hint=f"choose one of: {', '.join(SAMPLERS)}")
+            raise InvalidRequestError(f"unknown sampler {_shown(self.sampler)}", hint=f"choose one of: {', '.join(SAMPLERS)}")
         if not isinstance(self.scheduler, str) or self.scheduler not in SCHEDULERS:
-            raise GenerationError(f"unknown scheduler {_shown(self.scheduler)}",
+            raise InvalidRequestError(f"unknown scheduler {_shown(self.scheduler)}",
                                   hint=f"choose one of: {', '.join(SCHEDULERS)}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not MIN_SEED <= self.seed <= MAX_SEED - MAX_BATCH:
-            raise GenerationError(f"seed must be an integer from {MIN_SEED} to {MAX_SEED - MAX_BATCH} (negative: random), "
+            raise InvalidRequestError(f"seed must be an integer from {MIN_SEED} to {MAX_SEED - MAX_BATCH} (negative: random), "
                                   f"got {_shown(self.seed)}")
         if (isinstance(self.clip_skip, bool) or not isinstance(self.clip_skip, int)
                 or not MIN_CLIP_SKIP <= self.clip_skip <= MAX_CLIP_SKIP):
-            raise GenerationError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
+            raise InvalidRequestError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
                                   f"(-1 or 0: the model's default), got {_shown(self.clip_skip)}")
         return self
 

@@ -15,6 +15,7 @@ from accelstack.errors import Action, UsageError
 from accelstack.serde import to_dict
 
 from .conftest import CAPTURES, TEST_HOME, fixture_names, replay
+from cli_helpers import result_of
 
 
 def comparable(report: HardwareReport) -> Dict[str, Any]:
@@ -74,10 +75,10 @@ def test_a_capture_is_never_written_over_other_files(tmp_path, capsys):
 def test_cli_capture_then_replay(tmp_path, capsys):
     cap = tmp_path / "bug-report"
     assert main(["detect", "--capture", str(cap), "--json"]) == 0
-    captured = json.loads(capsys.readouterr().out)
+    captured = result_of(capsys.readouterr().out)
     assert (cap / "capture.json").is_file()
     assert main(["detect", "--replay", str(cap), "--json"]) == 0
-    replayed = json.loads(capsys.readouterr().out)
+    replayed = result_of(capsys.readouterr().out)
     for data in (captured, replayed):
         data.pop("duration_ms")
     assert replayed.pop("source") == f"replay:{cap}" and captured.pop("source") == "live"
@@ -88,7 +89,7 @@ def test_cli_capture_then_replay(tmp_path, capsys):
 def test_cli_replay_json_equals_the_library(name, capsys):
     directory = str(CAPTURES / name)
     assert main(["detect", "--replay", directory, "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = result_of(capsys.readouterr().out)
     lib = to_dict(detect(ReplaySystem(directory)))
     assert out.pop("source") == f"replay:{directory}"
     out.pop("duration_ms"), lib.pop("duration_ms"), lib.pop("source")
@@ -112,9 +113,7 @@ def test_cli_human_output_names_gpus_apis_and_problems(capsys):
 
 
 def test_cli_rejects_capture_with_replay(capsys, tmp_path):
-    with pytest.raises(SystemExit) as exc:
-        main(["detect", "--replay", str(CAPTURES / "macos-apple-m3"), "--capture", str(tmp_path / "x")])
-    assert exc.value.code == 2
+    assert main(["detect", "--replay", str(CAPTURES / "macos-apple-m3"), "--capture", str(tmp_path / "x")]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
 
 

@@ -19,6 +19,7 @@ from accelstack.detect.system import DEFAULT_TIMEOUT, CapturingSystem, CommandRe
 from accelstack.errors import AccelstackError, Action, CaptureFormatError
 
 from .conftest import CAPTURES, TEST_HOME, make_fixture, replay
+from cli_helpers import error_of, result_of
 
 MIB = 1024 * 1024
 CLI_SYNTAX = re.compile(r"`accelstack|accelstack (detect|install|repair)|--[a-z]")  # library text never names CLI syntax
@@ -234,7 +235,7 @@ def test_cli_renders_a_problem_action_as_the_command(builder, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "what to do: attach a capture of this machine's detection to a bug report (run `accelstack detect --capture DIR`)" in text
     assert main(["detect", "--replay", str(directory), "--json"]) == 0
-    problems = json.loads(capsys.readouterr().out)["problems"]
+    problems = result_of(capsys.readouterr().out)["problems"]
     assert [p["action"] for p in problems if p["code"] == "powershell_garbage"] == ["report-bug"]
 
 
@@ -414,6 +415,6 @@ def test_cli_reports_a_bad_capture_with_a_hint(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "capture.json is missing" in err and "what to do:" in err
     assert main(["detect", "--replay", str(tmp_path), "--json"]) == 1
-    out = json.loads(capsys.readouterr().out)
+    out = error_of(capsys.readouterr().out)
     assert out["error"] == "CaptureFormatError" and out["hint"]
     assert issubclass(CaptureFormatError, AccelstackError)

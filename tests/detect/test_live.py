@@ -18,6 +18,7 @@ from accelstack.detect.system import LiveSystem
 from accelstack.serde import dumps, from_dict, loads, to_dict
 
 from .conftest import CAPTURES, TEST_HOME, fixture_names, replay
+from cli_helpers import result_of
 
 LINUX_X86 = sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
@@ -90,7 +91,7 @@ def run_module(*args: str) -> subprocess.CompletedProcess:
 def test_python_dash_m_detect_json():
     proc = run_module("detect", "--json")
     assert proc.returncode == 0, proc.stderr
-    report = from_dict(HardwareReport, json.loads(proc.stdout))
+    report = from_dict(HardwareReport, result_of(proc.stdout))
     assert report.source == "live" and report.preference[-1].api == "cpu"
 
 

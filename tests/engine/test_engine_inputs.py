@@ -194,13 +194,15 @@ def test_verify_without_runtime_says_what_to_do(tmp_path):
 def test_generate_cli_bad_inputs_fail_before_any_work(tmp_path):
     env = cli_env(tmp_path / "cache", tmp_path)
     res = run_cli(["generate", "--runtime", tmp_path, "-m", tmp_path / "missing.safetensors", "-p", "x"], env)
-    assert res.returncode == 3 and "missing.safetensors does not exist" in res.stderr
+    assert res.returncode == 1 and "missing.safetensors does not exist" in res.stderr
     (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 64)
     res = run_cli(["generate", "--runtime", tmp_path, "-m", tmp_path / "junk.safetensors", "-p", "x"], env)
-    assert res.returncode == 3 and "not a valid safetensors file" in res.stderr
+    assert res.returncode == 1 and "not a valid safetensors file" in res.stderr
     assert "NULL pointer" not in res.stderr and "Traceback" not in res.stderr
     res = run_cli(["generate", "-m", tmp_path / "junk.safetensors", "-p", "x", "-W", "500", "--json"], env)
-    assert res.returncode == 1
+    assert res.returncode == 2  # a usage error, like every other bad argument
     assert json.loads(res.stdout)["message"].startswith("width 500 is not allowed")
+    res = run_cli(["generate", "-m", tmp_path / "junk.safetensors", "-p", "x", "--steps", "0"], env)
+    assert res.returncode == 2 and "steps must be an integer" in res.stderr
     res = run_cli(["generate", "-m", tmp_path / "junk.safetensors", "-p", "x", "--sampler", "magic"], env)
-    assert res.returncode == 1 and "unknown sampler 'magic'" in res.stderr and "euler_a" in res.stderr
+    assert res.returncode == 2 and "unknown sampler 'magic'" in res.stderr and "euler_a" in res.stderr

@@ -7,7 +7,6 @@ skip. The device-order logic is tested without torch in test_engine_units.py.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 from accelstack.engine import VerifyReport
 from accelstack.engine.torch_verification import verify_torch
 
+from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
 
 TORCH_PATH_ENV = "ACCELSTACK_TEST_TORCH_PATH"
@@ -46,7 +46,7 @@ def test_torch_verify_cli_passes_on_cpu(torch_env, tmp_path):
         env["PYTHONPATH"] = torch_env["PYTHONPATH"]
     res = run_cli(args, env)
     assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["verdict"] == "PASS" and report["torch_version"]
     assert report["device_kind"] in ("cuda", "xpu", "mps", "directml", "cpu")
     ops = {o["name"]: o for o in report["ops"]}
@@ -85,7 +85,7 @@ def test_torch_verify_cli_reports_a_broken_torch(tmp_path):
     args = ["verify", "--backend", "torch", "--runtime", target, "--no-diffusers"]
     res = run_cli(args + ["--json"], env)
     assert res.returncode == 1, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["verdict"] == "FAIL" and not report["ok"] and "libtorch_cuda.so" in report["reason"]
     assert report["python"] == sys.executable and report["ops"] == [] and report["seconds"] > 0
     res = run_cli(args, env)

@@ -8,7 +8,6 @@ wheel, no network), the module skips.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from accelstack.engine import GenerateRequest, Runtime, Supervisor
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
 
+from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
 
 WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
@@ -114,7 +114,7 @@ def test_generate_cli_with_backend_torch(torch_venv, probe_model, tmp_path):
             "-W", 64, "-H", 64, "--steps", 1, "--seed", 3, "-o", out, "--json"]
     res = run_cli(args, cli_env(tmp_path / "cache", tmp_path), timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["images"] == [str(out)] and report["seeds"] == [3]
     assert report["device"]["name"] == "cpu" and report["width"] == 64
     data = out.read_bytes()

@@ -1,7 +1,6 @@
 """`verify` and `generate` end to end on the real CPU runtime, through the CLI and the library."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.verification import verify
 
+from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
 
 
@@ -17,7 +17,7 @@ def test_verify_cli_passes_on_the_cpu_runtime(cpu_runtime, cache_with_probe, tmp
     out = tmp_path / "probe.png"
     res = run_cli(["verify", "--runtime", cpu_runtime.path, "--output", out, "--json"], cli_env(cache_with_probe, tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["verdict"] == "PASS" and report["ok"] and report["reason"] == ""
     checks = {c["name"]: c for c in report["checks"]}
     assert set(checks) == {"load", "size", "pixels", "deterministic"} and all(c["ok"] for c in checks.values())
@@ -82,7 +82,7 @@ def test_verify_uses_the_active_runtime_by_default(tmp_path, cache_with_probe):
     home.set_active("ggml", "ggml-cuda-1")
     res = run_cli(["verify", "--json"], cli_env(cache_with_probe, tmp_path))
     assert res.returncode == 1, res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["verdict"] == "FAIL" and report["runtime"] == str(rt) and report["backend"] == "cuda"
     assert "libcudart.so.12" in report["reason"]
 
@@ -138,7 +138,7 @@ def test_generate_cli_writes_pngs_with_parameters(cpu_runtime, probe_model, tmp_
                    "--cfg-scale", "5", "--sampler", "euler", "--scheduler", "discrete", "-o", out, "--json"],
                   cli_env(tmp_path / "cache", tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads(res.stdout)
+    report = result_of(res.stdout)
     assert report["images"] == [str(tmp_path / "img-1.png"), str(tmp_path / "img-2.png")]
     assert report["seeds"] == [5, 6] and report["sampler"] == "euler" and report["scheduler"] == "discrete"
     first, second = (read_png(p) for p in report["images"])

@@ -1,12 +1,13 @@
 """Run the real CLI in a child process against a private home and cache."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
+
+import cli_helpers
 
 
 def cli_env(home: Path, cache: Path, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -22,15 +23,16 @@ def run_cli(args: List[str], env: Dict[str, str], timeout: float = 300) -> subpr
 
 
 def result_of(proc: subprocess.CompletedProcess) -> dict:
-    """The ``{"result": ...}`` document a --json command prints last (after one-line progress events)."""
-    start = proc.stdout.rfind('{\n  "result"')
-    if start < 0:
-        raise AssertionError(f"no result document (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout[start:])["result"]
+    """The ``result`` of the final line of a --json command (the whole JSON Lines contract checked)."""
+    try:
+        return cli_helpers.result_of(proc.stdout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
 
 
 def error_of(proc: subprocess.CompletedProcess) -> dict:
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith('{"error"'):
-            return json.loads(line)
-    raise AssertionError(f"no error document in: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+    """The final error line of a --json command."""
+    try:
+        return cli_helpers.error_of(proc.stdout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None

@@ -63,7 +63,7 @@ def test_channel_add_list_remove_through_the_cli(tmp_path, signing_key):
     proc = run_cli(["channel", "add", "plain", "http://example.org/x.json", "--key", str(pub)], env)
     assert proc.returncode != 0 and "only https://" in proc.stderr
 
-    rows = result_of(run_cli(["channel", "list", "--json"], env))
+    rows = result_of(run_cli(["channel", "list", "--json"], env))["channels"]
     assert [(r["name"], r["mirrors"]) for r in rows] == [("stable", ["https://mirror.example.org/ggml-manifest.json"]),
                                                          ("beta", [])]
     assert rows[1]["keys"] == [other_b64]

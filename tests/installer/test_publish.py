@@ -27,7 +27,7 @@ def test_build_keygen_manifest_build_verify(ggml_cpu_build, tmp_path):
     proc = run_cli(["manifest", "build", str(site), "--base-url", "https://example.org/acc", "--key",
                     str(tmp_path / "keys" / "rel.key"), "--source", "release", "--version", "7", "--json"], env)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = result_of(proc)
     assert out["signed"] is True and out["version"] == 7
     assert len(out["targets"]) == 1 and out["targets"][0].endswith("-cpu")
 
@@ -172,6 +172,6 @@ def test_manifest_build_flat_puts_each_upload_at_top_level(ggml_cpu_build, tmp_p
     (wheel.parent / (wheel.name + ".build.json")).write_text(json.dumps(dataclasses.asdict(ggml_cpu_build)))
     proc = run_cli(["manifest", "build", str(site), "--base-url", "https://x/r", "--version", "1", "--flat", "--json"], env)
     assert proc.returncode == 0, proc.stderr
-    assets = json.loads(proc.stdout)["assets"]
+    assets = result_of(proc)["assets"]
     assert [Path(a).parent for a in assets] == [site, site]
     assert (site / f"linux-x86_64--cpu--{wheel.name}").read_bytes() == b"wheel bytes"

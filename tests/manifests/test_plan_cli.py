@@ -12,6 +12,7 @@ from accelstack.manifests import Plan
 from accelstack.serde import from_dict, to_dict
 
 from ._factory import CAPTURES, EXAMPLE_GGML, fixture_names, machine, nvidia
+from cli_helpers import result_of
 
 NEEDS_CAPTURES = pytest.mark.skipif("linux-nvidia-rtx4070-550" not in fixture_names(), reason="replay captures not present")
 
@@ -39,7 +40,7 @@ def test_impossible_request_exits_3_and_says_what_works(report_file, capsys):
 
 def test_json_round_trips(report_file, capsys):
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--python", "3.9", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = result_of(capsys.readouterr().out)
     plan = from_dict(Plan, doc)
     assert plan.variant == "cu129" and plan.torch_version == "2.8" and plan.request.python == "3.9"
 
@@ -47,9 +48,9 @@ def test_json_round_trips(report_file, capsys):
 def test_backend_from_environment_and_option(report_file, capsys, monkeypatch):
     monkeypatch.setenv("ACCELSTACK_BACKEND", "cpu")
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["backend"] == "cpu"
+    assert result_of(capsys.readouterr().out)["backend"] == "cpu"
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--backend", "cu128", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["variant"] == "cu128"  # the option wins over the environment
+    assert result_of(capsys.readouterr().out)["variant"] == "cu128"  # the option wins over the environment
 
 
 def test_unknown_backend_is_a_usage_error(report_file, capsys, monkeypatch):
@@ -99,5 +100,5 @@ def test_live_detection_runs_in_a_subprocess():
     proc = subprocess.run([sys.executable, "-m", "accelstack", "plan", "--stack", "torch", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode in (0, 3), proc.stderr
-    plan = from_dict(Plan, json.loads(proc.stdout))
+    plan = from_dict(Plan, result_of(proc.stdout))
     assert plan.candidates and plan.summary

@@ -32,6 +32,8 @@ from accelstack.manifests.signing import (
 from accelstack.manifests.trust import TrustedManifests, VerifiedManifest
 from accelstack.settings import Settings
 
+from cli_helpers import result_of
+
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 SHA = "ab" * 32
 
@@ -357,7 +359,7 @@ def test_bad_key_files_are_loud(tmp_path, text):
 def test_cli_keygen_sign_verify(tmp_path, capsys):
     prefix = tmp_path / "keys" / "release"
     assert main(["manifest", "keygen", "--out", str(prefix), "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
+    info = result_of(capsys.readouterr().out)
     key, pub = Path(info["private_key"]), Path(info["public_key"])
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
@@ -371,7 +373,7 @@ def test_cli_keygen_sign_verify(tmp_path, capsys):
     assert info["keyid"] in capsys.readouterr().out
 
     assert main(["manifest", "verify", str(m), "--key", str(pub), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    result = result_of(capsys.readouterr().out)
     assert result["ok"] and result["signed"] and result["keyid"] == info["keyid"] and result["version"] == 7
 
     # without the key it is untrusted; tampered it fails; unsigned needs the flag
