@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # First run on a fresh machine: set up accelstack in a virtual environment, then
-# detect the hardware, plan the runtime, install it (transactionally) and verify it generates.
+# detect the hardware, plan the runtime, and install it (transactionally).
+# `accelstack install` verifies the runtime itself (a probe generation) before activating it,
+# so no separate `accelstack verify` follows: the probe generation runs once.
 # Extra arguments go to `accelstack install` (e.g. --manifest URL, --stack torch --venv DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,4 @@ fi
 echo
 .venv/bin/accelstack plan
 echo
-.venv/bin/accelstack install --yes "$@"
-echo
-.venv/bin/accelstack verify
+.venv/bin/accelstack install "$@"

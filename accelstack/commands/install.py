@@ -1,18 +1,44 @@
 """`accelstack install | status | repair | upgrade | rollback | uninstall | gc`: runtimes on disk.
 
 Each command parses its arguments into one ``Settings``, calls the core, and renders its events
-and result; the work itself is :mod:`accelstack.core`'s.
+and result; the work itself is :mod:`accelstack.core`'s. Every outcome goes through ``emit`` (one
+final JSON line with ``--json``); failures are typed errors that ``cli.py`` prints.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List
 
 from .common import add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from, settings_from
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
+RAW = argparse.RawDescriptionHelpFormatter
+
+# How the summary names each timing: what was measured, not the step that happened to hold it.
+TIMING_LABELS = {"manifests": "read manifests", "build": "build from source", "download": "download",
+                 "stage": "unpack", "hash": "hash files", "verify": "verify (probe generation)"}
+
+
+def _add_index_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index-url", metavar="URL", help="torch: the package index to use instead of PyPI (a mirror); "
+                   "or ACCELSTACK_INDEX_URL")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="torch: another package index pip searches as well; repeatable; or ACCELSTACK_EXTRA_INDEX_URL")
+
+
+def _index_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """``--index-url`` / ``--extra-index-url`` for ``settings_from``; only when given, so a
+    Settings without these fields still works for every other command line."""
+    out: Dict[str, Any] = {}
+    if getattr(args, "index_url", None):
+        out["index_url"] = args.index_url
+    if getattr(args, "extra_index_url", None):
+        out["extra_index_urls"] = list(args.extra_index_url)
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,26 +47,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="first run: detect, plan, fetch, install, verify and activate a runtime",
         description="Install the runtime that fits this machine. ggml (default): a stable-diffusion.cpp build, "
         "fetched from a signed manifest or built from source, installed into its own directory and activated "
-        "only after it generates an image here. torch: the planned PyTorch wheel installed into a Python "
-        "environment, checked there, and rolled back to what was there before if it does not work. A second "
-        "run on a healthy install does nothing.",
+        "only after it generates an image here (the probe check, so a separate `accelstack verify` is not "
+        "needed after it). torch: the planned PyTorch wheel installed into a Python environment, checked "
+        "there, and rolled back to what was there before if it does not work. A second run on a healthy "
+        "install does nothing. Install never asks questions. Ctrl-C says what state it left: the previous "
+        "runtime stays active until the new one has passed its check, and a partial download is resumed "
+        "by the next run.",
         epilog="examples:\n"
         "  accelstack install                               ggml runtime for this machine\n"
+        "  accelstack install --dry-run                     what it would do (touches nothing, builds nothing)\n"
         "  accelstack install --manifest https://host/ggml-manifest.json\n"
         "  accelstack install --channel stable                from a channel added with `accelstack channel add`\n"
+        "  accelstack install --backend vulkan              this backend or a clear refusal (exit 3)\n"
         "  accelstack install --bundle runtime.tar --offline  from an offline bundle (`accelstack bundle create`)\n"
-        "  accelstack install --dry-run --json              what would be installed (touches nothing)\n"
-        "  accelstack install --stack torch --venv .venv    the right torch build into .venv",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "  accelstack install --dry-run --json              the same as one JSON result line\n"
+        "  accelstack install --stack torch --venv .venv    the right torch build into .venv\n"
+        "  accelstack install --stack torch --venv .venv --index-url https://mirror/simple",
+        formatter_class=RAW,
     )
     p.add_argument("--stack", choices=["ggml", "torch"], default="ggml")
-    p.add_argument("--backend", default=None, help="force a backend (cuda, vulkan, cpu, ...) or ACCELSTACK_BACKEND")
-    p.add_argument("--dry-run", action="store_true", help="show what would be installed and stop; nothing on disk changes")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (installs never prompt when not on a terminal)")
+    p.add_argument("--backend", default=None, help="force a backend (cuda, vulkan, cpu, ...) or ACCELSTACK_BACKEND; "
+                   "one this machine cannot run is refused before anything is downloaded or built (exit 3)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be done and stop: no home created, no lock, "
+                   "no download, no build, nothing written")
+    p.add_argument("--yes", "-y", action="store_true", help=argparse.SUPPRESS)  # install never asks; kept for old scripts
     p.add_argument("--force", action="store_true", help="reinstall even if the same runtime is installed")
     p.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter to install into (default: this one)")
     p.add_argument("--venv", metavar="DIR", help="torch: install into this virtual environment (created if missing)")
     p.add_argument("--uv", action="store_true", help="torch: use uv instead of pip when available")
+    _add_index_arguments(p)
     p.add_argument("--bundle", metavar="FILE", help="install from an offline bundle, with no network (ggml: signature "
                    "and hashes checked as online, the key from the bundle's configured channel or --trusted-key; "
                    "torch: the bundled wheels into --venv/--python, pip --no-index --require-hashes)")
@@ -49,41 +84,153 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_manifest_arguments(p)
     p.set_defaults(func=run_install)
 
-    p = sub.add_parser("status", help="what is installed and active, and whether it still fits this machine")
+    p = sub.add_parser(
+        "status", help="what is installed and active, and whether it still fits this machine",
+        description="List the installed runtimes per stack: the active one and the previous one (for rollback), "
+        "where each came from (channel, manifest version, package version), whether its files are all there, "
+        "whether it still fits this machine's hardware and driver, and whether a newer build is published. "
+        "Reads only.",
+        epilog="examples:\n"
+        "  accelstack status\n"
+        "  accelstack status --json                          one result line for an app\n"
+        "  accelstack status --offline                       without checking the channels for upgrades",
+        formatter_class=RAW)
     add_home_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run_status)
 
-    p = sub.add_parser("repair", help="rebuild a damaged state file, restore missing or corrupt runtime files, re-verify")
+    p = sub.add_parser(
+        "repair", help="rebuild a damaged state file, restore missing or corrupt runtime files, re-verify",
+        description="Check the active ggml runtime against its receipt: rebuild a damaged active.json from the "
+        "receipts, restore missing or corrupt files from the download cache (downloading again if needed), "
+        "and run the probe check again. Exit 1 when the check fails after repair.",
+        epilog="examples:\n"
+        "  accelstack repair\n"
+        "  accelstack repair --offline                       restore from the download cache only\n"
+        "  accelstack repair --json",
+        formatter_class=RAW)
     add_home_arguments(p)
     p.add_argument("--offline", action="store_true", help="use only the download cache")
+    _add_index_arguments(p)
     p.set_defaults(func=run_repair)
 
-    p = sub.add_parser("upgrade", help="install the newest fitting runtime side by side, verify it, switch")
-    p.add_argument("--backend", default=None)
+    p = sub.add_parser(
+        "upgrade", help="install the newest fitting runtime side by side, verify it, switch",
+        description="Plan again from the channels the last install used (or those given), install the result "
+        "beside the active runtime, check it, and switch to it. The old runtime stays for `accelstack rollback`. "
+        "Nothing changes when the plan picks what is already active.",
+        epilog="examples:\n"
+        "  accelstack upgrade\n"
+        "  accelstack upgrade --backend vulkan              switch backend on the way\n"
+        "  accelstack upgrade --channel beta --json",
+        formatter_class=RAW)
+    p.add_argument("--backend", default=None, help="the backend to plan for (default: what the active runtime was installed for)")
+    _add_index_arguments(p)
     add_home_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run_upgrade)
 
-    p = sub.add_parser("rollback", help="switch back to the previous runtime")
+    p = sub.add_parser(
+        "rollback", help="switch back to the previous runtime",
+        description="Make the previous ggml runtime active again (the one the last install or upgrade replaced); "
+        "the current one becomes the previous, so a second rollback undoes the first.",
+        epilog="examples:\n  accelstack rollback\n  accelstack rollback --json",
+        formatter_class=RAW)
     add_home_arguments(p)
     p.set_defaults(func=run_rollback)
 
-    p = sub.add_parser("uninstall", help="remove the installed ggml runtimes")
+    p = sub.add_parser(
+        "uninstall", help="remove the installed ggml runtimes",
+        description="Remove every installed ggml runtime from the runtime home. It first lists what it will remove "
+        "and how much space that frees, and asks on a terminal; without a terminal it needs --yes. The download, "
+        "build and probe caches stay (their sizes are shown): `accelstack cache purge` removes them.",
+        epilog="examples:\n"
+        "  accelstack uninstall                              list, then ask\n"
+        "  accelstack uninstall --yes                        no question (scripts, apps)\n"
+        "  accelstack uninstall --yes && accelstack cache purge   everything, caches too",
+        formatter_class=RAW)
     add_home_arguments(p)
-    p.add_argument("--yes", "-y", action="store_true")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask; needed when not on a terminal")
     p.set_defaults(func=run_uninstall)
 
-    p = sub.add_parser("gc", help="remove inactive runtimes (keeping the previous one) and unused downloads")
+    p = sub.add_parser(
+        "gc", help="remove inactive runtimes (keeping the previous one) and unused downloads",
+        description="Remove runtimes that are neither active nor previous, leftovers of interrupted installs, and "
+        "downloads no runtime home sharing this cache still needs. The build and probe caches are left to "
+        "`accelstack cache`.",
+        epilog="examples:\n  accelstack gc\n  accelstack gc --json",
+        formatter_class=RAW)
     add_home_arguments(p)
     p.set_defaults(func=run_gc)
 
 
+# -- Ctrl-C ------------------------------------------------------------------------------------
+class InterruptWatch:
+    """Says, after Ctrl-C, what state an install, upgrade or repair left: which runtime is active
+    (the previous one unless the switch had happened) and how much of a download is kept."""
+
+    def __init__(self, settings: Any, stack: str = "ggml") -> None:
+        self.s = settings
+        self.stack = stack
+        self.before = self._active()
+        self.blobs: Dict[str, int] = {}  # sha256 -> size, from the fetch stage's events
+
+    def _active(self) -> str:
+        from ..errors import AccelstackError
+        from ..installer.home import Home
+
+        home = Home(self.s.home)
+        try:
+            return home.read_active().active.get(self.stack, "") if home.active_path.is_file() else ""
+        except (AccelstackError, OSError):
+            return ""
+
+    def progress(self, inner: Callable[[Any], None]) -> Callable[[Any], None]:
+        """``inner`` that also notes every artifact the fetch stage starts on."""
+        def callback(event: Any) -> None:
+            sha = event.extra.get("sha256") if isinstance(event.extra, dict) else None
+            if event.stage == "fetch" and isinstance(sha, str) and len(sha) == 64:
+                self.blobs[sha] = int(event.total or 0)
+            inner(event)
+        return callback
+
+    def message(self) -> str:
+        from ..artifacts import Cache
+
+        now = self._active()
+        if now == self.before:
+            state = f"nothing changed, previous runtime {now} still active" if now else "nothing changed, no runtime is active"
+        else:
+            state = f"runtime {now} had been verified and activated" + (
+                f" ({self.before} is kept for `accelstack rollback`)" if self.before else "")
+        cache = Cache(self.s.cache)
+        partial = sum(cache.part_size(h) for h in self.blobs)
+        done = sum(size for h, size in self.blobs.items() if size and cache.valid(h, size, verify=False))
+        if partial:
+            state += f"; downloaded {round(partial / 1e6)} MB kept, re-run to resume"
+        elif done:
+            state += f"; the download ({round(done / 1e6)} MB) is kept in the cache for the next run"
+        return f"interrupted: {state}"
+
+
+@contextlib.contextmanager
+def interruptible(settings: Any, stack: str = "ggml") -> Iterator[InterruptWatch]:
+    """Turn Ctrl-C into :class:`~accelstack.errors.Interrupted` saying what state the machine is in."""
+    from ..errors import Action, Interrupted
+
+    watch = InterruptWatch(settings, stack)
+    try:
+        yield watch
+    except KeyboardInterrupt:
+        raise Interrupted(watch.message(), "run the same command again to finish", action=Action.RETRY) from None
+
+
+# -- install -----------------------------------------------------------------------------------
 def run_install(args) -> int:
     from .. import core
 
     s = settings_from(args, backend=args.backend, torch_venv=optional_path(args.venv), torch_python=args.target_python,
-                      use_uv=True if args.uv else None)
+                      use_uv=True if args.uv else None, **_index_settings(args))
     report = report_from(args, s)
     if args.bundle:
         from ..core.bundles import install_bundle
@@ -91,16 +238,20 @@ def run_install(args) -> int:
 
         if args.dry_run or args.manifest or args.requirements:
             raise UsageError("--bundle installs what the bundle holds, from the bundle alone (no --dry-run, --manifest or requirements)")
-        with progress_renderer(json_mode=args.json) as progress:
+        with interruptible(s, args.stack) as watch, progress_renderer(json_mode=args.json) as progress:
             summary = install_bundle(Path(args.bundle).expanduser(), settings=s, report=report, force=args.force,
-                                     on_progress=progress)
+                                     on_progress=watch.progress(progress))
         emit(args, summary, _install_text(summary))
         return 0
-    with progress_renderer(json_mode=args.json) as progress:
+    with interruptible(s, args.stack) as watch, progress_renderer(json_mode=args.json) as progress:
         summary = core.plan_and_install(report, args.stack, requirements=args.requirements, settings=s, force=args.force,
-                                        dry_run=args.dry_run, on_progress=progress)
+                                        dry_run=args.dry_run, on_progress=watch.progress(progress))
     emit(args, summary, _install_text(summary))
     return 0
+
+
+def _timings_text(timings: Dict[str, float]) -> str:
+    return ", ".join(f"{TIMING_LABELS.get(k, k)} {v:.1f} s" for k, v in timings.items())
 
 
 def _install_text(summary) -> str:
@@ -108,25 +259,24 @@ def _install_text(summary) -> str:
     lines = list(summary.notes) + [f"plan: {plan.summary}"]
     lines += [f"recovered: {r}" for r in summary.recovered]
     if summary.dry_run:
-        if summary.would_build:
-            lines.append(f"dry run: would build the {summary.would_build} variant from source, then install and verify it")
-        else:
-            lines.append(f"dry run: would install runtime {summary.runtime}")
-        for a in plan.artifacts:
-            lines.append(f"  {a.name}  {a.size / MiB:.1f} MiB  sha256 {a.sha256[:16]}…")
-        lines += [f"  $ {c.render()}" for c in plan.commands]
+        lines.append("dry run (nothing was changed); install would:" if summary.would else "dry run: nothing was changed")
+        lines += [f"  {w}" for w in getattr(summary, "would", [])]
         return "\n".join(lines)
     r = summary.receipt
     if not summary.changed:
         lines.append(f"runtime {summary.runtime} is already installed and active: nothing to do")
         return "\n".join(lines)
-    where = f" (previous: {summary.previous}, kept for `accelstack rollback`)" if summary.previous else ""
-    lines.append(f"installed and activated runtime {summary.runtime}{where}")
+    if getattr(summary, "reinstalled", False):
+        lines.append(f"reinstalled runtime {summary.runtime} (it was active already and still is)")
+    else:
+        where = f" (previous: {summary.previous}, kept for `accelstack rollback`)" if summary.previous else ""
+        lines.append(f"installed and activated runtime {summary.runtime}{where}")
     if r is not None:
         v = r.verification
         lines.append(f"  {r.path}: {len(r.files)} files; {v.check} check {v.verdict}" + (f" on {v.device.name}" if v.device else ""))
+        lines.append(f"  from: {r.origin}")
     if summary.timings:
-        lines.append("  " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.timings.items()))
+        lines.append("  took: " + _timings_text(summary.timings))
     return "\n".join(lines)
 
 
@@ -145,6 +295,7 @@ def run_status(args) -> int:
                      + ("" if not st.active else "  [healthy]" if st.healthy else "  [needs attention]"))
         if st.receipt:
             r = st.receipt
+            lines.append(f"  from: {r.origin}")
             lines.append(f"  backend {r.backend}, installed {r.installed_at}, verified {r.verified_at} "
                          f"({r.verification.verdict}), at {st.runtime_path}")
             lines.append(f"  fits this machine: {'yes' if st.hardware_matches else 'no' if st.hardware_matches is False else 'unknown'}")
@@ -154,16 +305,16 @@ def run_status(args) -> int:
         if others:
             lines.append(f"  also installed: {', '.join(others)} (`accelstack gc` removes them)")
         lines += problem_lines(st.problems)
-    emit(args, stats, "\n".join(lines))
+    emit(args, {"home": str(s.home), "stacks": stats}, "\n".join(lines))
     return 0
 
 
 def run_repair(args) -> int:
     from .. import core
 
-    s = settings_from(args)
-    with progress_renderer(json_mode=args.json) as progress:
-        rep = core.repair(settings=s, on_progress=progress)
+    s = settings_from(args, **_index_settings(args))
+    with interruptible(s) as watch, progress_renderer(json_mode=args.json) as progress:
+        rep = core.repair(settings=s, on_progress=watch.progress(progress))
     v = rep.verification
     verdict = f"check {v.verdict}" + (f": {v.reason}" if v is not None and not v.ok else "") if v is not None else "not checked"
     lines = []
@@ -175,19 +326,24 @@ def run_repair(args) -> int:
         lines.append(f"runtime {rep.runtime}: {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} files; "
                      f"restored {len(rep.fixed)}; {verdict}")
         lines += [f"  fixed {f}" for f in rep.fixed]
-    emit(args, rep, "\n".join(lines))
-    return 0 if v is None or v.ok else 1
+    ok = v is None or v.ok
+    emit(args, rep, "\n".join(lines), ok=ok)
+    return 0 if ok else 1
 
 
 def run_upgrade(args) -> int:
     from .. import core
 
-    s = settings_from(args)
+    s = settings_from(args, **_index_settings(args))
     report = report_from(args, s)
-    with progress_renderer(json_mode=args.json) as progress:
-        summary = core.upgrade(report=report, settings=s, backend=args.backend, on_progress=progress)
+    with interruptible(s) as watch, progress_renderer(json_mode=args.json) as progress:
+        summary = core.upgrade(report=report, settings=s, backend=args.backend, on_progress=watch.progress(progress))
     if summary.changed:
         text = f"upgraded to {summary.runtime}" + (f"; {summary.previous} kept for `accelstack rollback`" if summary.previous else "")
+        if summary.receipt is not None:
+            text += f"\n  from: {summary.receipt.origin}"
+        if summary.timings:
+            text += "\n  took: " + _timings_text(summary.timings)
     else:
         text = f"already up to date: {summary.runtime}"
     emit(args, summary, text)
@@ -202,15 +358,50 @@ def run_rollback(args) -> int:
     return 0
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def _uninstall_listing(preview) -> List[str]:
+    if not preview.runtimes:
+        lines = [f"no {preview.stack} runtime is installed: nothing to remove"]
+    else:
+        lines = [f"uninstall removes {len(preview.runtimes)} {preview.stack} runtime(s), freeing {_size(preview.bytes)}:"]
+        lines += [f"  {r.name}  {_size(r.bytes)}  {r.path}" + (f"  ({r.note})" if r.note else "") for r in preview.runtimes]
+    kept = [c for c in preview.kept if c.bytes]
+    if kept:
+        lines.append("these stay (`accelstack cache purge` removes them):")
+        lines += [f"  {c.name} cache  {_size(c.bytes)}  {c.path}" for c in kept]
+    return lines
+
+
 def run_uninstall(args) -> int:
     from .. import core
+    from ..core.lifecycle import uninstall_preview
+    from ..errors import UsageError
 
-    if not args.yes and sys.stdin.isatty():
-        if input("remove every installed ggml runtime? [y/N] ").strip().lower() not in ("y", "yes"):
-            print("nothing removed")
+    s = settings_from(args)
+    preview = uninstall_preview(settings=s)
+    listing = _uninstall_listing(preview)
+    if preview.runtimes and not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"uninstall would remove {len(preview.runtimes)} runtime(s) ({_size(preview.bytes)}) and "
+                             "needs a confirmation, but there is no terminal to ask on",
+                             "pass --yes to remove them without a question")
+        out = sys.stderr if args.json else sys.stdout
+        print("\n".join(listing), file=out)
+        out.write("remove them? [y/N] ")
+        out.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            result = {"removed": [], "bytes_freed": 0, "cancelled": True, "kept": preview.kept}
+            emit(args, result, "nothing removed", ok=False)
             return 1
-    removed = core.uninstall(settings=settings_from(args))
-    emit(args, removed, f"removed {len(removed)} runtime(s)" + "".join(f"\n  {r}" for r in removed))
+        listing = []  # already shown
+    removed = core.uninstall(settings=s) if preview.runtimes else []  # nothing there: nothing created either
+    freed = sum(r.bytes for r in preview.runtimes if r.name in removed or r.note.startswith("left over"))
+    done = [f"removed {len(removed)} runtime(s), freed {_size(freed)}"] + [f"  {r}" for r in removed] if removed else []
+    text = "\n".join(listing + done)
+    emit(args, {"removed": removed, "bytes_freed": freed, "cancelled": False, "kept": preview.kept}, text)
     return 0
 
 

@@ -10,10 +10,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..detect.report import HardwareReport
-from ..errors import AccelstackError, Action, UsageError
+from ..errors import AccelstackError, Action, NotPossibleHere, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..installer import maintenance
 from ..installer.home import Home
@@ -27,7 +27,16 @@ from ..manifests.resolve import Manifests
 from ..settings import Settings
 from .detection import detect
 from .fallback import install_plan_with_fallback
-from .planning import LOCAL_SOURCE, TrustedSet, hardware_fingerprint, load_manifests, plan, remember_channels, target_interpreter
+from .planning import (
+    LOCAL_SOURCE,
+    LoadedManifest,
+    TrustedSet,
+    hardware_fingerprint,
+    load_manifests,
+    plan,
+    remember_channels,
+    target_interpreter,
+)
 from .verifiers import default_verifier
 
 log = logging.getLogger(__name__)
@@ -49,6 +58,8 @@ class InstallSummary:
     dry_run: bool = False
     would_build: str = ""  # dry run: the variant that would be compiled first
     notes: List[str] = field(default_factory=list)  # said once to the user ("no channel is configured ...")
+    would: List[str] = field(default_factory=list)  # dry run: each step it would take, in order, in words
+    reinstalled: bool = False  # --force over the active runtime: the same id again, so there is no "previous"
 
 
 def home_of(settings: Settings) -> Home:
@@ -102,6 +113,7 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     report = report if report is not None else detect(settings=s)
+    refuse_impossible_backend(report, stack, s.backend if backend is None else backend, s)  # before any download or build
     if not dry_run:
         home_of(s).ensure()  # an unusable home is said plainly before any manifest version is recorded in it
     if trusted is None and stack == "ggml":
@@ -112,6 +124,8 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
         progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE))
     p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
              manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
+    if p.status == "unsatisfiable":
+        raise not_possible(p)
     if dry_run:
         summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
                                   on_progress=progress)
@@ -127,24 +141,22 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
     from ..installer.ggml import FetchedWheel, GgmlDirectory, runtime_id, wheel_of
 
     if dry_run:
-        if plan.ok:
-            return InstallSummary("ggml", runtime_id(plan), False, plan, dry_run=True)
-        _require_buildable(plan, s, report, trusted)
-        return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=_local_variant(plan, report))
+        return _dry_run_ggml(plan, report, s, force, trusted)
     home, lock = _prepare(s, "install")
     with lock:
         recovered = recover(home)
-        t = time.perf_counter()
-        if trusted is None:
+        timings: dict = {}
+        if trusted is None:  # read here only when the caller did not (plan_and_install reads them before planning)
+            t = time.perf_counter()
             trusted = load_manifests(s, record=True, progress=progress)
+            timings["manifests"] = time.perf_counter() - t
         manifests, loaded = trusted.manifests, trusted.loaded
         built = False
-        timings = {"manifests": time.perf_counter() - t}
         if not plan.ok:
             _require_buildable(plan, s, report, trusted)
             t = time.perf_counter()
             manifests = _build_locally(report, plan, manifests, s, progress, bool(trusted.channels))
-            timings["local build"] = time.perf_counter() - t
+            timings["build"] = time.perf_counter() - t  # the local compile (or a build-cache hit)
             plan = _replan(report, plan, manifests, s)
             built = True
         source, version = _provenance(plan, manifests)
@@ -152,6 +164,7 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
         existing = None if force else home.intact_receipt("ggml", rid)
         if existing is not None:
             return _already_installed(home, plan, existing, recovered, built)
+        reinstall = _active_id(home, "ggml") == rid  # --force over the active runtime
         ref = wheel_of(plan)
         t = time.perf_counter()
         progress(ProgressEvent("message", "install", message=f"fetching {ref.name}"))
@@ -161,12 +174,119 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
         timings["download"] = time.perf_counter() - t
         outcome = run_transaction(plan, FetchedWheel(paths[ref.sha256], ref.name), GgmlDirectory(home, rid),
                                   verifier or default_verifier(s), home=home, runtime_id=rid,
-                                  provenance=Provenance(source, version, hardware_fingerprint(report)), progress=progress)
+                                  provenance=_ggml_provenance(source, version, loaded, ref.name, report), progress=progress)
         timings.update(outcome.timings)
         if loaded and trusted.remember:
             remember_channels(s, trusted.channels)
         maintenance.register_home(Cache(s.cache), home, maintenance.referenced_blobs(home))
-        return InstallSummary("ggml", rid, True, plan, outcome.receipt, outcome.previous, timings, recovered, built)
+        return InstallSummary("ggml", rid, True, plan, outcome.receipt, "" if reinstall else outcome.previous, timings,
+                              recovered, built, reinstalled=reinstall)
+
+
+def _active_id(home: Home, stack: str) -> str:
+    try:
+        return home.read_active().active.get(stack, "")
+    except StateError:
+        return ""
+
+
+def wheel_version(name: str) -> Tuple[str, str]:
+    """(distribution, version) from a wheel's file name (``stable_diffusion_cpp_python-0.4.7-cp311-...whl``)."""
+    parts = name[:-len(".whl")].split("-") if name.endswith(".whl") else []
+    return (parts[0].replace("_", "-"), parts[1]) if len(parts) >= 5 else ("", "")
+
+
+def _ggml_provenance(source: str, version: int, loaded: Sequence[LoadedManifest], wheel_name: str,
+                     report: HardwareReport) -> Provenance:
+    """Where the runtime came from, for the receipt and ``status``: the channel that published the
+    manifest (none for a local build), the manifest, and the package version inside the wheel."""
+    channel = next((m.channel for m in loaded if m.source == source and m.version == version), "")
+    package, package_version = wheel_version(wheel_name)
+    return Provenance(source, version, hardware_fingerprint(report), channel=channel, package=package,
+                      package_version=package_version)
+
+
+# -- what a dry run says ---------------------------------------------------------------------
+BUILD_NEEDS = {
+    "cpu": ("~4 min", ["cmake", "a C++ compiler"]),
+    "cpu-noavx2": ("~4 min", ["cmake", "a C++ compiler"]),
+    "vulkan": ("~8 min", ["cmake", "a C++ compiler", "the Vulkan headers and glslc"]),
+    "cuda": ("~15 min", ["cmake", "a C++ compiler", "the CUDA toolkit (nvcc)"]),
+    "rocm": ("~15 min", ["cmake", "a C++ compiler", "ROCm (hipcc)"]),
+    "metal": ("~4 min", ["cmake", "Xcode's command line tools"]),
+}
+
+
+def build_sentence(variant: str) -> str:
+    """"would build cpu from source (~4 min, needs cmake and a C++ compiler)", and what is missing."""
+    import shutil
+
+    took, needs = BUILD_NEEDS.get(variant, ("several minutes", ["cmake", "a C++ compiler"]))
+    text = f"would build {variant} from source ({took}, needs {', '.join(needs[:-1])} and {needs[-1]})"
+    missing = [] if shutil.which("cmake") else ["cmake"]
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
+        missing.append("a C++ compiler")
+    if missing:
+        text += f"; not found here: {', '.join(missing)}"
+    return text
+
+
+def _dry_run_ggml(plan: Plan, report: HardwareReport, s: Settings, force: bool,
+                  trusted: Optional[TrustedSet]) -> InstallSummary:
+    """What an install would do, from reads alone: no home, lock, cache entry, download or build."""
+    from ..artifacts import Cache
+    from ..installer.ggml import runtime_id
+
+    home = home_of(s)
+    activate = "check it with a probe generation, and activate it only if that passes"
+    if not plan.ok:
+        _require_buildable(plan, s, report, trusted)
+        variant = _local_variant(plan, report)
+        would = [build_sentence(variant), f"would install the build into {home.runtimes('ggml')}, {activate}"]
+        return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=variant, would=would)
+    rid = runtime_id(plan)
+    active = _active_id(home, "ggml") if home.active_path.is_file() else ""
+    intact = home.receipts.is_dir() and home.intact_receipt("ggml", rid) is not None
+    if intact and active == rid and not force:
+        return InstallSummary("ggml", rid, False, plan, dry_run=True,
+                              would=[f"nothing to do: runtime {rid} is already installed and active (--force reinstalls it)"])
+    if intact and not force:
+        return InstallSummary("ggml", rid, False, plan, dry_run=True, previous=active,
+                              would=[f"would activate the installed runtime {rid}" + (f" (now active: {active})" if active else "")])
+    cache = Cache(s.cache)
+    would = []
+    for a in plan.artifacts:
+        if cache.valid(a.sha256, a.size, verify=False):
+            would.append(f"would use {a.name} ({a.size / 1e6:.0f} MB) from the download cache")
+        else:
+            part = cache.part_size(a.sha256)
+            resume = f", resuming after {part / 1e6:.0f} MB already downloaded" if 0 < part < a.size else ""
+            would.append(f"would download {a.name} ({a.size / 1e6:.0f} MB){resume}")
+    would.append(f"would {'reinstall' if intact else 'install'} runtime {rid} into {home.runtimes('ggml') / rid}, {activate}"
+                 + (f"; {active} stays for `rollback`" if active and active != rid else ""))
+    return InstallSummary("ggml", rid, False, plan, dry_run=True, previous=active if active != rid else "", would=would)
+
+
+def not_possible(plan: Plan) -> NotPossibleHere:
+    """The error for a plan that nothing here can satisfy (a forced backend with no device for it)."""
+    why = [c.reason for c in plan.candidates if not c.accepted and c.code != "forced-backend"][:3]
+    runs = sorted({c.backend for c in plan.candidates if c.code == "forced-backend"})
+    hint = "; ".join(why) or "no device of this machine runs it"
+    if plan.request.backend:
+        hint += (f"; this machine runs: {', '.join(runs)}" if runs else "") + \
+            "; leave the backend unset (no --backend, no ACCELSTACK_BACKEND) to let the plan choose"
+    return NotPossibleHere(f"cannot install here: {plan.summary}", hint, action=Action.EXPLAIN_PLAN)
+
+
+def refuse_impossible_backend(report: HardwareReport, stack: str, backend: Optional[str], s: Settings) -> None:
+    """A forced ggml backend this machine has no device for is refused before any manifest is
+    fetched or anything is built: planned against no published builds at all, the plan still says
+    whether the hardware could run a build of it (``needs-build``) or not (``unsatisfiable``)."""
+    if stack != "ggml" or not backend:
+        return
+    p = plan(report, "ggml", backend=backend, settings=s, manifests=Manifests.builtin())
+    if p.status == "unsatisfiable":
+        raise not_possible(p)
 
 
 def _already_installed(home: Home, plan: Plan, receipt: Receipt, recovered: List[str], built: bool) -> InstallSummary:
@@ -277,19 +397,27 @@ def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Op
                    progress: ProgressCallback) -> InstallSummary:
     from ..installer.torch import PipCommands, TorchEnvironment, receipt_id
 
+    if plan.status == "unsatisfiable":
+        raise not_possible(plan)
     if not plan.ok:
         raise AccelstackError(f"no torch build fits: {plan.summary}", hint="; ".join(plan.conflicts) or
                               "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
     python = target_interpreter(s, create=not dry_run)
     if dry_run:
-        return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True)
+        would = [] if s.torch_venv is None or Path(python).exists() else [f"would create the virtual environment {s.torch_venv}"]
+        would += [f"would run: {c.render()}" for c in plan.commands]
+        would.append(f"would check that torch imports in {python} and sees the {plan.backend} device, "
+                     "and put back what was there before if it does not")
+        return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True, would=would)
     home, lock = _prepare(s, "install torch")
     with lock:
         recovered = recover(home)
         rid = receipt_id(plan, python)
         dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
         outcome = run_transaction(plan, PipCommands(list(plan.commands), s.use_uv), dest, verifier or default_verifier(s),
-                                  home=home, runtime_id=rid, provenance=Provenance("builtin", 0, hardware_fingerprint(report)),
+                                  home=home, runtime_id=rid,
+                                  provenance=Provenance("builtin", 0, hardware_fingerprint(report), package="torch",
+                                                        package_version=plan.torch_version),
                                   progress=progress)
     return InstallSummary("torch", rid, True, plan, outcome.receipt, outcome.previous, outcome.timings, recovered)
 
@@ -361,6 +489,82 @@ def uninstall(*, stack: str = "ggml", settings: Optional[Settings] = None) -> Li
     with lock:
         recover(home)
         return maintenance.uninstall(home, stack)
+
+
+@dataclass
+class SpaceUse:
+    """A thing on disk and its size: a runtime an uninstall removes, or a cache it leaves."""
+
+    name: str
+    path: str
+    bytes: int
+    note: str = ""
+
+
+@dataclass
+class UninstallPreview:
+    """What ``uninstall`` would remove (and free), and the caches it leaves in place."""
+
+    stack: str
+    runtimes: List[SpaceUse] = field(default_factory=list)
+    bytes: int = 0  # freed by removing ``runtimes``
+    kept: List[SpaceUse] = field(default_factory=list)  # download, build and probe caches: `accelstack cache purge`
+
+
+def disk_usage(path: Path, skip: Sequence[Path] = ()) -> int:
+    """Bytes of the regular files under ``path`` (links not followed), leaving out ``skip`` subtrees."""
+    import os
+
+    skipped = {str(p) for p in skip}
+    total = 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in skipped]
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(root, f)):
+                total += st.st_size
+    return total
+
+
+def cache_usage(s: Settings) -> List[SpaceUse]:
+    """The download, build and probe caches with their sizes (nested caches counted once)."""
+    nested = [p for p in (s.build_cache, s.probe_cache) if s.cache in p.parents]
+    return [SpaceUse("downloads", str(s.cache), disk_usage(s.cache, nested) if s.cache.is_dir() else 0),
+            SpaceUse("builds", str(s.build_cache), disk_usage(s.build_cache) if s.build_cache.is_dir() else 0,
+                     "local stable-diffusion.cpp builds, reused by the next install"),
+            SpaceUse("probe", str(s.probe_cache), disk_usage(s.probe_cache) if s.probe_cache.is_dir() else 0,
+                     "the verify probe model")]
+
+
+def uninstall_preview(*, stack: str = "ggml", settings: Optional[Settings] = None) -> UninstallPreview:
+    """What :func:`uninstall` would remove and free, from reads alone (no lock, nothing written)."""
+    from ..installer.recovery import readable_receipts
+
+    s = settings or Settings.resolve()
+    home = home_of(s)
+    out = UninstallPreview(stack)
+    receipts = readable_receipts(home)[0] if home.receipts.is_dir() else {}
+    seen = set()
+    for rid, r in sorted(receipts.items()):
+        if r.stack != stack:
+            continue
+        where = home.runtime_path(r)
+        if r.stack == "torch":  # the environment is the user's: only the record goes
+            out.runtimes.append(SpaceUse(rid, str(where), 0, "the record only; the Python environment itself stays"))
+            continue
+        size = disk_usage(where) if where.is_dir() and not where.is_symlink() else 0
+        seen.add(where.resolve())
+        out.runtimes.append(SpaceUse(rid, str(where), size))
+    if home.runtimes(stack).is_dir():
+        for d in home.owned_children(home.runtimes(stack)):
+            if d.resolve() not in seen:
+                out.runtimes.append(SpaceUse(d.name, str(d), disk_usage(d), "left over from an interrupted install"))
+    out.bytes = sum(r.bytes for r in out.runtimes)
+    out.kept = cache_usage(s)
+    return out
 
 
 def gc(*, settings: Optional[Settings] = None) -> maintenance.GcReport:

@@ -44,6 +44,8 @@ class InstalledFile:
 class Receipt:
     """One installed runtime: where it is, what it came from, what it contains, how it was verified."""
 
+    __derived__ = ("origin",)
+
     id: str
     stack: Stack
     backend: str
@@ -59,6 +61,22 @@ class Receipt:
     verified_at: str = ""
     verification: VerifyReport = field(default_factory=lambda: VerifyReport(ok=False, reason="not verified", runtime="", backend=""))
     format_version: int = RECEIPT_FORMAT
+    channel: str = ""  # the channel its manifest was read from; "" for a --manifest URL, a bundle or a local build
+    package: str = ""  # the distribution installed, with its version: what a bug report needs
+    package_version: str = ""
+
+    @property
+    def origin(self) -> str:
+        """Where it came from, in words: "channel stable, manifest test-channel v2, stable-diffusion-cpp-python 0.4.7"."""
+        if self.manifest_source == "local-build":
+            parts = ["built locally from source"]
+        else:
+            parts = [f"channel {self.channel}"] if self.channel else []
+            if self.manifest_source:
+                parts.append(f"manifest {self.manifest_source} v{self.manifest_version}")
+        if self.package:
+            parts.append(f"{self.package} {self.package_version}".strip())
+        return ", ".join(parts) or "unknown (installed before accelstack recorded it)"
 
 
 @dataclass
