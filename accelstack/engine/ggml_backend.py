@@ -14,7 +14,7 @@ from typing import IO, Any, List, Optional, Tuple
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
-from .worker_backend import WorkerBackend
+from .worker_backend import WorkerBackend, load_runtime_libraries
 
 LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
 DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
@@ -44,6 +44,8 @@ class GgmlBackend(WorkerBackend):
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
+        for path in load_runtime_libraries():  # a CUDA build's cudart and cuBLAS, shared outside the runtime
+            self.log("INFO", f"loaded {path}")
         import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp  # from the runtime directory on sys.path
 
         self.sd_cpp = sd_cpp

@@ -2,20 +2,85 @@
 
 The installer hands over a runtime home plus the plan's environment (``CUDA_VISIBLE_DEVICES``,
 ``HSA_OVERRIDE_GFX_VERSION``...); the engine needs nothing else to launch a worker on it.
+
+A CUDA runtime's ``libcudart`` and cuBLAS live outside it, shared by every runtime of the home
+(or in a torch environment); the installer leaves a note, :data:`LIBS_FILE`, in the runtime
+directory saying where. The worker gets those directories and the libraries to load first through
+its environment (:func:`accelstack.engine.worker_backend.load_runtime_libraries` loads them in
+order before the runtime; Linux also gets ``LD_LIBRARY_PATH``, Windows ``PATH`` and
+``os.add_dll_directory``). macOS has no CUDA, so no note is ever written there.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Dict, List, Mapping, Optional
 
 from ..errors import Action
 from .errors import ConfigError, RuntimeNotFoundError
+from .worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
 
+LIBS_FILE = ".accelstack-libs.json"  # written by accelstack.installer.cuda_libs.write_links
+MAX_LIBS_FILE = 1 << 20
 GGML_BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl")
 BACKENDS = GGML_BACKENDS + ("torch",)  # what a Runtime's ``backend`` may be ("torch": the torch stack)
+
+
+@dataclass
+class RuntimeLibraries:
+    """Where a runtime's outside libraries are: directories for the loader's path, files to preload."""
+
+    dirs: List[Path] = field(default_factory=list)
+    preload: List[Path] = field(default_factory=list)
+
+
+def _libs_error(path: Path, why: str) -> RuntimeNotFoundError:
+    return RuntimeNotFoundError(f"the runtime {path} cannot find its CUDA libraries: {why}",
+                                hint="install the runtime again (it fetches the libraries it needs)", action=Action.REINSTALL)
+
+
+def runtime_libraries(path: Path) -> RuntimeLibraries:
+    """Read the runtime's library note (none: no outside libraries). A directory kept in the home is
+    written relative to it and found among the runtime's parent directories (staging or runtimes),
+    so a moved home keeps working; a torch environment's is absolute."""
+    note = Path(path) / LIBS_FILE
+    if not note.is_file():
+        return RuntimeLibraries()
+    try:
+        with open(note, "rb") as fh:
+            raw = fh.read(MAX_LIBS_FILE + 1)
+        if len(raw) > MAX_LIBS_FILE:
+            raise ValueError("too large")
+        doc = json.loads(raw.decode("utf-8"))
+        entries = doc["libraries"]
+        if doc.get("format") != 1 or not isinstance(entries, list):
+            raise ValueError("unknown format")
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise _libs_error(path, f"its note {note} is damaged ({str(exc)[:100]})") from None
+    out = RuntimeLibraries()
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("files", []), list):
+            raise _libs_error(path, f"its note {note} is damaged")
+        rel, base = e["dir"], e.get("base")
+        if base == "absolute" and Path(rel).is_absolute():
+            where: Optional[Path] = Path(rel)
+        elif base == "home" and rel and not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts:
+            where = next((p / rel for p in Path(path).resolve().parents if (p / rel).is_dir()), None)
+        else:
+            raise _libs_error(path, f"its note {note} names {rel!r} as a {base!r} directory")
+        if where is None or not where.is_dir():
+            raise _libs_error(path, f"{rel} is gone ({e.get('source', '')})")
+        out.dirs.append(where)
+        for f in e.get("files", []):
+            if not isinstance(f, str) or "/" in f or "\\" in f or f in ("", ".", ".."):
+                raise _libs_error(path, f"its note {note} names {f!r} as a library")
+            if not (where / f).is_file():
+                raise _libs_error(path, f"{where / f} is missing")
+            out.preload.append(where / f)
+    return out
 
 
 @dataclass
@@ -66,6 +131,12 @@ class Runtime:
         env.update(self.env)
         parts = [str(self.path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(parts)
+        libs = runtime_libraries(self.path) if self.backend != "torch" else RuntimeLibraries()
+        if libs.dirs:
+            env[LIB_DIRS_ENV] = os.pathsep.join(str(d) for d in libs.dirs)
+            env[PRELOAD_ENV] = os.pathsep.join(str(f) for f in libs.preload)
+            var = "PATH" if os.name == "nt" else "LD_LIBRARY_PATH"  # what the library itself loads later finds them too
+            env[var] = os.pathsep.join([str(d) for d in libs.dirs] + [p for p in env.get(var, "").split(os.pathsep) if p])
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("PYTHONIOENCODING", "utf-8")
         return env
@@ -85,4 +156,6 @@ class Runtime:
                 f"{p} is not a ggml runtime: it has no stable_diffusion_cpp package",
                 hint="use the directory the stable-diffusion-cpp-python wheel was installed into, or install a runtime",
                 action=Action.INSTALL)
+        if self.backend != "torch":
+            runtime_libraries(p)  # its outside libraries (CUDA) are still there
         return self

@@ -8,10 +8,42 @@ library only.
 from __future__ import annotations
 
 import collections
-from typing import IO, Any, Callable, Deque, List, Optional, Tuple
+import ctypes
+import os
+from typing import IO, Any, Callable, Deque, List, Mapping, Optional, Tuple
 
 from .config import EngineOptions
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
+
+# Set by Runtime.worker_env from the runtime's library note (accelstack.engine.runtime): the
+# directories of the shared CUDA libraries, and the files to load from them first, in order.
+LIB_DIRS_ENV = "ACCELSTACK_LIB_DIRS"
+PRELOAD_ENV = "ACCELSTACK_PRELOAD_LIBS"
+_loaded: List[Any] = []  # the handles stay alive for the life of the worker
+
+
+def load_runtime_libraries(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """Load the runtime's shared libraries before its own (a CUDA build links ``libcudart.so.13``
+    by name; once a library of that name is loaded, the dynamic loader uses it). Windows: their
+    directories are also added to the DLL search path. Returns the files loaded; a file that does
+    not load raises ImportError naming it (the worker reports it as a failed import)."""
+    env = os.environ if environ is None else environ
+    dirs = [d for d in env.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
+    files = [f for f in env.get(PRELOAD_ENV, "").split(os.pathsep) if f]
+    if os.name == "nt":
+        for d in dirs:
+            try:
+                _loaded.append(os.add_dll_directory(d))  # type: ignore[attr-defined]
+            except OSError as exc:
+                raise ImportError(f"cannot use the library directory {d}: {exc}") from None
+    done: List[str] = []
+    for f in files:
+        try:
+            _loaded.append(ctypes.CDLL(f, mode=getattr(ctypes, "RTLD_GLOBAL", 0)))
+        except OSError as exc:
+            raise ImportError(f"cannot load the library {f}: {exc}") from None
+        done.append(f)
+    return done
 
 
 class WorkerBackend:

@@ -12,14 +12,19 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import Plan
+from ..refs import ArtifactRef
+from . import cuda_libs
 from .home import Home
 from .records import InstalledFile, Receipt
 from .transaction import StagedRuntime
 from .wheel import InstallError, hash_tree, install_wheel
+
+if TYPE_CHECKING:
+    from ..manifests.resolve import Manifests
 
 log = logging.getLogger(__name__)
 STACK = "ggml"
@@ -49,14 +54,31 @@ def wheel_of(plan: Plan):
     return wheels[0]
 
 
+def cuda_libs_of(plan: Plan, manifests: Manifests) -> List[ArtifactRef]:
+    """The CUDA library wheels the manifest target of ``plan`` declares (its exact artifacts)."""
+    want = sorted(a.sha256 for a in plan.artifacts)
+    for m in manifests.ggml:
+        for t in m.targets:
+            if t.id == plan.variant and sorted(a.sha256 for a in t.artifacts) == want:
+                return list(t.cuda_libs)
+    return []
+
+
 class GgmlDirectory:
-    """Destination for ggml runtimes (see the module docstring)."""
+    """Destination for ggml runtimes (see the module docstring).
+
+    ``cuda_libs``: library wheels the build needs beside it, fetched with ``fetch`` when neither
+    the home nor a torch environment (``torch_sites``; default: the home's torch receipts') has them."""
 
     stack = STACK
 
-    def __init__(self, home: Home, runtime_id: str) -> None:
+    def __init__(self, home: Home, runtime_id: str, *, cuda_libs: Sequence[ArtifactRef] = (),
+                 fetch: Optional[cuda_libs.LibFetcher] = None, torch_sites: Optional[Sequence[Path]] = None) -> None:
         self.home = home
         self.rid = runtime_id
+        self.cuda_libs = list(cuda_libs)
+        self.fetch = fetch
+        self.torch_sites = torch_sites
 
     def stage(self, plan: Plan, source: FetchedWheel, progress: ProgressCallback) -> StagedRuntime:
         self.home.check_same_filesystem(STACK)
@@ -64,10 +86,21 @@ class GgmlDirectory:
         try:
             progress(ProgressEvent("start", "install", task=self.rid, message=f"installing {source.name} into staging"))
             install_wheel(source.path, stage, source.name)
+            provided = self._provide_libs(stage, progress)
         except BaseException:
             self.home.remove_owned(stage)
             raise
-        return StagedRuntime(stack=STACK, backend=plan.backend, path=stage, env=dict(plan.env))
+        return StagedRuntime(stack=STACK, backend=plan.backend, path=stage, env=dict(plan.env), handle=provided)
+
+    def _provide_libs(self, stage: Path, progress: ProgressCallback) -> Optional[cuda_libs.ProvidedLibs]:
+        if not self.cuda_libs:
+            return None
+        if self.fetch is None:
+            raise InstallError("this build needs CUDA libraries, and no way to fetch them was given",
+                               hint="install through accelstack's install command")
+        provided = cuda_libs.provide(self.home, self.cuda_libs, self.fetch, torch_sites=self.torch_sites, progress=progress)
+        cuda_libs.write_links(stage, provided)
+        return provided
 
     def files(self, staged: StagedRuntime) -> List[InstalledFile]:
         return hash_tree(staged.path)
@@ -85,6 +118,9 @@ class GgmlDirectory:
         os.replace(staged.path, final)  # same filesystem (checked in stage): atomic
         staged.path = final
         receipt.path = self.home.relative(final)
+        if isinstance(staged.handle, cuda_libs.ProvidedLibs):  # gc keeps a shared library while a receipt names it
+            have = {a.sha256 for a in receipt.artifacts}
+            receipt.artifacts += [r for r in staged.handle.shared if r.sha256 not in have]
         self.home.write_receipt(receipt)
         return old if old is not None and old != final else None
 

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Set
 from ..artifacts.cache import Cache
 from ..domain import STACKS
 from ..errors import Action
+from . import cuda_libs
 from .home import Home
 from .records import Active, Receipt, StateError, atomic_write, now_iso
 from .recovery import active_or_rebuild, readable_receipts
@@ -117,6 +118,7 @@ def uninstall(home: Home, stack: str) -> List[str]:
             removed.append(rid)
     for leftover in home.owned_children(home.runtimes(stack)):
         home.remove_owned(leftover)
+    cuda_libs.remove_unreferenced(home)  # shared CUDA libraries no remaining receipt names
     return sorted(removed)
 
 
@@ -156,6 +158,7 @@ def gc(home: Home, cache: Cache) -> GcReport:
         for d in home.owned_children(home.runtimes(stack)):
             if d.resolve() not in kept_dirs and home.remove_owned(d):
                 out.runtimes_removed.append(d.name)
+    cuda_libs.remove_unreferenced(home)  # shared CUDA libraries no remaining receipt names
     register_home(cache, home, referenced)
     others, homes = blobs_of_other_homes(cache, home)
     out.other_homes = homes

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
-from pathlib import Path
-from typing import List
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Callable, List
 
 from ..artifacts.cache import hash_file
 from ..errors import AccelstackError, Action
@@ -67,6 +69,51 @@ def install_wheel(wheel: Path, target: Path, name: str) -> None:
             raise InstallError(f"{name} is not a valid wheel: {exc}", hint="nothing was changed; the published build is "
                                "broken", action=Action.REPORT_BUG) from None
     log.info("installed %s into %s", name, target)
+
+
+def extract_wheel_files(wheel: Path, target: Path, name: str, wanted: Callable[[str], bool]) -> List[str]:
+    """Unpack only the members of wheel ``wheel`` (real file name ``name``) that ``wanted`` accepts
+    into ``target``, after checking every member against the wheel's RECORD; returns their paths.
+
+    Why not :func:`install_wheel`: NVIDIA's runtime wheels carry headers and static archives
+    (hundreds of MB for cuBLAS) that nothing loads; a shared copy keeps only the libraries."""
+    from installer.sources import WheelFile
+
+    out: List[str] = []
+    with tempfile.TemporaryDirectory(prefix="accelstack-wheel-") as tmp:
+        link = Path(tmp) / name
+        try:
+            os.link(wheel, link)
+        except OSError:
+            shutil.copyfile(wheel, link)
+        try:
+            with WheelFile.open(link) as source:
+                source.validate_record()
+            with zipfile.ZipFile(link) as zf:
+                for info in zf.infolist():
+                    member = info.filename
+                    if info.is_dir() or not wanted(member):
+                        continue
+                    if stat.S_ISLNK(info.external_attr >> 16):
+                        continue  # wheels hold no links; one is never followed or made
+                    parts = PurePosixPath(member).parts
+                    if member.startswith("/") or "\\" in member or ":" in member or ".." in parts or not parts:
+                        raise ValueError(f"unsafe member name {member!r}")
+                    dest = target.joinpath(*parts)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, open(dest, "xb") as fh:
+                        shutil.copyfileobj(src, fh, 1 << 20)
+                    os.chmod(dest, 0o755 if member.endswith((".so", ".dll", ".dylib")) or ".so." in member else 0o644)
+                    out.append("/".join(parts))
+        except OSError as exc:
+            if getattr(exc, "errno", None) == 28:  # ENOSPC
+                raise InstallError(f"the disk is full while unpacking {name}", hint="free some disk space and try again",
+                                   action=Action.FREE_DISK) from None
+            raise InstallError(f"could not unpack {name}: {exc}", hint="try again", action=Action.RETRY) from None
+        except Exception as exc:  # RECORD mismatch, a malformed archive, an unsafe name
+            raise InstallError(f"{name} is not a valid wheel: {exc}", hint="the published library wheel is broken",
+                               action=Action.REPORT_BUG) from None
+    return sorted(out)
 
 
 def hash_tree(root: Path) -> List[InstalledFile]:

@@ -14,7 +14,15 @@ Besides the envelope (:mod:`accelstack.manifests.envelope`)::
                      "gfx": ["gfx1100"], "cpu_features": ["avx2", "fma"],
                      "macos_min": "13.3", "vulkan": "1.2", "glibc": "2.28"},
         "artifacts": [{"name": "...", "sha256": "<64 hex>", "size": 123,
-                       "url": "https://..." | "urls": ["https://...", "https://mirror/..."]}]}]}
+                       "url": "https://..." | "urls": ["https://...", "https://mirror/..."]}],
+        "cuda_libs": [{"name": "nvidia_cuda_runtime-13.0.96-py3-none-manylinux_2_27_x86_64.whl",
+                       "sha256": ..., "size": ..., "urls": [...]}]}]}     (optional, cuda only)
+
+``cuda_libs`` are NVIDIA's runtime wheels (``nvidia-cuda-runtime``, ``nvidia-cublas``; ``-cu12``
+for CUDA 12) the build loads but does not bundle: the installer fetches each once into a shared,
+content-addressed place in the runtime home (or reuses a torch environment's copy), and the
+engine loads them before the runtime (:mod:`accelstack.installer.cuda_libs`). Each is a ``.whl``
+artifact, listed at most once, only on a ``cuda`` target; a manifest without the field means none.
 
 The body is checked before the resolver trusts it: every hash is exactly 64 lowercase hex digits,
 every backend known, and a requirement this accelstack does not understand is refused rather
@@ -83,6 +91,7 @@ class GgmlTarget:
     artifacts: List[ArtifactRef]
     priority: int = 0
     description: str = ""
+    cuda_libs: List[ArtifactRef] = field(default_factory=list)  # shared NVIDIA runtime wheels, not in the build
 
 
 @dataclass
@@ -122,6 +131,30 @@ def parse_artifact(obj: Any, path: str) -> ArtifactRef:
         if not u.startswith(("https://", "http://", "file://")):
             raise fail(join(join(path, "urls"), i), f"{quote(u)} is not an http(s) or file URL")
     return ArtifactRef(name=name, sha256=sha, size=size, urls=urls)
+
+
+MAX_CUDA_LIBS = 16  # cudart, cuBLAS and a few more at most; a hostile list is refused, not fetched
+
+
+def _parse_cuda_libs(t: dict, path: str, backend: str, artifacts: List[ArtifactRef]) -> List[ArtifactRef]:
+    """The optional ``cuda_libs`` list: NVIDIA runtime wheels the build loads but does not carry."""
+    raw = get(t, "cuda_libs", path, list, required=False, default=[])
+    p = join(path, "cuda_libs")
+    if raw and backend != "cuda":
+        raise fail(p, f"only a cuda target may list CUDA libraries (this one is {backend})")
+    if len(raw) > MAX_CUDA_LIBS:
+        raise fail(p, f"lists {len(raw)} libraries, at most {MAX_CUDA_LIBS} are allowed")
+    libs: List[ArtifactRef] = []
+    seen = {a.sha256 for a in artifacts}
+    for j, a in enumerate(raw):
+        ref = parse_artifact(a, join(p, j))
+        if not ref.name.endswith(".whl"):
+            raise fail(join(join(p, j), "name"), f"{quote(ref.name)} is not a wheel (.whl)")
+        if ref.sha256 in seen:
+            raise fail(join(join(p, j), "sha256"), "listed twice (or also among the build's own artifacts)")
+        seen.add(ref.sha256)
+        libs.append(ref)
+    return libs
 
 
 def _parse_requirements(obj: dict, path: str) -> GgmlRequirements:
@@ -167,16 +200,19 @@ def parse_ggml_manifest(doc: dict, envelope: Envelope) -> GgmlManifest:
         if not arts:
             raise fail(join(p, "artifacts"), "must list at least one artifact")
         requires = get(t, "requires", p, dict, required=False, default={})
+        backend = cast(Backend, get_str(t, "backend", p, choices=GGML_BACKENDS))
+        artifacts = [parse_artifact(a, join(join(p, "artifacts"), j)) for j, a in enumerate(arts)]
         targets.append(
             GgmlTarget(
                 id=tid,
                 os=get_str(t, "os", p, choices=OS_NAMES),
                 arch=get_str(t, "arch", p, choices=ARCHS),
-                backend=cast(Backend, get_str(t, "backend", p, choices=GGML_BACKENDS)),
+                backend=backend,
                 requires=_parse_requirements(requires, join(p, "requires")),
-                artifacts=[parse_artifact(a, join(join(p, "artifacts"), j)) for j, a in enumerate(arts)],
+                artifacts=artifacts,
                 priority=get(t, "priority", p, int, required=False, default=0),
                 description=get_str(t, "description", p, required=False),
+                cuda_libs=_parse_cuda_libs(t, p, backend, artifacts),
             )
         )
     return GgmlManifest(
