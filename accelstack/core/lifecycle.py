@@ -395,7 +395,7 @@ def _provenance(plan: Plan, manifests: Manifests):
 
 def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], dry_run: bool,
                    progress: ProgressCallback) -> InstallSummary:
-    from ..installer.torch import PipCommands, TorchEnvironment, receipt_id
+    from ..installer.torch import PipCommands, TorchEnvironment, receipt_id, with_indexes
 
     if plan.status == "unsatisfiable":
         raise not_possible(plan)
@@ -405,7 +405,7 @@ def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Op
     python = target_interpreter(s, create=not dry_run)
     if dry_run:
         would = [] if s.torch_venv is None or Path(python).exists() else [f"would create the virtual environment {s.torch_venv}"]
-        would += [f"would run: {c.render()}" for c in plan.commands]
+        would += [f"would run: {c.render()}" for c in with_indexes(plan.commands, s.index_url, s.extra_index_urls)]
         would.append(f"would check that torch imports in {python} and sees the {plan.backend} device, "
                      "and put back what was there before if it does not")
         return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True, would=would)
@@ -414,7 +414,7 @@ def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Op
         recovered = recover(home)
         rid = receipt_id(plan, python)
         dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
-        outcome = run_transaction(plan, PipCommands(list(plan.commands), s.use_uv), dest, verifier or default_verifier(s),
+        outcome = run_transaction(plan, PipCommands.for_plan(plan, s), dest, verifier or default_verifier(s),
                                   home=home, runtime_id=rid,
                                   provenance=Provenance("builtin", 0, hardware_fingerprint(report), package="torch",
                                                         package_version=plan.torch_version),

@@ -391,3 +391,37 @@ def test_library_dry_run_returns_the_steps(tmp_path, fake_site):
     s = _settings(tmp_path, fake_site)
     summary = accelstack.core.plan_and_install(None, "ggml", settings=s, dry_run=True)
     assert summary.dry_run and summary.would and not Path(s.home).exists() and not Path(s.cache).exists()
+
+
+def test_torch_dry_run_shows_the_extra_index_and_touches_nothing(tmp_path):
+    (tmp_path / "state").mkdir()
+    before = snapshot(tmp_path)
+    rc, out, err = run_cli(["install", "--stack", "torch", "--venv", tmp_path / "venv", "--dry-run", "--json",
+                            "--extra-index-url", "https://mirror.example/simple", "--replay", CPU_ONLY], _env(tmp_path))
+    assert rc == 0, (out, err)
+    res = result_of(out)
+    assert res["dry_run"] and res["would"][0] == f"would create the virtual environment {tmp_path / 'venv'}"
+    assert any("--extra-index-url https://mirror.example/simple" in w for w in res["would"] if w.startswith("would run: "))
+    assert snapshot(tmp_path) == before
+
+
+# -- 1. one final line for every command -----------------------------------------------------------------
+def test_every_maintenance_command_ends_with_one_result_or_error_line(tmp_path, fake_site):
+    first = _install(tmp_path, fake_site)
+    second = _install(tmp_path, fake_site, "v2")
+    env = _env(tmp_path)
+    rc, out, err = run_cli(["rollback", "--json"], env)
+    assert rc == 0 and result_of(out)["active"]["ggml"] == first.runtime
+    rc, out, err = run_cli(["gc", "--json"], env)
+    assert rc == 0 and result_of(out)["runtimes_removed"] == []
+    rc, out, err = run_cli(["status", "--json", "--offline"], env)
+    assert rc == 0 and {s["stack"] for s in result_of(out)["stacks"]} >= {"ggml"}
+    rc, out, err = run_cli(["uninstall", "--json", "--yes"], env)
+    assert rc == 0 and sorted(result_of(out)["removed"]) == sorted([first.runtime, second.runtime])
+    rc, out, err = run_cli(["repair", "--json"], env)  # nothing active any more
+    assert rc == 1 and error_of(out)["action"] == "install"
+    rc, out, err = run_cli(["rollback", "--json"], env)
+    assert rc == 1 and error_of(out)["error"] == "StateError"
+    rc, out, err = run_cli(["upgrade", "--json"], env)  # the remembered channel's v2: its stand-in wheel fails the real check
+    assert rc == 1 and error_of(out)["code"] == "verify-failed"
+    assert Home(Path(env["ACCELSTACK_HOME"])).read_active().active.get("ggml") is None  # nothing activated
