@@ -30,40 +30,63 @@ Irwin-Hall sums of 12 uniforms (mean 0, variance 1, bounded by +-6), so there ar
 outliers that could overflow f16. The pool comes from a splitmix64 counter hash with exact
 integer and float arithmetic, so a seed gives the same bytes on every machine and NumPy version.
 
+Stored as F8_E5M2 (format 2), synthesized per use, removed after
+-------------------------------------------------------------
+Each value is stored as the high byte of its f16 (F8_E5M2: the f16 range, 2 mantissa bits);
+stable-diffusion.cpp widens it back to f16 as it loads, so the model in memory, every kernel and
+the check are those of an f16 SD 1.x model, from 1.07 GB written instead of 2.1 GB. No stored
+form reaches a small footprint (convolutions, 63 % of the weights, cannot be block-quantized by
+ggml, so a GGUF stays above 1.3 GB; all-F8 is 1.07 GB), while synthesis is a second or two: so by
+default (``keep=False``) the probe is written into a temporary folder
+``<probe cache>/.tmp-sd1-f2-s<seed>-XXXX/`` (an ``.owner`` file names the process), reused by
+later calls in the same process, and removed when that process exits or :meth:`ProbeModel.release`
+is called. Nothing stays on disk; a killed process's folder is swept by the next call (its owner
+is gone). Verifying twice in one process (a GPU run and its CPU comparison, a server) synthesizes
+once.
+
+``keep=True`` keeps the folder as a cache entry ``<probe cache>/sd1-f2-s<seed>/`` (built in a
+temporary sibling and renamed into place, so a crash never leaves a half-written probe that
+looks complete), made once per probe cache; a kept folder is also used by ``keep=False`` calls.
 The shapes live in :mod:`accelstack.engine.probe_architecture`, the values and the file writing
-in :mod:`accelstack.engine.probe_weights`; this module keeps the cache. The folder is cached
-under ``<probe cache>/sd1-f<FORMAT>-s<seed>/`` (the caller's ``cache_root``, else
-``Settings.resolve().probe_cache``), built in a temporary sibling and renamed into place, so a
-crash never leaves a half-written probe that looks complete.
+in :mod:`accelstack.engine.probe_weights`.
 """
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import hashlib
 import json
 import logging
 import math
 import os
 import shutil
+import socket
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
-from .probe_weights import Pools, write_part
+from .probe_weights import DTYPES, Pools, write_part
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "FILES", "ProbeModel", "ensure_probe_model", "probe_dir_name"]
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "FILES", "ProbeModel", "ensure_probe_model", "probe_dir_name",
+           "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # bump when the bytes a seed produces change
+FORMAT_VERSION = 2  # bump when the bytes a seed produces change (2: values stored as F8_E5M2)
+DTYPE = "F8_E5M2"
 DEFAULT_SEED = 1234
 MARKER = "probe.json"
+OWNER = ".owner"  # in a temporary probe folder: the process that uses it
+TEMP_PREFIX = ".tmp-"
+STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
 FILES = {
     "text_encoder": "text_encoder/model.safetensors",
     "unet": "unet/diffusion_pytorch_model.safetensors",
@@ -91,6 +114,90 @@ class ProbeModel:
     size_bytes: int
     seconds: float = 0.0  # synthesis time; 0 when it came from the cache
     cached: bool = False
+    temporary: bool = False  # removed when this process exits (or on release())
+    dtype: str = DTYPE
+    _owner_pid: int = field(default=0, repr=False, compare=False)
+
+    def release(self) -> None:
+        """Remove a temporary probe now (a kept one stays); later calls synthesize it again."""
+        if self.temporary:
+            _forget(self.path)
+
+
+# -- temporary folders: one per process, probe cache and model; removed at exit -----------------------
+_TEMPORARY: Dict[str, ProbeModel] = {}  # folder path -> probe, for this process
+_TEMP_LOCK = threading.Lock()
+_SYNTH_LOCK = threading.Lock()
+
+
+def _forget(path: str) -> None:
+    with _TEMP_LOCK:
+        probe = _TEMPORARY.pop(path, None)
+    if probe is not None and probe._owner_pid == os.getpid():  # never a parent's folder, after a fork
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@atexit.register
+def _remove_temporaries() -> None:
+    for path in list(_TEMPORARY):
+        _forget(path)
+
+
+def _owner_text() -> str:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time()})
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        if handle:
+            ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+            return True
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, someone else's
+        return True
+    return True
+
+
+def temporary_probe_in_use(folder: Path) -> bool:
+    """True while the process that made temporary probe ``folder`` runs (or may: another host,
+    or no owner file yet and the folder is recent)."""
+    try:
+        owner = json.loads((Path(folder) / OWNER).read_text())
+        if owner.get("host") != socket.gethostname():
+            return True
+        return _pid_alive(int(owner["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return time.time() - Path(folder).lstat().st_mtime < STALE_UNOWNED_SECONDS
+        except OSError:
+            return False
+
+
+def _sweep(root: Path) -> List[str]:
+    """Remove temporary probe folders in ``root`` whose process is gone; return their names."""
+    removed: List[str] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX) or entry.is_symlink() or not entry.is_dir():
+            continue
+        if str(entry) in _TEMPORARY or temporary_probe_in_use(entry):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        log.info("removed the temporary probe %s of a process that is gone", entry)
+        removed.append(entry.name)
+    return removed
 
 
 def _meta(part: str, seed: int) -> Dict[str, str]:
@@ -105,20 +212,25 @@ def _load_marker(folder: Path) -> Optional[ProbeModel]:
         for part, rel in FILES.items():
             if (folder / rel).stat().st_size != data["sizes"][part]:
                 return None
+        if data["format_version"] != FORMAT_VERSION:
+            return None
         return ProbeModel(path=str(folder), seed=data["seed"], format_version=data["format_version"],
-                          parameters=data["parameters"], size_bytes=sum(data["sizes"].values()), cached=True)
+                          parameters=data["parameters"], size_bytes=sum(data["sizes"].values()), cached=True,
+                          dtype=data.get("dtype", DTYPE))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = None,
                        progress: ProgressCallback = null_progress,
-                       architecture: Optional[Architecture] = None) -> ProbeModel:
-    """The probe model for ``seed``: from the cache, or synthesized now (a few seconds).
+                       architecture: Optional[Architecture] = None, *, keep: bool = False) -> ProbeModel:
+    """The probe model for ``seed``: reused, or synthesized now (a second or two).
 
-    ``architecture`` (``{part: {name: shape}}``, default :func:`sd1_tensors`) exists for tests
-    and experiments with smaller models; it gets its own cache folder. ``cache_root`` defaults
-    to ``Settings.resolve().probe_cache``.
+    ``keep=False`` (default): a kept folder if the probe cache has one, else one temporary folder
+    per process, removed when it exits (see the module docstring). ``keep=True``: the kept cache
+    entry, made now if missing. ``architecture`` (``{part: {name: shape}}``, default
+    :func:`sd1_tensors`) exists for tests and experiments with smaller models; it gets its own
+    folder. ``cache_root`` defaults to ``Settings.resolve().probe_cache``.
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
         raise ProbeModelError(f"probe seed must be an integer in [0, 2**32), got {seed!r}")
@@ -126,65 +238,99 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
     if set(parts) != set(FILES):
         raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(FILES)}, got {', '.join(parts)}")
     root = Path(cache_root) if cache_root is not None else Settings.resolve().probe_cache
-    folder = root / probe_dir_name(seed, architecture)
+    name = probe_dir_name(seed, architecture)
+    folder = root / name
     found = _load_marker(folder)
     if found is not None:
         return found
     try:
         root.mkdir(parents=True, exist_ok=True)
+        if not keep:
+            with _SYNTH_LOCK:  # threads of one process (a server) share one temporary probe
+                reused = _reuse_temporary(root, name)
+                if reused is not None:
+                    return reused
+                _sweep(root)
+                return _synthesize(root, name, None, seed, parts, progress)
+        _sweep(root)
         from filelock import FileLock
 
         with FileLock(str(folder) + ".lock"):
             found = _load_marker(folder)  # another process may have made it meanwhile
             if found is not None:
                 return found
-            return _synthesize(folder, seed, parts, progress)
+            return _synthesize(root, name, folder, seed, parts, progress)
     except OSError as exc:
         raise ProbeModelError(f"cannot write the probe model under {root}: {exc.strerror or exc}",
-                              hint="free disk space (it needs about 2.2 GB) or use a writable cache directory",
-                              action=Action.FREE_DISK) from None
+                              hint="free disk space (it needs about 1.1 GB while verify runs) or use a writable "
+                              "cache directory", action=Action.FREE_DISK) from None
 
 
-def _synthesize(folder: Path, seed: int, parts: Architecture, progress: ProgressCallback) -> ProbeModel:
+def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:
+    """This process's temporary probe ``name`` in ``root``, when it is still whole."""
+    with _TEMP_LOCK:
+        mine = [p for path, p in _TEMPORARY.items()
+                if Path(path).parent == root and Path(path).name.startswith(f"{TEMP_PREFIX}{name}-")]
+    for probe in mine:
+        if _load_marker(Path(probe.path)) is not None:
+            return dataclasses.replace(probe, cached=True, seconds=0.0)
+        _forget(probe.path)  # damaged meanwhile: made again
+    return None
+
+
+def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts: Architecture,
+                progress: ProgressCallback) -> ProbeModel:
+    """Write the probe into a new temporary folder in ``root``; rename it to ``folder`` when kept."""
     start = time.perf_counter()
-    log.info("synthesizing the probe model (seed %d) in %s", seed, folder)
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
-    free = shutil.disk_usage(folder.parent).free
-    need = 2 * total + (1 << 20)
+    free = shutil.disk_usage(root).free
+    need = DTYPES[DTYPE] * total + (1 << 20)
     if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
-            f"not enough disk space for the probe model at {folder.parent}: {need / 1e9:.1f} GB needed, "
+            f"not enough disk space for the probe model at {root}: {need / 1e9:.1f} GB needed, "
             f"{free / 1e9:.1f} GB free", hint="free disk space or use a cache directory on a bigger disk",
             action=Action.FREE_DISK)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-" + folder.name + "-", dir=folder.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{name}-", dir=root))
     tmp.chmod(0o755)  # mkdtemp makes it private; the probe is a shareable cache entry
+    probe = ProbeModel(path=str(tmp), seed=seed, format_version=FORMAT_VERSION, parameters=total, size_bytes=0,
+                       temporary=folder is None, _owner_pid=os.getpid())
+    if folder is None:
+        with _TEMP_LOCK:
+            _TEMPORARY[str(tmp)] = probe  # from now on removed at exit, whatever happens below
+    log.info("synthesizing the probe model (seed %d, %s) in %s", seed, DTYPE, tmp)
     done = [0]
     task = f"probe model (seed {seed})"
-    progress(ProgressEvent("start", "probe", task=task, total=total))
+    progress(ProgressEvent("start", "probe", task=task, total=total,
+                           message=f"synthesizing the probe model ({need / 1e9:.1f} GB, removed after)"))
 
     def tick(n: int) -> None:
         done[0] += n
         progress(ProgressEvent("advance", "probe", task=task, done=done[0], total=total))
 
     try:
-        pools = Pools(seed)
+        (tmp / OWNER).write_text(_owner_text())
+        pools = Pools(seed, DTYPE)
         sizes = {}
         for part, tensors in parts.items():
             path = tmp / FILES[part]
             path.parent.mkdir(parents=True, exist_ok=True)
             write_part(path, tensors, pools, _meta(part, seed), tick)
             sizes[part] = path.stat().st_size
-        marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "sizes": sizes,
+        marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "sizes": sizes, "dtype": DTYPE,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        if folder.exists():  # an incomplete or stale folder (no valid marker): replace it
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        probe.size_bytes = sum(sizes.values())
+        if folder is not None:
+            (tmp / OWNER).unlink()
+            if folder.exists():  # an incomplete or stale folder (no valid marker): replace it
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+            probe.path = str(folder)
     except BaseException:
         progress(ProgressEvent("end", "probe", task=task, ok=False, done=done[0], total=total))
+        _forget(str(tmp))
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    seconds = time.perf_counter() - start
+    probe.seconds = round(time.perf_counter() - start, 3)
     progress(ProgressEvent("end", "probe", task=task, ok=True, done=total, total=total))
-    return ProbeModel(path=str(folder), seed=seed, format_version=FORMAT_VERSION, parameters=total,
-                      size_bytes=sum(sizes.values()), seconds=round(seconds, 3), cached=False)
+    return probe

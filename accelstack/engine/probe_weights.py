@@ -1,7 +1,7 @@
 """The probe model's values and files: a hashed pool of normal-like values, written as safetensors.
 
 Instead of sampling 1.07 billion values, a *pool* of ``POOL`` (a prime, about 1 M)
-standard-normal-like values is made once per seed, one f16 copy of it is kept per distinct scale
+standard-normal-like values is made once per seed, one copy of it in the stored dtype is kept per distinct scale
 (about 20), and each tensor is filled with consecutive *windows* of its scale's pool that start
 at pseudo-random offsets derived from ``sha256(seed, tensor name, window index)``. Writing a
 tensor is then only ``write()`` calls of slices of a ready buffer: the cost is the disk's.
@@ -19,6 +19,10 @@ from typing import Any, Callable, Dict, Optional
 from .probe_architecture import Shape, value_rule
 
 POOL = 1_048_573  # a prime, so windows never line up with power-of-two row lengths
+# How values are stored. F16 is what a model ships as. F8_E5M2 is the high byte of an f16 (rounded to
+# nearest): the same range, 2 mantissa bits; stable-diffusion.cpp widens it back to f16 as it loads, so
+# the model in memory and every kernel that runs are those of an f16 model, from half the bytes.
+DTYPES = {"F16": 2, "F8_E5M2": 1}
 
 
 def _splitmix64(counter, np):
@@ -56,10 +60,13 @@ def _offset(seed: int, name: str, window: int) -> int:
 
 
 class Pools:
-    """Per seed: one doubled f16 copy of the base pool per scale, so any window is a contiguous slice."""
+    """Per seed and dtype: one doubled copy of the base pool per scale, so any window is a contiguous slice."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, dtype: str = "F16") -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown probe dtype {dtype!r}")
         self.seed = seed
+        self.dtype = dtype
         self._base: Optional[Any] = None  # the float64 pool, made on first use
         self._scaled: Dict[float, memoryview] = {}
 
@@ -70,25 +77,35 @@ class Pools:
         if view is None:
             if self._base is None:
                 self._base = base_pool(self.seed)
-            scaled = (self._base * std).astype("<f2")
+            scaled = encode(self._base * std, self.dtype)
             doubled = np.concatenate([scaled, scaled])
             view = self._scaled[std] = memoryview(doubled.tobytes())
         return view
 
 
-def _const_bytes(value: float, count: int) -> bytes:
+def encode(values: Any, dtype: str = "F16") -> Any:
+    """``values`` (float64) as a NumPy array of ``dtype``'s bytes: ``<f2``, or ``u1`` for F8_E5M2."""
     import numpy as np
 
-    return np.full(count, value, dtype="<f2").tobytes()
+    half = np.asarray(values, dtype=np.float64).astype("<f2")
+    if dtype == "F16":
+        return half
+    bits = half.view("<u2").astype(np.uint32)
+    rounded = (bits + 0x7F + ((bits >> 8) & 1)) >> 8  # round to nearest, ties to even
+    return rounded.astype(np.uint8)
 
 
-def safetensors_header(tensors: Dict[str, Shape], meta: Dict[str, str]) -> bytes:
-    """The length-prefixed JSON header of an all-f16 safetensors file holding ``tensors``."""
+def _const_bytes(value: float, count: int, dtype: str = "F16") -> bytes:
+    return bytes(encode([value], dtype).tobytes()) * count
+
+
+def safetensors_header(tensors: Dict[str, Shape], meta: Dict[str, str], dtype: str = "F16") -> bytes:
+    """The length-prefixed JSON header of a safetensors file holding ``tensors``, all of ``dtype``."""
     entries: Dict[str, object] = {"__metadata__": meta}
     offset = 0
     for name, shape in tensors.items():
-        n = math.prod(shape) * 2
-        entries[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        n = math.prod(shape) * DTYPES[dtype]
+        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
         offset += n
     raw = json.dumps(entries, separators=(",", ":")).encode()
     raw += b" " * (-(8 + len(raw)) % 8)  # data starts 8-byte aligned
@@ -97,23 +114,25 @@ def safetensors_header(tensors: Dict[str, Shape], meta: Dict[str, str]) -> bytes
 
 def write_part(path: Path, tensors: Dict[str, Shape], pools: Pools, meta: Dict[str, str],
                 tick: Callable[[int], None]) -> int:
-    """Write one part (a safetensors file) of ``tensors``; ``tick(n)`` after each tensor of n values."""
-    window_bytes = POOL * 2
+    """Write one part (a safetensors file) of ``tensors`` in the pools' dtype; ``tick(n)`` after each
+    tensor of n values."""
+    size = DTYPES[pools.dtype]
+    window_bytes = POOL * size
     written = 0
     with open(path, "wb", buffering=0) as fh:
-        head = safetensors_header(tensors, meta)
+        head = safetensors_header(tensors, meta, pools.dtype)
         fh.write(head)
         for name, shape in tensors.items():
             count = math.prod(shape)
             kind, value = value_rule(name, shape)
             if kind == "const":
-                fh.write(_const_bytes(value, count))
+                fh.write(_const_bytes(value, count, pools.dtype))
             else:
                 pool = pools.get(value)
-                remaining, window = count * 2, 0
+                remaining, window = count * size, 0
                 while remaining:
                     take = min(remaining, window_bytes)
-                    start = _offset(pools.seed, name, window) * 2
+                    start = _offset(pools.seed, name, window) * size
                     fh.write(pool[start:start + take])
                     remaining -= take
                     window += 1

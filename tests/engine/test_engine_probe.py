@@ -4,7 +4,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +15,11 @@ import pytest
 
 from accelstack.engine.errors import ProbeModelError
 from accelstack.engine.probe_architecture import sd1_tensors, value_rule
-from accelstack.engine.probe_model import FILES, MARKER, ensure_probe_model, probe_dir_name
-from accelstack.engine.probe_weights import base_pool
+from accelstack.engine.probe_model import FILES, MARKER, OWNER, ensure_probe_model, probe_dir_name
+from accelstack.engine.probe_weights import base_pool, encode
 from accelstack.errors import Action
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sd1-diffusers-tensors.json"
 
 TINY = {
@@ -36,7 +40,11 @@ def read_safetensors(path: Path):
         if name == "__metadata__":
             continue
         b, e = info["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype="<f2").reshape(info["shape"])
+        if info["dtype"] == "F8_E5M2":  # the high byte of an f16
+            values = (np.frombuffer(data[b:e], dtype=np.uint8).astype("<u2") << 8).view("<f2")
+        else:
+            values = np.frombuffer(data[b:e], dtype="<f2")
+        out[name] = values.reshape(info["shape"])
     return header, out, n
 
 
@@ -109,16 +117,73 @@ def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
     assert te["text_model.embeddings.token_embedding.weight"].std() == pytest.approx(0.02, rel=0.3)
 
 
-def test_incomplete_folder_is_rebuilt(tmp_path):
-    model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+def test_incomplete_kept_folder_is_rebuilt(tmp_path):
+    model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY, keep=True)
+    assert not model.temporary and Path(model.path).name == probe_dir_name(3, TINY)
     unet = Path(model.path) / FILES["unet"]
     good = unet.read_bytes()
     unet.write_bytes(good[: len(good) // 2])  # a crash mid-write, or a damaged cache
-    rebuilt = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    rebuilt = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY, keep=True)
     assert not rebuilt.cached and unet.read_bytes() == good
     (Path(model.path) / MARKER).unlink()
-    assert not ensure_probe_model(3, cache_root=tmp_path, architecture=TINY).cached
+    assert not ensure_probe_model(3, cache_root=tmp_path, architecture=TINY, keep=True).cached
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")], "no temporary folders left"
+
+
+def test_damaged_temporary_probe_is_made_again(tmp_path):
+    model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    unet = Path(model.path) / FILES["unet"]
+    unet.write_bytes(unet.read_bytes()[:10])
+    again = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    assert not again.cached and again.path != model.path and not Path(model.path).exists()
+    again.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_kept_probe_is_written_once_per_cache_and_used_by_every_call(tmp_path):
+    kept = ensure_probe_model(4, cache_root=tmp_path, architecture=TINY, keep=True)
+    assert not ensure_probe_model(4, cache_root=tmp_path, architecture=TINY, keep=True).seconds
+    used = ensure_probe_model(4, cache_root=tmp_path, architecture=TINY)  # the default: temporary, unless kept
+    assert used.cached and used.path == kept.path and not used.temporary
+    used.release()  # never removes a kept probe
+    assert Path(kept.path, MARKER).is_file()
+
+
+_CHILD = """
+import json, os, sys
+from accelstack.engine.probe_model import ensure_probe_model
+arch = json.loads(sys.argv[2])
+p = ensure_probe_model(9, cache_root=sys.argv[1], architecture={k: {n: tuple(s) for n, s in v.items()} for k, v in arch.items()})
+print(p.path, flush=True)
+if sys.argv[3] == "killed":
+    os._exit(0)  # no atexit: as if the process were killed
+"""
+
+
+def _child(root: Path, how: str) -> Path:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(root), json.dumps(TINY), how], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return Path(out.stdout.strip())
+
+
+def test_temporary_probe_is_removed_when_its_process_ends_and_a_killed_ones_swept(tmp_path):
+    made = _child(tmp_path, "exits")
+    assert made.parent == tmp_path and made.name.startswith(".tmp-")
+    assert not made.exists() and list(tmp_path.iterdir()) == [], "nothing stays on disk"
+    left = _child(tmp_path, "killed")
+    assert left.is_dir() and json.loads((left / OWNER).read_text())["pid"] > 0
+    mine = ensure_probe_model(9, cache_root=tmp_path, architecture=TINY)  # the next call sweeps it
+    assert not left.exists() and mine.temporary
+    mine.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_f8_e5m2_is_the_rounded_high_byte_of_f16():
+    assert encode([1.0, -2.0, 0.0, 1.875], "F8_E5M2").tolist() == [0x3C, 0xC0, 0x00, 0x40]  # 1.875: tie to even
+    values = np.linspace(-3, 3, 1001)
+    back = (encode(values, "F8_E5M2").astype("<u2") << 8).view("<f2").astype(np.float64)
+    nonzero = np.abs(values) > 1e-3
+    assert np.all(np.abs(back - values)[nonzero] <= np.abs(values)[nonzero] * 0.125 + 1e-9)  # 2 mantissa bits
 
 
 def test_bad_seed_and_architecture_are_rejected(tmp_path):
@@ -137,7 +202,7 @@ def test_unwritable_cache_says_what_to_do(tmp_path):
 
 
 def test_default_dir_name_is_keyed_by_seed_and_format():
-    assert probe_dir_name(1234) == "sd1-f1-s1234"
+    assert probe_dir_name(1234) == "sd1-f2-s1234"
     assert probe_dir_name(1234, TINY).startswith("custom-")
 
 
@@ -154,6 +219,23 @@ def test_full_probe_model_headers(probe_model):
             header = json.loads(fh.read(n))
         header.pop("__metadata__")
         assert {k: tuple(v["shape"]) for k, v in header.items()} == arch[part]
-        assert {v["dtype"] for v in header.values()} == {"F16"}
+        assert {v["dtype"] for v in header.values()} == {"F8_E5M2"}
         end = max(v["data_offsets"][1] for v in header.values())
         assert path.stat().st_size == 8 + n + end
+
+
+def test_verify_generates_with_a_probe_it_synthesizes_and_leaves_nothing_on_disk(cpu_runtime, tmp_path):
+    """The check is as strong as before (the full SD 1.x architecture, loaded by stable-diffusion.cpp,
+    generating) while no probe stays on disk: not in the probe cache, not under any cache directory."""
+    from cli_helpers import result_of, run_cli
+
+    probe_cache = tmp_path / "probe"
+    env = {"ACCELSTACK_PROBE_CACHE": str(probe_cache), "ACCELSTACK_CACHE": str(tmp_path / "cache"),
+           "ACCELSTACK_HOME": str(tmp_path / "home"), "ACCELSTACK_CONFIG": str(tmp_path / "none.yaml")}
+    rc, out, err = run_cli(["verify", "--runtime", str(cpu_runtime.path), "--json"], env=env)
+    assert rc == 0, out + err
+    report = result_of(out)
+    assert report["verdict"] == "PASS" and report["probe_seconds"] > 0
+    assert Path(report["probe_path"]).parent == probe_cache and Path(report["probe_path"]).name.startswith(".tmp-sd1-f2-")
+    assert list(probe_cache.iterdir()) == [], "the probe is removed when verify ends"
+    assert not [p for p in tmp_path.rglob("*.safetensors")], "no probe kept under any cache directory"
