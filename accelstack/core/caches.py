@@ -1,0 +1,302 @@
+"""The caches accelstack keeps outside the runtime home, listed and purged (``accelstack cache``).
+
+Three caches, each where :class:`~accelstack.settings.Settings` puts it:
+
+``downloads`` (``Settings.cache``/blobs/sha256)
+    verified artifacts by sha256 (:mod:`accelstack.artifacts.cache`): ``<hex>``, ``<hex>.part``
+    (a resumable download), ``<hex>.verified`` (its hash record).
+``builds`` (``Settings.build_cache``)
+    compiled ggml wheels, one slot per build key (:mod:`accelstack.publisher.build`):
+    ``<20 hex>/`` with ``build.json``, and ``sdist/`` with the bindings' source distribution.
+``probe`` (``Settings.probe_cache``)
+    the verify probe model (:mod:`accelstack.engine.probe_model`): folders ``sd1-f<N>-s<seed>/``
+    (``custom-…`` for test architectures) and the temporary ``.tmp-…`` folders verify synthesizes
+    into and removes.
+
+An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
+directory. Purging removes entries only: never a symbolic link (nor anything through one), never
+a file accelstack does not name that way (``vulkan-headers/`` from scripts/setup-vulkan.sh, files
+a person put there), never the runtime home or anything holding it, never an entry another
+process holds the lock of (a build or download in progress), and nothing on a dry run. Lock files
+stay: deleting a lock another process may be waiting on would let two processes in at once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from ..settings import Settings
+
+__all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
+
+log = logging.getLogger(__name__)
+
+CACHES = ("downloads", "builds", "probe")
+DESCRIPTIONS = {
+    "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
+    "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
+    "probe": "the verify probe model; synthesized again when needed (seconds)",
+}
+
+_BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
+_SLOT = re.compile(r"^[0-9a-f]{20}\Z")
+_SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
+_PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
+_PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
+
+
+@dataclass
+class CacheEntry:
+    """One thing accelstack wrote in a cache: a file or a folder."""
+
+    name: str  # relative to the cache's directory, '/'-separated
+    path: str
+    size: int
+    kind: str  # "blob", "partial download", "hash record", "build", "source", "probe model", "temporary probe"
+    busy: bool = False  # another process holds its lock now (checked only when purging)
+
+
+@dataclass
+class CacheInfo:
+    name: str  # "downloads" | "builds" | "probe"
+    path: str  # the directory this cache's entries live in
+    description: str
+    exists: bool = False
+    size: int = 0  # bytes of accelstack's entries
+    entries: List[CacheEntry] = field(default_factory=list)
+    other: List[str] = field(default_factory=list)  # names left alone: links, files accelstack did not write
+
+    __derived__ = ("count",)
+
+    @property
+    def count(self) -> int:
+        return len(self.entries)
+
+
+@dataclass
+class PurgeReport:
+    dry_run: bool
+    caches: List[str]
+    bytes_freed: int = 0  # would be freed, on a dry run
+    removed: List[str] = field(default_factory=list)  # paths (would be) removed
+    kept: List[str] = field(default_factory=list)  # "path: why" for entries left in place
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the regular files in ``path`` (a file, or a folder walked without following links)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    total = 0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in files + dirs:
+            try:
+                s = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(s.st_mode):
+                total += s.st_size
+    return total
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _children(directory: Path) -> List[Tuple[str, os.stat_result]]:
+    """(name, lstat) of what is in ``directory``; nothing when it is missing or is a link."""
+    if not _real_dir(directory):
+        return []
+    out = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            out.append((name, os.lstat(directory / name)))
+        except OSError:
+            continue
+    return out
+
+
+def _downloads(s: Settings) -> CacheInfo:
+    root = s.cache / "blobs" / "sha256"
+    info = CacheInfo("downloads", str(root), DESCRIPTIONS["downloads"], exists=_real_dir(root))
+    for name, st in _children(root):
+        if name.endswith(".lock"):
+            continue
+        if not _BLOB.match(name) or not stat.S_ISREG(st.st_mode):
+            info.other.append(name)
+            continue
+        kind = "partial download" if name.endswith(".part") else "hash record" if name.endswith(".verified") else "blob"
+        info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
+    return info
+
+
+def _builds(s: Settings) -> CacheInfo:
+    root = s.build_cache
+    info = CacheInfo("builds", str(root), DESCRIPTIONS["builds"], exists=_real_dir(root))
+    for name, st in _children(root):
+        if name.endswith(".lock"):
+            continue
+        if _SLOT.match(name) and stat.S_ISDIR(st.st_mode):
+            info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "build"))
+        elif name == "sdist" and stat.S_ISDIR(st.st_mode):
+            for fname, fst in _children(root / name):
+                if _SDIST_FILE.match(fname) and stat.S_ISREG(fst.st_mode):
+                    info.entries.append(CacheEntry(f"sdist/{fname}", str(root / name / fname), fst.st_size, "source"))
+                else:
+                    info.other.append(f"sdist/{fname}")
+        else:
+            info.other.append(name)
+    return info
+
+
+def _probe(s: Settings) -> CacheInfo:
+    root = s.probe_cache
+    info = CacheInfo("probe", str(root), DESCRIPTIONS["probe"], exists=_real_dir(root))
+    for name, st in _children(root):
+        if name.endswith(".lock"):
+            continue
+        if _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
+            info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "probe model"))
+        elif _PROBE_TMP.match(name) and stat.S_ISDIR(st.st_mode):
+            info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "temporary probe"))
+        else:
+            info.other.append(name)
+    return info
+
+
+_READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe}
+
+
+def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] = None) -> List[CacheInfo]:
+    """Each cache (``which``, default all): its directory, accelstack's entries in it and their size.
+
+    Reads only: nothing is created, locked or changed."""
+    s = settings or Settings.resolve()
+    out = []
+    for name in which or list(CACHES):
+        info = _READERS[name](s)
+        info.size = sum(e.size for e in info.entries)
+        out.append(info)
+    return out
+
+
+def _holds(path: Path, home: Path) -> bool:
+    """True when ``path`` is the home or a folder the home lies inside (never deleted)."""
+    try:
+        p, h = Path(os.path.abspath(path)), Path(os.path.abspath(home))
+        rp, rh = path.resolve(), home.resolve()
+    except (OSError, RuntimeError):
+        return True  # unsure: keep it
+    return p == h or p in h.parents or rp == rh or rp in rh.parents
+
+
+def _lock_path(cache: str, entry: CacheEntry) -> Optional[Path]:
+    """The lock another process holds while it writes ``entry`` (None: the entry has none)."""
+    path = Path(entry.path)
+    if cache == "downloads":
+        return path.parent / (entry.name[:64] + ".lock")
+    if cache == "builds" and entry.kind == "build":
+        return path.parent / (entry.name + ".lock")
+    if cache == "probe" and entry.kind == "probe model":
+        return path.parent / (entry.name + ".lock")
+    return None
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, or a real folder (rmtree never follows the links inside it)."""
+    if _real_dir(path):
+        def retry_writable(func, p, _exc):  # read-only files (blobs are 0444; Windows refuses those)
+            try:
+                os.chmod(p, stat.S_IWRITE | stat.S_IREAD)
+                func(p)
+            except OSError:
+                pass
+        shutil.rmtree(path, onerror=retry_writable)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            os.chmod(path, stat.S_IWRITE | stat.S_IREAD)
+            os.unlink(path)
+
+
+def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: bool = False) -> PurgeReport:
+    """Remove accelstack's entries from the caches named in ``which`` (see the module docstring
+    for what is never removed); with ``dry_run``, only say what would go and how much it frees."""
+    from filelock import FileLock, Timeout
+
+    s = settings or Settings.resolve()
+    report = PurgeReport(dry_run=dry_run, caches=list(which))
+    for info in cache_infos(s, which):
+        probe_live = _live_temporary_probes(Path(info.path)) if info.name == "probe" else set()
+        for entry in info.entries:
+            path = Path(entry.path)
+            if path.is_symlink():
+                report.kept.append(f"{path}: a symbolic link")
+                continue
+            if _holds(path, s.home):
+                report.kept.append(f"{path}: holds the runtime home {s.home}")
+                continue
+            if entry.name in probe_live:
+                report.kept.append(f"{path}: in use by a running verify")
+                continue
+            lock_path = _lock_path(info.name, entry)
+            if dry_run:
+                report.removed.append(str(path))
+                report.bytes_freed += entry.size
+                continue
+            lock = FileLock(str(lock_path)) if lock_path is not None and lock_path.parent.is_dir() else None
+            try:
+                if lock is not None:
+                    lock.acquire(timeout=0)
+            except Timeout:
+                report.kept.append(f"{path}: in use by another accelstack process")
+                continue
+            except OSError as exc:
+                report.kept.append(f"{path}: cannot take its lock ({exc.strerror or exc})")
+                continue
+            try:
+                size = tree_size(path)
+                _remove(path)
+            except OSError as exc:
+                report.kept.append(f"{path}: {exc.strerror or exc}")
+                continue
+            finally:
+                if lock is not None:
+                    lock.release()
+            log.info("purged %s (%d bytes)", path, size)
+            report.removed.append(str(path))
+            report.bytes_freed += size
+        if not dry_run and info.name == "builds":
+            sdist = Path(info.path) / "sdist"
+            try:
+                if _real_dir(sdist) and not os.listdir(sdist):
+                    sdist.rmdir()
+            except OSError:
+                pass
+    return report
+
+
+def _live_temporary_probes(root: Path) -> Set[str]:
+    """Names of temporary probe folders whose owning process is still running (left alone)."""
+    from ..engine.probe_model import temporary_probe_in_use
+
+    return {name for name, _st in _children(root) if _PROBE_TMP.match(name) and temporary_probe_in_use(root / name)}

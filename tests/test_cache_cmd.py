@@ -1,0 +1,178 @@
+"""`accelstack cache list | purge`, through the real command: what is listed, what is removed, and
+everything that must stay (links and what they point to, files accelstack did not write, the runtime
+home, entries in use, lock files, everything on a dry run)."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+from filelock import FileLock
+
+from cli_helpers import REPO, error_of, result_of, run_cli
+
+BLOB = "ab" * 32
+SLOT = "0123456789abcdef0123"
+
+
+def _env(tmp_path: Path) -> Dict[str, str]:
+    return {"ACCELSTACK_CACHE": str(tmp_path / "cache"), "ACCELSTACK_HOME": str(tmp_path / "home"),
+            "ACCELSTACK_BUILD_CACHE": str(tmp_path / "cache" / "builds"),
+            "ACCELSTACK_PROBE_CACHE": str(tmp_path / "cache" / "probe")}
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _populate(tmp_path: Path) -> Dict[str, Path]:
+    """A cache as accelstack leaves it, plus things that are not accelstack's."""
+    cache = tmp_path / "cache"
+    blobs = cache / "blobs" / "sha256"
+    outside = _write(tmp_path / "outside" / "precious.bin", b"p" * 1000)
+    p: Dict[str, Path] = {
+        "blob": _write(blobs / BLOB, b"b" * 5000),
+        "part": _write(blobs / ("cd" * 32 + ".part"), b"c" * 300),
+        "stamp": _write(blobs / (BLOB + ".verified"), b"{}"),
+        "blob_lock": _write(blobs / (BLOB + ".lock"), b""),
+        "foreign_blob_dir_file": _write(blobs / "README.txt", b"mine"),
+        "slot": _write(cache / "builds" / SLOT / "build.json", b"x" * 700).parent,
+        "slot_lock": _write(cache / "builds" / (SLOT + ".lock"), b""),
+        "sdist": _write(cache / "builds" / "sdist" / "stable_diffusion_cpp_python-0.4.7.tar.gz", b"s" * 2000),
+        "sdist_note": _write(cache / "builds" / "sdist" / "notes.md", b"mine"),
+        "headers": _write(cache / "builds" / "vulkan-headers" / "1.4" / "usr" / "include" / "v.h", b"h"),
+        "probe": _write(cache / "probe" / "sd1-f1-s1234" / "unet" / "m.safetensors", b"u" * 4000).parents[1],
+        "stale_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner",
+                            json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode()).parent,
+        "live_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-live" / ".owner",
+                           json.dumps({"pid": os.getpid(), "host": os.uname().nodename}).encode()).parent,
+        "outside": outside,
+    }
+    (blobs / ("ef" * 32)).symlink_to(outside)  # named like a blob, but a link out of the cache
+    (cache / "builds" / ("9" * 20)).symlink_to(outside.parent, target_is_directory=True)
+    (cache / "probe" / "sd1-f2-s7").symlink_to(outside.parent, target_is_directory=True)
+    return p
+
+
+def _tree(root: Path) -> Dict[str, int]:
+    return {str(p.relative_to(root)): (p.lstat().st_size if not p.is_dir() or p.is_symlink() else -1)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_list_on_a_fresh_machine_creates_nothing(tmp_path):
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    res = result_of(out)
+    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe"]
+    assert all(c["exists"] is False and c["size"] == 0 and c["count"] == 0 for c in res["caches"])
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "home").exists()
+
+
+def test_list_counts_only_what_accelstack_wrote(tmp_path):
+    _populate(tmp_path)
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    caches = {c["name"]: c for c in result_of(out)["caches"]}
+    assert caches["downloads"]["size"] == 5000 + 300 + 2 and caches["downloads"]["count"] == 3
+    assert {e["kind"] for e in caches["downloads"]["entries"]} == {"blob", "partial download", "hash record"}
+    assert "README.txt" in caches["downloads"]["other"] and "ef" * 32 in caches["downloads"]["other"]
+    assert caches["builds"]["size"] == 700 + 2000
+    assert set(caches["builds"]["other"]) >= {"vulkan-headers", "9" * 20, "sdist/notes.md"}
+    assert caches["probe"]["count"] == 3 and "sd1-f2-s7" in caches["probe"]["other"]
+    rc, out, _ = run_cli(["cache", "list"], env=_env(tmp_path))
+    assert rc == 0 and "downloads" in out and "left alone" in out and "total" in out
+
+
+def test_dry_run_changes_nothing_and_says_what_would_go(tmp_path):
+    _populate(tmp_path)
+    before = _tree(tmp_path)
+    rc, out, err = run_cli(["cache", "purge", "--dry-run", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    res = result_of(out)
+    assert res["dry_run"] and res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + len(
+        (tmp_path / "cache" / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner").read_bytes())
+    assert _tree(tmp_path) == before
+
+
+def test_purge_all_removes_only_accelstacks_entries(tmp_path):
+    p = _populate(tmp_path)
+    rc, out, err = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    res = result_of(out)
+    for gone in ("blob", "part", "stamp", "slot", "sdist", "probe", "stale_tmp"):
+        assert not p[gone].exists(), gone
+    for kept in ("blob_lock", "slot_lock", "foreign_blob_dir_file", "sdist_note", "headers", "live_tmp", "outside"):
+        assert p[kept].exists(), kept
+    assert (tmp_path / "cache" / "blobs" / "sha256" / ("ef" * 32)).is_symlink()
+    assert (tmp_path / "outside" / "precious.bin").read_bytes() == b"p" * 1000
+    assert res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + len(json.dumps(
+        {"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode())
+    assert any("in use by a running verify" in k for k in res["kept"])
+    rc, out, _ = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0 and result_of(out)["bytes_freed"] == 0, "a second purge finds nothing"
+
+
+def test_purge_one_cache_leaves_the_others(tmp_path):
+    p = _populate(tmp_path)
+    rc, out, err = run_cli(["cache", "purge", "probe", "-y"], env=_env(tmp_path))
+    assert rc == 0, err
+    assert "freed" in out
+    assert not p["probe"].exists() and p["blob"].exists() and p["slot"].exists()
+
+
+def test_never_the_runtime_home_even_inside_a_cache(tmp_path):
+    env = _env(tmp_path)
+    home = tmp_path / "cache" / "probe" / "sd1-f2-s99"  # named like a probe folder
+    _write(home / "receipts" / "r.json", b"{}")
+    env["ACCELSTACK_HOME"] = str(home)
+    rc, out, err = run_cli(["cache", "purge", "probe", "--yes", "--json"], env=env)
+    assert rc == 0, err
+    assert (home / "receipts" / "r.json").exists()
+    assert any("runtime home" in k for k in result_of(out)["kept"])
+
+
+def test_an_entry_in_use_by_another_process_stays(tmp_path):
+    p = _populate(tmp_path)
+    with FileLock(str(p["slot_lock"])):  # a build of this slot is running
+        rc, out, err = run_cli(["cache", "purge", "builds", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    assert p["slot"].exists() and not p["sdist"].exists()
+    assert any("in use by another accelstack process" in k for k in result_of(out)["kept"])
+
+
+def test_no_terminal_and_no_yes_is_a_usage_error(tmp_path):
+    p = _populate(tmp_path)
+    rc, out, _ = run_cli(["cache", "purge", "--json"], env=_env(tmp_path))
+    assert rc == 2
+    err = error_of(out)
+    assert err["code"] == "usage" and "--yes" in err["hint"]
+    assert p["blob"].exists()
+    rc, _, err_text = run_cli(["cache"], env=_env(tmp_path))
+    assert rc == 2 and "cache list" in err_text
+
+
+def test_on_a_terminal_it_asks_and_no_keeps_everything(tmp_path):
+    p = _populate(tmp_path)
+    master, slave = pty.openpty()
+    env = {**os.environ, **_env(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "accelstack", "cache", "purge", "downloads"], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    os.close(slave)
+    os.write(master, b"n\n")
+    out, err = proc.communicate(timeout=60)
+    os.close(master)
+    assert proc.returncode == 1, err
+    assert "remove accelstack's entries from: downloads" in err and "nothing removed" in out
+    assert p["blob"].exists()
+
+
+def test_help_has_a_description_and_examples():
+    for args in (["cache", "--help"], ["cache", "purge", "--help"], ["cache", "list", "--help"]):
+        rc, out, _ = run_cli(args)
+        assert rc == 0 and "examples:" in out and "accelstack cache" in out
