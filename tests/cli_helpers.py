@@ -1,7 +1,9 @@
 """Run the real `accelstack` command in a subprocess and read its JSON Lines (docs/json.md).
 
-Every reader checks the whole contract on the way: each stdout line is one JSON object and the
-last one is the only ``result``/``error`` line, so any test that parses output tests it too.
+Every reader checks the whole contract on the way: each stdout line is one JSON object, valid
+against the shipped line schema, the last one is the only ``result``/``error`` line, and a
+result validates against its command's result schema (accelstack/schemas) — so any test that
+parses output tests the documented contract too.
 """
 from __future__ import annotations
 
@@ -9,8 +11,13 @@ import json
 import os
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from jsonschema import Draft202012Validator
+
+from accelstack import schemas
 
 REPO = Path(__file__).resolve().parents[1]
 FINAL_EVENTS = ("result", "error")
@@ -43,10 +50,31 @@ def json_lines(stdout: str) -> List[Dict]:
         assert isinstance(doc, dict), f"stdout line {n} is not a JSON object: {line[:300]!r}"
         assert "event" in doc, f"stdout line {n} has no 'event': {line[:300]!r}"
         docs.append(doc)
+    for n, doc in enumerate(docs, 1):
+        check_schema("line", doc, f"stdout line {n}")
     finals = [d for d in docs if d["event"] in FINAL_EVENTS]
     assert len(finals) == 1, f"{len(finals)} result/error lines, want exactly 1: {[d['event'] for d in docs]}"
     assert docs[-1] is finals[0], "the result/error line must be the last line"
+    final = docs[-1]
+    if final["event"] == "result":
+        assert final["command"] in schemas.COMMANDS, f"no result schema for the command {final['command']!r}"
+        check_schema(final["command"], final["result"], f"the result of {final['command']}")
     return docs
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The shipped schema ``name`` (``line`` or a command), checked itself first."""
+    schema = schemas.load(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def check_schema(name: str, doc: Any, what: str) -> None:
+    errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        shown = "; ".join(f"at {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:200]}" for e in errors[:5])
+        raise AssertionError(f"{what} does not match the {name} schema: {shown}")
 
 
 def final_of(stdout: str) -> Dict:
