@@ -5,9 +5,44 @@ pip runs for real, against a real HTTP index on 127.0.0.1 serving wheels these t
 test downloads anything from the internet."""
 from __future__ import annotations
 
-from accelstack.installer.torch import PipCommands, redact, with_indexes
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import List, Sequence
+
+import pytest
+
+from accelstack.commands.progress import ProgressRenderer
+from accelstack.errors import Action
+from accelstack.events import ProgressEvent
+from accelstack.installer.home import Home
+from accelstack.installer.torch import (
+    PipCommands,
+    PipConflictError,
+    PipDiskFullError,
+    PipError,
+    PipHashMismatchError,
+    PipNetworkError,
+    PipNotFoundError,
+    PipOutput,
+    TorchEnvironment,
+    pip_failure,
+    redact,
+    run_pip,
+    with_indexes,
+)
 from accelstack.manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
 from accelstack.settings import ENV, Settings
+
+from conftest import Server
 
 PYTORCH = "https://download.pytorch.org/whl/cu128"
 MIRROR = "https://mirror.example/simple"
@@ -53,3 +88,216 @@ def test_pip_commands_for_a_plan_use_the_settings(tmp_path):
 def test_a_token_in_an_index_url_is_not_shown():
     assert redact(["pip", "--index-url", "https://me:s3cret@mirror.example/simple"]) == \
         ["pip", "--index-url", "https://me:***@mirror.example/simple"]
+
+
+# -- a real pip against a real index on 127.0.0.1 -----------------------------------------------------
+
+
+def _wheel(dest: Path, name: str, version: str, size: int = 0, requires: Sequence[str] = ()) -> Path:
+    """A pure-Python wheel of about ``size`` bytes (random, stored uncompressed so the file is that big)."""
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {f"{name}/__init__.py": b"", f"{name}/blob.bin": os.urandom(size), f"{info}/METADATA": meta.encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: accelstack-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+                     for path, data in files.items()) + f"{info}/RECORD,,\n"
+    files[f"{info}/RECORD"] = record.encode()
+    out = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+    return out
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """A PEP 503 index on 127.0.0.1: bigpkg (4 MB, served slowly so pip reports progress), and
+    alpha/beta whose requirements on gamma conflict."""
+    root = tmp_path_factory.mktemp("index")
+    wheels = {"bigpkg": [_wheel(root, "bigpkg", "1.0", 4_000_000)],
+              "alpha": [_wheel(root, "alpha", "1.0", requires=["gamma==1.0"])],
+              "beta": [_wheel(root, "beta", "1.0", requires=["gamma==2.0"])],
+              "gamma": [_wheel(root, "gamma", "1.0"), _wheel(root, "gamma", "2.0")]}
+    for name, files in wheels.items():
+        (root / "simple" / name).mkdir(parents=True)
+        links = "".join(f'<a href="../../{f.name}">{f.name}</a>\n' for f in files)
+        (root / "simple" / name / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    server = Server(root)
+    server.set_delay(0.01)  # ~64 KiB per 10 ms: the 4 MB wheel takes most of a second
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pip_env(monkeypatch, tmp_path):
+    """pip sees only the indexes a test names: no pip configuration, find-links, cache or retries to wait for."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_PROGRESS_BAR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    monkeypatch.setenv("PIP_RETRIES", "1")
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "10")
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+
+
+@pytest.fixture(scope="module")
+def venv_python(tmp_path_factory) -> str:
+    """A fresh venv as accelstack creates one (with the pip that Python's ensurepip brings)."""
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    return str(venv / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def new_pip_python(tmp_path_factory) -> str:
+    """A venv with pip >= 24.1 (``--progress-bar raw``), from this machine's local wheel mirror; skips without one."""
+    venv = tmp_path_factory.mktemp("venv-newpip") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    res = subprocess.run([python, "-m", "pip", "install", "-q", "pip>=24.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=300, env={**os.environ, "PIP_RETRIES": "0", "PIP_DEFAULT_TIMEOUT": "5"})
+    if res.returncode != 0:
+        pytest.skip(f"no pip >= 24.1 reachable here: {res.stdout[-300:]}")
+    return python
+
+
+def _install(python: str, *args: str) -> List[ProgressEvent]:
+    events: List[ProgressEvent] = []
+    run_pip([python, "-m", "pip", "install", "--force-reinstall", *args], 300, events.append, "nothing changed")
+    return events
+
+
+def _downloads(events: List[ProgressEvent], task: str) -> List[ProgressEvent]:
+    return [e for e in events if e.stage == "download" and e.task == task]
+
+
+@pytest.mark.parametrize("which", ["ensurepip", "pip>=24.1"])
+def test_pip_download_progress_becomes_byte_events(which, index, pip_env, request):
+    python = request.getfixturevalue("venv_python" if which == "ensurepip" else "new_pip_python")
+    events = _install(python, "--index-url", f"{index.url}/simple", "bigpkg")
+    got = _downloads(events, "bigpkg-1.0-py3-none-any.whl")
+    assert [e.kind for e in got][0] == "start" and got[-1].kind == "end" and got[-1].ok
+    advances = [e for e in got if e.kind == "advance"]
+    assert len(advances) >= 2, [(e.kind, e.done, e.total) for e in got]  # a percentage that moves, not one jump
+    size = 4_000_000
+    assert all(abs(e.total - size) < size * 0.05 for e in advances if e.total)
+    assert [e.done for e in advances] == sorted(e.done for e in advances) and 0 < advances[0].done < size
+    assert got[-1].done == got[-1].total and abs(got[-1].total - size) < size * 0.05
+    assert all(e.extra.get("unit") == "B" for e in got)
+    # the bar's redraws are not passed on as messages; pip's other lines are
+    messages = [e.message for e in events if e.kind == "message"]
+    assert any("Successfully installed bigpkg" in m for m in messages)
+    assert not any("/4.0 MB" in m or m.startswith("Progress ") or "\x1b" in m for m in messages)
+
+
+def test_download_events_render_as_a_percentage_and_as_json_lines(index, pip_env, venv_python):
+    events = _install(venv_python, "--index-url", f"{index.url}/simple", "bigpkg")
+    terminal, lines = io.StringIO(), io.StringIO()
+    bars = ProgressRenderer("bars", stream=terminal)
+    jsonl = ProgressRenderer("json", json_stream=lines)
+    for e in events:
+        bars(e)
+        jsonl(e)
+    bars.close()
+    assert re.search(r"\d+%", terminal.getvalue()) and "bigpkg" in terminal.getvalue()
+    docs = [json.loads(line) for line in lines.getvalue().splitlines()]
+    advance = [d for d in docs if d["stage"] == "download" and d["kind"] == "advance"]
+    assert advance and all(d["event"] == "progress" and 0 < d["done"] <= d["total"] for d in advance)
+
+
+def test_a_download_without_a_bar_still_shows_its_file():
+    events: List[ProgressEvent] = []
+    out = PipOutput(events.append, "install")
+    for line in ["Collecting torch\n", "  Downloading https://example.org/whl/torch-2.14.0%2Bcu128-cp311-cp311-linux_x86_64.whl (2.5 GB)\n",
+                 "Installing collected packages: torch\n"]:
+        out.feed(line)
+    out.close()
+    got = [(e.kind, e.task, e.total) for e in events if e.stage == "download"]
+    assert got == [("start", "torch-2.14.0+cu128-cp311-cp311-linux_x86_64.whl", 2_500_000_000),
+                   ("end", "torch-2.14.0+cu128-cp311-cp311-linux_x86_64.whl", 2_500_000_000)]
+
+
+def test_an_index_url_reaches_pip_through_the_torch_destination(index, pip_env, venv_python, tmp_path):
+    plan = Plan(stack="torch", summary="", backend="cpu", variant="cpu", packages=["bigpkg"], commands=[_pip("bigpkg")])
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", env={}, os_name="linux",
+                         torch_python=venv_python, index_url=f"{index.url}/simple")
+    home = Home(s.home)
+    home.ensure()
+    dest = TorchEnvironment(home, venv_python, s.timeouts.pip, s.timeouts.probe)
+    events: List[ProgressEvent] = []
+    staged = dest.stage(plan, PipCommands.for_plan(plan, s), events.append)
+    dest.abort(staged)  # nothing of the test stays in the venv
+    assert any(e.kind == "message" and f"--index-url {index.url}/simple" in e.message for e in events)
+    assert _downloads(events, "bigpkg-1.0-py3-none-any.whl")
+
+
+# -- pip's real failure -----------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _failure(python: str, *args: str) -> PipError:
+    with pytest.raises(PipError) as info:
+        _install(python, *args)
+    return info.value
+
+
+@pytest.mark.parametrize("retries", ["1", "0"])  # with PIP_RETRIES=0 pip says nothing of the network: accelstack looks
+def test_a_closed_port_is_reported_as_connection_refused(retries, venv_python, pip_env, monkeypatch):
+    monkeypatch.setenv("PIP_RETRIES", retries)
+    err = _failure(venv_python, "--index-url", f"http://127.0.0.1:{_closed_port()}/simple", "bigpkg")
+    assert isinstance(err, PipNetworkError) and err.kind == "connection-refused" and err.code == "pip-connection-refused"
+    assert "refused" in err.message and "Connection refused" in err.cause and err.action is Action.CHECK_NETWORK
+    assert "conflict" not in err.message and "nothing changed" in err.hint
+
+
+@pytest.mark.parametrize("retries", ["1", "0"])
+def test_a_host_that_does_not_resolve_is_reported_as_dns(retries, venv_python, pip_env, monkeypatch):
+    monkeypatch.setenv("PIP_RETRIES", retries)
+    err = _failure(venv_python, "--index-url", "https://nonexistent.invalid/simple", "bigpkg")
+    assert isinstance(err, PipNetworkError) and err.kind == "dns", err.message
+    assert "DNS" in err.message and "nonexistent.invalid" in err.message and err.action is Action.CHECK_NETWORK
+
+
+def test_a_plain_http_index_pip_ignores_is_named(venv_python, pip_env):
+    err = _failure(venv_python, "--index-url", "http://nonexistent.invalid/simple", "bigpkg")
+    assert isinstance(err, PipNetworkError) and err.kind == "insecure-index"
+    assert "not a trusted or secure host" in err.cause and "https://" in err.hint
+
+
+def test_a_package_the_index_does_not_have(index, venv_python, pip_env):
+    err = _failure(venv_python, "--index-url", f"{index.url}/simple", "nosuchpkg")
+    assert isinstance(err, PipNotFoundError) and err.kind == "not-found" and err.code == "pip-not-found"
+    assert "nosuchpkg" in err.message and f"{index.url}/simple" in err.message
+    err = _failure(venv_python, "--index-url", f"{index.url}/simple", "gamma>=3")
+    assert err.kind == "no-matching-version" and "1.0, 2.0" in err.message
+
+
+def test_a_real_conflict_is_reported_as_one(index, venv_python, pip_env):
+    err = _failure(venv_python, "--index-url", f"{index.url}/simple", "alpha", "beta")
+    assert isinstance(err, PipConflictError) and err.kind == "conflict" and err.action is Action.FIX_INPUT
+    assert "gamma==1.0" in err.message and "gamma==2.0" in err.message
+
+
+@pytest.mark.parametrize("line,kind,cls", [
+    ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device", "disk-full", PipDiskFullError),
+    ("ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.", "hash-mismatch", PipHashMismatchError),
+    ("WARNING: Retrying (Retry(total=0)) after connection broken by 'ProxyError('Cannot connect to proxy.', "
+     "NewConnectionError('x: Failed to establish a new connection: [Errno 111] Connection refused'))': /simple/torch/", "proxy", PipNetworkError),
+    ("Could not fetch URL https://h/simple/torch/: There was a problem confirming the ssl certificate: "
+     "HTTPSConnectionPool(host='h', port=443): Max retries exceeded (Caused by SSLError(SSLCertVerificationError(1, "
+     "'[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed'))) - skipping", "tls", PipNetworkError),
+    ("ERROR: HTTP error 404 while getting https://h/torch-2.14.0-cp311-none-any.whl", "http-404", PipNetworkError),
+    ("WARNING: Retrying after connection broken by 'ReadTimeoutError(\"HTTPSConnectionPool(host='h', port=443): "
+     "Read timed out. (read timeout=15)\")': /simple/torch/", "timeout", PipNetworkError),
+])
+def test_pip_causes_pip_prints_are_classified(line, kind, cls):
+    lines = [line, "ERROR: Cannot install torch==2.14.0 because these package versions have conflicting dependencies.",
+             "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io"]
+    err = pip_failure(lines, ["python", "-m", "pip", "install", "torch", "--index-url", "https://h/simple"], "restored")
+    assert type(err) is cls and err.kind == kind and line.strip()[:40] in (err.cause + err.message)
+    assert err.hint.endswith("restored")
