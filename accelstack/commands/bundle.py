@@ -29,7 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bsub = p.add_subparsers(dest="bundle_command", metavar="ACTION")
-    c = bsub.add_parser("create", help="write a bundle file")
+    c = bsub.add_parser("create", help="write a bundle file",
+                        description="Write one tar file holding a channel's signed manifest and the builds of the "
+                        "chosen targets (default: the one this machine would install), or with --stack torch the wheels "
+                        "of the torch plan, for `accelstack install --bundle FILE` on a machine without network.",
+                        epilog="examples:\n  accelstack bundle create -o runtime.tar\n"
+                        "  accelstack bundle create --all -o every-target.tar\n"
+                        "  accelstack bundle create --stack torch --venv .venv -o torch.tar 'torch==2.6.*'",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("-o", "--out", required=True, metavar="FILE", help="the bundle file to write (a tar)")
     c.add_argument("--stack", choices=["ggml", "torch"], default="ggml")
     c.add_argument("--backend", action="append", default=[], help="every target of this backend (cpu, cuda, vulkan, ...); repeatable")

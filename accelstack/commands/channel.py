@@ -25,12 +25,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     csub = p.add_subparsers(dest="channel_command", metavar="ACTION")
 
-    ls = csub.add_parser("list", help="the configured channels (the app's, the user's, and the last install's)")
+    ls = csub.add_parser("list", help="the configured channels (the app's, the user's, and the last install's)",
+                         description="List every channel accelstack reads: those the embedding app configured, the "
+                         "user's channels file, and the channels the last install used; each with its mirrors, the "
+                         "keys that must sign it and where it was configured.",
+                         epilog="examples:\n  accelstack channel list\n  accelstack channel list --json", formatter_class=argparse.RawDescriptionHelpFormatter)
     ls.add_argument("--json", action="store_true", help="print the result as JSON")
     ls.add_argument("--home", metavar="DIR", help="runtime home whose last install's channels are listed too")
     ls.set_defaults(func=run_list)
 
-    add = csub.add_parser("add", help="add a channel to the user's channels file")
+    add = csub.add_parser("add", help="add a channel to the user's channels file",
+                          description="Add a named channel: the URL of a signed ggml-manifest.json (its .sig beside "
+                          "it) and the public key(s) that must sign it. The URL is checked now (https, or a local path).",
+                          epilog="examples:\n  accelstack channel add stable https://host/ggml-manifest.json --key release.pub\n"
+                          "  accelstack channel add stable URL --mirror https://mirror/ggml-manifest.json --key release.pub --replace",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add.add_argument("name", help="the channel's name (lowercase letters, digits, '.', '_', '+', '-')")
     add.add_argument("url", help="the URL (or path) of its ggml-manifest.json; the .sig is read beside it")
     add.add_argument("--mirror", action="append", default=[], metavar="URL", help="another address of the same manifest")
@@ -41,7 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--json", action="store_true", help="print the result as JSON")
     add.set_defaults(func=run_add)
 
-    rm = csub.add_parser("remove", help="remove a channel from the user's channels file")
+    rm = csub.add_parser("remove", help="remove a channel from the user's channels file",
+                         description="Remove a channel from the user's channels file. Runtimes installed from it stay "
+                         "installed; `accelstack upgrade` no longer looks there.",
+                         epilog="examples:\n  accelstack channel remove beta", formatter_class=argparse.RawDescriptionHelpFormatter)
     rm.add_argument("name")
     rm.add_argument("--json", action="store_true", help="print the result as JSON")
     rm.set_defaults(func=run_remove)

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Publisher tools for signed manifests. A manifest is signed with Ed25519; the signature "
         "lives beside it as MANIFEST.sig. Users trust public keys shipped with accelstack or placed in "
         f"{_user_keys_dir()} (one base64 key per *.pub file).",
-        epilog="workflow:\n"
+        epilog="examples:\n"
         "  accelstack manifest keygen --out keys/release          keys/release.key (secret) + keys/release.pub\n"
         "  accelstack manifest sign manifest.json --key keys/release.key   writes manifest.json.sig\n"
         "  accelstack manifest verify manifest.json --key keys/release.pub check it as a user would",
@@ -49,7 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     kg = msub.add_parser("keygen", help="create an Ed25519 key pair",
                          description="Write PREFIX.key (PKCS#8 PEM private key, mode 0600; keep it secret) and "
-                         "PREFIX.pub (base64 of the raw 32-byte public key, to publish and to ship).")
+                         "PREFIX.pub (base64 of the raw 32-byte public key, to publish and to ship).",
+                         epilog="examples:\n  accelstack manifest keygen --out keys/release\n"
+                         "  accelstack manifest keygen --out keys/release --force --json", formatter_class=argparse.RawDescriptionHelpFormatter)
     kg.add_argument("--out", required=True, metavar="PREFIX", help="path prefix of the two files")
     kg.add_argument("--force", action="store_true", help="overwrite existing files")
     kg.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -57,7 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     sg = msub.add_parser("sign", help="sign a manifest (writes MANIFEST.sig)",
                          description="Check the manifest's envelope, then write (or update, keeping other keys' "
-                         "signatures) MANIFEST.sig with an Ed25519 signature of the file's exact bytes.")
+                         "signatures) MANIFEST.sig with an Ed25519 signature of the file's exact bytes.",
+                         epilog="examples:\n  accelstack manifest sign dist/ggml-manifest.json --key keys/release.key\n"
+                         "  accelstack manifest sign m.json --key keys/next.key          adds a second signature (key rotation)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     sg.add_argument("manifest", help="the manifest JSON file")
     sg.add_argument("--key", required=True, metavar="FILE", help="the private key (PEM) from `keygen`")
     sg.add_argument("--out", metavar="FILE", help="signature file (default: MANIFEST.sig)")
@@ -70,7 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Check the signature (against the shipped keys, your trusted-keys "
                          "directory and any --key), the envelope, the expiry date, and that the version is not "
                          "older than one already seen from the same source. Does not record the version unless "
-                         "--record.")
+                         "--record.",
+                         epilog="examples:\n  accelstack manifest verify dist/ggml-manifest.json --key keys/release.pub\n"
+                         "  accelstack manifest verify m.json --key keys/release.pub --only-keys --json",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     vf.add_argument("manifest", help="the manifest JSON file")
     vf.add_argument("--sig", metavar="FILE", help="signature file (default: MANIFEST.sig)")
     vf.add_argument("--key", action="append", default=[], metavar="PUB",
@@ -90,7 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bd = msub.add_parser("build", help="write (and sign) the ggml manifest for a directory of builds",
                          description="Collect every build made with `accelstack build ggml --out DIR/...` under DIR "
                          "into DIR/ggml-manifest.json (targets with their properties, artifacts with sha256, size "
-                         "and URL = BASE_URL/<path under DIR>), and sign it with --key. Upload DIR as-is.")
+                         "and URL = BASE_URL/<path under DIR>), and sign it with --key. Upload DIR as-is.",
+                         epilog="examples:\n  accelstack manifest build dist --base-url https://example.org/rt --key keys/release.key "
+                         "--version 7\n  accelstack manifest build dist --base-url https://github.com/o/r/releases/download/v7 "
+                         "--flat --key keys/release.key --version 7", formatter_class=argparse.RawDescriptionHelpFormatter)
     bd.add_argument("directory", metavar="DIR", help="the directory holding the builds")
     bd.add_argument("--base-url", required=True, metavar="URL", help="where DIR will be served from")
     bd.add_argument("--key", metavar="FILE", help="private key (PEM) to sign with; without it the manifest is unsigned")
