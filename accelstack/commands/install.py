@@ -222,7 +222,7 @@ def interruptible(settings: Any, stack: str = "ggml") -> Iterator[InterruptWatch
     try:
         yield watch
     except KeyboardInterrupt:
-        raise Interrupted(watch.message(), "run the same command again to finish", action=Action.RETRY) from None
+        raise Interrupted(watch.message(), action=Action.RETRY) from None  # RETRY renders as "run the same command again"
 
 
 # -- install -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from .planning import (
     LOCAL_SOURCE,
     LoadedManifest,
     TrustedSet,
+    adhoc_channel_name,
     hardware_fingerprint,
     load_manifests,
     plan,
@@ -200,10 +201,11 @@ def _ggml_provenance(source: str, version: int, loaded: Sequence[LoadedManifest]
                      report: HardwareReport) -> Provenance:
     """Where the runtime came from, for the receipt and ``status``: the channel that published the
     manifest (none for a local build), the manifest, and the package version inside the wheel."""
-    channel = next((m.channel for m in loaded if m.source == source and m.version == version), "")
+    read = next((m for m in loaded if m.source == source and m.version == version), None)
+    channel = read.channel if read is not None and read.channel != adhoc_channel_name(read.url) else ""  # not for --manifest
     package, package_version = wheel_version(wheel_name)
     return Provenance(source, version, hardware_fingerprint(report), channel=channel, package=package,
-                      package_version=package_version)
+                      package_version=package_version, manifest_url=read.url if read is not None else "")
 
 
 # -- what a dry run says ---------------------------------------------------------------------

@@ -79,7 +79,7 @@ def remembered_channels(settings: Settings) -> List[Channel]:
         return []
     out = [c for c in (_channel_of(item, i) for i, item in enumerate(data.get("channels", []) or [])) if c is not None]
     if not out:
-        out = [Channel(_adhoc_name(u), u) for u in data.get("manifests", []) or [] if isinstance(u, str)]
+        out = [Channel(adhoc_channel_name(u), u) for u in data.get("manifests", []) or [] if isinstance(u, str)]
     return out
 
 
@@ -96,7 +96,7 @@ def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
     atomic_write(settings.remembered, json.dumps(doc, indent=2))
 
 
-def _adhoc_name(url: str) -> str:
+def adhoc_channel_name(url: str) -> str:
     """The channel name of a manifest named by URL alone (``--manifest``)."""
     return "manifest-" + hashlib.sha256(url.encode()).hexdigest()[:12]
 
@@ -124,7 +124,7 @@ def active_channels(settings: Settings, *, prefer_remembered: bool = False) -> L
 
     extra = list(settings.trusted_keys)
     if settings.manifests:
-        return [Channel(_adhoc_name(u), u, [], extra) for u in settings.manifests]
+        return [Channel(adhoc_channel_name(u), u, [], extra) for u in settings.manifests]
     remembered = remembered_channels(settings)
     if settings.channel:
         configured = configured_channels(settings)

@@ -62,18 +62,21 @@ class Receipt:
     verification: VerifyReport = field(default_factory=lambda: VerifyReport(ok=False, reason="not verified", runtime="", backend=""))
     format_version: int = RECEIPT_FORMAT
     channel: str = ""  # the channel its manifest was read from; "" for a --manifest URL, a bundle or a local build
+    manifest_url: str = ""  # where the manifest was read
     package: str = ""  # the distribution installed, with its version: what a bug report needs
     package_version: str = ""
 
     @property
     def origin(self) -> str:
-        """Where it came from, in words: "channel stable, manifest test-channel v2, stable-diffusion-cpp-python 0.4.7"."""
+        """Where it came from, in words: "channel stable, manifest my-channel v2, stable-diffusion-cpp-python 0.4.7";
+        a manifest named by URL alone shows its URL instead of a channel name."""
         if self.manifest_source == "local-build":
             parts = ["built locally from source"]
         else:
             parts = [f"channel {self.channel}"] if self.channel else []
             if self.manifest_source:
-                parts.append(f"manifest {self.manifest_source} v{self.manifest_version}")
+                parts.append(f"manifest {self.manifest_source} v{self.manifest_version}"
+                             + (f" ({self.manifest_url})" if self.manifest_url and not self.channel else ""))
         if self.package:
             parts.append(f"{self.package} {self.package_version}".strip())
         return ", ".join(parts) or "unknown (installed before accelstack recorded it)"

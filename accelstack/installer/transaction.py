@@ -80,6 +80,7 @@ class Provenance:
     manifest_version: int = 0
     hardware_fingerprint: str = ""
     channel: str = ""  # the configured channel the manifest was read from ("" for --manifest URLs and local builds)
+    manifest_url: str = ""  # where that manifest was read
     package: str = ""  # the distribution installed ("stable-diffusion-cpp-python", "torch")
     package_version: str = ""
 
@@ -115,7 +116,8 @@ def install(plan: Plan, source: Any, destination: Destination, verifier: Verifie
                                hint="nothing was changed; the chosen build may not fit this machine")
         receipt = Receipt(id=runtime_id, stack=plan.stack, backend=plan.backend, path="", plan=plan,
                           manifest_source=prov.manifest_source, manifest_version=prov.manifest_version,
-                          channel=prov.channel, package=prov.package, package_version=prov.package_version,
+                          channel=prov.channel, manifest_url=prov.manifest_url, package=prov.package,
+                          package_version=prov.package_version,
                           artifacts=list(plan.artifacts), files=files, hardware_fingerprint=prov.hardware_fingerprint,
                           env=dict(plan.env), installed_at=now_iso(), verified_at=now_iso(), verification=report)
         retired = destination.commit(staged, receipt)

@@ -242,11 +242,27 @@ def test_status_says_where_each_runtime_came_from(tmp_path, fake_site):
     r = ggml["receipt"]
     assert ggml["active"] == first.runtime
     assert r["manifest_source"] == "test-channel" and r["manifest_version"] == 1
-    assert r["channel"].startswith("manifest-")  # the ad-hoc channel of a --manifest URL
+    assert r["channel"] == "" and r["manifest_url"] == fake_site["v1"]  # a --manifest URL: no channel name to show
     assert r["package"] == "stable-diffusion-cpp-python" and r["package_version"] == VERSION
-    assert r["origin"] == f"channel {r['channel']}, manifest test-channel v1, stable-diffusion-cpp-python {VERSION}"
+    origin = f"manifest test-channel v1 ({fake_site['v1']}), stable-diffusion-cpp-python {VERSION}"
+    assert r["origin"] == origin
     rc, out, err = run_cli(["status", "--offline"], env)
-    assert rc == 0 and f"from: channel {r['channel']}, manifest test-channel v1, stable-diffusion-cpp-python {VERSION}" in out
+    assert rc == 0 and f"from: {origin}" in out
+
+
+def test_status_names_the_channel_a_runtime_came_from(tmp_path, fake_site):
+    env = _env(tmp_path)
+    key = tmp_path / "publisher.pub"
+    key.write_text(str(fake_site["public_key"]) + "\n")
+    rc, out, err = run_cli(["channel", "add", "stable", fake_site["v2"], "--key", key], env)
+    assert rc == 0, (out, err)
+    s = Settings.resolve(home=env["ACCELSTACK_HOME"], cache=env["ACCELSTACK_CACHE"], probe_cache=env["ACCELSTACK_PROBE_CACHE"],
+                         build_cache=env["ACCELSTACK_BUILD_CACHE"], config_dir=env["ACCELSTACK_CONFIG_DIR"],
+                         config_file=env["ACCELSTACK_CONFIG"], allow_build=False)
+    summary = plan_and_install(None, "ggml", settings=s, verifier=_passing)
+    assert summary.receipt.channel == "stable"
+    rc, out, err = run_cli(["status", "--offline"], env)
+    assert rc == 0 and f"from: channel stable, manifest test-channel v2, stable-diffusion-cpp-python {VERSION}" in out
 
 
 # -- 6. uninstall lists, sizes, asks ------------------------------------------------------------------
