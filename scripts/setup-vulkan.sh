@@ -6,9 +6,13 @@
 #   - Vulkan 1.4 headers: Debian 12's libvulkan-dev (1.3.239) lacks vk::LayerSettingEXT, which
 #     ggml-vulkan uses, so Debian 13 (trixie)'s libvulkan-dev is downloaded (never installed: it
 #     would pull a newer libc) and only its usr/include is extracted into the build cache, where
-#     `accelstack build ggml --backend vulkan` finds it. The system's 1.3 loader runs the result.
+#     `accelstack build ggml --backend vulkan` finds it. The system's 1.3 loader runs the result;
+#   - a newer lavapipe for the tests when the system's is Mesa 22 (Debian 12's crashes in
+#     stable-diffusion.cpp's UNet): scripts/vulkan-lavapipe.sh extracts bookworm-backports' driver
+#     into the build cache, with an env file the Vulkan end-to-end test reads (never installed).
 # The trixie package index lives in a temporary apt directory: the system's sources are not touched.
 # Idempotent and quiet: prints only the include directory on stdout (notes go to stderr).
+# ACCELSTACK_SYSTEM_LAVAPIPE=1 skips the newer lavapipe.
 # Usage: scripts/setup-vulkan.sh [BUILD_CACHE_DIR]   (default: accelstack's build cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,13 +53,28 @@ if [ -z "$cache" ]; then
 fi
 root="$cache/vulkan-headers"
 
-# Already extracted? (any version with the C++ header ggml-vulkan includes, that has LayerSettingEXT)
-for dir in $(ls -d "$root"/*/usr/include 2>/dev/null | sort -V -r); do
-  if grep -qs "LayerSettingEXT" "$dir/vulkan/vulkan_structs.hpp"; then
-    echo "$dir"
-    exit 0
+# The newer lavapipe first (its failure only leaves the tests on the system's driver).
+if [ -z "${ACCELSTACK_SYSTEM_LAVAPIPE:-}" ]; then
+  if env_file=$(scripts/vulkan-lavapipe.sh "$cache"); then
+    : "${env_file}"  # its path (empty: the system's lavapipe is new enough, or none newer exists)
+  else
+    note "no newer lavapipe: the Vulkan tests use the system's"
   fi
-done
+fi
+
+headers() {
+  # Already extracted? (any version with the C++ header ggml-vulkan includes, that has LayerSettingEXT)
+  for dir in $(ls -d "$root"/*/usr/include 2>/dev/null | sort -V -r); do
+    if grep -qs "LayerSettingEXT" "$dir/vulkan/vulkan_structs.hpp"; then
+      echo "$dir"
+      return 0
+    fi
+  done
+  return 1
+}
+if headers; then
+  exit 0
+fi
 
 apt_dir=$(mktemp -d)
 trap 'rm -rf "$apt_dir"' EXIT
