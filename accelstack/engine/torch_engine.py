@@ -18,8 +18,10 @@ so the worker's HTTP server, status and progress work unchanged.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import random
+import sys
 import time
 from typing import IO, Any, Dict, List, Tuple
 
@@ -29,6 +31,7 @@ from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
 from .torch_check import HALF_KINDS, build_probe_pipeline, fixed_prompt_embeds, pick_device
 from .worker_backend import WorkerBackend
 
+ENGINE_MODULES = ("diffusers", "transformers", "safetensors")  # imported here and in torch_check next to torch
 CPU_GENERATOR_KINDS = ("mps", "directml", "cpu")  # generators on these devices are unsupported or CPU anyway
 
 # accelstack sampler name -> (diffusers scheduler class, extra config)
@@ -72,13 +75,14 @@ class TorchBackend(WorkerBackend):
     def import_runtime(self) -> None:
         import torch  # from the runtime's interpreter / path
 
-        try:
-            import diffusers
-            import safetensors  # type: ignore  # noqa: F401
-            import transformers  # noqa: F401
-        except ImportError as exc:
-            raise ImportError(f"{exc.name or exc} is not installed next to torch "
-                              "(the torch worker needs diffusers, transformers and safetensors)") from None
+        missing = [m for m in ENGINE_MODULES if importlib.util.find_spec(m) is None]
+        if missing:  # every one named, with the command that adds them, not only the first that fails
+            raise ImportError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed next to torch "
+                              f"(the torch worker needs {', '.join(ENGINE_MODULES)}); add them with: "
+                              f"{sys.executable} -m pip install {' '.join(missing)}")
+        import diffusers
+        import safetensors  # type: ignore  # noqa: F401
+        import transformers  # noqa: F401
         self.torch, self.diffusers = torch, diffusers
         self.kind, self.device_obj, self.device_name, self.rejected = pick_device(torch)
         for kind, why in self.rejected.items():

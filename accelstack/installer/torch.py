@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,18 +26,21 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from ..errors import Action, SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from ..manifests.request import TORCH_FAMILY
+from ..manifests.torch_matrix import ENGINE_PACKAGES
+from ..manifests.torch_resolve import engine_command
 from ..settings import Settings
 from ..subprocesses import run_logged
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
 from .home import Home
 from .records import InstalledFile, Receipt
-from .torch_scripts import _CHECK, _INSPECT
+from .torch_scripts import _CHECK, _ENGINE, _INSPECT
 from .transaction import StagedRuntime
 from .wheel import InstallError
 
@@ -112,12 +116,55 @@ def import_check(staged: StagedRuntime, progress: ProgressCallback, timeout: flo
     plan: Plan = staged.handle.plan if staged.handle is not None else None  # type: ignore[assignment]
     backend = staged.backend
     t0 = time.perf_counter()
-    info = run_json(staged.python or str(staged.path), _CHECK, {"backend": backend}, timeout)
+    engine = engine_modules(plan) if plan is not None else []
+    info = run_json(staged.python or str(staged.path), _CHECK, {"backend": backend, "engine": engine}, timeout)
     ok, reason = _judge(info, backend, plan.torch_version if plan is not None else "")
+    broken = info.get("engine_errors")
+    if ok and isinstance(broken, dict) and broken:
+        ok, reason = False, ("the torch engine's packages do not import: "
+                             + "; ".join(f"{m} ({why})" for m, why in sorted(broken.items())))
     dev = DeviceInfo(name=str(info.get("device", backend)), kind="cpu" if backend == "cpu" else "gpu")
     return VerifyReport(ok=ok, reason="" if ok else reason, runtime=str(staged.path), backend=backend, check="import",
                         device=dev, checks=[VerifyCheck("torch", ok, reason)], total_seconds=round(time.perf_counter() - t0, 4),
                         details={k: v for k, v in info.items() if k != "ok"})
+
+
+def engine_modules(plan: Plan) -> List[str]:
+    """The modules of the torch engine's packages the plan installs (none when it installs no engine)."""
+    cmd = engine_command(plan)
+    if cmd is None:
+        return []
+    names = []
+    for arg in cmd.argv[4:] if cmd.tool == "pip" else []:
+        try:
+            name = canonicalize_name(Requirement(arg).name)
+        except InvalidRequirement:
+            continue
+        if name not in TORCH_FAMILY and not name.startswith("torch-"):
+            names.append(name.replace("-", "_"))
+    return names
+
+
+class TorchEngineMissingError(InstallError):
+    """The torch runtime lacks packages accelstack's torch engine imports (diffusers, transformers...)."""
+
+    default_action = Action.REINSTALL
+
+
+def check_engine(python: str, timeout: float = 60, packages: Sequence[str] = ENGINE_PACKAGES) -> None:
+    """Raise :class:`TorchEngineMissingError` naming every one of ``packages`` that ``python``
+    cannot import, and the pip command that adds them; before a torch worker starts, so a person
+    reads which packages are missing instead of a worker that failed to start."""
+    modules = {canonicalize_name(Requirement(p).name).replace("-", "_"): p for p in packages}
+    info = run_json(python, _ENGINE, list(modules), timeout)
+    found = info.get("missing")
+    missing = [modules[m] for m in (found if isinstance(found, list) else []) if m in modules]
+    if missing:
+        names = ", ".join(Requirement(p).name for p in missing)
+        command = " ".join([python, "-m", "pip", "install", *(shlex.quote(p) for p in missing)])
+        raise TorchEngineMissingError(
+            f"the torch runtime {python} lacks {names}, which generating images with torch needs; add them with: {command}",
+            "install the torch stack again (it adds them), or run that pip command", code="torch-engine-missing")
 
 
 def _judge(info: Dict[str, object], backend: str, want_version: str) -> Tuple[bool, str]:

@@ -46,7 +46,21 @@ try:
     out["ok"] = True
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+engine = {}
+for module in want.get("engine", []) if out["ok"] else []:
+    try:
+        __import__(module)
+    except Exception as exc:
+        engine[module] = f"{type(exc).__name__}: {exc}"
+out["engine_errors"] = engine
 print(json.dumps(out))
+"""
+
+# which of the torch engine's modules (JSON list) cannot be found: no import, so it answers in a blink
+_ENGINE = r"""
+import importlib.util, json, sys
+missing = [m for m in json.loads(sys.argv[1]) if importlib.util.find_spec(m) is None]
+print(json.dumps({"missing": missing, "python": sys.executable}))
 """
 
 

@@ -35,6 +35,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Dict, List, Optional, Tuple, cast
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
@@ -58,6 +59,11 @@ from .fields import (
 TORCH_BACKENDS: Tuple[Backend, ...] = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
 PLATFORMS = ("linux-x86_64", "linux-arm64", "windows-x86_64", "windows-arm64", "macos-arm64", "macos-x86_64", "wsl-x86_64")
 COMPANIONS = ("torchvision", "torchaudio")
+# What accelstack's torch engine (engine/torch_engine.py) imports next to torch: a torch runtime
+# generates images only with them. accelerate is not imported, but without it diffusers loads a
+# model's weights twice over in memory. The floors are the oldest releases with the APIs used
+# (exponential sigmas in the schedulers, from_single_file, CLIPTextModel's config).
+ENGINE_PACKAGES = ("diffusers>=0.31", "transformers>=4.41", "safetensors>=0.4.3", "accelerate>=0.31")
 DEFAULT_TORCH_TIERS = [["cuda", "rocm", "xpu", "mps"], ["directml"], ["cpu"]]
 BUILTIN = "torch.json"
 
@@ -162,6 +168,7 @@ class TorchMatrix:
     sources: Dict[str, str] = field(default_factory=dict)
     snapshot: str = ""
     stale: bool = False  # expired bundled data, used anyway (the plan says so)
+    engine_packages: List[str] = field(default_factory=lambda: list(ENGINE_PACKAGES))  # the torch engine's, from PyPI
 
     @property
     def kind(self) -> Stack:
@@ -359,7 +366,19 @@ def parse_torch_matrix(doc: dict, envelope: Envelope) -> TorchMatrix:
         xpu_supported_text=get_str(xpu, "supported_text", "xpu_devices", required=False),
         sources=get_str_map(doc, "sources", ""),
         snapshot=get_str(doc, "snapshot", "", required=False),
+        engine_packages=_engine_packages(doc),
     )
+
+
+def _engine_packages(doc: dict) -> List[str]:
+    """The matrix's ``engine_packages`` (PEP 508 requirements), or the built-in list when it has none."""
+    values = get_str_list(doc, "engine_packages", "")
+    for i, text in enumerate(values):
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            raise fail(join("engine_packages", i), f"{text!r} is not a requirement ({exc})") from None
+    return values if "engine_packages" in doc else list(ENGINE_PACKAGES)
 
 
 def load_torch_matrix(data: bytes, *, now: Optional[datetime] = None, check_expiry: bool = True) -> TorchMatrix:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple, cast
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..domain import ApiName, Backend
@@ -18,6 +20,20 @@ from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range
 from .torch_matrix import TorchMatrix
 
 _GPU_API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}
+ENGINE_WHY = "the torch engine's packages, for accelstack generate --backend torch"
+
+
+def engine_command(plan: Plan) -> Optional[Command]:
+    """The plan's command that installs the torch engine's packages (None: the plan has none)."""
+    return next((c for c in plan.commands if c.why == ENGINE_WHY), None)
+
+
+def without_engine(plan: Plan) -> Plan:
+    """``plan`` without the torch engine's packages: torch alone, for an app that runs its own code on it."""
+    plan.commands = [c for c in plan.commands if c.why != ENGINE_WHY]
+    plan.uv_commands = [c for c in plan.uv_commands if c.why != ENGINE_WHY]
+    plan.notes = [n for n in plan.notes if not n.startswith(ENGINE_WHY)]
+    return plan
 
 
 class _TorchResolver(TorchChecks):
@@ -219,6 +235,12 @@ class _TorchResolver(TorchChecks):
         if self.reqs.others:
             plan.commands.append(Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *self.reqs.others], "your other requirements, from PyPI"))
             plan.uv_commands.append(Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *self.reqs.others], "your other requirements, from PyPI"))
+        engine = self.engine_packages()
+        if engine:  # with the torch pins, which the installed torch meets: pip keeps it rather than take PyPI's
+            engine = engine + packages
+            plan.commands.append(Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *engine], ENGINE_WHY))
+            plan.uv_commands.append(Command("uv", ["uv", "pip", "install", "--python", PYTHON_PLACEHOLDER, *engine], ENGINE_WHY))
+            plan.notes.append(f"{ENGINE_WHY}: {', '.join(engine[:-len(packages)])}")
         for extra in rel.extras:
             if (extra.backends and ev.backend not in extra.backends) or (extra.platforms and not set(extra.platforms) & set(m.platforms)):
                 continue
@@ -252,6 +274,14 @@ class _TorchResolver(TorchChecks):
             plan.summary += ": no GPU build runs on this machine's GPUs"
         elif ev.device is None:
             plan.summary += ": no supported GPU found"
+
+    def engine_packages(self) -> List[str]:
+        """The torch engine's packages, unless the request says it does not want the engine
+        (``Request.engine`` false); a package the user names in a requirement is theirs to pin."""
+        if not getattr(self.request, "engine", True):
+            return []
+        mine = {canonicalize_name(Requirement(text).name) for text in self.reqs.others}
+        return [p for p in self.matrix.engine_packages if canonicalize_name(Requirement(p).name) not in mine]
 
     def pin(self, name: str, line: str) -> str:
         spec = SpecifierSet(f"=={line}.*")

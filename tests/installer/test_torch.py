@@ -1,7 +1,8 @@
 """A real torch install into a fresh venv through ``accelstack.install(plan)``, its check, and its undo.
 
 Uses the CPU build of torch 2.13 where pip can find it without the network (this machine's pip
-configuration points at a local wheel directory); elsewhere these tests skip.
+configuration points at a local wheel directory); elsewhere these tests skip. The plans install torch
+alone (``without_engine``): the torch engine's packages come from PyPI, which tests do not reach.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import accelstack
 from accelstack.core.verifiers import import_verifier
 from accelstack.installer.torch import TorchInstallError
+from accelstack.manifests.torch_resolve import without_engine
 from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
 
@@ -36,7 +38,7 @@ def installed(torch_wheel, tmp_path_factory):
     venv = tmp_path_factory.mktemp("torch") / "venv"
     s = Settings.resolve(home=tmp_path_factory.mktemp("home"), cache=tmp_path_factory.mktemp("cache"), torch_venv=venv)
     report = accelstack.detect(settings=s)
-    plan = accelstack.plan(report, stack="torch", requirements=[PIN], settings=s)
+    plan = without_engine(accelstack.plan(report, stack="torch", requirements=[PIN], settings=s))
     events = []
     receipt = accelstack.install(plan, report=report, settings=s, on_progress=events.append)
     return venv, s, receipt, events
@@ -63,7 +65,7 @@ def test_install_plan_puts_a_working_torch_into_a_fresh_venv(installed):
 def test_a_failed_check_restores_the_previous_torch(installed):
     venv, s, _, _ = installed
     before = _torch_version(venv / "bin" / "python")
-    plan = accelstack.plan(stack="torch", requirements=[PIN], settings=s)
+    plan = without_engine(accelstack.plan(stack="torch", requirements=[PIN], settings=s))
 
     def failing(staged, progress):
         return VerifyReport(ok=False, reason="simulated: no kernel image for this GPU", runtime=str(staged.path), backend="cpu")
@@ -78,7 +80,7 @@ def test_a_failed_check_restores_the_previous_torch(installed):
 
 def test_pip_failure_names_pips_reason_and_keeps_torch(installed):
     venv, s, _, _ = installed
-    plan = accelstack.plan(stack="torch", requirements=[PIN], settings=s)
+    plan = without_engine(accelstack.plan(stack="torch", requirements=[PIN], settings=s))
     plan.commands[0].argv = [a if a != PIN else "torch==0.0.0.nonexistent" for a in plan.commands[0].argv] + ["--no-index"]
     with pytest.raises(TorchInstallError) as info:
         accelstack.install(plan, settings=s, verifier=import_verifier())

@@ -33,13 +33,20 @@ from accelstack.installer.torch import (
     PipNetworkError,
     PipNotFoundError,
     PipOutput,
+    TorchEngineMissingError,
     TorchEnvironment,
+    check_engine,
+    engine_modules,
     pip_failure,
     redact,
     run_pip,
     with_indexes,
 )
-from accelstack.manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from accelstack.manifests.knowledge import Manifests
+from accelstack.manifests.plan import PYTHON_PLACEHOLDER, Command, Plan, Request
+from accelstack.manifests.resolve import resolve
+from accelstack.manifests.torch_matrix import ENGINE_PACKAGES, _builtin_bytes, load_torch_matrix
+from accelstack.manifests.torch_resolve import ENGINE_WHY, engine_command, without_engine
 from accelstack.settings import ENV, Settings
 
 from conftest import Server
@@ -301,3 +308,102 @@ def test_pip_causes_pip_prints_are_classified(line, kind, cls):
     err = pip_failure(lines, ["python", "-m", "pip", "install", "torch", "--index-url", "https://h/simple"], "restored")
     assert type(err) is cls and err.kind == kind and line.strip()[:40] in (err.cause + err.message)
     assert err.hint.endswith("restored")
+
+
+# -- the torch engine's own packages ----------------------------------------------------------------
+
+
+def _plan(requirements: Sequence[str] = (), engine=None, matrix=None) -> Plan:
+    import accelstack
+
+    report = accelstack.detect()
+    request = Request(stack="torch", requirements=list(requirements), backend="cpu", python="3.11")
+    if engine is not None:
+        request.engine = engine  # type: ignore[attr-defined]  # the field an app sets to install torch alone
+    manifests = Manifests.builtin()
+    if matrix is not None:
+        manifests.torch = matrix
+    return resolve(report, request, manifests)
+
+
+def test_a_torch_plan_installs_the_engines_packages_after_torch():
+    plan = _plan(["torch==2.13.*"])
+    engine = engine_command(plan)
+    assert engine is not None and plan.commands[-1] is engine and engine.why == ENGINE_WHY
+    assert engine.argv[4:] == [*ENGINE_PACKAGES, "torch==2.13.*"]  # torch pinned: pip keeps the planned build
+    assert {"diffusers", "transformers", "safetensors", "accelerate"} <= {re.split(r"[<>=]", a)[0] for a in engine.argv}
+    assert "--index-url" not in engine.argv  # from PyPI (or the user's mirror), not the PyTorch index
+    assert plan.uv_commands[-1].why == ENGINE_WHY and plan.packages == ["torch==2.13.*"]
+    assert any(n.startswith(ENGINE_WHY) and "diffusers" in n for n in plan.notes)
+    assert engine_modules(plan) == ["diffusers", "transformers", "safetensors", "accelerate"]
+
+
+def test_the_users_own_pin_of_an_engine_package_wins():
+    plan = _plan(["torch==2.13.*", "diffusers==0.35.2"])
+    assert "diffusers==0.35.2" in plan.commands[1].argv  # the user's requirements, as written
+    engine = engine_command(plan)
+    assert engine is not None and not any(a.startswith("diffusers") for a in engine.argv)
+
+
+def test_torch_alone_when_the_engine_is_not_wanted():
+    assert engine_command(_plan(engine=False)) is None
+    plan = without_engine(_plan())
+    assert engine_command(plan) is None and not any(c.why == ENGINE_WHY for c in plan.uv_commands)
+    assert not any(n.startswith(ENGINE_WHY) for n in plan.notes) and engine_modules(plan) == []
+
+
+def test_the_matrix_can_name_the_engines_packages():
+    doc = json.loads(_builtin_bytes())
+    doc["engine_packages"] = ["diffusers>=0.40", "transformers>=5"]
+    matrix = load_torch_matrix(json.dumps(doc).encode(), check_expiry=False)
+    assert engine_command(_plan(matrix=matrix)).argv[4:6] == ["diffusers>=0.40", "transformers>=5"]
+    doc["engine_packages"] = ["diffusers >>> 1"]
+    with pytest.raises(Exception, match="engine_packages"):
+        load_torch_matrix(json.dumps(doc).encode(), check_expiry=False)
+
+
+def test_missing_engine_packages_are_named_with_the_command_that_adds_them(venv_python):
+    with pytest.raises(TorchEngineMissingError) as info:
+        check_engine(venv_python)
+    err = info.value
+    assert err.code == "torch-engine-missing" and err.action is Action.REINSTALL
+    assert "diffusers, transformers, safetensors, accelerate" in err.message
+    assert f"{venv_python} -m pip install 'diffusers>=0.31'" in err.message
+
+
+def test_the_engine_packages_install_through_the_torch_destination_and_then_are_found(index, pip_env, tmp_path):
+    """The plan's engine command, run like any torch step against a mirror (stand-in wheels of the
+    four packages on the local index), after which nothing is reported missing."""
+    for name, version in (("diffusers", "0.31.0"), ("transformers", "4.41.0"), ("safetensors", "0.4.3"), ("accelerate", "0.31.0")):
+        folder = index.root / "simple" / name
+        folder.mkdir(exist_ok=True)
+        wheel = _wheel(index.root, name, version)
+        (folder / "index.html").write_text(f'<a href="../../{wheel.name}">{wheel.name}</a>\n')
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    plan = Plan(stack="torch", summary="", backend="cpu", variant="cpu", packages=[],
+                commands=[Command("pip", [PYTHON_PLACEHOLDER, "-m", "pip", "install", *ENGINE_PACKAGES], ENGINE_WHY)])
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", env={}, os_name="linux",
+                         torch_python=python, index_url=f"{index.url}/simple")
+    home = Home(s.home)
+    home.ensure()
+    dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
+    dest.stage(plan, PipCommands.for_plan(plan, s), lambda e: None)
+    check_engine(python)  # raises if any is missing
+
+
+def test_the_torch_worker_names_every_missing_package(monkeypatch):
+    import importlib.util
+    import types
+
+    from accelstack.engine.torch_engine import ENGINE_MODULES, TorchBackend
+
+    missing = [m for m in ENGINE_MODULES if importlib.util.find_spec(m) is None]
+    if not missing:
+        pytest.skip("this interpreter has the torch engine's packages")
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    with pytest.raises(ImportError) as info:
+        TorchBackend(io.StringIO()).import_runtime()
+    text = str(info.value)
+    assert all(m in text for m in missing) and f"{sys.executable} -m pip install {' '.join(missing)}" in text
