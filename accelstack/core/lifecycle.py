@@ -233,6 +233,32 @@ def build_sentence(variant: str) -> str:
     return text
 
 
+def cached_local_build(variant: str, build_cache: Path) -> str:
+    """The wheel a local build of ``variant`` would reuse from the build cache ("" when it would
+    compile), found by reading only: the pinned source's digest, then the cache slot it keys."""
+    import json
+
+    from ..publisher.build import VARIANTS, cache_key, sha256_file
+    from ..publisher.sdist import sdist_name
+
+    sdist = build_cache / "sdist" / sdist_name()
+    if variant == "vulkan" or variant not in VARIANTS or not sdist.is_file():
+        return ""  # a Vulkan build's key also names the headers it was given
+    try:
+        st = sdist.stat()
+        try:  # the digest build_ggml remembered beside it, while size and mtime still match
+            digest, stamp = (sdist.with_name(sdist.name + ".sha256").read_text().split(" ", 1) + [""])[:2]
+        except OSError:
+            digest, stamp = "", ""
+        if stamp.strip() != f"{st.st_size} {st.st_mtime_ns}" or len(digest) != 64:
+            digest = sha256_file(sdist)
+        record = json.loads((build_cache / cache_key(digest, variant, list(VARIANTS[variant])) / "build.json").read_text())
+        wheel = str(record.get("wheel", "")) if isinstance(record, dict) else ""
+    except (OSError, ValueError):
+        return ""
+    return wheel if wheel and Path(wheel).is_file() else ""
+
+
 def _dry_run_ggml(plan: Plan, report: HardwareReport, s: Settings, force: bool,
                   trusted: Optional[TrustedSet]) -> InstallSummary:
     """What an install would do, from reads alone: no home, lock, cache entry, download or build."""
@@ -244,7 +270,10 @@ def _dry_run_ggml(plan: Plan, report: HardwareReport, s: Settings, force: bool,
     if not plan.ok:
         _require_buildable(plan, s, report, trusted)
         variant = _local_variant(plan, report)
-        would = [build_sentence(variant), f"would install the build into {home.runtimes('ggml')}, {activate}"]
+        cached = cached_local_build(variant, s.build_cache)
+        first = f"would reuse the {variant} build already in the build cache (no compile): {cached}" if cached \
+            else build_sentence(variant)
+        would = [first, f"would install the build into {home.runtimes('ggml')}, {activate}"]
         return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=variant, would=would)
     rid = runtime_id(plan)
     active = _active_id(home, "ggml") if home.active_path.is_file() else ""

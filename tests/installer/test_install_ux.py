@@ -154,6 +154,28 @@ def test_dry_run_that_would_build_touches_nothing_and_says_so(tmp_path):
     assert snapshot(tmp_path) == before  # no home, no lock, no cache, no config, no build
 
 
+def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
+    import json
+
+    from accelstack.publisher.build import VARIANTS, cache_key
+    from accelstack.publisher.sdist import sdist_name
+
+    env = _env(tmp_path)
+    builds = Path(env["ACCELSTACK_BUILD_CACHE"])
+    (builds / "sdist").mkdir(parents=True)
+    sdist = builds / "sdist" / sdist_name()
+    sdist.write_bytes(b"a stand-in source distribution")
+    slot = builds / cache_key(hashlib.sha256(sdist.read_bytes()).hexdigest(), "cpu-noavx2", list(VARIANTS["cpu-noavx2"]))
+    slot.mkdir()
+    wheel = make_wheel(slot, "cached")
+    (slot / "build.json").write_text(json.dumps({"wheel": str(wheel)}))
+    before = snapshot(tmp_path)
+    rc, out, err = run_cli(["install", "--dry-run", "--json", "--replay", CPU_ONLY], env)
+    assert rc == 0, err
+    assert result_of(out)["would"][0] == f"would reuse the cpu-noavx2 build already in the build cache (no compile): {wheel}"
+    assert snapshot(tmp_path) == before
+
+
 def test_dry_run_names_the_build_line_of_the_issue(tmp_path):
     from accelstack.core.lifecycle import build_sentence
 
