@@ -51,11 +51,12 @@ def test_event_json_has_an_iso_utc_timestamp_and_a_stage_index():
 
 
 def test_json_mode_counts_stages_in_the_order_met_and_done_advances():
-    out = io.StringIO()
-    r = ProgressRenderer("json", json_stream=out)
+    out, clock = io.StringIO(), Clock()
+    r = ProgressRenderer("json", json_stream=out, clock=clock)
     r(ProgressEvent("start", "probe", task="probe model", total=10))
     r(ProgressEvent("start", "verify", task="cpu runtime", total=3))
     for done in (1, 2, 3):
+        clock.now += 1
         r(ProgressEvent("advance", "verify", task="cpu runtime", done=done, total=3))
     r(ProgressEvent("end", "probe", task="probe model", ok=True, done=10, total=10))
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
@@ -64,6 +65,21 @@ def test_json_mode_counts_stages_in_the_order_met_and_done_advances():
     assert [x["done"] for x in lines if x["kind"] == "advance"] == [1, 2, 3]
     stamps = [x["ts"] for x in lines]
     assert stamps == sorted(stamps)
+
+
+def test_json_advances_are_thinned_per_task_but_starts_ends_and_the_last_step_all_come():
+    out, clock = io.StringIO(), Clock()
+    r = ProgressRenderer("json", json_stream=out, clock=clock, json_interval=0.25)
+    r(ProgressEvent("start", "probe", task="probe model", total=1000))
+    r(ProgressEvent("message", "probe", task="probe model", message="synthesizing"))
+    for done in range(1, 1001):  # 1000 tensors in 1 s
+        clock.now += 0.001
+        r(ProgressEvent("advance", "probe", task="probe model", done=done, total=1000))
+    r(ProgressEvent("end", "probe", task="probe model", ok=True, done=1000, total=1000))
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    advances = [x["done"] for x in lines if x["kind"] == "advance"]
+    assert 4 <= len(advances) <= 6 and advances[-1] == 1000 and advances == sorted(advances)
+    assert [x["kind"] for x in lines if x["kind"] != "advance"] == ["start", "message", "end"]
 
 
 def test_auto_mode_is_bars_on_a_terminal_and_lines_otherwise():
@@ -108,20 +124,28 @@ def test_lines_throttle_progress_to_one_line_per_interval_per_task():
     assert "(500 B of 1000 B)" in files[1]
 
 
-def test_lines_heartbeat_for_a_silent_task_and_for_advances_that_do_not_move():
+def test_lines_heartbeat_names_the_innermost_task_when_all_is_silent():
     r, out, clock = lines_renderer(heartbeat=15.0)
+    r(ProgressEvent("start", "verify", task="cpu runtime", total=4, extra={"unit": "check", "eta": False}))
     r(ProgressEvent("start", "verify", task="loading the probe model"))
     for _ in range(60):  # 30 s with no event at all
         clock.now += 0.5
         r.tick()
-    still = [line for line in out.getvalue().splitlines() if "still working" in line]
-    assert len(still) == 2 and "still working, 15 s" in still[0] and "still working, 30 s" in still[1]
+    still = [line for line in out.getvalue().splitlines() if "still working" in line or "%" in line]
+    assert len(still) == 2 and all("loading the probe model: still working" in line for line in still)
+    assert "still working, 15 s" in still[0] and "still working, 30 s" in still[1]
+    r(ProgressEvent("end", "verify", task="loading the probe model", ok=True))
     r(ProgressEvent("start", "build", task="waiting for the cpu build lock", message="waiting"))
     for _ in range(40):  # signs of life every 0.5 s that carry no progress: a line every 15 s, not every 5
         clock.now += 0.5
         r(ProgressEvent("advance", "build", task="waiting for the cpu build lock", message="waiting"))
+        r.tick()
     waits = [line for line in out.getvalue().splitlines() if "lock: still working" in line]
     assert len(waits) == 1, out.getvalue()
+    r(ProgressEvent("end", "build", task="waiting for the cpu build lock", ok=True))
+    clock.now += 16
+    r.tick()
+    assert out.getvalue().splitlines()[-1].endswith("[verify] cpu runtime: 0% (0 of 4 checks), 1 min 06 s")  # no ETA for checks
 
 
 def test_debug_messages_only_when_verbose():

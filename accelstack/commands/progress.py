@@ -5,7 +5,9 @@
 
 * ``--json`` (mode ``json``): every event is one JSON line on stdout (``{"event": "progress",
   "ts": ..., "stage_index": ...}``), for GUIs; ``stage_index`` counts the stages in the order
-  this run met them.
+  this run met them. ``advance`` lines of one task come at most every ``json_interval`` seconds,
+  except those that reach the total or bring a new ``message`` (a check done); starts, ends and
+  messages all come.
 * on a terminal (``bars``): one tqdm bar per task, named, with its elapsed time; a known total
   gives a determinate bar with an ETA (byte units when ``stage`` is ``fetch`` or
   ``extra["unit"] == "B"``), an unknown one a spinner whose elapsed time keeps moving, so no
@@ -15,11 +17,13 @@
   that took a while are printed above the bars.
 * not a terminal (``lines``: CI logs, ``| tee``, an app reading stderr): plain timestamped lines
   on stderr for every start, end and message, progress at most every ``line_interval`` seconds
-  per task, and a "still working" line for a task silent for ``heartbeat`` seconds.
+  per task, and, when nothing at all was printed for ``heartbeat`` seconds, a "still working"
+  line for the innermost running task (the one started last).
 * ``quiet``: nothing.
 
 :func:`configure` takes the CLI's verbosity: -1 quiet, 0 normal, 1+ also messages marked
-``extra["level"] == "debug"``. The renderer is thread-safe; any command can reuse it.
+``extra["level"] == "debug"``. ``extra["eta"] = False`` on a start says the units are too uneven
+for a time estimate (verify's checks). The renderer is thread-safe; any command can reuse it.
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ _BYTE_STAGES = {"fetch", "download"}
 SPINNER = "|/-\\"
 TICK = 0.25  # terminal: how often spinners turn and elapsed times move
 LINE_INTERVAL = 5.0  # not a terminal: least seconds between two progress lines of one task
-HEARTBEAT = 15.0  # not a terminal: a running task silent this long gets a "still working" line
+HEARTBEAT = 15.0  # not a terminal: after this long with no line at all, a "still working" line
+JSON_INTERVAL = 0.25  # --json: least seconds between two advance lines of one task
 SHOW_DURATION = 2.0  # terminal: tasks that took at least this long print their duration at the end
 
 _verbosity = 0
@@ -66,6 +71,8 @@ class _Task:
     last_line: float  # clock() of the last line printed for it (lines mode)
     printed: Tuple[int, str] = (0, "")  # (done, message) of that line
     message: str = ""
+    eta: bool = True  # the units are even enough to estimate the time left from the rate
+    json_at: float = float("-inf")  # clock() of its last advance line (json mode)
 
     @property
     def label(self) -> str:
@@ -83,7 +90,8 @@ class ProgressRenderer:
 
     def __init__(self, mode: str = "auto", *, stream: Optional[IO[str]] = None, json_stream: Optional[IO[str]] = None,
                  verbosity: Optional[int] = None, clock: Callable[[], float] = time.monotonic,
-                 line_interval: float = LINE_INTERVAL, heartbeat: float = HEARTBEAT, ticker: bool = True) -> None:
+                 line_interval: float = LINE_INTERVAL, heartbeat: float = HEARTBEAT, json_interval: float = JSON_INTERVAL,
+                 ticker: bool = True) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.json_stream = json_stream if json_stream is not None else sys.stdout
         if mode == "auto":
@@ -96,6 +104,8 @@ class ProgressRenderer:
         self.clock = clock
         self.line_interval = line_interval
         self.heartbeat = heartbeat
+        self.json_interval = json_interval
+        self._last_line = clock()  # clock() of the last line printed (lines mode)
         self._use_ticker = ticker
         self._lock = threading.RLock()
         self._stages: List[str] = []  # in the order this run met them: their stage_index
@@ -121,8 +131,9 @@ class ProgressRenderer:
         with self._lock:
             index = self.stage_index(event.stage)
             if self.mode == "json":
-                self.json_stream.write(event.to_json(stage_index=index) + "\n")
-                self.json_stream.flush()
+                if self._json_due(event):
+                    self.json_stream.write(event.to_json(stage_index=index) + "\n")
+                    self.json_stream.flush()
                 return
             if event.kind == "message" and event.extra.get("level") == "debug" and self.verbosity < 1:
                 return
@@ -132,6 +143,25 @@ class ProgressRenderer:
             if self._use_ticker and self._tasks and self._ticker is None and not self._closed.is_set():
                 self._ticker = threading.Thread(target=self._tick_loop, name="progress-ticker", daemon=True)
                 self._ticker.start()
+
+    def _json_due(self, event: ProgressEvent) -> bool:
+        """Whether an event goes out now: advances of one task are thinned to one per ``json_interval``."""
+        key = (event.stage, event.task)
+        if event.kind == "start":
+            self._tasks[key] = _Task(event.stage, event.task, self.clock(), event.total, event.done, event.done, "", 0.0)
+        elif event.kind == "end":
+            self._tasks.pop(key, None)
+        if event.kind != "advance":
+            return True
+        task = self._tasks.get(key)
+        now = self.clock()
+        if task is None:
+            task = self._tasks[key] = _Task(event.stage, event.task, now, event.total, event.done, event.done, "", 0.0)
+        final = event.total is not None and event.done >= event.total
+        if now - task.json_at < self.json_interval and not final and event.message == task.message:
+            return False
+        task.json_at, task.message = now, event.message
+        return True
 
     # -- what is running --------------------------------------------------------------------------
     def _unit(self, event: ProgressEvent) -> str:
@@ -144,7 +174,9 @@ class ProgressRenderer:
         task = self._tasks.get(key)
         if event.kind == "start" or (event.kind == "advance" and task is None):
             task = _Task(event.stage, event.task, now, event.total, event.done or 0, event.done or 0,
-                         self._unit(event), now, (event.done or 0, event.message), event.message)
+                         self._unit(event), now, (event.done or 0, event.message), event.message,
+                         eta=event.extra.get("eta", True) is not False)
+            self._tasks.pop(key, None)  # a restarted task is the newest again
             self._tasks[key] = task
             if self.mode == "lines":
                 size = f" ({_amount(task.total, task.unit, of=False)})" if task.total is not None else ""
@@ -155,10 +187,12 @@ class ProgressRenderer:
             assert task is not None
             if event.total is not None:
                 task.total = event.total
+            if event.extra.get("unit") and not task.unit:
+                task.unit = str(event.extra["unit"])
             task.done, task.message = event.done, event.message or task.message
             if self.mode == "lines":
-                changed = (task.done, task.message) != task.printed
-                if now - task.last_line >= (self.line_interval if changed else self.heartbeat):
+                # a change, at most every line_interval; no change: tick() keeps the log alive
+                if (task.done, task.message) != task.printed and now - task.last_line >= self.line_interval:
                     self._progress_line(task, now, event.ts)
         elif event.kind == "end":
             self._tasks.pop(key, None)
@@ -179,7 +213,7 @@ class ProgressRenderer:
         if task.total:
             text = f"{min(100, int(task.done * 100 / task.total))}% ({_amount(task.done, task.unit)} of " \
                    f"{_amount(task.total, task.unit, of=False)}), {_duration(elapsed)}"
-            eta = _eta(task, elapsed)
+            eta = _eta(task, elapsed) if task.eta else None
             if eta is not None:
                 text += f", about {_duration(eta)} left"
         elif task.done:
@@ -192,6 +226,7 @@ class ProgressRenderer:
         task.last_line, task.printed = now, (task.done, task.message)
 
     def _line(self, ts: float, label: str, text: str) -> None:
+        self._last_line = self.clock()
         self.stream.write(f"{time.strftime('%H:%M:%S', time.localtime(ts))} {label}: {text}\n")
         self.stream.flush()
 
@@ -210,9 +245,9 @@ class ProgressRenderer:
         with self._lock:
             now = self.clock()
             if self.mode == "lines":
-                for task in list(self._tasks.values()):
-                    if now - task.last_line >= self.heartbeat:
-                        self._progress_line(task, now, time.time())
+                if self._tasks and now - self._last_line >= self.heartbeat:
+                    innermost = list(self._tasks.values())[-1]  # started last (the dict keeps that order)
+                    self._progress_line(innermost, now, time.time())
             elif self.mode == "bars":
                 self._spin = (self._spin + 1) % len(SPINNER)
                 refresh_all = now - self._last_refresh >= 1.0
@@ -230,9 +265,10 @@ class ProgressRenderer:
 
         unit = self._unit(event)
         kw = dict(unit="B", unit_scale=True, unit_divisor=1024) if unit == "B" else dict(unit=unit or "it")
+        eta = event.extra.get("eta", True) is not False
         bar = tqdm(total=event.total, initial=event.done or 0, desc=desc, file=self.stream, leave=False if event.task else True,
-                   dynamic_ncols=True, bar_format=_bar_format(unit) if event.total is not None else "{desc}", **kw)
-        bar.accelstack_name, bar.accelstack_unit = desc, unit
+                   dynamic_ncols=True, bar_format=_bar_format(unit, eta) if event.total is not None else "{desc}", **kw)
+        bar.accelstack_name, bar.accelstack_unit, bar.accelstack_eta = desc, unit, eta
         if event.total is None:
             self._spinner(bar, (event.stage, event.task))
         return bar
@@ -302,9 +338,13 @@ class ProgressRenderer:
                 self._write(f"{event.task}: done in {_duration(took)}" + (f" ({event.message})" if event.message else ""))
 
     def _advance(self, bar: Any, event: ProgressEvent, key: tuple) -> None:
+        if event.extra.get("unit") and not bar.accelstack_unit:
+            bar.accelstack_unit = str(event.extra["unit"])
+            if bar.total is not None:
+                bar.bar_format = _bar_format(bar.accelstack_unit, bar.accelstack_eta)
         if event.total is not None and bar.total != event.total:
             bar.total = event.total
-            bar.bar_format = _bar_format(bar.accelstack_unit)  # its size is known now: a bar with an ETA
+            bar.bar_format = _bar_format(bar.accelstack_unit, bar.accelstack_eta)  # its size is known now: a bar with an ETA
             bar.set_description_str(bar.accelstack_name, refresh=False)
         bar.n = event.done
         if bar.total is None:
@@ -344,13 +384,13 @@ def _short(name: str, width: int = 40) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
-def _bar_format(unit: str) -> Optional[str]:
+def _bar_format(unit: str, eta: bool = True) -> Optional[str]:
     """tqdm's own format for bytes (with the rate); else done/total, the unit named once, and the
-    elapsed and remaining time."""
-    if unit == "B":
+    elapsed and (unless ``eta`` is False) the remaining time."""
+    if unit == "B" and eta:
         return None
-    named = f" {unit}" + ("s" if unit and not unit.endswith("s") else "") if unit else ""
-    return "{l_bar}{bar}| {n_fmt}/{total_fmt}" + named + " [{elapsed}<{remaining}{postfix}]"
+    named = f" {unit}" + ("s" if unit and not unit.endswith("s") else "") if unit and unit != "B" else ""
+    return "{l_bar}{bar}| {n_fmt}/{total_fmt}" + named + (" [{elapsed}<{remaining}{postfix}]" if eta else " [{elapsed}{postfix}]")
 
 
 def _duration(seconds: float) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import SubprocessTimeout
-from ..events import ProgressCallback
+from ..events import ProgressCallback, ProgressEvent
 from ..installer.transaction import StagedRuntime, Verifier
 from ..settings import Settings
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
@@ -58,12 +58,17 @@ def import_verifier(timeout: float = 120) -> Verifier:
 
             return import_check(staged, progress, timeout)
         t0 = time.perf_counter()
+        task = f"{staged.backend} runtime"
+        progress(ProgressEvent("start", "verify", task=task, message="checking that the runtime's library loads"))
         try:
             res = subprocess.run([sys.executable, "-c", _IMPORT], env={**os.environ, **staged.env, "PYTHONPATH": str(staged.path)},
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
+            progress(ProgressEvent("end", "verify", task=task, ok=False, message=f"no answer within {timeout:.0f} s"))
             raise SubprocessTimeout(f"loading the runtime took longer than {timeout:.0f} s") from None
         seconds = round(time.perf_counter() - t0, 4)
+        progress(ProgressEvent("end", "verify", task=task, ok=res.returncode == 0,
+                               message=f"the library loads ({seconds:.1f} s)" if res.returncode == 0 else "the library does not load"))
         if res.returncode != 0:
             last = (res.stderr.strip().splitlines() or ["no output"])[-1]
             return VerifyReport(ok=False, reason=f"the runtime does not load: {last}", runtime=str(staged.path),

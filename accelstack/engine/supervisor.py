@@ -8,8 +8,10 @@ time moved for ``stall_timeout`` seconds. Heartbeats (the worker's clock, advanc
 thread) tell a slow answer from a wedged interpreter in the diagnostics. Dead and stalled
 workers are killed and restarted on next use, with backoff.
 
-Library code: no prints; progress goes to the ``progress`` callback (stage ``generate``),
-diagnostics to ``logging``.
+Library code: no prints; progress goes to the ``progress`` callback (stage ``stage``, by default
+``generate``): the model's loading (its own progress when the runtime reports it, else a sign of
+life every second), then each job's sampling steps, with a note of what the worker is doing
+between them (encoding the prompt, decoding the image); diagnostics go to ``logging``.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
@@ -57,9 +59,11 @@ class Supervisor:
 
     def __init__(self, runtime: Runtime, model: Optional[str] = None, options: Optional[EngineOptions] = None,
                  policy: Optional[SupervisorPolicy] = None, progress: ProgressCallback = null_progress,
-                 extra_env: Optional[Dict[str, str]] = None) -> None:
+                 extra_env: Optional[Dict[str, str]] = None, stage: str = "generate", model_label: str = "") -> None:
         self.runtime = runtime
         self.model = str(model) if model else ""
+        self.stage = stage
+        self.model_label = model_label or (Path(self.model).name if self.model else "")
         self.options = (options or EngineOptions()).validate()
         self.policy = policy or SupervisorPolicy()
         self.progress = progress
@@ -104,8 +108,7 @@ class Supervisor:
             if self.alive():
                 return self.status()
             try:
-                self._launch()
-                return self._wait_ready()
+                return self._launch_and_wait()
             except BaseException as exc:
                 if isinstance(exc, WorkerStartError):  # its message or hint names the worker's log
                     self._keep_log()
@@ -171,11 +174,29 @@ class Supervisor:
             mark_crashed(self._dir)
         return str(self._log_path)
 
-    def _wait_ready(self) -> WorkerStatus:
+    def _launch_and_wait(self) -> WorkerStatus:
+        """Launch the worker and wait until it is ready, as one progress task (the loading)."""
+        task = f"loading {self.model_label}" if self.model else "starting the worker"
+        self.progress(ProgressEvent("start", self.stage, task=task, message="starting the worker"))
+        try:
+            self._launch()
+            st = self._wait_ready(task)
+        except BaseException as exc:
+            self.progress(ProgressEvent("end", self.stage, task=task, ok=False,
+                                        message=str(getattr(exc, "message", "") or exc or type(exc).__name__)))
+            raise
+        device = st.device.name if st.device is not None else self.runtime.backend
+        took = f"{st.load_seconds:.1f} s on {device}" if st.load_seconds is not None else f"on {device}"
+        self.progress(ProgressEvent("end", self.stage, task=task, ok=True, message=took))
+        return st
+
+    def _wait_ready(self, task: str = "") -> WorkerStatus:
         deadline = time.monotonic() + self.policy.load_timeout
         proc = self._proc
         assert proc is not None
         version = -1
+        shown: Tuple[int, Optional[int], str] = (0, None, "")
+        shown_at = time.monotonic()
         while True:
             rc = proc.poll()
             if rc is not None:
@@ -193,6 +214,15 @@ class Supervisor:
                 time.sleep(0.05)
             else:
                 version = st.version
+                if task and st.phase in ("starting", "loading"):
+                    now_shown = ((st.step, st.steps, "loading the model") if st.steps
+                                 else (0, None, "importing the runtime" if st.phase == "starting" else "loading the model"))
+                    now = time.monotonic()
+                    if now_shown != shown and now - shown_at >= 0.25 or now - shown_at >= 1.0:
+                        shown, shown_at = now_shown, now  # a sign of life every second, its progress when known
+                        self.progress(ProgressEvent("advance", self.stage, task=task, done=now_shown[0],
+                                                    total=now_shown[1], message=now_shown[2],
+                                                    extra={"unit": "tensor"} if now_shown[1] else {}))
                 if st.phase == "ready":
                     log.info("worker %d ready (%s)", proc.pid, st.runtime_version or self.runtime.backend)
                     return st
@@ -236,14 +266,13 @@ class Supervisor:
             reason = self._pending_restart or "worker exited"
             self.restarts.append(RestartRecord(reason=reason, delay=delay, at=time.time()))
             log.warning("restarting the worker (%s) after %.1f s", reason, delay)
-            self.progress(ProgressEvent("message", "generate", message=f"restarting the worker "
+            self.progress(ProgressEvent("message", self.stage, message=f"restarting the worker "
                                         f"({self._pending_restart or 'it exited'}) after {delay:.1f} s"))
             if delay:
                 time.sleep(delay)
         self._pending_restart = None
         self._kill("replaced by a new launch")
-        self._launch()
-        return self._wait_ready()
+        return self._launch_and_wait()
 
     # -- requests -------------------------------------------------------------------------------
     def _status(self, timeout: float, wait: float = 0.0, since: Optional[int] = None) -> Optional[WorkerStatus]:
@@ -269,9 +298,10 @@ class Supervisor:
         return self.client.cancel(self.policy.ping_timeout)
 
     # -- generation -----------------------------------------------------------------------------
-    def generate(self, request: GenerateRequest, attempts: int = 1) -> GenerateResult:
+    def generate(self, request: GenerateRequest, attempts: int = 1, label: str = "") -> GenerateResult:
         """Run one job. A worker that dies or stalls is killed; with ``attempts`` > 1 the job is
-        run again on a restarted worker (restarts are counted in the result)."""
+        run again on a restarted worker (restarts are counted in the result). ``label`` names the
+        job's progress task (default: its size and steps)."""
         request.validate()
         if not self.model:
             raise GenerationError("this supervisor has no model loaded", hint="pass model= to Supervisor")
@@ -282,7 +312,7 @@ class Supervisor:
                 self._ensure_running()
             self._cancel.clear()
             try:
-                result = self._run_job(request)
+                result = self._run_job(request, label)
                 result.restarts = len(self.restarts) - restarts_before
                 self._budget.clear()  # a success resets the backoff
                 return result
@@ -299,9 +329,11 @@ class Supervisor:
                                  + "; the runtime may not work on this machine, and a verification of it gives the details",
                                  action=Action.VERIFY)
 
-    def _run_job(self, request: GenerateRequest) -> GenerateResult:
+    def _run_job(self, request: GenerateRequest, label: str = "") -> GenerateResult:
         proc = self._proc
         assert proc is not None
+        before = self._status(self.policy.ping_timeout)  # its ticks: the first callback of the job ends the prompt's encoding
+        base_ticks = before.ticks if before is not None else None
         try:
             job = self.client.submit(request, timeout=max(5.0, self.policy.ping_timeout))
         except TRANSPORT_ERRORS as exc:
@@ -310,13 +342,14 @@ class Supervisor:
         self.last_status = None  # from now on, the statuses of this job
         cancel_sent = False
         total = request.steps * request.batch_count
-        task = f"{request.width}x{request.height}, {request.steps} steps" + (
+        task = label or f"{request.width}x{request.height}, {request.steps} steps" + (
             f" x{request.batch_count}" if request.batch_count > 1 else "")
-        self.progress(ProgressEvent("start", "generate", task=task, total=total, extra={"unit": "step"}))
+        self.progress(ProgressEvent("start", self.stage, task=task, total=total, extra={"unit": "step"}))
         judge = LivenessJudge(self.policy.stall_timeout, self.policy.cpu_progress)
         started = time.monotonic()
         judge.reset(started, tree_cpu_seconds(proc.pid))
         done, version = 0, -1
+        shown_at, note = started, ""
         try:
             while True:
                 rc = proc.poll()
@@ -341,16 +374,30 @@ class Supervisor:
                 if outcome is not None:
                     if "result" in outcome:
                         result = from_dict(GenerateResult, outcome["result"])
-                        self.progress(ProgressEvent("end", "generate", task=task, ok=True, done=total, total=total))
+                        self.progress(ProgressEvent("end", self.stage, task=task, ok=True, done=total, total=total,
+                                                    message=f"{result.seconds:.1f} s", extra={"unit": "step"}))
                         return result
                     raise GenerationError(outcome.get("error", "generation failed"), hint=outcome.get("hint") or None)
                 now = time.monotonic()
                 verdict = judge.observe(now, tree_cpu_seconds(proc.pid), st.ticks if st else None)
                 if st is not None and st.job == job:
                     now_done = min(total, st.images_done * request.steps + st.step)
-                    if now_done != done:
-                        done = now_done
-                        self.progress(ProgressEvent("advance", "generate", task=task, done=done, total=total))
+                    # Before the first step the worker encodes the prompt (until its first callback), after
+                    # the last it decodes the image: said, so a bar at 0 or at its end does not look stuck.
+                    if now_done >= total:
+                        now_note = "decoding the image"
+                    elif now_done == 0 and base_ticks is not None and st.ticks <= base_ticks:
+                        now_note = "encoding the prompt"
+                    else:
+                        now_note = f"sampling step {now_done % request.steps + 1} of {request.steps}"
+                    if now_done != done or now_note != note or now - shown_at >= 1.0:
+                        done, note, shown_at = now_done, now_note, now
+                        self.progress(ProgressEvent("advance", self.stage, task=task, done=done, total=total,
+                                                    message=note, extra={"unit": "step"}))
+                elif now - shown_at >= 1.0:  # no answer: still a sign of life, the liveness judge decides
+                    shown_at = now
+                    self.progress(ProgressEvent("advance", self.stage, task=task, done=done, total=total,
+                                                message=note, extra={"unit": "step"}))
                 if verdict == "stalled":
                     beat = f"; its heartbeat is {max(0.0, st.now - st.heartbeat):.1f} s old" if st is not None else ""
                     self._kill("it stopped making progress")
@@ -360,5 +407,5 @@ class Supervisor:
                     self._kill("the job ran over its time limit")
                     raise _WorkerLost(f"the job ran over its {self.policy.job_timeout:.0f} s limit")
         except BaseException:
-            self.progress(ProgressEvent("end", "generate", task=task, ok=False, done=done, total=total))
+            self.progress(ProgressEvent("end", self.stage, task=task, ok=False, done=done, total=total))
             raise

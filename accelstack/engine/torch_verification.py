@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
@@ -63,23 +63,40 @@ def torch_details(report: VerifyReport) -> TorchCheckDetails:
     return from_dict(TorchCheckDetails, report.details)
 
 
-def _run_check(exe: str, cmd: List[str], env: Dict[str, str], timeout: float) -> Tuple[Dict[str, Any], float]:
+def _run_check(exe: str, cmd: List[str], env: Dict[str, str], timeout: float,
+               alive: Callable[[float], None] = lambda seconds: None) -> Tuple[Dict[str, Any], float]:
     """The check script's result (``ok``, ``reason`` and what it found) and the seconds it took;
-    a crash, a timeout or a missing interpreter is a result with ``ok`` false."""
+    a crash, a timeout or a missing interpreter is a result with ``ok`` false. ``alive`` is
+    called with the seconds so far about once a second while the check runs (torch imports
+    and a diffusers step can take a minute: the caller shows that it is not stuck)."""
     start = time.perf_counter()
     log.info("torch check: starting %s (timeout %.0f s)", " ".join(cmd), timeout)
     try:
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        log.warning("torch check: %s ran past %.0f s and was killed", exe, timeout)
-        return {"ok": False, "reason": f"the torch check did not finish within {timeout:.0f} s"}, time.perf_counter() - start
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     except OSError as exc:
         return {"ok": False, "reason": f"cannot run {exe}: {exc.strerror or exc}"}, 0.0
-    log.info("torch check: %s exited with code %d", exe, res.returncode)
-    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(torch_check.RESULT_MARK)), None)
+    while True:
+        left = timeout - (time.perf_counter() - start)
+        try:
+            stdout, stderr = proc.communicate(timeout=max(0.01, min(1.0, left)))
+            break
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() - start >= timeout:
+                proc.kill()
+                proc.communicate()
+                log.warning("torch check: %s ran past %.0f s and was killed", exe, timeout)
+                return ({"ok": False, "reason": f"the torch check did not finish within {timeout:.0f} s"},
+                        time.perf_counter() - start)
+            alive(time.perf_counter() - start)
+        except BaseException:  # interrupted: the check goes with us
+            proc.kill()
+            proc.communicate()
+            raise
+    log.info("torch check: %s exited with code %d", exe, proc.returncode)
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(torch_check.RESULT_MARK)), None)
     if line is None:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
-        return ({"ok": False, "reason": f"the torch check crashed (exit code {res.returncode}): " + " | ".join(tail)},
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        return ({"ok": False, "reason": f"the torch check crashed (exit code {proc.returncode}): " + " | ".join(tail)},
                 time.perf_counter() - start)
     return json.loads(line[len(torch_check.RESULT_MARK):]), time.perf_counter() - start
 
@@ -97,10 +114,16 @@ def verify_torch(python: Optional[str] = None, env: Optional[Dict[str, str]] = N
         cmd += ["--probe", str(probe)]
     if device:
         cmd += ["--device", device]
-    progress(ProgressEvent("start", "verify", task="torch"))
-    data, seconds = _run_check(exe, cmd, {**os.environ, **(env or {})}, timeout)
+    task = "torch runtime"
+    what = "torch operations" + (" and a diffusers step" if probe else "")
+    progress(ProgressEvent("start", "verify", task=task, message=f"checking {what} on the best device"))
+
+    def alive(seconds: float) -> None:
+        progress(ProgressEvent("advance", "verify", task=task, message=f"checking {what}", extra={"elapsed": round(seconds, 1)}))
+
+    data, seconds = _run_check(exe, cmd, {**os.environ, **(env or {})}, timeout, alive)
     report = to_verify_report(data, python=exe, seconds=seconds, probe=probe)
-    progress(ProgressEvent("end", "verify", task="torch", ok=report.ok, message=report.reason))
+    progress(ProgressEvent("end", "verify", task=task, ok=report.ok, message=report.reason or f"PASS in {seconds:.1f} s"))
     return report
 
 

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
@@ -106,44 +106,61 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     runtime.check()
     if cpu_runtime is not None:
         cpu_runtime.check()
-    probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress)
+    # One task for the whole check, advancing as each check is made; under it, the probe's
+    # preparation, the worker's start and the model's loading, and each generation's steps.
+    task = f"{runtime.backend} runtime"
+    expected = len(_CHECKS) + (1 if _gpu_engine(runtime) else 0) + (1 if runtime.is_gpu and cpu_runtime is not None else 0)
+    progress(ProgressEvent("start", "verify", task=task, total=expected, extra={"unit": "check", "eta": False},
+                           message="preparing the probe model"))
+    try:
+        probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress)
+    except BaseException as exc:
+        progress(ProgressEvent("end", "verify", task=task, ok=False, total=expected, extra={"unit": "check"},
+                               message=str(getattr(exc, "message", "") or exc or type(exc).__name__)))
+        raise
     report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path)
     request = probe_request(seed)
     out = Path(output) if output is not None else default_output(runtime.backend)
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        report.checks.append(VerifyCheck(name, ok, detail))
+        progress(ProgressEvent("advance", "verify", task=task, done=len(report.checks), total=max(expected, len(report.checks)),
+                               message=f"{name} {'ok' if ok else 'FAILED'}", extra={"unit": "check", "check": name, "ok": ok}))
 
     def fail(reason: str) -> VerifyReport:
         log.info("verify of %s: FAIL: %s", runtime.path, reason)
         report.ok, report.reason = False, reason
         report.total_seconds = round(time.perf_counter() - start, 4)
-        progress(ProgressEvent("end", "verify", task=runtime.backend, ok=False, message=reason))
+        progress(ProgressEvent("end", "verify", task=task, ok=False, done=len(report.checks),
+                               total=max(expected, len(report.checks)), message=reason, extra={"unit": "check"}))
         return report
 
-    progress(ProgressEvent("start", "verify", task=runtime.backend, total=len(_CHECKS)))
-    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress)
+    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress, stage="verify",
+                     model_label="the probe model")
     try:
         try:
             st = sup.start()
         except EngineError as exc:
-            report.checks.append(VerifyCheck("load", False, exc.message))
+            check("load", False, exc.message)
             report.log_tail = sup.log_tail()
             return fail(f"the runtime could not load the probe model: {exc.message}")
         report.device, report.load_seconds = st.device, st.load_seconds
-        report.checks.append(VerifyCheck("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}"))
+        check("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}")
         fell_back = _fell_back_to_cpu(runtime, st.device)
         if fell_back:
             # what the GPU backend itself printed about its devices ("ggml_vulkan: No devices found.")
             said = [line.strip() for line in sup.log_tail(400) if line.lstrip().startswith(_BACKEND_LOG_PREFIXES)]
-            report.checks.append(VerifyCheck("device", False, "; ".join([fell_back] + said[-3:])))
+            check("device", False, "; ".join([fell_back] + said[-3:]))
             report.log_tail = sup.log_tail() + said[-3:]  # its own words last: what a FAIL shows first
             return fail(fell_back)
-        if runtime.is_gpu and runtime.backend != "torch":
-            report.checks.append(VerifyCheck("device", True, _device_name(st.device)))
+        if _gpu_engine(runtime):
+            check("device", True, _device_name(st.device))
         try:
-            first = sup.generate(request)
-            second = sup.generate(request)
+            first = sup.generate(request, label="probe generation 1 of 2")
+            second = sup.generate(request, label="probe generation 2 of 2 (same seed)")
         except EngineError as exc:
             report.log_tail = sup.log_tail()
-            report.checks.append(VerifyCheck("generate", False, exc.message))
+            check("generate", False, exc.message)
             return fail(f"generation failed: {exc.message}")
     finally:
         sup.stop()
@@ -152,14 +169,13 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     pixels = img.pixels
     report.pixels = stats = pixel_stats(pixels)
     size_ok = (img.width, img.height) == (request.width, request.height) and len(pixels) == img.width * img.height * 3
-    report.checks.append(VerifyCheck("size", size_ok, f"{img.width}x{img.height}"))
+    check("size", size_ok, f"{img.width}x{img.height}")
     pixels_ok = stats.distinct > 1 and stats.saturated <= MAX_SATURATED
-    report.checks.append(VerifyCheck("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, "
-                                     f"{stats.saturated:.0%} saturated"))
+    check("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, {stats.saturated:.0%} saturated")
     same = second.images[0].pixels == pixels
-    report.checks.append(VerifyCheck("deterministic", same, "identical bytes" if same else
-                                     "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
-                                     if len(second.images[0].pixels) == len(pixels) else "different sizes"))
+    check("deterministic", same, "identical bytes" if same else
+          "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
+          if len(second.images[0].pixels) == len(pixels) else "different sizes")
     if size_ok:
         meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
                                                     "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
@@ -167,19 +183,25 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
                                                     "Model": f"accelstack probe (seed {probe_seed})"})
         report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
     if runtime.is_gpu and cpu_runtime is not None and size_ok:
-        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, max_tolerance, progress)
+        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, max_tolerance, progress,
+                     check)
     failed = [c for c in report.checks if not c.ok]
     if failed:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
     report.ok = True
     log.info("verify of %s: PASS", runtime.path)
     report.total_seconds = round(time.perf_counter() - start, 4)
-    progress(ProgressEvent("end", "verify", task=runtime.backend, ok=True, done=len(report.checks),
-                           total=len(report.checks)))
+    progress(ProgressEvent("end", "verify", task=task, ok=True, done=len(report.checks), total=len(report.checks),
+                           message=f"PASS in {report.total_seconds:.1f} s", extra={"unit": "check"}))
     return report
 
 
-_CHECKS = ("load", "size", "pixels", "deterministic")
+_CHECKS = ("load", "size", "pixels", "deterministic")  # every runtime's; a GPU one adds device and cpu-match
+
+
+def _gpu_engine(runtime: Runtime) -> bool:
+    """A GPU runtime of stable-diffusion.cpp: the one whose device is checked."""
+    return runtime.is_gpu and runtime.backend != "torch"
 
 
 _GPU_TEXT = {"cuda": "CUDA", "vulkan": "Vulkan", "rocm": "ROCm", "metal": "Metal", "sycl": "SYCL"}
@@ -216,16 +238,16 @@ def _timings(report: VerifyReport, result: GenerateResult) -> None:
 
 def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request: GenerateRequest, pixels: bytes,
                  options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], tolerance: float,
-                 max_tolerance: int, progress: ProgressCallback) -> None:
+                 max_tolerance: int, progress: ProgressCallback, check: Callable[[str, bool, str], None]) -> None:
     try:
-        with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress) as cpu:
-            ref = cpu.generate(request).images[0].pixels
+        with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress, stage="verify",
+                        model_label="the probe model on the CPU runtime") as cpu:
+            ref = cpu.generate(request, label="CPU reference generation").images[0].pixels
     except EngineError as exc:
-        report.checks.append(VerifyCheck("cpu-match", False, f"the CPU build could not run the probe: {exc.message}"))
+        check("cpu-match", False, f"the CPU build could not run the probe: {exc.message}")
         return
     mean, worst = image_diff(pixels, ref)
     report.cpu_mean_diff, report.cpu_max_diff = round(mean, 3), worst
-    report.checks.append(VerifyCheck("cpu-match", mean <= tolerance and worst <= max_tolerance,
-                                     f"mean difference {mean:.2f} (tolerance {tolerance}), "
-                                     f"largest {worst} (tolerance {max_tolerance})"))
+    check("cpu-match", mean <= tolerance and worst <= max_tolerance,
+          f"mean difference {mean:.2f} (tolerance {tolerance}), largest {worst} (tolerance {max_tolerance})")
 

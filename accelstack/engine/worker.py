@@ -128,7 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 state.load_seconds = round(time.perf_counter() - start, 4)
                 state.device = backend.device()  # what the model was loaded onto (a GPU build may fall back)
         with state.lock:
-            state.phase = "ready"
+            state.phase, state.step, state.steps = "ready", 0, 0  # step/steps: the loading's, until now
             state.changed()
     except ModelLoadError as exc:
         state.fail(exc.message, "ModelLoadError")

@@ -20,6 +20,7 @@ from .worker_backend import WorkerBackend
 # Fault injection for the supervisor's tests: while generating, make /ping and /status this many
 # seconds slow, as they are in a worker whose server thread cannot get the GIL during a heavy step.
 STATUS_DELAY_ENV = "ACCELSTACK_WORKER_TEST_STATUS_DELAY"
+LOAD_PROGRESS_INTERVAL = 0.2  # seconds between two status changes for the loading's progress
 
 
 def _rss_bytes() -> Optional[int]:
@@ -63,6 +64,7 @@ class WorkerState:
         self.sampling_total = 0.0
         self.stop = threading.Event()
         self.status_delay = float(os.environ.get(STATUS_DELAY_ENV, "0") or 0)
+        self._load_changed = 0.0  # perf_counter of the last loading progress a reader was woken for
 
     def changed(self) -> None:
         """Call with the lock held after a change a status reader may wait for."""
@@ -76,15 +78,23 @@ class WorkerState:
 
     def on_progress(self, step: int, steps: int) -> None:
         """Every callback is activity (``ticks``); those with the job's step count are sampling
-        steps (the same callback also reports model loading and VAE tiles)."""
+        steps (the same callback also reports model loading and VAE tiles). While loading,
+        ``step``/``steps`` are the loading's own progress (tensors), for the supervisor to show."""
         now = time.perf_counter()
         with self.lock:
             self.ticks += 1
+            if self.phase == "loading":
+                self.step, self.steps = step, steps
+                if now - self._load_changed >= LOAD_PROGRESS_INTERVAL or step >= steps:
+                    self._load_changed = now  # at most a few wake-ups a second for thousands of tensors
+                    self.changed()
+                return
             if self.phase != "generating" or steps != self.steps:
                 return
-            if step == 0:
+            if step == 0:  # the sampling of an image begins (ticks moved: the prompt is encoded)
                 self.sampling = [now, now]
                 self.step = 0
+                self.changed()
             elif self.sampling:
                 self.sampling[1] = now
                 self.step = step
