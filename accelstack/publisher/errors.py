@@ -36,6 +36,13 @@ class BuildTimeout(BuildError, SubprocessTimeout):
     default_action = Action.RETRY
 
 
+class CudaToolkitMissing(BuildError):
+    """A CUDA build needs a system CUDA toolkit of one major version (CUDA 12: PyPI has no nvcc
+    for it) and this machine has none; the message says what was found instead."""
+
+    default_action = Action.INSTALL_TOOLCHAIN
+
+
 class PublishError(AccelstackError):
     """The build directory cannot be turned into a manifest."""
 

@@ -68,7 +68,7 @@ def target_for(build: BuildResult, url: str, glibc: str = "", label: str = "") -
     props = dict(build.properties)
     backend = str(props.pop("backend", build.variant))
     requires: Dict[str, Any] = {}
-    features, sms, gfx = (_strings(props.get(name)) for name in ("cpu_features", "sm", "gfx"))
+    features, sms, ptx, gfx = (_strings(props.get(name)) for name in ("cpu_features", "sm", "ptx", "gfx"))
     where = _os_arch(build.platform_tag)
     if where["arch"] != "x86_64":
         # a variant's properties name the x86 instructions its x86 build needs; an arm64 build of
@@ -76,13 +76,17 @@ def target_for(build: BuildResult, url: str, glibc: str = "", label: str = "") -
         features = [f for f in features if f.lower() not in _X86_FEATURES]
     if features:
         requires["cpu_features"] = features
+    if props.get("cuda"):
+        requires["cuda"] = str(props["cuda"])
     if sms:
-        requires["sm"] = [f"{s[:-1]}.{s[-1]}" if "." not in s else s for s in sms]
+        requires["sm"] = [_cc(s) for s in sms]
+    if ptx:
+        requires["ptx"] = [_cc(p) for p in ptx]
     if gfx:
         requires["gfx"] = gfx
     if glibc and where["os"] == "linux":
         requires["glibc"] = glibc
-    return {
+    target: Dict[str, Any] = {
         "id": f"{where['os']}-{where['arch']}-{label or build.variant}",
         "os": where["os"],
         "arch": where["arch"],
@@ -92,6 +96,27 @@ def target_for(build: BuildResult, url: str, glibc: str = "", label: str = "") -
         "build": {"variant": build.variant, "cmake_args": build.cmake_args, "source_sha256": build.source_sha256},
         "artifacts": [{"name": Path(build.wheel).name, "sha256": build.sha256, "size": build.size, "url": url}],
     }
+    if backend == "cuda" and build.cuda_libs:
+        target["cuda_libs"] = [_cuda_lib(lib) for lib in build.cuda_libs]
+    return target
+
+
+def _cc(arch: str) -> str:
+    """A compute capability as manifests write it: "86" -> "8.6", "120a" -> "12.0a" ("8.6" as is)."""
+    if "." in arch:
+        return arch
+    m = re.match(r"^(\d+)(\d)([af]?)$", arch)
+    if not m:
+        raise PublishError(f"{arch!r} is not a CUDA architecture", action=Action.FIX_INPUT)
+    return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
+
+
+def _cuda_lib(lib: object) -> Dict[str, Any]:
+    """A build record's runtime wheel as a manifest's ``cuda_libs`` entry (name, sha256, size, url)."""
+    if not isinstance(lib, dict) or not all(k in lib for k in ("name", "sha256", "size", "url")):
+        raise PublishError(f"a build record lists a CUDA library without name, sha256, size and url: {lib!r}",
+                           hint="build the variant again with this accelstack", action=Action.FIX_INPUT)
+    return {"name": str(lib["name"]), "sha256": str(lib["sha256"]), "size": int(lib["size"]), "url": str(lib["url"])}
 
 
 def build_manifest(
