@@ -581,20 +581,31 @@ def redact(argv: Sequence[str]) -> List[str]:
 
 
 def download_commands(plan: Plan, dest: Path, python_version: str, platforms: Sequence[str] = (),
-                      pip_python: str = sys.executable) -> List[List[str]]:
-    """``pip download`` for each of the plan's pip commands: the same requirements and index, binary
-    wheels only, for the target's Python ``python_version`` (``"3.11"``) and, when given, the target's
-    ``platforms`` (pip tags such as ``manylinux_2_28_x86_64``; default: this machine's)."""
+                      pip_python: str = sys.executable, index_url: Optional[str] = None,
+                      extra_index_urls: Sequence[str] = ()) -> List[List[str]]:
+    """``pip download`` for each of the plan's pip commands: the same requirements and index (with
+    the user's mirror, as :func:`with_indexes` applies it), binary wheels only, for the target's
+    Python ``python_version`` (``"3.11"``) and, when given, the target's ``platforms`` (pip tags such
+    as ``manylinux_2_28_x86_64``; default: this machine's).
+
+    The commands after the first also search the first one's index and ``dest``: the engine's
+    packages require torch, which an install finds installed, but a download would otherwise fetch
+    from PyPI (on Linux its CUDA build, gigabytes) beside the planned one. With the planned build's
+    index searched too, the pin picks the planned build (``2.13.0+cpu`` sorts above ``2.13.0``)."""
     target = ["--only-binary=:all:", "--python-version", python_version]
     for tag in platforms:
         target += ["--platform", tag]
-    out = []
-    for cmd in plan.commands:
+    out: List[List[str]] = []
+    torch_index: List[str] = []
+    for i, cmd in enumerate(with_indexes(plan.commands, index_url, extra_index_urls)):
         argv = list(cmd.argv)
         if cmd.tool != "pip" or argv[:4] != [PYTHON_PLACEHOLDER, "-m", "pip", "install"]:
             raise TorchInstallError(f"the plan's command {cmd.render()} is not a pip install; it cannot be bundled",
                                     action=Action.REPORT_BUG)
-        out.append([pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *argv[4:]])
+        if i == 0 and "--index-url" in argv[:-1]:
+            torch_index = ["--extra-index-url", argv[argv.index("--index-url") + 1]]
+        local = ["--find-links", str(dest), *(torch_index if torch_index[1:] and torch_index[1] not in argv else [])] if i else []
+        out.append([pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *local, *argv[4:]])
     return out
 
 

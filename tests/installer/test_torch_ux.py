@@ -36,6 +36,7 @@ from accelstack.installer.torch import (
     TorchEngineMissingError,
     TorchEnvironment,
     check_engine,
+    download_commands,
     engine_modules,
     pip_failure,
     redact,
@@ -407,3 +408,13 @@ def test_the_torch_worker_names_every_missing_package(monkeypatch):
         TorchBackend(io.StringIO()).import_runtime()
     text = str(info.value)
     assert all(m in text for m in missing) and f"{sys.executable} -m pip install {' '.join(missing)}" in text
+
+
+def test_a_bundle_downloads_the_engine_with_the_planned_torch_not_pypis(tmp_path):
+    plan = _plan(["torch==2.13.*"])
+    first, engine = download_commands(plan, tmp_path, "3.11", index_url=MIRROR, extra_index_urls=["https://x.example/simple"])
+    assert "--find-links" not in first and first[-4:-2] == ["--index-url", "https://download.pytorch.org/whl/cpu"]
+    assert engine[engine.index("--find-links") + 1] == str(tmp_path)  # torch==2.13.* is met by the wheel just fetched
+    assert engine[engine.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"  # or the planned build
+    assert engine[-4:] == ["--index-url", MIRROR, "--extra-index-url", "https://x.example/simple"] and "torch==2.13.*" in engine
+    assert all(engine[i + 1].startswith("http") for i, a in enumerate(engine) if a.endswith("index-url"))
