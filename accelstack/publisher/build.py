@@ -170,6 +170,8 @@ def build_ggml(
         raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
                          action=Action.FIX_INPUT)
     cache = Path(cache_dir) if cache_dir is not None else build_cache_dir()
+    # a CUDA 12 build without a CUDA 12 toolkit is refused before the source is even downloaded
+    system_kit = require_cuda_toolkit(12) if variant == "cuda12" else None
     in_cache = sdist is None  # only files in the cache get a remembered digest beside them
     if sdist is None:
         sdist = fetch_sdist(cache / "sdist", progress=progress, timeout=download_timeout)
@@ -181,14 +183,12 @@ def build_ggml(
     if variant == "vulkan":
         cmake_args += _vulkan_header_args(cache, cmake_args)
     toolkit_key: Optional[Dict[str, Any]] = None
-    system_kit: Optional[CudaToolkit] = None
     if variant in CUDA_VARIANTS:
         cmake_args = _cuda_args(variant, cuda_archs) + list(extra_cmake_args or [])
-        if variant == "cuda":
-            toolkit_key = {"cuda": CUDA13_VERSION, "packages": dict(CUDA13_TOOLCHAIN)}
-        else:
-            system_kit = require_cuda_toolkit(12)
+        if system_kit is not None:
             toolkit_key = {"cuda": system_kit.version, "nvcc": system_kit.nvcc}
+        else:
+            toolkit_key = {"cuda": CUDA13_VERSION, "packages": dict(CUDA13_TOOLCHAIN)}
     source_sha = cached_sha256(sdist) if in_cache else sha256_file(sdist)
     key = cache_key(source_sha, variant, cmake_args, toolkit_key)
     slot = cache / key
