@@ -197,8 +197,10 @@ def run_pip(argv: List[str], timeout: float, progress: ProgressCallback, after: 
         outcome = run_logged(argv, timeout=timeout, on_line=out.feed, env=env)
     except OSError as exc:
         raise TorchInstallError(f"cannot run {argv[0]}: {exc.strerror or exc}", action=Action.FIX_INPUT) from None
-    finally:
-        out.close()
+    except BaseException:
+        out.close(False)
+        raise
+    out.close(outcome.returncode == 0 and not outcome.timed_out)
     if outcome.timed_out:  # the watchdog stopped it even if it hung without printing
         raise SubprocessTimeout(f"{argv[0]} did not finish within {timeout:.0f} s", hint=f"{after}; try again on a faster connection")
     if outcome.returncode != 0:
@@ -290,7 +292,7 @@ class PipOutput:
             return
         if self._task and self._progress_line(text):
             return
-        self._finish(True)
+        self._finish(not text.lstrip().startswith(("ERROR", "WARNING: Retrying")))  # a broken download is not done
         self._keep(text)
         self.progress(ProgressEvent("message", self.stage, task="pip", message=text))
 

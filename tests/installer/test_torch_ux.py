@@ -418,3 +418,14 @@ def test_a_bundle_downloads_the_engine_with_the_planned_torch_not_pypis(tmp_path
     assert engine[engine.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"  # or the planned build
     assert engine[-4:] == ["--index-url", MIRROR, "--extra-index-url", "https://x.example/simple"] and "torch==2.13.*" in engine
     assert all(engine[i + 1].startswith("http") for i, a in enumerate(engine) if a.endswith("index-url"))
+
+
+def test_a_download_that_breaks_ends_failed_where_it_stopped():
+    events: List[ProgressEvent] = []
+    out = PipOutput(events.append, "install", interval=0)
+    for line in ["  Downloading http://h/x-1.0-py3-none-any.whl (10.0 MB)\n", "\x1b[2K     ━━━━╺━━━━━━━━━ 2.0/10.0 MB 1.0 MB/s eta 0:00:08\r",
+                 "ERROR: Exception: urllib3.exceptions.ProtocolError: Connection broken: IncompleteRead\n"]:
+        out.feed(line)
+    out.close(False)
+    got = [(e.kind, e.done, e.total, e.ok) for e in events if e.stage == "download"]
+    assert got == [("start", 0, 10_000_000, None), ("advance", 2_000_000, 10_000_000, None), ("end", 2_000_000, 10_000_000, False)]
