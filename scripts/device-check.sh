@@ -63,10 +63,10 @@ step() {
     if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; cp "$RESULTS/$name.json" "$OUT/$name.json"; fi
     return "$rc"
 }
-# say STEP [NAME]: one line with the figures of a step's result (or its error); "runtime" prints
-# only the runtime folder an install made
+# say STEP [NAME [HOME]]: one line with the figures of a step's result (or its error); "runtime"
+# prints only the runtime folder the install NAME made in HOME
 cat > "$WORK/say.py" <<'EOF'
-import json, sys
+import json, os, sys
 
 name, path = sys.argv[1], sys.argv[2]
 try:
@@ -75,8 +75,9 @@ except (OSError, ValueError):
     line = {}
 r = line.get("result") or {}
 e = line if line.get("event") == "error" else {}  # the error line: code, message, hint at the top
-if name == "runtime":
-    print(r.get("runtime", ""))
+if name == "runtime":  # the runtime folder an install made: <home>/<its receipt's path>
+    path = (r.get("receipt") or {}).get("path", "")
+    print(os.path.join(sys.argv[3], path) if path else "")
     sys.exit(0)
 if not r:
     print(f"  FAILED: {e.get('message', 'no result')} ({e.get('hint', '')})")
@@ -106,7 +107,7 @@ elif name.startswith("generate"):
           f"{r.get('load_seconds')} s, generate {r.get('generate_seconds')} s, {r.get('its_per_second')} it/s, "
           f"total {r.get('total_seconds')} s")
 EOF
-say() { "$PY" "$WORK/say.py" "$1" "$RESULTS/${2:-$1}.json" || true; }
+say() { "$PY" "$WORK/say.py" "$1" "$RESULTS/${2:-$1}.json" "${3:-}" || true; }
 
 echo "== the carried builds -> a local signed manifest"
 "$PY" - "$DIR" "$WORK/site" <<'EOF'
@@ -157,11 +158,11 @@ command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,compute_cap,dri
 echo "== install --backend cuda (from the local manifest, no network)"
 status=0
 step install-cuda install --backend cuda --home "$WORK/home-cuda" "${SRC[@]}" || status=1
-RT_CUDA=$(say runtime install-cuda)
+RT_CUDA=$(say runtime install-cuda "$WORK/home-cuda")
 say install-cuda
 echo "== install --backend cpu (the reference)"
 step install-cpu install --backend cpu --home "$WORK/home-cpu" "${SRC[@]}" || status=1
-RT_CPU=$(say runtime install-cpu)
+RT_CPU=$(say runtime install-cpu "$WORK/home-cpu")
 say install-cpu
 du -sh "$RT_CUDA" "$RT_CPU" "$WORK/home-cuda/shared" 2>/dev/null | sed 's/^/  installed: /' || true
 
