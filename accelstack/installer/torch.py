@@ -478,6 +478,17 @@ def index_problem(url: str, timeout: float = 5.0) -> Tuple[str, str]:
     return "", ""
 
 
+def _unreachable(indexes: Sequence[str], where: str, then: str, after: str) -> Optional[PipNetworkError]:
+    """The network error for the first of ``indexes`` that cannot be reached at all, if any."""
+    for url in indexes:
+        kind, why = index_problem(url)
+        if kind:
+            what, hint = next((w, h) for k, w, h, _ in _NETWORK if k == kind)
+            return PipNetworkError(f"pip failed: {what}: {redact([why])[0]}; indexes searched: {where}{then}",
+                                   f"{hint}{after}", kind=kind, cause=why, code=f"pip-{kind}")
+    return None
+
+
 def pip_failure(lines: Sequence[str], argv: Sequence[str], after: str) -> PipError:
     """The error for a pip command that failed with output ``lines``: the root cause, not the last
     line (a host that does not resolve ends in "No matching distribution", or in "conflicting
@@ -498,7 +509,7 @@ def pip_failure(lines: Sequence[str], argv: Sequence[str], after: str) -> PipErr
                                     f"try again; if it repeats, the index or a proxy serves changed files{after}",
                                     kind="hash-mismatch", cause=cause)
     last = [line.strip() for line in lines if line.startswith("ERROR:")]
-    then = f" (pip then said: {_quote(last[-1])})" if last else ""
+    then = f" (pip then said: {_quote(last[0])})" if last else ""
     for kind, what, hint, needles in _NETWORK:
         cause = _first(lines, needles)
         if cause:  # the root cause, even when pip ends with "no matching distribution" or a conflict
@@ -527,18 +538,19 @@ def pip_failure(lines: Sequence[str], argv: Sequence[str], after: str) -> PipErr
             return PipNotFoundError(f"pip failed: no version of {missing.group(1)} fits (available on {where}: {listed})",
                                     f"ask for one of the available versions, or add an index that has it{after}",
                                     kind="no-matching-version", cause=missing.group(0))
-        for url in indexes:
-            kind, why = index_problem(url)
-            if kind:
-                what, hint = next((w, h) for k, w, h, _ in _NETWORK if k == kind)
-                return PipNetworkError(f"pip failed: {what}: {redact([why])[0]}; indexes searched: {where}",
-                                       f"{hint}{after}", kind=kind, cause=why, code=f"pip-{kind}")
+        unreachable = _unreachable(indexes, where, then, after)
+        if unreachable is not None:
+            return unreachable
         return PipNotFoundError(f"pip failed: no package {missing.group(1)} on {where}",
                                 f"check the package name, or name an index (a mirror) that has it{after}",
                                 kind="not-found", cause=missing.group(0))
     if _first(lines, ["ResolutionImpossible", "conflicting dependencies"]):
-        start = next((i for i, line in enumerate(lines) if "The conflict is caused by" in line), -1)
-        detail = [line.strip() for line in lines[start + 1:start + 7] if line.strip() and not line.startswith(("To fix", "ERROR"))]
+        unreachable = _unreachable(indexes, where, then, after)  # an index it could not reach leaves other versions
+        if unreachable is not None:
+            return unreachable
+        start = next((i for i, line in enumerate(lines) if "The conflict is caused by" in line), None)
+        detail = [] if start is None else [line.strip() for line in lines[start + 1:start + 7]
+                                           if line.strip() and not line.startswith(("To fix", "ERROR"))]
         cannot = _first(lines, ["Cannot install", "conflicting dependencies"])
         return PipConflictError(f"pip failed: the requirements conflict ({_quote(cannot.replace('ERROR: ', ''))}"
                                 + (f": {'; '.join(detail)}" if detail else "") + ")",

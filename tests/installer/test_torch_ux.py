@@ -429,3 +429,13 @@ def test_a_download_that_breaks_ends_failed_where_it_stopped():
     out.close(False)
     got = [(e.kind, e.done, e.total, e.ok) for e in events if e.stage == "download"]
     assert got == [("start", 0, 10_000_000, None), ("advance", 2_000_000, 10_000_000, None), ("end", 2_000_000, 10_000_000, False)]
+
+
+def test_a_dns_failure_that_pip_ends_as_a_conflict_is_reported_as_dns(index, venv_python, pip_env, monkeypatch):
+    """The issue's case: an index that does not resolve, another that has other versions; pip ends in
+    "conflicting dependencies" and (with PIP_RETRIES=0) says nothing of the network."""
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    err = _failure(venv_python, "--index-url", f"{index.url}/simple", "--extra-index-url", "https://nonexistent.invalid/simple",
+                   "alpha", "gamma==2.0")
+    assert isinstance(err, PipNetworkError) and err.kind == "dns", err.message
+    assert "nonexistent.invalid" in err.message and "conflicting dependencies" in err.message  # pip's own words kept
