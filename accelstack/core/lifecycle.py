@@ -67,10 +67,10 @@ def home_of(settings: Settings) -> Home:
     return Home(settings.home)
 
 
-def _prepare(settings: Settings, command: str):
+def _prepare(settings: Settings, command: str, progress: ProgressCallback = null_progress):
     home = home_of(settings)
     home.ensure()
-    return home, home.lock(command, wait=settings.timeouts.lock_wait)
+    return home, home.lock(command, wait=settings.timeouts.lock_wait, progress=progress)
 
 
 def install(plan: Plan, *, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
@@ -143,7 +143,7 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
 
     if dry_run:
         return _dry_run_ggml(plan, report, s, force, trusted)
-    home, lock = _prepare(s, "install")
+    home, lock = _prepare(s, "install", progress)
     with lock:
         recovered = recover(home)
         timings: dict = {}
@@ -440,7 +440,7 @@ def _install_torch(plan: Plan, report: HardwareReport, s: Settings, verifier: Op
         would.append(f"would check that torch imports in {python} and sees the {plan.backend} device, "
                      "and put back what was there before if it does not")
         return InstallSummary("torch", receipt_id(plan, python), False, plan, dry_run=True, would=would)
-    home, lock = _prepare(s, "install torch")
+    home, lock = _prepare(s, "install torch", progress)
     with lock:
         recovered = recover(home)
         rid = receipt_id(plan, python)
@@ -485,7 +485,7 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
                          action=Action.REINSTALL)
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
-    home, lock = _prepare(s, "repair")
+    home, lock = _prepare(s, "repair", progress)
     with lock:
         state, rebuilt = active_or_rebuild(home)
         recover(home)

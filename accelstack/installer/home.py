@@ -16,11 +16,13 @@ import logging
 import os
 import shutil
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..errors import Action, UsageError
+from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
 from ..settings import check_directory
 from .records import Active, LockHeldError, Receipt, StateError, atomic_write, dump_receipt, load_receipt, now_iso
@@ -202,8 +204,10 @@ class Home:
         return state
 
     # -- lock ----------------------------------------------------------------------------------
-    def lock(self, command: str, wait: float = 0.0) -> InstallLock:
-        return InstallLock(self.root / "install.lock", command, wait)
+    def lock(self, command: str, wait: float = 0.0, progress: ProgressCallback = null_progress) -> InstallLock:
+        """The home's lock for ``command``; while another process holds it, wait up to ``wait``
+        seconds, saying so through ``progress`` (a wait never looks like a hang)."""
+        return InstallLock(self.root / "install.lock", command, wait, progress)
 
 
 def _read_small(path: Path) -> str:
@@ -217,10 +221,11 @@ def _read_small(path: Path) -> str:
 class InstallLock:
     """An exclusive lock on the home, naming its holder (OS file lock + an info file)."""
 
-    def __init__(self, path: Path, command: str, wait: float) -> None:
+    def __init__(self, path: Path, command: str, wait: float, progress: ProgressCallback = null_progress) -> None:
         self.path = path
         self.command = command
         self.wait = wait
+        self.progress = progress
         self._lock: Optional[Any] = None
 
     def __enter__(self) -> InstallLock:
@@ -229,15 +234,46 @@ class InstallLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.path))
         try:
-            self._lock.acquire(timeout=self.wait)
+            self._acquire(self._lock)
         except Timeout:
-            holder = self.holder()
-            who = f"process {holder.get('pid')} ({holder.get('command')}, since {holder.get('since')})" if holder else "another process"
-            raise LockHeldError(f"the runtime home {self.path.parent} is being changed by {who}",
+            raise LockHeldError(f"the runtime home {self.path.parent} is being changed by {self._who()}",
                                 hint="wait for it to finish, or allow a waiting time") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": now_iso()}
         atomic_write(self.info_path, json.dumps(info))
         return self
+
+    def _who(self) -> str:
+        holder = self.holder()
+        return f"process {holder.get('pid')} ({holder.get('command')}, since {holder.get('since')})" if holder else "another process"
+
+    def _acquire(self, lock: Any) -> None:
+        """Take ``lock`` at once if free; else wait up to ``self.wait`` seconds with a tick each second."""
+        from filelock import Timeout
+
+        try:
+            lock.acquire(timeout=0)
+            return
+        except Timeout:
+            if self.wait <= 0:
+                raise
+        who, start, ok = self._who(), time.monotonic(), False
+        task = f"runtime home {self.path.parent}"
+        self.progress(ProgressEvent("start", "lock", task=task, message=f"waiting up to {self.wait:.0f} s for {who} to finish"))
+        try:
+            while True:
+                left = self.wait - (time.monotonic() - start)
+                if left <= 0:
+                    raise Timeout(str(self.path))
+                try:
+                    lock.acquire(timeout=min(1.0, left))
+                    ok = True
+                    return
+                except Timeout:
+                    self.progress(ProgressEvent("advance", "lock", task=task, done=int(time.monotonic() - start),
+                                                message=f"waiting for {who}", extra={"unit": "s"}))
+        finally:
+            self.progress(ProgressEvent("end", "lock", task=task, ok=ok,
+                                        message="the other process finished" if ok else "gave up waiting"))
 
     @property
     def info_path(self) -> Path:

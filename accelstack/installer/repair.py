@@ -83,8 +83,10 @@ def repair_ggml(home: Home, rid: str, fetch_wheel: Fetcher, verifier: Verifier,
         if wheel is None:
             report.unrepairable = {p: "the receipt names no wheel to restore it from" for p in damaged}
         else:
+            progress(ProgressEvent("message", "repair", task=rid, message=f"restoring {len(damaged)} damaged file(s) from {wheel.name}"))
             _restore(home, rid, root, wheel, fetch_wheel, {f.path: f.sha256 for f in receipt.files}, damaged, report)
     staged = StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=root, env=dict(receipt.env))
+    progress(ProgressEvent("message", "repair", task=rid, message="checking that the runtime still works (probe generation)"))
     report.verification = verifier(staged, progress)
     receipt.verified_at = now_iso()
     receipt.verification = report.verification

@@ -463,3 +463,21 @@ def test_every_maintenance_command_ends_with_one_result_or_error_line(tmp_path, 
     rc, out, err = run_cli(["upgrade", "--json"], env)  # the remembered channel's v2: its stand-in wheel fails the real check
     assert rc == 1 and error_of(out)["code"] == "verify-failed"
     assert Home(Path(env["ACCELSTACK_HOME"])).read_active().active.get("ggml") is None  # nothing activated
+
+
+def test_waiting_for_the_lock_is_said_and_ticks(tmp_path, fake_site):
+    first = _install(tmp_path, fake_site)
+    env = _env(tmp_path)
+    home = Home(Path(env["ACCELSTACK_HOME"]))
+    with home.lock("install (test holder)"):
+        t = time.monotonic()
+        rc, out, err = run_cli(["repair", "--json", "--wait", "2.5"], env)
+        took = time.monotonic() - t
+        assert rc == 1 and error_of(out)["code"] == "lock-held"
+        waits = [e for e in events_of(out) if e.get("stage") == "lock"]
+        assert waits[0]["kind"] == "start" and f"for process {os.getpid()} (install (test holder)" in waits[0]["message"]
+        assert any(e["kind"] == "advance" for e in waits) and waits[-1]["kind"] == "end" and waits[-1]["ok"] is False
+        assert took >= 2.5
+        rc, out, err = run_cli(["repair", "--wait", "1.5"], env)  # a pipe: the wait is on stderr, as words
+        assert rc == 1 and "waiting up to 2 s for process" in err
+    assert home.read_active().active["ggml"] == first.runtime
