@@ -597,29 +597,50 @@ def redact(argv: Sequence[str]) -> List[str]:
 def download_commands(plan: Plan, dest: Path, python_version: str, platforms: Sequence[str] = (),
                       pip_python: str = sys.executable, index_url: Optional[str] = None,
                       extra_index_urls: Sequence[str] = ()) -> List[List[str]]:
-    """``pip download`` for each of the plan's pip commands: the same requirements and index (with
-    the user's mirror, as :func:`with_indexes` applies it), binary wheels only, for the target's
-    Python ``python_version`` (``"3.11"``) and, when given, the target's ``platforms`` (pip tags such
-    as ``manylinux_2_28_x86_64``; default: this machine's).
+    """``pip download`` of the plan's pip commands: the same requirements and indexes (with the
+    user's mirror, as :func:`with_indexes` applies it), binary wheels only, for the target's Python
+    ``python_version`` (``"3.11"``) and, when given, the target's ``platforms`` (pip tags such as
+    ``manylinux_2_28_x86_64``; default: this machine's).
 
-    The commands after the first also search the first one's index and ``dest``: the engine's
-    packages require torch, which an install finds installed, but a download would otherwise fetch
-    from PyPI (on Linux its CUDA build, gigabytes) beside the planned one. With the planned build's
-    index searched too, the pin picks the planned build (``2.13.0+cpu`` sorts above ``2.13.0``)."""
+    Several commands (torch, then the engine's packages) become one download, resolved once: the
+    engine's packages require torch, which an install finds installed but separate downloads would
+    each resolve again (another torch from PyPI, other versions of shared dependencies, and a
+    bundle can hold one version of each). The torch command's index is searched as well, so the
+    pin picks the planned build (``2.13.0+cpu`` sorts above PyPI's ``2.13.0``)."""
     target = ["--only-binary=:all:", "--python-version", python_version]
     for tag in platforms:
         target += ["--platform", tag]
-    out: List[List[str]] = []
-    torch_index: List[str] = []
-    for i, cmd in enumerate(with_indexes(plan.commands, index_url, extra_index_urls)):
-        argv = list(cmd.argv)
-        if cmd.tool != "pip" or argv[:4] != [PYTHON_PLACEHOLDER, "-m", "pip", "install"]:
+    commands = with_indexes(plan.commands, index_url, extra_index_urls)
+    for cmd in commands:
+        if cmd.tool != "pip" or cmd.argv[:4] != [PYTHON_PLACEHOLDER, "-m", "pip", "install"]:
             raise TorchInstallError(f"the plan's command {cmd.render()} is not a pip install; it cannot be bundled",
                                     action=Action.REPORT_BUG)
-        if i == 0 and "--index-url" in argv[:-1]:
-            torch_index = ["--extra-index-url", argv[argv.index("--index-url") + 1]]
-        local = ["--find-links", str(dest), *(torch_index if torch_index[1:] and torch_index[1] not in argv else [])] if i else []
-        out.append([pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *local, *argv[4:]])
+    if len(commands) == 1:
+        return [[pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *commands[0].argv[4:]]]
+    parts = [_pip_parts(cmd.argv[4:]) for cmd in commands]
+    requirements = list(dict.fromkeys(r for p in parts for r in p["requirements"]))
+    index = next((p["index"][0] for p in parts[1:] if p["index"]), "")  # the later commands': PyPI or the mirror
+    extras = list(dict.fromkeys([*parts[0]["index"], *(u for p in parts for u in p["extra"])]))
+    argv = [pip_python, "-m", "pip", "download", "--dest", str(dest), *target, *requirements]
+    argv += ["--index-url", index] if index else []
+    for url in extras:
+        if url != index:
+            argv += ["--extra-index-url", url]
+    for path in dict.fromkeys(f for p in parts for f in p["find_links"]):
+        argv += ["--find-links", path]
+    return [argv]
+
+
+def _pip_parts(args: Sequence[str]) -> Dict[str, List[str]]:
+    """A pip install's arguments sorted out: requirements, ``--index-url``, extra indexes, find-links."""
+    out: Dict[str, List[str]] = {"requirements": [], "index": [], "extra": [], "find_links": []}
+    which = {"--index-url": "index", "-i": "index", "--extra-index-url": "extra", "--find-links": "find_links", "-f": "find_links"}
+    it = iter(args)
+    for arg in it:
+        if arg in which:
+            out[which[arg]].append(next(it, ""))
+        elif not arg.startswith("-"):
+            out["requirements"].append(arg)
     return out
 
 

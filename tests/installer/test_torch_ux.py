@@ -410,14 +410,16 @@ def test_the_torch_worker_names_every_missing_package(monkeypatch):
     assert all(m in text for m in missing) and f"{sys.executable} -m pip install {' '.join(missing)}" in text
 
 
-def test_a_bundle_downloads_the_engine_with_the_planned_torch_not_pypis(tmp_path):
+def test_a_bundle_downloads_torch_and_the_engine_in_one_resolution(tmp_path):
     plan = _plan(["torch==2.13.*"])
-    first, engine = download_commands(plan, tmp_path, "3.11", index_url=MIRROR, extra_index_urls=["https://x.example/simple"])
-    assert "--find-links" not in first and first[-4:-2] == ["--index-url", "https://download.pytorch.org/whl/cpu"]
-    assert engine[engine.index("--find-links") + 1] == str(tmp_path)  # torch==2.13.* is met by the wheel just fetched
-    assert engine[engine.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"  # or the planned build
-    assert engine[-4:] == ["--index-url", MIRROR, "--extra-index-url", "https://x.example/simple"] and "torch==2.13.*" in engine
-    assert all(engine[i + 1].startswith("http") for i, a in enumerate(engine) if a.endswith("index-url"))
+    cmds = download_commands(plan, tmp_path, "3.11", index_url=MIRROR, extra_index_urls=["https://x.example/simple"])
+    assert len(cmds) == 1  # one resolution: one version of every shared dependency, and the planned torch
+    argv = cmds[0]
+    assert argv[3:5] == ["download", "--dest"] and "torch==2.13.*" in argv and "diffusers>=0.31" in argv
+    assert argv.count("torch==2.13.*") == 1
+    assert argv[argv.index("--index-url") + 1] == MIRROR  # the engine's packages from the mirror...
+    extras = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra-index-url"]
+    assert extras == ["https://download.pytorch.org/whl/cpu", "https://x.example/simple"]  # ...torch's build from its index
 
 
 def test_a_download_that_breaks_ends_failed_where_it_stopped():
