@@ -102,7 +102,7 @@ def vs_native(args) -> None:
         builds[name] = runtime_dir(Path(result.wheel), cache)
         print(f"{name:6} runtime: {' '.join(VARIANTS['cpu'] + extra)} ({'cached' if result.cache_hit else 'built'}, "
               f"{time.perf_counter() - t:.1f} s, key {result.key})")
-    probe = ensure_probe_model(4321)  # the shared probe cache (Settings), synthesized once
+    probe = ensure_probe_model(4321)  # synthesized for this run (a kept one in the probe cache is used)
     threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
     work = Path(tempfile.mkdtemp(prefix="bench-native-"))
     env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
@@ -164,9 +164,10 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     try:
-        probe = ensure_probe_model(4321, cache_root=work / "probe")  # a fresh folder: measures synthesis
+        # a fresh folder: measures synthesis (kept with --keep-probe, else removed when this script ends)
+        probe = ensure_probe_model(4321, cache_root=work / "probe", keep=args.keep_probe)
         print(f"probe synthesis:  {probe.seconds:7.2f} s for {probe.parameters / 1e9:.2f} B values "
-              f"({probe.size_bytes / 1e9:.2f} GB of f16)")
+              f"({probe.size_bytes / 1e9:.2f} GB of {probe.dtype})")
 
         env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
         t = time.perf_counter()
