@@ -407,10 +407,15 @@ def run_uninstall(args) -> int:
 
 def run_gc(args) -> int:
     from .. import core
+    from ..core.lifecycle import cache_usage
 
-    rep = core.gc(settings=settings_from(args))
+    s = settings_from(args)
+    rep = core.gc(settings=s)
     text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {rep.bytes_freed / MiB:.1f} MiB"
     if rep.blobs_kept_shared:
         text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
+    left = [c for c in cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []
+    if left:  # gc leaves the build and probe caches to `accelstack cache`: say what they hold
+        text += "\nleft to `accelstack cache purge`: " + ", ".join(f"{c.name} cache {_size(c.bytes)} ({c.path})" for c in left)
     emit(args, rep, text)
     return 0
