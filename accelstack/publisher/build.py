@@ -797,7 +797,8 @@ def cuda_build_env(base: Mapping[str, str], toolchain: CudaToolchain) -> Dict[st
 
 def check_cuda_compiler(cache_file: Path, toolchain: CudaToolchain) -> Dict[str, Any]:
     """What CMake recorded about CUDA in the build's ``CMakeCache.txt``: the compiler must be the
-    toolchain's, and no CUDA path may lead into another toolkit. Returns the recorded values."""
+    toolchain's, and no CUDA path there (nor any command line of the ``build.ninja`` beside it) may
+    lead into another toolkit. Returns the recorded values."""
     try:
         lines = Path(cache_file).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
@@ -814,6 +815,11 @@ def check_cuda_compiler(cache_file: Path, toolchain: CudaToolchain) -> Dict[str,
     strays = sorted(f"{k}={v}" for k, v in values.items() for h in toolchain.hidden
                     if k != "CMAKE_IGNORE_PREFIX_PATH" and any(_inside(Path(part), Path(h)) for part in v.split(";")
                                                                if part.startswith("/")))
+    ninja = Path(cache_file).with_name("build.ninja")  # every compile and link command line
+    if ninja.is_file():
+        text = ninja.read_text(encoding="utf-8", errors="replace")
+        strays += [f"build.ninja names {h}" for h in toolchain.hidden
+                   if re.search(re.escape(h.rstrip("/")) + r"(/|\s|$|;|\")", text)]
     if strays:
         raise BuildError(f"the CUDA build reached another toolkit: {'; '.join(strays)}", hint=f"see {cache_file}",
                          action=Action.REPORT_BUG)

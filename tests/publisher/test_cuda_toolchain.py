@@ -155,6 +155,12 @@ def test_the_cmake_cache_proves_which_cuda_compiled_the_build(tmp_path):
     stray = {**good, "CUDA_cublas_LIBRARY": f"{system}/lib64/libcublas.so"}
     with pytest.raises(BuildError, match="reached another toolkit"):
         check_cuda_compiler(_cmake_cache(tmp_path / "stray.txt", stray), toolchain)
+    # the command lines too: a flag into the other toolkit in build.ninja is caught
+    (tmp_path / "build.ninja").write_text(f"build a.o: CUDA_COMPILER a.cu\n  FLAGS = -I{own}/include\n")
+    check_cuda_compiler(_cmake_cache(tmp_path / "CMakeCache.txt", good), toolchain)
+    (tmp_path / "build.ninja").write_text(f"build a.o: CUDA_COMPILER a.cu\n  FLAGS = -I{system}/include\n")
+    with pytest.raises(BuildError, match="build.ninja names"):
+        check_cuda_compiler(tmp_path / "CMakeCache.txt", toolchain)
     with pytest.raises(BuildError, match="no CMake cache"):
         check_cuda_compiler(tmp_path / "none.txt", toolchain)
 
