@@ -5,6 +5,10 @@ running them, the distributions the plan will replace are moved aside (a rename 
 site-packages, so it costs nothing for a multi-GB CUDA torch); if pip fails or the verifier says
 FAIL, the new ones are uninstalled and the old ones moved back. The receipt lives in the home;
 the environment itself is the user's and is never deleted.
+
+pip's output becomes progress events (each download's bytes, per file) and, when pip fails, a
+typed error that names the root cause pip printed (an index that does not resolve, refused the
+connection, a proxy, TLS, a missing package, a conflict, a full disk), not its last line.
 """
 from __future__ import annotations
 
@@ -151,10 +155,14 @@ class TorchEngineMissingError(InstallError):
     default_action = Action.REINSTALL
 
 
-def check_engine(python: str, timeout: float = 60, packages: Sequence[str] = ENGINE_PACKAGES) -> None:
+_ENGINE_NEEDED = tuple(req for req in ENGINE_PACKAGES if not req.startswith("accelerate"))
+
+
+def check_engine(python: str, timeout: float = 60, packages: Sequence[str] = _ENGINE_NEEDED) -> None:
     """Raise :class:`TorchEngineMissingError` naming every one of ``packages`` that ``python``
     cannot import, and the pip command that adds them; before a torch worker starts, so a person
-    reads which packages are missing instead of a worker that failed to start."""
+    reads which packages are missing instead of a worker that failed to start. accelerate is not
+    asked for by default: the engine runs without it (loading a model takes more memory)."""
     modules = {canonicalize_name(Requirement(p).name).replace("-", "_"): p for p in packages}
     info = run_json(python, _ENGINE, list(modules), timeout)
     found = info.get("missing")

@@ -368,7 +368,7 @@ def test_missing_engine_packages_are_named_with_the_command_that_adds_them(venv_
         check_engine(venv_python)
     err = info.value
     assert err.code == "torch-engine-missing" and err.action is Action.REINSTALL
-    assert "diffusers, transformers, safetensors, accelerate" in err.message
+    assert "lacks diffusers, transformers, safetensors," in err.message  # accelerate helps, but is not needed
     assert f"{venv_python} -m pip install 'diffusers>=0.31'" in err.message
 
 
