@@ -23,6 +23,13 @@ TIMING_LABELS = {"manifests": "read manifests", "build": "build from source", "d
                  "stage": "unpack", "hash": "hash files", "verify": "verify (probe generation)"}
 
 
+def _para(text: str) -> str:
+    """A description as a paragraph of terminal width (the raw formatter keeps the examples' layout)."""
+    import textwrap
+
+    return textwrap.fill(text, 92)
+
+
 def _add_index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-url", metavar="URL", help="torch: the package index to use instead of PyPI (a mirror); "
                    "or ACCELSTACK_INDEX_URL")
@@ -45,23 +52,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "install",
         help="first run: detect, plan, fetch, install, verify and activate a runtime",
-        description="Install the runtime that fits this machine. ggml (default): a stable-diffusion.cpp build, "
+        description=_para("Install the runtime that fits this machine. ggml (default): a stable-diffusion.cpp build, "
         "fetched from a signed manifest or built from source, installed into its own directory and activated "
         "only after it generates an image here (the probe check, so a separate `accelstack verify` is not "
         "needed after it). torch: the planned PyTorch wheel installed into a Python environment, checked "
         "there, and rolled back to what was there before if it does not work. A second run on a healthy "
         "install does nothing. Install never asks questions. Ctrl-C says what state it left: the previous "
         "runtime stays active until the new one has passed its check, and a partial download is resumed "
-        "by the next run.",
+        "by the next run."),
         epilog="examples:\n"
-        "  accelstack install                               ggml runtime for this machine\n"
-        "  accelstack install --dry-run                     what it would do (touches nothing, builds nothing)\n"
+        "  accelstack install                                  ggml runtime for this machine\n"
+        "  accelstack install --dry-run                        what it would do (touches nothing, builds nothing)\n"
         "  accelstack install --manifest https://host/ggml-manifest.json\n"
-        "  accelstack install --channel stable                from a channel added with `accelstack channel add`\n"
-        "  accelstack install --backend vulkan              this backend or a clear refusal (exit 3)\n"
-        "  accelstack install --bundle runtime.tar --offline  from an offline bundle (`accelstack bundle create`)\n"
-        "  accelstack install --dry-run --json              the same as one JSON result line\n"
-        "  accelstack install --stack torch --venv .venv    the right torch build into .venv\n"
+        "  accelstack install --channel stable                 from a channel added with `accelstack channel add`\n"
+        "  accelstack install --backend vulkan                 this backend, or a clear refusal (exit 3)\n"
+        "  accelstack install --bundle runtime.tar --offline   from an offline bundle (`accelstack bundle create`)\n"
+        "  accelstack install --dry-run --json                 the same as one JSON result line\n"
+        "  accelstack install --stack torch --venv .venv       the right torch build into .venv\n"
         "  accelstack install --stack torch --venv .venv --index-url https://mirror/simple",
         formatter_class=RAW,
     )
@@ -86,10 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "status", help="what is installed and active, and whether it still fits this machine",
-        description="List the installed runtimes per stack: the active one and the previous one (for rollback), "
+        description=_para("List the installed runtimes per stack: the active one and the previous one (for rollback), "
         "where each came from (channel, manifest version, package version), whether its files are all there, "
         "whether it still fits this machine's hardware and driver, and whether a newer build is published. "
-        "Reads only.",
+        "Reads only."),
         epilog="examples:\n"
         "  accelstack status\n"
         "  accelstack status --json                          one result line for an app\n"
@@ -101,9 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "repair", help="rebuild a damaged state file, restore missing or corrupt runtime files, re-verify",
-        description="Check the active ggml runtime against its receipt: rebuild a damaged active.json from the "
+        description=_para("Check the active ggml runtime against its receipt: rebuild a damaged active.json from the "
         "receipts, restore missing or corrupt files from the download cache (downloading again if needed), "
-        "and run the probe check again. Exit 1 when the check fails after repair.",
+        "and run the probe check again. Exit 1 when the check fails after repair."),
         epilog="examples:\n"
         "  accelstack repair\n"
         "  accelstack repair --offline                       restore from the download cache only\n"
@@ -116,9 +123,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "upgrade", help="install the newest fitting runtime side by side, verify it, switch",
-        description="Plan again from the channels the last install used (or those given), install the result "
+        description=_para("Plan again from the channels the last install used (or those given), install the result "
         "beside the active runtime, check it, and switch to it. The old runtime stays for `accelstack rollback`. "
-        "Nothing changes when the plan picks what is already active.",
+        "Nothing changes when the plan picks what is already active."),
         epilog="examples:\n"
         "  accelstack upgrade\n"
         "  accelstack upgrade --backend vulkan              switch backend on the way\n"
@@ -132,8 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "rollback", help="switch back to the previous runtime",
-        description="Make the previous ggml runtime active again (the one the last install or upgrade replaced); "
-        "the current one becomes the previous, so a second rollback undoes the first.",
+        description=_para("Make the previous ggml runtime active again (the one the last install or upgrade replaced); "
+        "the current one becomes the previous, so a second rollback undoes the first."),
         epilog="examples:\n  accelstack rollback\n  accelstack rollback --json",
         formatter_class=RAW)
     add_home_arguments(p)
@@ -141,9 +148,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "uninstall", help="remove the installed ggml runtimes",
-        description="Remove every installed ggml runtime from the runtime home. It first lists what it will remove "
+        description=_para("Remove every installed ggml runtime from the runtime home. It first lists what it will remove "
         "and how much space that frees, and asks on a terminal; without a terminal it needs --yes. The download, "
-        "build and probe caches stay (their sizes are shown): `accelstack cache purge` removes them.",
+        "build and probe caches stay (their sizes are shown): `accelstack cache purge` removes them."),
         epilog="examples:\n"
         "  accelstack uninstall                              list, then ask\n"
         "  accelstack uninstall --yes                        no question (scripts, apps)\n"
@@ -155,9 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "gc", help="remove inactive runtimes (keeping the previous one) and unused downloads",
-        description="Remove runtimes that are neither active nor previous, leftovers of interrupted installs, and "
+        description=_para("Remove runtimes that are neither active nor previous, leftovers of interrupted installs, and "
         "downloads no runtime home sharing this cache still needs. The build and probe caches are left to "
-        "`accelstack cache`.",
+        "`accelstack cache`."),
         epilog="examples:\n  accelstack gc\n  accelstack gc --json",
         formatter_class=RAW)
     add_home_arguments(p)
