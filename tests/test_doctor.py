@@ -115,3 +115,14 @@ def test_bundle_tar_gz_and_the_text_says_where(tmp_path):
 def test_help_has_a_description_and_examples():
     rc, out, _ = run_cli(["doctor", "--help"])
     assert rc == 0 and "examples:" in out and "--bundle" in out and "bug report" in out
+
+
+def test_a_bad_variable_is_reported_and_the_rest_still_read(tmp_path):
+    env = {**_env(tmp_path), "ACCELSTACK_OFFLINE": "maybe"}
+    rc, out, err = run_cli(["doctor", "--json"], env=env)
+    assert rc == 0, err
+    report = result_of(out)["report"]
+    assert any("ACCELSTACK_OFFLINE" in p for p in report["problems"]) and not report["ok"]
+    paths = {p["name"]: p for p in report["paths"]}
+    assert paths["home"]["path"] == str(tmp_path / "home") and paths["home"]["origin"] == "ACCELSTACK_HOME"
+    assert report["toolchain"] and report["hardware"]

@@ -81,20 +81,14 @@ def render(r: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.doctor import doctor, write_bundle
-    from ..settings import Settings
 
     given = {"home": args.home}
-    settings = None
-    try:
-        settings = Settings.resolve(home=args.home)
-    except Exception:  # doctor reports bad settings instead of failing on them
-        settings = None
     if args.bundle:
         from ..detect.live import LiveSystem
         from ..detect.system import CapturingSystem
 
         capturing = CapturingSystem(LiveSystem())
-        report = doctor(settings, given=given, system=capturing)
+        report = doctor(None, given=given, system=capturing)
         work = Path(tempfile.mkdtemp(prefix="accelstack-doctor-"))
         try:
             capture = work / "capture"
@@ -110,6 +104,6 @@ def run(args: argparse.Namespace) -> int:
         result = {"report": report, "bundle": str(bundle.resolve())}
         emit(args, result, text + f"\n\nbundle written to {bundle.resolve()} (attach it to your support request)")
         return 0
-    report = doctor(settings, given=given)
+    report = doctor(None, given=given)
     emit(args, {"report": report, "bundle": None}, render(report))
     return 0

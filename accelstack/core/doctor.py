@@ -130,7 +130,7 @@ def _version(cmd: List[str]) -> str:
     return (with_number or lines)[0][:200]
 
 
-def toolchain(timeout: float = TOOL_TIMEOUT) -> List[Tool]:
+def toolchain() -> List[Tool]:
     """Which build and GPU tools are on PATH, with their versions (asked in parallel), and pip."""
     found = [(name, _which(names), flag) for name, names, flag in TOOLS]
     jobs: Dict[int, List[str]] = {i: [path, flag] for i, (_n, path, flag) in enumerate(found) if path}
@@ -143,6 +143,22 @@ def toolchain(timeout: float = TOOL_TIMEOUT) -> List[Tool]:
         pip_text = pip.result()
     out.append(Tool("pip", pip_text.startswith("pip "), f"{sys.executable} -m pip", pip_text))
     return out
+
+
+def _settings_anyway(report: DoctorReport, home: Any) -> Settings:
+    """Settings from the environment; when a variable is bad (``ACCELSTACK_OFFLINE=maybe``, a file
+    as the home), the report names it and the rest is resolved without the option variables, then
+    (a bad path) without any ``ACCELSTACK_*`` variable, so every other section can still run."""
+    options = {ENV[k] for k in ("offline", "backend", "channel", "manifests", "trusted_keys")}
+    attempts = [dict(os.environ), {k: v for k, v in os.environ.items() if k not in options},
+                {k: v for k, v in os.environ.items() if not k.startswith("ACCELSTACK_")}]
+    for n, env in enumerate(attempts):
+        try:
+            return Settings.resolve(env=env, home=home if n < 2 else None)
+        except Exception as exc:  # reported; the next attempt leaves more out
+            if n == 0:
+                report.problems.append(f"settings: {getattr(exc, 'message', exc)}")
+    return Settings.resolve(env={})
 
 
 def _section(report: DoctorReport, name: str, fn: Callable[[], None]) -> None:
@@ -163,14 +179,7 @@ def doctor(settings: Optional[Settings] = None, *, given: Optional[Mapping[str, 
     report.accelstack = {"version": __version__, "python": sys.version.split()[0], "python_build": sys.version,
                          "executable": sys.executable, "os": platform.platform(), "machine": platform.machine(),
                          "package": str(Path(__file__).resolve().parents[1])}
-    s: Optional[Settings] = settings
-    if s is None:
-        try:
-            s = Settings.resolve()
-        except Exception as exc:  # a bad variable (ACCELSTACK_OFFLINE=maybe, a file as home)
-            report.problems.append(f"settings: {getattr(exc, 'message', exc)}")
-            s = Settings.resolve(env={k: v for k, v in os.environ.items() if not k.startswith("ACCELSTACK_")})
-    st: Settings = s
+    st = settings if settings is not None else _settings_anyway(report, (given or {}).get("home"))
 
     def paths() -> None:
         report.paths = path_origins(st, given or {})
