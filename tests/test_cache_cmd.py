@@ -85,6 +85,8 @@ def test_list_counts_only_what_accelstack_wrote(tmp_path):
     assert caches["builds"]["size"] == 700 + 2000
     assert set(caches["builds"]["other"]) >= {"vulkan-headers", "9" * 20, "sdist/notes.md"}
     assert caches["probe"]["count"] == 3 and "sd1-f2-s7" in caches["probe"]["other"]
+    kinds = {e["name"]: e["kind"] for e in caches["probe"]["entries"]}
+    assert kinds["sd1-f1-s1234"] == "probe model (older format, unused)"  # the 2.1 GB f16 probe of before
     rc, out, _ = run_cli(["cache", "list"], env=_env(tmp_path))
     assert rc == 0 and "downloads" in out and "left alone" in out and "total" in out
 

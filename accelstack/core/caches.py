@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
+from ..engine.probe_model import temporary_probe_in_use
 from ..settings import Settings
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
@@ -172,7 +174,8 @@ def _probe(s: Settings) -> CacheInfo:
         if name.endswith(".lock"):
             continue
         if _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
-            info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "probe model"))
+            kind = "probe model" if f"-f{PROBE_FORMAT}-" in name else "probe model (older format, unused)"
+            info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), kind))
         elif _PROBE_TMP.match(name) and stat.S_ISDIR(st.st_mode):
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "temporary probe"))
         else:
@@ -213,7 +216,7 @@ def _lock_path(cache: str, entry: CacheEntry) -> Optional[Path]:
         return path.parent / (entry.name[:64] + ".lock")
     if cache == "builds" and entry.kind == "build":
         return path.parent / (entry.name + ".lock")
-    if cache == "probe" and entry.kind == "probe model":
+    if cache == "probe" and entry.kind.startswith("probe model"):
         return path.parent / (entry.name + ".lock")
     return None
 
@@ -297,6 +300,4 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
 
 def _live_temporary_probes(root: Path) -> Set[str]:
     """Names of temporary probe folders whose owning process is still running (left alone)."""
-    from ..engine.probe_model import temporary_probe_in_use
-
     return {name for name, _st in _children(root) if _PROBE_TMP.match(name) and temporary_probe_in_use(root / name)}
