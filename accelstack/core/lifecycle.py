@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..detect.report import HardwareReport
+from ..domain import BACKENDS
 from ..errors import AccelstackError, Action, NotPossibleHere, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..installer import maintenance
@@ -126,6 +127,7 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
     p = plan(report, stack, requirements=requirements, backend=backend, settings=s,
              manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
     if p.status == "unsatisfiable":
+        refuse_unknown_backend(stack, p.request.backend, trusted)
         raise not_possible(p)
     if dry_run:
         summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, dry_run=dry_run, trusted=trusted,
@@ -309,12 +311,24 @@ def not_possible(plan: Plan) -> NotPossibleHere:
     return NotPossibleHere(f"cannot install here: {plan.summary}", hint, action=Action.EXPLAIN_PLAN)
 
 
+def refuse_unknown_backend(stack: str, backend: str, trusted: Optional[TrustedSet]) -> None:
+    """A forced ggml backend that is neither a backend nor a target id of the manifests read is a
+    typo (a usage error, exit 2), not something this machine lacks."""
+    forced = (backend or "").strip().lower()
+    if stack != "ggml" or not forced or forced in BACKENDS:
+        return
+    ids = sorted({t.id.lower() for m in (trusted.manifests.ggml if trusted is not None else []) for t in m.targets})
+    if forced not in ids:
+        raise UsageError(f"unknown backend {backend!r}", f"choose one of {', '.join(BACKENDS)}"
+                         + (f", or a target of the manifests: {', '.join(ids[:8])}" if ids else ""))
+
+
 def refuse_impossible_backend(report: HardwareReport, stack: str, backend: Optional[str], s: Settings) -> None:
     """A forced ggml backend this machine has no device for is refused before any manifest is
     fetched or anything is built: planned against no published builds at all, the plan still says
     whether the hardware could run a build of it (``needs-build``) or not (``unsatisfiable``)."""
-    if stack != "ggml" or not backend:
-        return
+    if stack != "ggml" or not backend or backend.strip().lower() not in BACKENDS:
+        return  # a manifest's target id names no backend until the manifests are read
     p = plan(report, "ggml", backend=backend, settings=s, manifests=Manifests.builtin())
     if p.status == "unsatisfiable":
         raise not_possible(p)

@@ -481,3 +481,15 @@ def test_waiting_for_the_lock_is_said_and_ticks(tmp_path, fake_site):
         rc, out, err = run_cli(["repair", "--wait", "1.5"], env)  # a pipe: the wait is on stderr, as words
         assert rc == 1 and "waiting up to 2 s for process" in err
     assert home.read_active().active["ggml"] == first.runtime
+
+
+def test_an_unknown_backend_is_a_usage_error_and_a_target_id_is_a_backend(tmp_path, fake_site):
+    env = _env(tmp_path)
+    rc, out, err = run_cli(["install", "--dry-run", "--json", "--backend", "bogus", "--replay", CPU_ONLY], env)
+    assert rc == 2 and error_of(out)["error"] == "UsageError"
+    keys = ["--manifest", fake_site["v1"], "--trusted-key", fake_site["public_key"]]
+    rc, out, err = run_cli(["install", "--dry-run", "--json", "--backend", f"linux-{platform.machine()}-cpu", *keys], env)
+    assert rc == 0, (out, err)
+    assert result_of(out)["runtime"].startswith(f"linux-{platform.machine()}-cpu-")
+    rc, out, err = run_cli(["install", "--dry-run", "--json", "--backend", "bogus", *keys], env)
+    assert rc == 2 and f"linux-{platform.machine()}-cpu" in error_of(out)["hint"]
