@@ -141,7 +141,7 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
 
 def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], force: bool,
                   dry_run: bool, trusted: Optional[TrustedSet], progress: ProgressCallback) -> InstallSummary:
-    from ..installer.ggml import FetchedWheel, GgmlDirectory, runtime_id, wheel_of
+    from ..installer.ggml import FetchedWheel, GgmlDirectory, cuda_libs_of, runtime_id, wheel_of
 
     if dry_run:
         return _dry_run_ggml(plan, report, s, force, trusted)
@@ -175,7 +175,9 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
 
         paths = fetch([ref], cache=Cache(s.cache), progress=progress, offline=s.offline)
         timings["download"] = time.perf_counter() - t
-        outcome = run_transaction(plan, FetchedWheel(paths[ref.sha256], ref.name), GgmlDirectory(home, rid),
+        dest = GgmlDirectory(home, rid, cuda_libs=cuda_libs_of(plan, manifests),  # a CUDA build's shared cudart/cuBLAS
+                             fetch=lambda refs: fetch(refs, cache=Cache(s.cache), progress=progress, offline=s.offline))
+        outcome = run_transaction(plan, FetchedWheel(paths[ref.sha256], ref.name), dest,
                                   verifier or default_verifier(s), home=home, runtime_id=rid,
                                   provenance=_ggml_provenance(source, version, loaded, ref.name, report), progress=progress)
         timings.update(outcome.timings)
