@@ -59,7 +59,7 @@ def test_a_bundle_made_online_installs_offline_into_a_fresh_home(site, tmp_path,
     assert out["changed"] is True and out["built_locally"] is False
     receipt = Home(tmp_path / "offline" / "home").read_receipt(out["runtime"])
     assert receipt.manifest_source == "test-channel" and receipt.verification.ok and receipt.verification.check == "verify"
-    status = result_of(run_cli(["status", "--json"], offline))
+    status = result_of(run_cli(["status", "--json"], offline))["stacks"]
     assert next(s for s in status if s["stack"] == "ggml")["healthy"] is True
 
 

@@ -66,7 +66,7 @@ def test_read_only_home_is_a_clear_error(site, tmp_path, tmpfs):
     proc = run_cli(["install", "--json", "--no-build", "--manifest", site["v1"], "--trusted-key", site["public_key"]], env)
     assert proc.returncode != 0
     err = error_of(proc)
-    assert "not writable" in err["message"] and err["action"] == "choose-home" and "--home" in err["command"]
+    assert "not writable" in err["message"] and err["action"] == "choose-home" and "--home" in err["run"]
 
 
 def test_corrupt_receipt_is_reported_and_repaired_by_reinstall(site, tmp_path):
@@ -80,8 +80,8 @@ def test_corrupt_receipt_is_reported_and_repaired_by_reinstall(site, tmp_path):
     proc = run_cli(["repair", "--json"], env)
     assert proc.returncode != 0
     err = error_of(proc)
-    assert "corrupt" in err["message"] and err["action"] == "reinstall" and "--force" in err["command"]
-    status = result_of(run_cli(["status", "--json"], env))
+    assert "corrupt" in err["message"] and err["action"] == "reinstall" and "--force" in err["run"]
+    status = result_of(run_cli(["status", "--json"], env))["stacks"]
     assert any("corrupt" in p["message"] for s in status for p in s["problems"])
     assert sorted(p.name for p in runtime_dir.iterdir()) == runtime_files  # nothing lost
     proc = run_cli(["install", "--json", "--no-build", "--force", "--manifest", site["v1"], "--trusted-key", key], env)
@@ -98,7 +98,7 @@ def test_a_second_install_says_who_holds_the_lock(tmp_path, site):
     assert proc.returncode != 0
     err = error_of(proc)
     assert str(os.getpid()) in err["message"] and "install (test holder)" in err["message"]
-    assert err["action"] == "wait" and "--wait" in err["command"]
+    assert err["action"] == "wait" and "--wait" in err["run"]
 
 
 def test_a_lock_left_by_a_killed_process_is_recovered(tmp_path, site):

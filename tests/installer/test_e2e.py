@@ -61,7 +61,7 @@ def test_install_repair_upgrade_rollback(site, tmp_path):
     assert (h.runtime_path(h.read_receipt(rid2)) / "stable_diffusion_cpp" / "_release.txt").read_text() == "v2\n"
     assert runtime.is_dir()  # the old one stays for rollback
 
-    status = result_of(run_cli(["status", "--json"], env))
+    status = result_of(run_cli(["status", "--json"], env))["stacks"]
     ggml = next(s for s in status if s["stack"] == "ggml")
     assert ggml["active"] == rid2 and ggml["previous"] == rid1 and ggml["hardware_matches"] is True
 
@@ -72,7 +72,7 @@ def test_install_repair_upgrade_rollback(site, tmp_path):
     assert gc["runtimes_removed"] == []  # active and previous are both kept
 
     removed = result_of(run_cli(["uninstall", "--yes", "--json"], env))
-    assert sorted(removed) == sorted([rid1, rid2])
+    assert sorted(removed["removed"]) == sorted([rid1, rid2]) and removed["bytes_freed"] > 0
     assert h.read_active().active == {}
 
 

@@ -70,7 +70,7 @@ def test_a_published_channel_installs_with_no_compiler_on_path(ggml_cpu_build, t
         assert [a.sha256 for a in receipt.plan.artifacts] == [ggml_cpu_build.sha256]
         assert not (tmp_path / "no-builds").exists()  # nothing was built, not even looked up
 
-        status = result_of(run_cli(["status", "--json"], user))
+        status = result_of(run_cli(["status", "--json"], user))["stacks"]
         ggml = next(s for s in status if s["stack"] == "ggml")
         assert ggml["active"] == out["runtime"] and ggml["healthy"] is True and ggml["problems"] == []
         proc = run_cli(["upgrade", "--json"], user)

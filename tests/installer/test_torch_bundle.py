@@ -86,7 +86,7 @@ def test_a_torch_bundle_installs_into_a_fresh_venv_from_the_bundle_alone(torch_b
     version = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
                              stdout=subprocess.PIPE, text=True, check=True, timeout=300).stdout.strip()
     assert version.startswith("2.13")
-    status = result_of(run_cli(["status", "--json"], env))
+    status = result_of(run_cli(["status", "--json"], env))["stacks"]
     assert next(x for x in status if x["stack"] == "torch")["active"] == out["runtime"]
 
 
