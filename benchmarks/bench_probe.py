@@ -5,8 +5,8 @@ script, same machine, alternating runs.
 The old way is reproduced with today's code: the same values written as f16 into a kept folder
 where ``ensure_probe_model`` finds it (its marker says f16), so both ways run the same verify and
 differ only in the probe. Prints, per way, the bytes left on disk, synthesis time, and `accelstack
-verify` wall time through the real command (min and median over ``--runs``), then the ratios
-new/old. "Old cold" is the old synthesis plus an old warm verify (the old first run did both).
+verify` wall and CPU time through the real command (min and median over ``--runs``), then the
+ratios new/old. On a busy machine compare CPU time: wall time there mostly measures the others. "Old cold" is the old synthesis plus an old warm verify (the old first run did both).
 
     python benchmarks/bench_probe.py [--runs 3] [--seed 4321]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,13 +56,16 @@ def verify_cli(runtime: Path, probe_cache: Path, work: Path) -> tuple:
     env = dict(os.environ, ACCELSTACK_PROBE_CACHE=str(probe_cache), ACCELSTACK_CACHE=str(work / "cache"),
                ACCELSTACK_HOME=str(work / "home"), ACCELSTACK_CONFIG=str(work / "none.yaml"),
                PYTHONPATH=str(REPO))
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     res = subprocess.run([sys.executable, "-m", "accelstack", "verify", "--runtime", str(runtime), "--json", "-q"],
                          capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and its worker (waited for)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if res.returncode != 0:
         raise SystemExit(f"verify failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     report = json.loads(res.stdout.strip().splitlines()[-1])["result"]
+    report["cpu_seconds"] = cpu
     return wall, report
 
 
@@ -87,7 +91,7 @@ def main() -> None:
     try:
         old_synth, new_synth, old_verify, new_verify = [], [], [], []
         old_bytes = new_peak = 0
-        new_reports = []
+        old_cpu, new_cpu = [], []
         for i in range(args.runs):
             if old_root.exists():
                 shutil.rmtree(old_root)
@@ -101,7 +105,8 @@ def main() -> None:
             old_verify.append(wall)
             wall, report = verify_cli(runtime, new_root, work)
             new_verify.append(wall)
-            new_reports.append(report)
+            old_cpu.append(old_report["cpu_seconds"])
+            new_cpu.append(report["cpu_seconds"])
             print(f"run {i + 1}: old verify {old_verify[-1]:.2f} s (load {old_report['load_seconds']:.2f} s, step "
                   f"{old_report['step_seconds']:.2f} s); new verify {new_verify[-1]:.2f} s (probe "
                   f"{report['probe_seconds']:.2f} s, load {report['load_seconds']:.2f} s, step "
@@ -117,6 +122,8 @@ def main() -> None:
               f"ratio {min(new_verify) / min(old_verify):.2f}")
         print(f"verify cold:   old (synthesize + verify) {fmt(old_cold)}; new {fmt(new_verify)}; "
               f"ratio {min(new_verify) / min(old_cold):.2f}")
+        print(f"verify CPU:    old min {min(old_cpu):6.2f} s, new min {min(new_cpu):6.2f} s (user + system, command and "
+              f"worker: the figure contention distorts least); ratio {min(new_cpu) / min(old_cpu):.2f}")
         print(f"load average:  {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (other work on the machine "
               "slows every figure alike)")
     finally:
