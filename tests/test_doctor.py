@@ -126,3 +126,12 @@ def test_a_bad_variable_is_reported_and_the_rest_still_read(tmp_path):
     paths = {p["name"]: p for p in report["paths"]}
     assert paths["home"]["path"] == str(tmp_path / "home") and paths["home"]["origin"] == "ACCELSTACK_HOME"
     assert report["toolchain"] and report["hardware"]
+
+
+def test_a_bundle_that_cannot_be_written_is_a_usage_error(tmp_path):
+    rc, out, _ = run_cli(["doctor", "--bundle", str(tmp_path), "--json"], env=_env(tmp_path))
+    assert rc == 2 and "is a directory" in json.loads(out.strip().splitlines()[-1])["message"]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    rc, out, _ = run_cli(["doctor", "--bundle", str(blocker / "r.zip"), "--json"], env=_env(tmp_path))
+    assert rc == 2 and "cannot write the bundle" in json.loads(out.strip().splitlines()[-1])["message"]

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, List
 
+from ..errors import UsageError
 from .cache import size_text
 from .common import emit, what_to_do
 
@@ -98,7 +99,14 @@ def run(args: argparse.Namespace) -> int:
                 report.problems.append(f"detection capture: {getattr(exc, 'message', exc)}")
                 capture = None  # type: ignore[assignment]
             text = render(report)
-            bundle = write_bundle(Path(args.bundle).expanduser(), report, capture, text)
+            target = Path(args.bundle).expanduser()
+            if target.is_dir():
+                raise UsageError(f"--bundle {target} is a directory", "give a file name ending in .zip or .tar.gz")
+            try:
+                bundle = write_bundle(target, report, capture, text)
+            except OSError as exc:
+                raise UsageError(f"cannot write the bundle {target} ({exc.strerror or exc})",
+                                 "give a writable path ending in .zip or .tar.gz") from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
         result = {"report": report, "bundle": str(bundle.resolve())}
