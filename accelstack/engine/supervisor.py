@@ -342,7 +342,7 @@ class Supervisor:
         self.last_status = None  # from now on, the statuses of this job
         cancel_sent = False
         total = request.steps * request.batch_count
-        task = label or f"{request.width}x{request.height}, {request.steps} steps" + (
+        task = label or f"generating {request.width}x{request.height}, {request.steps} steps" + (
             f" x{request.batch_count}" if request.batch_count > 1 else "")
         self.progress(ProgressEvent("start", self.stage, task=task, total=total, extra={"unit": "step"}))
         judge = LivenessJudge(self.policy.stall_timeout, self.policy.cpu_progress)

@@ -123,3 +123,18 @@ def test_verify_piped_prints_timestamped_lines(cpu_runtime, cache_with_probe, tm
                  "[verify] cpu runtime: done in"):
         assert want in text, res.stderr
     assert "PASS" in res.stdout
+
+
+def test_generate_piped_shows_the_load_and_the_steps(cpu_runtime, probe_model, tmp_path):
+    """`accelstack generate ... | tee log`: the model's loading and the sampling are in the log."""
+    res = run_cli(["generate", "--runtime", cpu_runtime.path, "-m", probe_model.path, "-p", "a red cube", "-W", "64",
+                   "-H", "64", "--steps", "2", "--seed", "5", "-o", tmp_path / "img.png"], cli_env(tmp_path / "cache", tmp_path))
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines and all(LINE.match(line) for line in lines), res.stderr
+    text = "\n".join(line[9:] for line in lines)
+    name = Path(probe_model.path).name
+    for want in (f"[generate] loading {name}: started", f"[generate] loading {name}: done in",
+                 "[generate] generating 64x64, 2 steps: started (2 steps)", "[generate] generating 64x64, 2 steps: done in"):
+        assert want in text, res.stderr
+    assert "wrote 1 image" in res.stdout
