@@ -332,8 +332,8 @@ class ProgressRenderer:
                 took = bar._time() - started
             else:
                 took = 0.0
-            if event.ok is False:
-                self._write(f"{event.task}: failed" + (f": {event.message}" if event.message else ""))
+            if event.ok is False:  # the reason's first line: the command itself reports the error in full
+                self._write(f"{event.task}: failed after {_duration(took)}" + (f": {_first_line(event.message)}" if event.message else ""))
             elif took >= SHOW_DURATION or (event.message and self.verbosity >= 1):
                 self._write(f"{event.task}: done in {_duration(took)}" + (f" ({event.message})" if event.message else ""))
 
@@ -378,6 +378,11 @@ class ProgressRenderer:
             self._bars.clear()
             self._totals.clear()
             self._tasks.clear()
+
+
+def _first_line(text: str, width: int = 100) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def _short(name: str, width: int = 40) -> str:

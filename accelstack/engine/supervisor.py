@@ -61,7 +61,7 @@ class Supervisor:
                  policy: Optional[SupervisorPolicy] = None, progress: ProgressCallback = null_progress,
                  extra_env: Optional[Dict[str, str]] = None, stage: str = "generate", model_label: str = "") -> None:
         self.runtime = runtime
-        self.model = str(model) if model else ""
+        self.model = os.path.abspath(model) if model else ""  # the worker runs in its own folder
         self.stage = stage
         self.model_label = model_label or (Path(self.model).name if self.model else "")
         self.options = (options or EngineOptions()).validate()

@@ -138,3 +138,10 @@ def test_generate_piped_shows_the_load_and_the_steps(cpu_runtime, probe_model, t
                  "[generate] generating 64x64, 2 steps: started (2 steps)", "[generate] generating 64x64, 2 steps: done in"):
         assert want in text, res.stderr
     assert "wrote 1 image" in res.stdout
+
+
+def test_a_relative_model_path_is_made_absolute_for_the_worker(cpu_runtime, tmp_path, monkeypatch):
+    """The worker runs in its own folder: `generate -m models/x.gguf` must still name the file."""
+    monkeypatch.chdir(tmp_path)
+    sup = Supervisor(cpu_runtime, model="models/x.gguf")
+    assert sup.model == str(tmp_path / "models" / "x.gguf") and sup.model_label == "x.gguf"
