@@ -58,6 +58,7 @@ class VerifyReport:
     generate_seconds: Optional[float] = None
     probe_seconds: float = 0.0  # synthesis time (0 when the probe came from the cache)
     probe_path: str = ""
+    probe_temporary: bool = False  # the probe was synthesized for this run and is removed after it
     image: str = ""
     total_seconds: float = 0.0
     checks: List[VerifyCheck] = field(default_factory=list)

@@ -207,7 +207,8 @@ def render(r) -> str:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")
     if r.image:
         lines.append(f"  image       {r.image}  ({PROBE_NOISE})")
-    lines.append(f"  probe       {r.probe_path}" + (f" (synthesized in {r.probe_seconds:.1f} s)" if r.probe_seconds else " (cached)"))
+    made = f"synthesized in {r.probe_seconds:.1f} s" if r.probe_seconds else "reused"
+    lines.append(f"  probe       {r.probe_path} ({made}" + (", removed after this run)" if r.probe_temporary else ", kept)"))
     lines.append(f"  total       {_secs(r.total_seconds)}")
     if not r.ok and r.log_tail:
         lines.append("  last worker log lines:")

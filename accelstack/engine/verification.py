@@ -118,7 +118,8 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
         progress(ProgressEvent("end", "verify", task=task, ok=False, total=expected, extra={"unit": "check"},
                                message=str(getattr(exc, "message", "") or exc or type(exc).__name__)))
         raise
-    report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path)
+    report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path,
+                          probe_temporary=probe.temporary)
     request = probe_request(seed)
     out = Path(output) if output is not None else default_output(runtime.backend)
 

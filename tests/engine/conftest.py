@@ -29,7 +29,7 @@ def _isolated_env(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def probe_model():
     """The full-size SD 1.x probe model (synthesized once, then from the cache)."""
-    return ensure_probe_model(DEFAULT_SEED, cache_root=PROBE_ROOT)
+    return ensure_probe_model(DEFAULT_SEED, cache_root=PROBE_ROOT, keep=True)  # one kept copy for the suite
 
 
 @pytest.fixture

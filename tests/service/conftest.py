@@ -17,7 +17,7 @@ def probe_model():
     """The probe model every verify loads (made once per machine, then from the cache)."""
     from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
 
-    return ensure_probe_model(DEFAULT_SEED, cache_root=Settings.resolve().probe_cache)
+    return ensure_probe_model(DEFAULT_SEED, cache_root=Settings.resolve().probe_cache, keep=True)
 
 
 @pytest.fixture
