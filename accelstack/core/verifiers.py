@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from ..errors import SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
@@ -41,11 +41,23 @@ def default_verifier(settings: Optional[Settings] = None, output: Optional[Path]
     return check
 
 
-_IMPORT = (
+_IMPORT = (  # the runtime's outside libraries (a CUDA build's cudart/cuBLAS) load first, as in the worker
+    "from accelstack.engine.worker_backend import load_runtime_libraries; load_runtime_libraries();"
     "import json, stable_diffusion_cpp as s, stable_diffusion_cpp.stable_diffusion_cpp as lib;"
     "print(json.dumps({'version': getattr(s, '__version__', ''), 'system_info': "
     "(lib.sd_get_system_info() or b'').decode('utf-8', 'replace').strip()}))"
 )
+
+
+def _import_env(staged: StagedRuntime) -> Dict[str, str]:
+    """The worker's environment for the staged runtime (its library note read), and accelstack
+    importable beside it."""
+    from ..engine.runtime import Runtime
+
+    env = Runtime(path=Path(staged.path), backend=staged.backend, env=dict(staged.env)).worker_env()
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([str(staged.path), package_root])
+    return env
 
 
 def import_verifier(timeout: float = 120) -> Verifier:
@@ -61,7 +73,7 @@ def import_verifier(timeout: float = 120) -> Verifier:
         task = f"{staged.backend} runtime"
         progress(ProgressEvent("start", "verify", task=task, message="checking that the runtime's library loads"))
         try:
-            res = subprocess.run([sys.executable, "-c", _IMPORT], env={**os.environ, **staged.env, "PYTHONPATH": str(staged.path)},
+            res = subprocess.run([sys.executable, "-c", _IMPORT], env=_import_env(staged),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             progress(ProgressEvent("end", "verify", task=task, ok=False, message=f"no answer within {timeout:.0f} s"))

@@ -105,7 +105,11 @@ def runtime_wheel(dest: Path) -> Path:
     """A stand-in ggml runtime wheel: the stable_diffusion_cpp package the engine looks for."""
     dest.mkdir(parents=True, exist_ok=True)
     return make_wheel(dest, "stable_diffusion_cpp_python-0.4.7-py3-none-any.whl",
-                      {"stable_diffusion_cpp/__init__.py": b"VERSION = 'test'\n"})
+                      {"stable_diffusion_cpp/__init__.py": b"VERSION = 'test'\n",
+                       # like the real bindings: the native library needs cuBLAS by name at import
+                       "stable_diffusion_cpp/stable_diffusion_cpp.py":
+                           b"import ctypes\n_lib = ctypes.CDLL('libcublas.so.13')\n"
+                           b"def sd_get_system_info():\n    return b'cuBLAS stub %d' % _lib.cublas_version()\n"})
 
 
 class Fetcher:
@@ -183,6 +187,22 @@ def test_installed_runtime_loads_shared_libraries_fetched_once(nvidia_wheels, tm
     # the receipts name the shared wheels: gc's reference count
     receipt = json.loads((home.receipts / "ggml-cuda-2.json").read_text())
     assert {a["name"] for a in receipt["artifacts"]} >= set(refs)
+
+
+def test_the_install_time_import_check_finds_the_libraries(nvidia_wheels, tmp_path):
+    """The cheap check install can run instead of a generation loads cudart/cuBLAS as the worker does."""
+    from accelstack.core.verifiers import import_verifier
+
+    _, refs = nvidia_wheels
+    home = Home(tmp_path / "home")
+    home.ensure()
+    wheel = runtime_wheel(tmp_path / "wheel")
+    plan = Plan(stack="ggml", summary="test", backend="cuda", variant="cuda-linux-x86_64")
+    dest = GgmlDirectory(home, "ggml-cuda-1", cuda_libs=list(refs.values()), fetch=Fetcher(tmp_path / "cache"))
+    with home.lock("install"):
+        outcome = transaction.install(plan, FetchedWheel(wheel, wheel.name), dest, import_verifier(), home=home,
+                                      runtime_id="ggml-cuda-1")
+    assert outcome.receipt.verification.ok, outcome.receipt.verification.reason
 
 
 def test_a_moved_home_keeps_its_libraries(nvidia_wheels, tmp_path):
