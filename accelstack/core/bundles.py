@@ -137,7 +137,7 @@ def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str 
     chosen = _choose(manifest, s, backends, targets, all_targets, report)
     refs: Dict[str, ArtifactRef] = {}
     for t in chosen:
-        for a in t.artifacts:
+        for a in list(t.artifacts) + list(t.cuda_libs):  # a CUDA target's shared cudart/cuBLAS wheels travel too
             refs.setdefault(a.sha256, a)
     timings = {"manifest": time.perf_counter() - t0}
     t0 = time.perf_counter()
@@ -439,11 +439,12 @@ def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: O
                                                 record=True)
         manifest = verified.manifest
         assert isinstance(manifest, GgmlManifest)
-        present = [t for t in manifest.targets if t.artifacts and all(a.sha256 in opened.artifacts for a in t.artifacts)]
+        present = [t for t in manifest.targets if t.artifacts and all(a.sha256 in opened.artifacts
+                                                                      for a in list(t.artifacts) + list(t.cuda_libs))]
         if not present:
             raise BundleError(f"{path} holds no complete target of its manifest", "make the bundle again")
         refs = {a.sha256: ArtifactRef(a.name, a.sha256, a.size, [opened.artifacts[a.sha256].as_uri()])
-                for t in present for a in t.artifacts}
+                for t in present for a in list(t.artifacts) + list(t.cuda_libs)}
         fetch(list(refs.values()), cache=Cache(s.cache), progress=progress, offline=False)  # local files, hashed as downloads are
         knowledge = Manifests.builtin()
         knowledge.add(dataclasses.replace(manifest, targets=present))

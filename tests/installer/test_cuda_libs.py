@@ -340,3 +340,35 @@ def test_manifest_cuda_libs_are_checked():
         load(_manifest([("libcudart.so.13", None)]))
     with pytest.raises(ManifestFormatError, match="at most"):
         load(_manifest([(f"nvidia_x{i}-1.0-py3-none-any.whl", f"{i:064x}") for i in range(20)]))
+
+
+def test_an_offline_bundle_of_a_cuda_target_carries_its_library_wheels(nvidia_wheels, signing_key, tmp_path):
+    import tarfile
+    from datetime import datetime, timedelta, timezone
+
+    from accelstack.core.bundles import create_bundle
+    from accelstack.publisher.publish import write_signed_manifest
+    from accelstack.settings import Settings
+
+    site, refs = nvidia_wheels
+    private_pem, public_b64 = signing_key
+    wheel = runtime_wheel(site / "rt")
+    data = wheel.read_bytes()
+    base = refs[CUDART].urls[0].rsplit("/", 1)[0]
+    expires = (datetime.now(timezone.utc) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc = {"format": "accelstack-manifest", "format_version": 1, "source": "cuda-test", "version": 1, "expires": expires,
+           "kind": "ggml", "package": "stable-diffusion.cpp",
+           "targets": [{"id": "linux-x86_64-cuda", "os": "linux", "arch": "x86_64", "backend": "cuda",
+                        "requires": {"cuda": "13.0", "sm": ["9.0"]},
+                        "artifacts": [{"name": wheel.name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                       "url": f"{base}/rt/{wheel.name}"}],
+                        "cuda_libs": [{"name": r.name, "sha256": r.sha256, "size": r.size, "url": r.urls[0]}
+                                      for r in refs.values()]}]}
+    (site / "cuda").mkdir(exist_ok=True)
+    write_signed_manifest(site / "cuda", doc, private_pem)
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", manifests=[f"{base}/cuda/ggml-manifest.json"],
+                         trusted_keys=[public_b64])
+    summary = create_bundle(tmp_path / "cuda.tar", settings=s, targets=["linux-x86_64-cuda"])
+    with tarfile.open(summary.path) as tar:
+        names = set(tar.getnames())
+    assert {f"artifacts/{r.sha256}" for r in refs.values()} <= names
