@@ -107,7 +107,8 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     if cpu_runtime is not None:
         cpu_runtime.check()
     # One task for the whole check, advancing as each check is made; under it, the probe's
-    # preparation, the worker's start and the model's loading, and each generation's steps.
+    # preparation (stage probe), the worker's start, the model's loading and each generation's
+    # steps (stage generate, as in any generation: apps group them by stage).
     task = f"{runtime.backend} runtime"
     expected = len(_CHECKS) + (1 if _gpu_engine(runtime) else 0) + (1 if runtime.is_gpu and cpu_runtime is not None else 0)
     progress(ProgressEvent("start", "verify", task=task, total=expected, extra={"unit": "check", "eta": False},
@@ -136,7 +137,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
                                total=max(expected, len(report.checks)), message=reason, extra={"unit": "check"}))
         return report
 
-    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress, stage="verify",
+    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress,
                      model_label="the probe model")
     try:
         try:
@@ -241,7 +242,7 @@ def _compare_cpu(report: VerifyReport, cpu_runtime: Runtime, probe: str, request
                  options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], tolerance: float,
                  max_tolerance: int, progress: ProgressCallback, check: Callable[[str, bool, str], None]) -> None:
     try:
-        with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress, stage="verify",
+        with Supervisor(cpu_runtime, model=probe, options=options, policy=policy, progress=progress,
                         model_label="the probe model on the CPU runtime") as cpu:
             ref = cpu.generate(request, label="CPU reference generation").images[0].pixels
     except EngineError as exc:
