@@ -98,3 +98,22 @@ def test_cli_dry_run_shows_the_commands_and_touches_nothing(torch_wheel, tmp_pat
     out = result_of(proc)
     assert out["dry_run"] is True and out["plan"]["stack"] == "torch"
     assert not venv.exists() and not (tmp_path / "home").exists()
+
+
+def test_the_import_check_fails_when_the_engines_packages_do_not_import(installed):
+    """A torch that works, in an environment without the engine's packages the plan installs: the
+    cheap check says which ones do not import, instead of passing until `generate` fails."""
+    from types import SimpleNamespace
+
+    from accelstack.installer.torch import import_check
+    from accelstack.installer.transaction import StagedRuntime
+
+    venv, s, _, _ = installed
+    python = str(venv / "bin" / "python")
+    plan = accelstack.plan(stack="torch", requirements=[PIN], settings=s)  # with the engine's packages
+    staged = StagedRuntime(stack="torch", backend="cpu", path=Path(python), python=python, handle=SimpleNamespace(plan=plan))
+    report = import_check(staged, lambda e: None)
+    assert not report.ok and "the torch engine's packages do not import" in report.reason
+    assert "diffusers (ModuleNotFoundError" in report.reason
+    staged.handle = SimpleNamespace(plan=without_engine(plan))
+    assert import_check(staged, lambda e: None).ok  # torch alone: nothing more is asked of it

@@ -88,6 +88,9 @@ def test_a_torch_bundle_installs_into_a_fresh_venv_from_the_bundle_alone(torch_b
     assert version.startswith("2.13")
     status = result_of(run_cli(["status", "--json"], env))["stacks"]
     assert next(x for x in status if x["stack"] == "torch")["active"] == out["runtime"]
+    # the torch engine's packages came with it, so `generate --backend torch` has what it imports
+    assert any(n.startswith("diffusers-") for n in made["artifacts"])
+    assert "diffusers (" not in receipt.verification.reason
 
 
 def _rewrite(src: Path, dest: Path, change) -> Path:
