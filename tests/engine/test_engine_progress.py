@@ -18,6 +18,7 @@ from accelstack.engine.supervisor import Supervisor
 from accelstack.engine.torch_verification import _run_check, verify_torch
 from accelstack.engine.verification import verify
 
+from cli_helpers import events_of, result_of
 from engine_helpers import cli_env, run_cli
 
 LINE = re.compile(r"^\d\d:\d\d:\d\d \[[a-z]+\] ")
@@ -147,3 +148,19 @@ def test_a_relative_model_path_is_made_absolute_for_the_worker(cpu_runtime, tmp_
     monkeypatch.chdir(tmp_path)
     sup = Supervisor(cpu_runtime, model="models/x.gguf")
     assert sup.model == str(tmp_path / "models" / "x.gguf") and sup.model_label == "x.gguf"
+
+
+def test_verify_json_progress_lines_then_one_result(cpu_runtime, cache_with_probe, tmp_path):
+    """`accelstack verify --json`: progress lines with a timestamp and a stage index, the checks
+    advancing one by one, then the one result line (the contract of docs/json.md)."""
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--output", tmp_path / "v.png", "--json"],
+                  cli_env(cache_with_probe, tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert result_of(res.stdout)["verdict"] == "PASS"
+    events = events_of(res.stdout)
+    assert events and all(e["event"] == "progress" and e["ts"].endswith("Z") and isinstance(e["stage_index"], int)
+                          for e in events)
+    checks = [e["done"] for e in events if e["task"] == "cpu runtime" and e["kind"] == "advance"]
+    assert checks == [1, 2, 3, 4]
+    assert any(e["stage"] == "generate" and e["task"] == "loading the probe model" and e["kind"] == "end" for e in events)
+    assert res.stderr == ""  # with --json, progress goes to stdout only
