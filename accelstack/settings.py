@@ -93,6 +93,7 @@ class Settings:
     use_uv: bool = False  # torch: run uv instead of pip when it is on PATH
     index_url: Optional[str] = None  # torch: a package index used where PyPI would be (a mirror); None = PyPI
     extra_index_urls: List[str] = field(default_factory=list)  # torch: indexes pip searches as well
+    torch_engine: bool = True  # torch: install the generation engine's packages (diffusers...) with torch
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     # -- derived paths: one rule each ---------------------------------------------------------
@@ -161,7 +162,7 @@ class Settings:
         out.index_url = out.index_url or None
         extras = _strings(given["extra_index_urls"]) if "extra_index_urls" in given else env.get(ENV["extra_index_urls"], "").split()
         out.extra_index_urls = [u.strip() for u in extras if u.strip()]
-        for name in ("insecure_unsigned", "allow_build", "use_uv"):
+        for name in ("insecure_unsigned", "allow_build", "use_uv", "torch_engine"):
             if name in given:
                 setattr(out, name, bool(given[name]))
         if "timeouts" in given:

@@ -4,7 +4,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_home_arguments, emit, needs_subcommand, optional_path, report_from, settings_from
+from .common import (
+    add_engine_package_argument,
+    add_home_arguments,
+    emit,
+    needs_subcommand,
+    optional_path,
+    report_from,
+    settings_from,
+)
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
@@ -52,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--platform", action="append", default=[], metavar="TAG",
                    help="torch: a pip platform tag of the target (manylinux_2_28_x86_64, win_amd64, ...; default: this "
                    "machine's); repeatable")
+    add_engine_package_argument(c)
     c.add_argument("requirements", nargs="*", metavar="REQUIREMENT", help="torch: pins such as 'torch==2.6.*'")
     c.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
     c.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)

@@ -43,6 +43,12 @@ def add_home_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", type=float, default=None, metavar="S", help="wait up to S seconds for another accelstack to finish")
 
 
+def add_engine_package_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-engine", action="store_true",
+                   help="torch: torch alone, without the packages `accelstack generate --backend torch` needs "
+                   "(diffusers, transformers, safetensors, accelerate)")
+
+
 def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--channel", action="append", default=[], metavar="NAME",
                    help="use this configured channel (`accelstack channel list`); repeatable. Default: every configured one")
@@ -70,6 +76,7 @@ def settings_from(args: argparse.Namespace, **extra: Any):
         insecure_unsigned=True if getattr(args, "insecure_unsigned", False) else None,
         offline=True if getattr(args, "offline", False) else None,
         allow_build=False if getattr(args, "no_build", False) else None,
+        torch_engine=False if getattr(args, "no_engine", False) else None,
         **{k: v for k, v in extra.items() if v is not None},
     )
     wait = getattr(args, "wait", None)

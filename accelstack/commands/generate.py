@@ -71,7 +71,12 @@ def run(args: argparse.Namespace) -> int:
     request, options = prepare(args)
     with progress_renderer(json_mode=args.json) as progress:
         if args.runtime or args.backend == "torch":  # a runtime given by hand: the engine alone
-            report = generate(runtime_from_args(args), args.model, request, args.output, options=options, progress=progress)
+            runtime = runtime_from_args(args)
+            if runtime.backend == "torch" and runtime.python:
+                from ..installer.torch import check_engine
+
+                check_engine(runtime.python)  # names missing engine packages and the pip command adding them
+            report = generate(runtime, args.model, request, args.output, options=options, progress=progress)
         else:  # the installed runtime, through the core
             import dataclasses
 

@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
-from .common import add_home_arguments, add_manifest_arguments, emit, optional_path, problem_lines, report_from, settings_from
+from .common import (
+    add_engine_package_argument,
+    add_home_arguments,
+    add_manifest_arguments,
+    emit,
+    optional_path,
+    problem_lines,
+    report_from,
+    settings_from,
+)
 from .progress import progress_renderer
 
 MiB = 1024 * 1024
@@ -81,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="reinstall even if the same runtime is installed")
     p.add_argument("--python", dest="target_python", metavar="PATH", help="torch: the interpreter to install into (default: this one)")
     p.add_argument("--venv", metavar="DIR", help="torch: install into this virtual environment (created if missing)")
+    add_engine_package_argument(p)
     p.add_argument("--uv", action="store_true", help="torch: use uv instead of pip when available")
     _add_index_arguments(p)
     p.add_argument("--bundle", metavar="FILE", help="install from an offline bundle, with no network (ggml: signature "

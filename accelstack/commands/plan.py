@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..detect.report import HardwareReport
 from ..errors import UsageError
 from ..manifests.plan import Plan
-from .common import emit, report_from
+from .common import add_engine_package_argument, emit, report_from
 
 if TYPE_CHECKING:
     from ..manifests.knowledge import Manifests
@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
     p.add_argument("--backend", default=None, help=f"force a backend (cuda, rocm, vulkan, cpu, ...) or a variant (cu126); default ${BACKEND_ENV}")
     p.add_argument("--python", default="", metavar="X.Y", help="Python version of the target environment (default: the detected one)")
+    add_engine_package_argument(p)
     p.add_argument("--manifest", action="append", default=[], metavar="FILE",
                    help="a manifest file to plan against (ggml variants, or a torch matrix replacing the built-in one); repeatable")
     p.add_argument("--json", action="store_true", help="print the Plan as JSON")
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     manifests = Manifests.builtin()
     for path in args.manifest:
         manifests.add(load_manifest_file(path))
-    settings = Settings.resolve(backend=args.backend)  # the option over $ACCELSTACK_BACKEND
+    settings = Settings.resolve(backend=args.backend,  # the option over $ACCELSTACK_BACKEND
+                                torch_engine=False if args.no_engine else None)
     check_backend(settings.backend, manifests, args.stack, option=args.backend is not None)
     report = report_from(args)
     plan = make_plan(report, args.stack, requirements=args.requirements, backend=settings.backend,

@@ -183,7 +183,8 @@ def _create_torch(out: Path, s: Settings, backends: Sequence[str], report: Optio
     work = Path(tempfile.mkdtemp(prefix=".bundle-wheels-", dir=str(s.cache)))
     try:
         t0 = time.perf_counter()
-        for argv in download_commands(p, work, version, platforms):
+        for argv in download_commands(p, work, version, platforms, index_url=s.index_url,
+                                      extra_index_urls=s.extra_index_urls):
             # offline: only the wheels pip's find-links directories hold (a local mirror)
             run_pip(argv + (["--no-index"] if s.offline else []), s.timeouts.pip, progress, "nothing was written",
                     stage="bundle")

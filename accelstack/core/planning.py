@@ -222,5 +222,5 @@ def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requir
     if manifests is None:
         manifests = load_manifests(s, record=False, progress=progress).manifests if stack == "ggml" else Manifests.builtin()
     request = Request(stack=stack, requirements=list(requirements), backend=s.backend if backend is None else backend,
-                      python=python or "")
+                      python=python or "", engine=s.torch_engine)
     return resolve(report, request, manifests)

@@ -80,6 +80,9 @@ def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, 
     receipt = receipt if receipt is not None else active_receipt(stack, s)
     path = home.runtime_path(receipt)
     if receipt.stack == "torch":
+        from ..installer.torch import check_engine
+
+        check_engine(str(path))  # a missing diffusers is named with its pip command, not a failed worker start
         runtime = Runtime(path=path.parent, backend="torch", env=dict(receipt.env), python=str(path))
     else:
         runtime = Runtime(path=path, backend=receipt.backend, env=dict(receipt.env))

@@ -30,6 +30,7 @@ class Request:
     ``cuda_driver`` is the NVIDIA driver policy: empty or ``minor-version`` (NVIDIA's rule: a CUDA
     12.x build runs on any R525+ driver when it has native code for the GPU), or ``strict`` (every
     build needs the driver of its full toolkit version, for those who want no reliance on it).
+    ``engine`` false: torch alone, for an app that runs its own code on it.
     """
 
     stack: Stack = "torch"
@@ -37,6 +38,7 @@ class Request:
     backend: str = ""
     python: str = ""
     cuda_driver: str = ""
+    engine: bool = True  # torch: with the generation engine's packages (diffusers, transformers...)
 
 
 @dataclass

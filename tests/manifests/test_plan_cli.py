@@ -102,3 +102,12 @@ def test_live_detection_runs_in_a_subprocess():
     assert proc.returncode in (0, 3), proc.stderr
     plan = from_dict(Plan, result_of(proc.stdout))
     assert plan.candidates and plan.summary
+
+
+def test_torch_plan_carries_the_engine_packages_unless_told_not_to(report_file, capsys):
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--json"]) == 0
+    with_engine = result_of(capsys.readouterr().out)
+    assert any("diffusers" in " ".join(c["argv"]) for c in with_engine["commands"])
+    assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--json", "--no-engine"]) == 0
+    alone = result_of(capsys.readouterr().out)
+    assert not any("diffusers" in " ".join(c["argv"]) for c in alone["commands"]) and alone["request"]["engine"] is False
