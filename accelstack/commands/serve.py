@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     stopped = serve(config, announce)
     text = f"accelstack service stopped ({stopped.reason})" + ("" if stopped.clean else "; a job was still ending")
+    print(text, file=sys.stderr, flush=True)  # for people, also beside a --json result line
     if args.json:
         emit(args, stopped, "")
-    else:
-        print(text, file=sys.stderr, flush=True)
     return 0

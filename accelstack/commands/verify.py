@@ -222,11 +222,11 @@ def _run_torch(args: argparse.Namespace) -> int:
 
     python, env = _torch_python(args.runtime)
     probe = None
-    if not args.no_diffusers:
-        with progress_renderer(json_mode=args.json) as progress:
+    with progress_renderer(json_mode=args.json) as progress:
+        if not args.no_diffusers:
             probe = ensure_probe_model(DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
                                        progress=progress).path
-    report = verify_torch(python=python, env=env, probe=probe)
+        report = verify_torch(python=python, env=env, probe=probe, progress=progress)
     found = torch_details(report)  # the per-op view this command renders
     lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 
@@ -11,6 +12,7 @@ from accelstack.commands.progress import ProgressRenderer
 from accelstack.events import ProgressEvent
 
 from artifact_helpers import drop, payload, ref_for
+from cli_helpers import json_lines
 
 
 def _run(argv, capsys):
@@ -26,24 +28,24 @@ def test_fetch_json_lines_then_result(server, tmp_path, capsys):
     rc, out, err = _run(["fetch", ref.urls[0], "--sha256", ref.sha256, "--size", str(ref.size),
                          "--cache", str(cache), "--json"], capsys)
     assert rc == 0, err
-    lines = [json.loads(line) for line in out.strip().splitlines()]
+    lines = json_lines(out)  # the whole contract checked, schemas included
     assert all(line["event"] in ("progress", "result") for line in lines)
     progress = [line for line in lines if line["event"] == "progress"]
     assert progress[0]["task"] == "" and progress[0]["kind"] == "start" and progress[0]["total"] == 200_000
     assert any(p["task"] == "a.bin" and p["kind"] == "end" and p["ok"] for p in progress)
-    result = lines[-1]
-    assert result["event"] == "result" and result["sha256"] == ref.sha256
+    result = lines[-1]["result"]
+    assert lines[-1]["event"] == "result" and result["sha256"] == ref.sha256
     assert open(result["path"], "rb").read() == data
 
 
-def test_fetch_plain_prints_path_and_is_quiet_when_not_a_tty(server, tmp_path, capsys, monkeypatch):
+def test_fetch_plain_prints_path_and_timestamped_lines_when_not_a_tty(server, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "c"))
     data = payload(1000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     rc, out, err = _run(["fetch", ref.urls[0], "--sha256", ref.sha256, "--size", str(ref.size)], capsys)
     assert rc == 0
-    assert out.strip().endswith(ref.sha256)
-    assert err == ""
+    assert out.strip().endswith(ref.sha256)  # stdout: the answer alone
+    assert err.strip() and all(re.match(r"^\d\d:\d\d:\d\d \[fetch\]", line) for line in err.strip().splitlines()), err
 
 
 def test_fetch_offline_and_errors(server, tmp_path, capsys):
@@ -77,7 +79,7 @@ def _ev(kind, task, done=0, total=None, **kw):
 
 
 def test_renderer_modes():
-    assert ProgressRenderer("auto", stream=io.StringIO()).mode == "quiet"
+    assert ProgressRenderer("auto", stream=io.StringIO()).mode == "lines"  # not a terminal: timestamped lines
     assert ProgressRenderer("auto", stream=FakeTTY()).mode == "bars"
     with pytest.raises(ValueError):
         ProgressRenderer("loud")
@@ -88,6 +90,7 @@ def test_renderer_json_lines():
     r = ProgressRenderer("json", json_stream=out)
     r(_ev("start", "a", done=10, total=100))
     line = json.loads(out.getvalue())
+    assert isinstance(line.pop("ts"), str) and isinstance(line.pop("stage_index"), int)
     assert line == {"event": "progress", "kind": "start", "stage": "fetch", "task": "a", "done": 10, "total": 100,
                     "ok": None, "message": "", "extra": {}}
 
