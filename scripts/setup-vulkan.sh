@@ -7,12 +7,13 @@
 #     ggml-vulkan uses, so Debian 13 (trixie)'s libvulkan-dev is downloaded (never installed: it
 #     would pull a newer libc) and only its usr/include is extracted into the build cache, where
 #     `accelstack build ggml --backend vulkan` finds it. The system's 1.3 loader runs the result;
-#   - a newer lavapipe for the tests when the system's is Mesa 22 (Debian 12's crashes in
-#     stable-diffusion.cpp's UNet): scripts/vulkan-lavapipe.sh extracts bookworm-backports' driver
-#     into the build cache, with an env file the Vulkan end-to-end test reads (never installed).
+#   - with ACCELSTACK_NEWER_LAVAPIPE=1 only: a newer lavapipe for the tests when the system's is
+#     Mesa 22 (Debian 12's crashes in stable-diffusion.cpp's UNet): scripts/vulkan-lavapipe.sh
+#     extracts bookworm-backports' driver into the build cache, with an env file the Vulkan
+#     end-to-end test reads under the same variable (never installed). Opt-in because Mesa 25 with
+#     bookworm's LLVM 15 spends tens of minutes compiling the UNet's shaders (docs/engine.md).
 # The trixie package index lives in a temporary apt directory: the system's sources are not touched.
 # Idempotent and quiet: prints only the include directory on stdout (notes go to stderr).
-# ACCELSTACK_SYSTEM_LAVAPIPE=1 skips the newer lavapipe.
 # Usage: scripts/setup-vulkan.sh [BUILD_CACHE_DIR]   (default: accelstack's build cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,8 +54,8 @@ if [ -z "$cache" ]; then
 fi
 root="$cache/vulkan-headers"
 
-# The newer lavapipe first (its failure only leaves the tests on the system's driver).
-if [ -z "${ACCELSTACK_SYSTEM_LAVAPIPE:-}" ]; then
+# The newer lavapipe first, when asked for (its failure only leaves the tests on the system's driver).
+if [ "${ACCELSTACK_NEWER_LAVAPIPE:-}" = 1 ]; then
   if env_file=$(scripts/vulkan-lavapipe.sh "$cache"); then
     : "${env_file}"  # its path (empty: the system's lavapipe is new enough, or none newer exists)
   else

@@ -11,7 +11,8 @@
 #   lvp_icd.json  a Vulkan ICD manifest whose library_path is that driver (absolute);
 #   env           KEY=VALUE lines that point the Vulkan loader at it (VK_DRIVER_FILES, and
 #                 VK_ICD_FILENAMES for loaders older than 1.3.207; LD_LIBRARY_PATH when a libLLVM was
-#                 extracted too). Only tests/engine/test_vulkan_e2e.py reads it; nothing else changes.
+#                 extracted too). Only tests/engine/test_vulkan_e2e.py reads it, and only with
+#                 ACCELSTACK_NEWER_LAVAPIPE=1; nothing else changes.
 # Idempotent; prints the env file's path on stdout when there is one (nothing when the system's lavapipe
 # is new enough or no newer one is available); notes go to stderr.
 # Usage: scripts/vulkan-lavapipe.sh BUILD_CACHE_DIR
