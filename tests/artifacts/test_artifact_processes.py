@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from artifact_helpers import gate, payload, ref_for
-from cli_helpers import result_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,8 +88,8 @@ def test_two_processes_fetch_the_same_blob(server, tmp_path):
                 proc.kill()
     assert first.returncode == 0, err1
     assert second.returncode == 0, err2
-    result1 = result_of(out1)
-    result2 = result_of(out2)
+    result1 = json.loads(out1.strip().splitlines()[-1])  # the script's own line, not the CLI's
+    result2 = json.loads(out2.strip().splitlines()[-1])
     assert result1["path"] == result2["path"]
     assert Path(result1["path"]).read_bytes() == data
     # downloaded once: a single request, exactly the file's bytes
