@@ -10,8 +10,9 @@
 #   - with ACCELSTACK_NEWER_LAVAPIPE=1 only: a newer lavapipe for the tests when the system's is
 #     Mesa 22 (Debian 12's crashes in stable-diffusion.cpp's UNet): scripts/vulkan-lavapipe.sh
 #     extracts bookworm-backports' driver into the build cache, with an env file the Vulkan
-#     end-to-end test reads under the same variable (never installed). Opt-in because Mesa 25 with
-#     bookworm's LLVM 15 spends tens of minutes compiling the UNet's shaders (docs/engine.md).
+#     end-to-end test reads under the same variable (never installed); the test passes on it. Opt-in
+#     because with a cold shader cache Mesa 25 and bookworm's LLVM 15 spend tens of minutes compiling
+#     the UNet's shaders (docs/engine.md).
 # The trixie package index lives in a temporary apt directory: the system's sources are not touched.
 # Idempotent and quiet: prints only the include directory on stdout (notes go to stderr).
 # Usage: scripts/setup-vulkan.sh [BUILD_CACHE_DIR]   (default: accelstack's build cache)
