@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
-import http.server
 import json
 import shutil
-import threading
-import time
 import zipfile
 from pathlib import Path
 from typing import Dict
@@ -20,43 +16,7 @@ from accelstack.publisher.build import BuildResult
 from accelstack.publisher.publish import build_manifest, write_signed_manifest
 from accelstack.serde import to_dict
 
-
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves a directory; ``server.delay`` seconds between 64 KiB chunks lets a test catch a download mid-way."""
-
-    def log_message(self, *args) -> None:  # keep pytest output clean
-        pass
-
-    def copyfile(self, source, outputfile) -> None:
-        delay = getattr(self.server, "delay", 0.0)
-        while True:
-            chunk = source.read(64 * 1024)
-            if not chunk:
-                return
-            outputfile.write(chunk)
-            if delay:
-                time.sleep(delay)
-
-
-class Server:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        handler = functools.partial(_Handler, directory=str(root))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.delay = 0.0  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def set_delay(self, seconds: float) -> None:
-        self.httpd.delay = seconds  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from installer_helpers import Server  # noqa: F401 - the fixtures' server, importable by test modules
 
 
 def repack_wheel(src: Path, dest: Path, marker: str) -> None:

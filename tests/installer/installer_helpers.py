@@ -1,9 +1,13 @@
 """Run the real CLI in a child process against a private home and cache."""
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -36,3 +40,41 @@ def error_of(proc: subprocess.CompletedProcess) -> dict:
         return cli_helpers.error_of(proc.stdout)
     except AssertionError as exc:
         raise AssertionError(f"{exc} (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves a directory; ``server.delay`` seconds between 64 KiB chunks lets a test catch a download mid-way."""
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def copyfile(self, source, outputfile) -> None:
+        delay = getattr(self.server, "delay", 0.0)
+        while True:
+            chunk = source.read(64 * 1024)
+            if not chunk:
+                return
+            outputfile.write(chunk)
+            if delay:
+                time.sleep(delay)
+
+
+class Server:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        handler = functools.partial(_Handler, directory=str(root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.delay = 0.0  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def set_delay(self, seconds: float) -> None:
+        self.httpd.delay = seconds  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

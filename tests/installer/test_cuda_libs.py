@@ -34,7 +34,7 @@ from accelstack.manifests.plan import Plan
 from accelstack.refs import ArtifactRef
 from accelstack.verdict import VerifyReport
 
-from conftest import Server
+from installer_helpers import Server
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or shutil.which("cc") is None,
                                 reason="builds ELF shared libraries with the system C compiler")

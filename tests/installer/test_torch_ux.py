@@ -50,7 +50,7 @@ from accelstack.manifests.torch_matrix import ENGINE_PACKAGES, _builtin_bytes, l
 from accelstack.manifests.torch_resolve import ENGINE_WHY, engine_command, without_engine
 from accelstack.settings import ENV, Settings
 
-from conftest import Server
+from installer_helpers import Server
 
 PYTORCH = "https://download.pytorch.org/whl/cu128"
 MIRROR = "https://mirror.example/simple"
