@@ -10,6 +10,7 @@ import sys
 import pytest
 import requests
 
+from cli_helpers import check_schema
 from service_helpers import REPO, Service, service_env
 
 API = "/api/v1"
@@ -35,7 +36,9 @@ def raw(svc: Service, method: str, path: str, headers: dict, body: bytes = b"") 
 
 
 def test_start_announces_the_url_and_a_user_only_token_file(svc):
-    assert set(svc.announced) == {"url", "token_file"}
+    assert svc.announced["event"] == "ready" and svc.announced["command"] == "serve"  # a JSON Lines event line
+    check_schema("line", svc.announced, "serve's ready line")
+    assert svc.announced["page_url"].startswith(svc.announced["url"])
     assert svc.url.startswith("http://127.0.0.1:")
     assert svc.token_file.is_relative_to(svc.home / "state")
     assert stat.S_IMODE(svc.token_file.stat().st_mode) == 0o600
