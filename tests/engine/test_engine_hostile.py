@@ -132,13 +132,13 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
     (tmp_path / "outdir.png").mkdir()
     model = tmp_path / "m.safetensors"
     model.write_bytes(b"\xff" * 64)
-    cases = [
+    cases = [  # a bad request value is a usage error (2), like a bad option; an unusable output path fails (1)
         (["-p", "x", "-o", tmp_path / "outdir.png"], 1, "existing folder"),
-        (["-p", "x" * (MAX_PROMPT_CHARS + 1)], 1, "characters long"),
-        (["-p", "(cat:.)"], 1, "attention weight"),
+        (["-p", "x" * (MAX_PROMPT_CHARS + 1)], 2, "characters long"),
+        (["-p", "(cat:.)"], 2, "attention weight"),
         (["-p", "x", "--threads", "5000"], 2, "from 1 to 512"),
         (["-p", "x", "--threads", "9" * 5000], 2, "--threads"),
-        (["-p", "x", "--cfg-scale", "nan"], 1, "cfg scale"),
+        (["-p", "x", "--cfg-scale", "nan"], 2, "cfg scale"),
         (["-p", "x", "--vae-tile-size", "99999999999"], 2, "vae_tile_size"),
         (["-p", "x", "--width", "abc"], 2, "invalid int value"),
     ]
