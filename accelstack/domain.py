@@ -31,3 +31,10 @@ PlanStatus = Literal["ready", "needs-build", "unsatisfiable"]
 EventKind = Literal["start", "advance", "end", "message"]
 
 Verdict = Literal["PASS", "FAIL"]
+
+
+# The note a runtime directory keeps of its outside libraries (a CUDA build's shared cudart and
+# cuBLAS): written by the installer (accelstack.installer.cuda_libs), read by the engine when it
+# starts a worker (accelstack.engine.runtime). One name and format for both layers.
+RUNTIME_LIBS_NOTE = ".accelstack-libs.json"
+RUNTIME_LIBS_NOTE_FORMAT = 1

@@ -141,7 +141,7 @@ def plan_and_install(report: Optional[HardwareReport] = None, stack: str = "ggml
 
 def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Optional[Verifier], force: bool,
                   dry_run: bool, trusted: Optional[TrustedSet], progress: ProgressCallback) -> InstallSummary:
-    from ..installer.ggml import FetchedWheel, GgmlDirectory, cuda_libs_of, runtime_id, wheel_of
+    from ..installer.ggml import FetchedWheel, GgmlDirectory, runtime_id, wheel_of
 
     if dry_run:
         return _dry_run_ggml(plan, report, s, force, trusted)
@@ -175,7 +175,7 @@ def _install_ggml(plan: Plan, report: HardwareReport, s: Settings, verifier: Opt
 
         paths = fetch([ref], cache=Cache(s.cache), progress=progress, offline=s.offline)
         timings["download"] = time.perf_counter() - t
-        dest = GgmlDirectory(home, rid, cuda_libs=cuda_libs_of(plan, manifests),  # a CUDA build's shared cudart/cuBLAS
+        dest = GgmlDirectory(home, rid, cuda_libs=plan.cuda_libs,  # a CUDA build's shared cudart/cuBLAS
                              fetch=lambda refs: fetch(refs, cache=Cache(s.cache), progress=progress, offline=s.offline))
         outcome = run_transaction(plan, FetchedWheel(paths[ref.sha256], ref.name), dest,
                                   verifier or default_verifier(s), home=home, runtime_id=rid,
@@ -297,6 +297,12 @@ def _dry_run_ggml(plan: Plan, report: HardwareReport, s: Settings, force: bool,
             part = cache.part_size(a.sha256)
             resume = f", resuming after {part / 1e6:.0f} MB already downloaded" if 0 < part < a.size else ""
             would.append(f"would download {a.name} ({a.size / 1e6:.0f} MB){resume}")
+    if plan.cuda_libs:  # NVIDIA's cudart/cuBLAS wheels, shared by the home's CUDA runtimes (installer.cuda_libs)
+        from ..installer.cuda_libs import shared_root
+
+        names = ", ".join(a.name.split("-")[0] for a in plan.cuda_libs)
+        would.append(f"would provide {names} ({sum(a.size for a in plan.cuda_libs) / 1e6:.0f} MB) once in "
+                     f"{shared_root(home)}: reused when the home or a torch environment has them, else downloaded")
     would.append(f"would {'reinstall' if intact else 'install'} runtime {rid} into {home.runtimes('ggml') / rid}, {activate}"
                  + (f"; {active} stays for `rollback`" if active and active != rid else ""))
     return InstallSummary("ggml", rid, False, plan, dry_run=True, previous=active if active != rid else "", would=would)

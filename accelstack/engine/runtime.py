@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Mapping, Optional
 
+from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
 from .errors import ConfigError, RuntimeNotFoundError
 from .worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
 
-LIBS_FILE = ".accelstack-libs.json"  # written by accelstack.installer.cuda_libs.write_links
+LIBS_FILE = RUNTIME_LIBS_NOTE  # written by accelstack.installer.cuda_libs.write_links
 MAX_LIBS_FILE = 1 << 20
 GGML_BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl")
 BACKENDS = GGML_BACKENDS + ("torch",)  # what a Runtime's ``backend`` may be ("torch": the torch stack)
@@ -56,7 +57,7 @@ def runtime_libraries(path: Path) -> RuntimeLibraries:
             raise ValueError("too large")
         doc = json.loads(raw.decode("utf-8"))
         entries = doc["libraries"]
-        if doc.get("format") != 1 or not isinstance(entries, list):
+        if doc.get("format") != RUNTIME_LIBS_NOTE_FORMAT or not isinstance(entries, list):
             raise ValueError("unknown format")
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise _libs_error(path, f"its note {note} is damaged ({str(exc)[:100]})") from None

@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
@@ -44,8 +45,7 @@ from .wheel import InstallError, extract_wheel_files
 log = logging.getLogger(__name__)
 
 SHARED = ("shared", "cuda")  # <home>/shared/cuda/<sha256 of the wheel>/
-LINK_FILE = ".accelstack-libs.json"  # in a runtime directory; format read by accelstack.engine.runtime
-LINK_FORMAT = 1
+LINK_FILE = RUNTIME_LIBS_NOTE  # in a runtime directory; read by accelstack.engine.runtime
 CONTENTS = "contents.json"  # in a shared directory: what was unpacked, for the reuse check
 _SHA = re.compile(r"^[0-9a-f]{64}\Z")
 _WHEEL = re.compile(r"^(?P<dist>[A-Za-z0-9][A-Za-z0-9._]*)-(?P<version>[0-9][A-Za-z0-9.+!_]*)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z")
@@ -294,7 +294,7 @@ def provide(home: Home, refs: Sequence[ArtifactRef], fetch: LibFetcher, *, torch
 
 def write_links(runtime_dir: Path, provided: ProvidedLibs) -> None:
     """The runtime's note of where its CUDA libraries are (read by :mod:`accelstack.engine.runtime`)."""
-    doc = {"format": LINK_FORMAT, "libraries": [to_dict(loc) for loc in provided.locations]}
+    doc = {"format": RUNTIME_LIBS_NOTE_FORMAT, "libraries": [to_dict(loc) for loc in provided.locations]}
     atomic_write(runtime_dir / LINK_FILE, json.dumps(doc, indent=1))
 
 

@@ -24,7 +24,7 @@ from .transaction import StagedRuntime
 from .wheel import InstallError, hash_tree, install_wheel
 
 if TYPE_CHECKING:
-    from ..manifests.resolve import Manifests
+    pass
 
 log = logging.getLogger(__name__)
 STACK = "ggml"
@@ -52,16 +52,6 @@ def wheel_of(plan: Plan):
         raise InstallError(f"the plan has no installable ggml build ({plan.summary})",
                            hint="name a manifest with a build for this machine, or allow a local build")
     return wheels[0]
-
-
-def cuda_libs_of(plan: Plan, manifests: Manifests) -> List[ArtifactRef]:
-    """The CUDA library wheels the manifest target of ``plan`` declares (its exact artifacts)."""
-    want = sorted(a.sha256 for a in plan.artifacts)
-    for m in manifests.ggml:
-        for t in m.targets:
-            if t.id == plan.variant and sorted(a.sha256 for a in t.artifacts) == want:
-                return list(t.cuda_libs)
-    return []
 
 
 class GgmlDirectory:

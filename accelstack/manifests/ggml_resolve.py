@@ -353,6 +353,7 @@ class _GgmlResolver:
         plan.backend, plan.variant = e.backend, e.name
         plan.gpus = [i for d in e.covers for i in d.indexes]
         plan.artifacts = list(e.tgt.artifacts)
+        plan.cuda_libs = list(e.tgt.cuda_libs)
         size = sum(a.size for a in plan.artifacts)
         where = e.where
         plan.summary = f"ggml {e.name} ({_TEXT[e.backend]}) for {where}: {len(plan.artifacts)} file(s), {size / 2**20:.1f} MiB"

@@ -111,6 +111,7 @@ class Plan:
     uv_commands: List[Command] = field(default_factory=list)  # the same steps with uv, for those who use it
     optional_packages: List[str] = field(default_factory=list)  # offered, not installed (triton-windows)
     artifacts: List[ArtifactRef] = field(default_factory=list)
+    cuda_libs: List[ArtifactRef] = field(default_factory=list)  # ggml cuda: NVIDIA runtime wheels shared in the home
     env: Dict[str, str] = field(default_factory=dict)  # set at launch
     build: Optional[BuildSpec] = None
     candidates: List[Candidate] = field(default_factory=list)

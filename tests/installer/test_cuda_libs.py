@@ -8,7 +8,6 @@ a real worker-like process. No NVIDIA hardware is needed: the loading is the dyn
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -29,12 +28,13 @@ from accelstack.installer import cuda_libs, transaction
 from accelstack.installer.ggml import FetchedWheel, GgmlDirectory
 from accelstack.installer.home import Home
 from accelstack.installer.maintenance import uninstall
+from accelstack.installer.records import StateError
 from accelstack.installer.wheel import InstallError
 from accelstack.manifests.plan import Plan
 from accelstack.refs import ArtifactRef
 from accelstack.verdict import VerifyReport
 
-from installer_helpers import Server
+from installer_helpers import Server, write_wheel
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or shutil.which("cc") is None,
                                 reason="builds ELF shared libraries with the system C compiler")
@@ -43,10 +43,6 @@ CUDART = "nvidia_cuda_runtime-13.0.96-py3-none-manylinux_2_27_x86_64.whl"
 CUBLAS = "nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl"
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
 
 def make_wheel(dest: Path, name: str, files: Dict[str, bytes]) -> Path:
     """A wheel with ``files`` plus its dist-info (METADATA, WHEEL, a correct RECORD)."""
@@ -54,13 +50,7 @@ def make_wheel(dest: Path, name: str, files: Dict[str, bytes]) -> Path:
     info = f"{dist}-{version}.dist-info"
     files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
              f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "\n".join(_record_line(n, d) for n, d in files.items()) + f"\n{info}/RECORD,,\n"
-    path = dest / name
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n, d in files.items():
-            zf.writestr(n, d)
-        zf.writestr(f"{info}/RECORD", record)
-    return path
+    return write_wheel(dest / name, files, zipfile.ZIP_DEFLATED)
 
 
 def build_library(tmp: Path, soname: str, symbol: str, value: int, needs: List[str] = ()) -> bytes:
@@ -266,7 +256,7 @@ def test_shared_folder_through_a_link_is_refused(nvidia_wheels, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (home.root / "shared").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(Exception, match="not a plain directory"):
+    with pytest.raises(StateError, match="not a plain directory"):
         install_cuda_runtime(home, tmp_path, "ggml-cuda-1", list(refs.values()), Fetcher(tmp_path / "cache"))
     assert list(outside.iterdir()) == []
     assert cuda_libs.remove_unreferenced(home) == []
@@ -342,11 +332,12 @@ def test_manifest_cuda_libs_are_checked():
         load(_manifest([(f"nvidia_x{i}-1.0-py3-none-any.whl", f"{i:064x}") for i in range(20)]))
 
 
-def test_an_offline_bundle_of_a_cuda_target_carries_its_library_wheels(nvidia_wheels, signing_key, tmp_path):
-    import tarfile
+@pytest.fixture
+def cuda_channel(nvidia_wheels, signing_key, tmp_path):
+    """Settings reading a signed manifest with one CUDA target (for sm 9.0 and 12.0, driver CUDA
+    13.0) whose cudart/cuBLAS are shared library wheels."""
     from datetime import datetime, timedelta, timezone
 
-    from accelstack.core.bundles import create_bundle
     from accelstack.publisher.publish import write_signed_manifest
     from accelstack.settings import Settings
 
@@ -359,16 +350,43 @@ def test_an_offline_bundle_of_a_cuda_target_carries_its_library_wheels(nvidia_wh
     doc = {"format": "accelstack-manifest", "format_version": 1, "source": "cuda-test", "version": 1, "expires": expires,
            "kind": "ggml", "package": "stable-diffusion.cpp",
            "targets": [{"id": "linux-x86_64-cuda", "os": "linux", "arch": "x86_64", "backend": "cuda",
-                        "requires": {"cuda": "13.0", "sm": ["9.0"]},
+                        "requires": {"cuda": "13.0", "sm": ["9.0", "12.0"]},
                         "artifacts": [{"name": wheel.name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                                        "url": f"{base}/rt/{wheel.name}"}],
                         "cuda_libs": [{"name": r.name, "sha256": r.sha256, "size": r.size, "url": r.urls[0]}
                                       for r in refs.values()]}]}
     (site / "cuda").mkdir(exist_ok=True)
     write_signed_manifest(site / "cuda", doc, private_pem)
-    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", manifests=[f"{base}/cuda/ggml-manifest.json"],
-                         trusted_keys=[public_b64])
-    summary = create_bundle(tmp_path / "cuda.tar", settings=s, targets=["linux-x86_64-cuda"])
+    return Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache",
+                            manifests=[f"{base}/cuda/ggml-manifest.json"], trusted_keys=[public_b64])
+
+
+def test_the_plan_of_a_cuda_machine_names_the_shared_library_wheels(nvidia_wheels, cuda_channel):
+    """The plan install follows carries the target's cudart/cuBLAS wheels (no second lookup in the manifests)."""
+    import accelstack
+    from accelstack.core.detection import detect
+    from accelstack.detect.system import ReplaySystem
+
+    _, refs = nvidia_wheels
+    report = detect(ReplaySystem(Path(__file__).resolve().parents[1] / "fixtures" / "captures" /
+                                 "linux-nvidia-rtx5090-rtx4090-580"), settings=cuda_channel)
+    plan = accelstack.plan(report, "ggml", settings=cuda_channel)
+    assert plan.backend == "cuda" and plan.variant == "linux-x86_64-cuda", plan.summary
+    assert sorted(r.sha256 for r in plan.cuda_libs) == sorted(r.sha256 for r in refs.values())
+    from accelstack.core.lifecycle import plan_and_install
+
+    summary = plan_and_install(report, "ggml", settings=cuda_channel, dry_run=True)
+    assert any("nvidia_cuda_runtime, nvidia_cublas" in w for w in summary.would), summary.would
+    assert not cuda_channel.home.exists()  # a dry run writes nothing
+
+
+def test_an_offline_bundle_of_a_cuda_target_carries_its_library_wheels(nvidia_wheels, cuda_channel, tmp_path):
+    import tarfile
+
+    from accelstack.core.bundles import create_bundle
+
+    _, refs = nvidia_wheels
+    summary = create_bundle(tmp_path / "cuda.tar", settings=cuda_channel, targets=["linux-x86_64-cuda"])
     with tarfile.open(summary.path) as tar:
         names = set(tar.getnames())
     assert {f"artifacts/{r.sha256}" for r in refs.values()} <= names
