@@ -15,8 +15,9 @@ import stat
 import sys
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Callable, List
+from typing import Callable, Iterator, List
 
 from ..artifacts.cache import hash_file
 from ..errors import AccelstackError, Action
@@ -38,6 +39,34 @@ def _script_kind() -> str:
     return "win-arm64" if platform.machine().lower() in ("arm64", "aarch64") else "win-amd64"
 
 
+@contextmanager
+def checked_wheel(wheel: Path, name: str, verb: str, changed: str, broken: str) -> Iterator[Path]:
+    """``wheel`` (a blob stored by hash) under its real file name ``name``, which carries its
+    distribution and tags, for the duration of the block; what goes wrong in the block becomes an
+    :class:`InstallError`: a full disk, another I/O error, or a wheel that is not valid (its RECORD
+    does not match its files, a malformed archive, an unsafe member name). ``changed`` says what
+    state that leaves ("nothing was changed"); ``broken`` who is to blame for a broken wheel."""
+    def hint(text: str) -> str:
+        return "; ".join(t for t in (text, changed) if t)
+
+    with tempfile.TemporaryDirectory(prefix="accelstack-wheel-") as tmp:
+        link = Path(tmp) / name
+        try:
+            os.link(wheel, link)
+        except OSError:
+            shutil.copyfile(wheel, link)
+        try:
+            yield link
+        except OSError as exc:
+            if getattr(exc, "errno", None) == 28:  # ENOSPC
+                raise InstallError(f"the disk is full while {verb}ing {name}", hint=hint("free some disk space and try "
+                                   "again"), action=Action.FREE_DISK) from None
+            raise InstallError(f"could not {verb} {name}: {exc}", hint=changed or "try again", action=Action.RETRY) from None
+        except Exception as exc:
+            raise InstallError(f"{name} is not a valid wheel: {exc}", hint="; ".join(t for t in (changed, broken) if t),
+                               action=Action.REPORT_BUG) from None
+
+
 def install_wheel(wheel: Path, target: Path, name: str) -> None:
     """Install the wheel file ``wheel`` (stored under any name; ``name`` is its real file name)
     into ``target`` as a flat import root, like ``pip install --target --no-deps``."""
@@ -50,24 +79,10 @@ def install_wheel(wheel: Path, target: Path, name: str) -> None:
               "data": os.path.join(t, "data")}
     dest = SchemeDictionaryDestination(scheme, interpreter=sys.executable, script_kind=_script_kind(),  # type: ignore[arg-type]
                                        bytecode_optimization_levels=())
-    with tempfile.TemporaryDirectory(prefix="accelstack-wheel-") as tmp:
-        link = Path(tmp) / name  # the wheel's name carries its distribution and tags; blobs are stored by hash
-        try:
-            os.link(wheel, link)
-        except OSError:
-            shutil.copyfile(wheel, link)
-        try:
-            with WheelFile.open(link) as source:
-                source.validate_record()
-                install(source, dest, {"INSTALLER": b"accelstack\n"})
-        except OSError as exc:
-            if getattr(exc, "errno", None) == 28:  # ENOSPC
-                raise InstallError(f"the disk is full while installing {name}", hint="free some disk space and try again; "
-                                   "nothing was changed", action=Action.FREE_DISK) from None
-            raise InstallError(f"could not install {name}: {exc}", hint="nothing was changed", action=Action.RETRY) from None
-        except Exception as exc:  # a wheel whose RECORD does not match its files, a malformed archive
-            raise InstallError(f"{name} is not a valid wheel: {exc}", hint="nothing was changed; the published build is "
-                               "broken", action=Action.REPORT_BUG) from None
+    with checked_wheel(wheel, name, "install", "nothing was changed", "the published build is broken") as link:
+        with WheelFile.open(link) as source:
+            source.validate_record()
+            install(source, dest, {"INSTALLER": b"accelstack\n"})
     log.info("installed %s into %s", name, target)
 
 
@@ -80,39 +95,25 @@ def extract_wheel_files(wheel: Path, target: Path, name: str, wanted: Callable[[
     from installer.sources import WheelFile
 
     out: List[str] = []
-    with tempfile.TemporaryDirectory(prefix="accelstack-wheel-") as tmp:
-        link = Path(tmp) / name
-        try:
-            os.link(wheel, link)
-        except OSError:
-            shutil.copyfile(wheel, link)
-        try:
-            with WheelFile.open(link) as source:
-                source.validate_record()
-            with zipfile.ZipFile(link) as zf:
-                for info in zf.infolist():
-                    member = info.filename
-                    if info.is_dir() or not wanted(member):
-                        continue
-                    if stat.S_ISLNK(info.external_attr >> 16):
-                        continue  # wheels hold no links; one is never followed or made
-                    parts = PurePosixPath(member).parts
-                    if member.startswith("/") or "\\" in member or ":" in member or ".." in parts or not parts:
-                        raise ValueError(f"unsafe member name {member!r}")
-                    dest = target.joinpath(*parts)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with zf.open(info) as src, open(dest, "xb") as fh:
-                        shutil.copyfileobj(src, fh, 1 << 20)
-                    os.chmod(dest, 0o755 if member.endswith((".so", ".dll", ".dylib")) or ".so." in member else 0o644)
-                    out.append("/".join(parts))
-        except OSError as exc:
-            if getattr(exc, "errno", None) == 28:  # ENOSPC
-                raise InstallError(f"the disk is full while unpacking {name}", hint="free some disk space and try again",
-                                   action=Action.FREE_DISK) from None
-            raise InstallError(f"could not unpack {name}: {exc}", hint="try again", action=Action.RETRY) from None
-        except Exception as exc:  # RECORD mismatch, a malformed archive, an unsafe name
-            raise InstallError(f"{name} is not a valid wheel: {exc}", hint="the published library wheel is broken",
-                               action=Action.REPORT_BUG) from None
+    with checked_wheel(wheel, name, "unpack", "", "the published library wheel is broken") as link:
+        with WheelFile.open(link) as source:
+            source.validate_record()
+        with zipfile.ZipFile(link) as zf:
+            for info in zf.infolist():
+                member = info.filename
+                if info.is_dir() or not wanted(member):
+                    continue
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    continue  # wheels hold no links; one is never followed or made
+                parts = PurePosixPath(member).parts
+                if member.startswith("/") or "\\" in member or ":" in member or ".." in parts or not parts:
+                    raise ValueError(f"unsafe member name {member!r}")
+                dest = target.joinpath(*parts)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(dest, "xb") as fh:
+                    shutil.copyfileobj(src, fh, 1 << 20)
+                os.chmod(dest, 0o755 if member.endswith((".so", ".dll", ".dylib")) or ".so." in member else 0o644)
+                out.append("/".join(parts))
     return sorted(out)
 
 
