@@ -78,16 +78,9 @@ if headers; then
   exit 0
 fi
 
-apt_dir=$(mktemp -d)
-trap 'rm -rf "$apt_dir"' EXIT
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/download"
-echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $HEADERS_SUITE main" \
-  > "$apt_dir/sources.list"
-apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
-          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Get::List-Cleanup=0"
-          -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root" -qq)
 note "fetching $HEADERS_PACKAGE from Debian $HEADERS_SUITE (headers only)"
-apt-get "${apt_opts[@]}" update >/dev/null
+. scripts/private-apt.sh
+private_apt "$HEADERS_SUITE"
 (cd "$apt_dir/download" && apt-get "${apt_opts[@]}" download "$HEADERS_PACKAGE/$HEADERS_SUITE" >/dev/null)
 deb=$(ls "$apt_dir"/download/*.deb)
 version=$(dpkg-deb -f "$deb" Version)

@@ -47,15 +47,8 @@ case "$codename" in
   *) note "system lavapipe is Mesa $system_version and no backports suite is known for ${codename:-this system}"; exit 0 ;;
 esac
 
-apt_dir=$(mktemp -d)
-trap 'rm -rf "$apt_dir"' EXIT
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/download"
-echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" \
-  > "$apt_dir/sources.list"
-apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
-          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Get::List-Cleanup=0"
-          -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root" -qq)
-apt-get "${apt_opts[@]}" update >/dev/null
+. "$(dirname "$0")/private-apt.sh"
+private_apt "$suite"
 candidate=$(apt-cache "${apt_opts[@]}" show "$PACKAGE/$suite" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -n 1 || true)
 if [ -z "$candidate" ] || dpkg --compare-versions "$candidate" lt "$OLDEST_GOOD"; then
   note "system lavapipe is Mesa $system_version and $suite has no newer $PACKAGE"
