@@ -1,13 +1,16 @@
 """Run the real CLI in a child process against a private home and cache."""
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import http.server
 import os
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -78,3 +81,18 @@ class Server:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def write_wheel(path: Path, files: Dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> Path:
+    """A wheel at ``path`` holding ``files`` (its dist-info METADATA and WHEEL among them) and a
+    RECORD with every file's sha256 and size, as the installers check it. Stored uncompressed by
+    default, so a payload of random bytes makes the file that big."""
+    info = next(name.split("/")[0] for name in files if name.endswith(".dist-info/METADATA"))
+    rows = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+            for name, data in files.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{info}/RECORD", "\n".join(rows + [f"{info}/RECORD,,"]) + "\n")
+    return path

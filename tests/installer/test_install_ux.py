@@ -8,7 +8,6 @@ reads the home they leave.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import platform
@@ -16,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -31,6 +29,7 @@ from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
 
 from cli_helpers import REPO, error_of, events_of, result_of, run_cli
+from installer_helpers import write_wheel
 
 
 def _installer_fixtures():
@@ -54,9 +53,6 @@ VERSION = "0.4.7"
 BUILD_LINE = "would build cpu from source (~4 min, needs cmake and a C++ compiler)"
 
 
-def _digest(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
 
 def make_wheel(directory: Path, marker: str, padding: int = 0) -> Path:
     """A valid wheel of the right name for this interpreter and machine (RECORD checked by the
@@ -71,14 +67,7 @@ def make_wheel(directory: Path, marker: str, padding: int = 0) -> Path:
     }
     if padding:
         files["stable_diffusion_cpp/padding.bin"] = os.urandom(padding)
-    record = "".join(f"{p},sha256={_digest(d)},{len(d)}\n" for p, d in files.items()) + f"{info}/RECORD,,\n"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        for p, d in files.items():
-            z.writestr(p, d)
-        z.writestr(f"{info}/RECORD", record)
-    return path
+    return write_wheel(directory / name, files)
 
 
 @pytest.fixture

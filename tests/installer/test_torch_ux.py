@@ -5,8 +5,6 @@ pip runs for real, against a real HTTP index on 127.0.0.1 serving wheels these t
 test downloads anything from the internet."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import json
 import os
@@ -14,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import List, Sequence
 
@@ -50,7 +47,7 @@ from accelstack.manifests.torch_matrix import ENGINE_PACKAGES, _builtin_bytes, l
 from accelstack.manifests.torch_resolve import ENGINE_WHY, engine_command, without_engine
 from accelstack.settings import ENV, Settings
 
-from installer_helpers import Server
+from installer_helpers import Server, write_wheel
 
 PYTORCH = "https://download.pytorch.org/whl/cu128"
 MIRROR = "https://mirror.example/simple"
@@ -107,14 +104,7 @@ def _wheel(dest: Path, name: str, version: str, size: int = 0, requires: Sequenc
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {f"{name}/__init__.py": b"", f"{name}/blob.bin": os.urandom(size), f"{info}/METADATA": meta.encode(),
              f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: accelstack-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
-                     for path, data in files.items()) + f"{info}/RECORD,,\n"
-    files[f"{info}/RECORD"] = record.encode()
-    out = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
-        for path, data in files.items():
-            zf.writestr(path, data)
-    return out
+    return write_wheel(dest / f"{name}-{version}-py3-none-any.whl", files)
 
 
 @pytest.fixture(scope="module")
