@@ -213,41 +213,94 @@ def _ggml_provenance(source: str, version: int, loaded: Sequence[LoadedManifest]
 
 
 # -- what a dry run says ---------------------------------------------------------------------
-BUILD_NEEDS = {
+# A local CUDA build, timed (docs/builds.md, scripts/build-cuda.sh): the cuda variant for sm_90 alone
+# compiled in 5656 s on 2 loaded cores, about 20 min of it the C++ files and the rest ggml-cuda's
+# files, which every further architecture compiles again.
+CUDA_HOST_MINUTES = 20
+CUDA_ARCH_MINUTES = 75
+CUDA_COMPILE_TIMEOUT_PER_ARCH = 4 * 3600.0  # scripts/build-cuda.sh's limit for one architecture
+
+
+def cuda_build_time(archs: int) -> str:
+    """How long a local CUDA build of ``archs`` architectures takes, from the measured figures above."""
+    hours = (CUDA_HOST_MINUTES + CUDA_ARCH_MINUTES * max(1, archs)) / 60
+    low = max(1, int(hours))
+    return f"about {low}-{low + 1} h on 2 cores, less with more cores"
+
+
+BUILD_NEEDS = {  # how long, and what it needs (a CUDA build's time is for one architecture: see build_sentence)
     "cpu": ("~4 min", ["cmake", "a C++ compiler"]),
     "cpu-noavx2": ("~4 min", ["cmake", "a C++ compiler"]),
     "vulkan": ("~8 min", ["cmake", "a C++ compiler", "the Vulkan headers and glslc"]),
-    "cuda": ("~15 min", ["cmake", "a C++ compiler", "the CUDA toolkit (nvcc)"]),
+    "cuda": (cuda_build_time(1),
+             ["cmake", "a C++ compiler", "NVIDIA's CUDA 13 compiler, about 500 MB downloaded once from PyPI "
+                                         "into the build cache"]),
+    "cuda12": (cuda_build_time(1),
+               ["cmake", "a C++ compiler", "a system CUDA 12 toolkit with nvcc 12.x"]),
     "rocm": ("~15 min", ["cmake", "a C++ compiler", "ROCm (hipcc)"]),
     "metal": ("~4 min", ["cmake", "Xcode's command line tools"]),
 }
 
 
-def build_sentence(variant: str) -> str:
-    """"would build cpu from source (~4 min, needs cmake and a C++ compiler)", and what is missing."""
+def _cuda_targets(variant: str, cuda_archs: Optional[Sequence[str]]) -> List[str]:
+    """The architectures a CUDA build given ``cuda_archs`` compiles: those, else what
+    ACCELSTACK_CUDA_ARCHS names, else every one the variant's toolkit supports (as build_ggml does)."""
+    from ..publisher.variants import CUDA12_SM, CUDA13_SM, cuda_archs_from_env
+
+    if cuda_archs:
+        return list(cuda_archs)
+    try:
+        named = cuda_archs_from_env()
+    except ValueError:  # the build itself says what is wrong with it
+        named = None
+    return named or list(CUDA13_SM if variant == "cuda" else CUDA12_SM)
+
+
+def build_sentence(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> str:
+    """"would build cpu from source (~4 min, needs cmake and a C++ compiler)", and what is missing.
+
+    A CUDA build names the architectures it compiles (``cuda_archs``; none: all of the variant's),
+    since each one costs more than an hour on a small machine."""
     import shutil
 
+    from ..publisher.variants import CUDA_VARIANTS, find_cuda_toolkit
+
     took, needs = BUILD_NEEDS.get(variant, ("several minutes", ["cmake", "a C++ compiler"]))
-    text = f"would build {variant} from source ({took}, needs {', '.join(needs[:-1])} and {needs[-1]})"
+    target, sep = "", ", "
+    if variant in CUDA_VARIANTS:
+        archs = _cuda_targets(variant, cuda_archs)
+        named = ", ".join(f"sm_{a}" for a in archs)
+        target = f" for {named}" if cuda_archs else \
+            f" for every architecture the {variant} variant supports ({named}), as this GPU's compute capability is unknown"
+        took, sep = cuda_build_time(len(archs)), "; "
+    text = f"would build {variant} from source{target} ({took}{sep}needs {', '.join(needs[:-1])} and {needs[-1]})"
     missing = [] if shutil.which("cmake") else ["cmake"]
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
         missing.append("a C++ compiler")
+    if variant == "cuda12" and find_cuda_toolkit(12)[0] is None:
+        missing.append("a CUDA 12 toolkit")
     if missing:
         text += f"; not found here: {', '.join(missing)}"
     return text
 
 
-def cached_local_build(variant: str, build_cache: Path) -> str:
-    """The wheel a local build of ``variant`` would reuse from the build cache ("" when it would
-    compile), found by reading only: the pinned source's digest, then the cache slot it keys."""
+def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Sequence[str]] = None) -> str:
+    """The wheel a local build of ``variant`` (for ``cuda_archs``) would reuse from the build cache
+    ("" when it would compile), found by reading only: the pinned source's digest, then the cache
+    slot it keys, with the options and toolkit key ``build_ggml`` itself would use."""
     import json
 
-    from ..publisher.build import VARIANTS, cache_key, sha256_file
+    from ..publisher.build import build_options, cache_key, sha256_file
+    from ..publisher.errors import BuildError
     from ..publisher.sdist import sdist_name
 
     sdist = build_cache / "sdist" / sdist_name()
-    if variant == "vulkan" or variant not in VARIANTS or not sdist.is_file():
+    if variant == "vulkan" or not sdist.is_file():
         return ""  # a Vulkan build's key also names the headers it was given
+    try:
+        cmake_args, toolkit = build_options(variant, cuda_archs)
+    except BuildError:  # an unknown variant, bad architectures, cuda12 without a toolkit: nothing to find
+        return ""
     try:
         st = sdist.stat()
         try:  # the digest build_ggml remembered beside it, while size and mtime still match
@@ -256,7 +309,7 @@ def cached_local_build(variant: str, build_cache: Path) -> str:
             digest, stamp = "", ""
         if stamp.strip() != f"{st.st_size} {st.st_mtime_ns}" or len(digest) != 64:
             digest = sha256_file(sdist)
-        record = json.loads((build_cache / cache_key(digest, variant, list(VARIANTS[variant])) / "build.json").read_text())
+        record = json.loads((build_cache / cache_key(digest, variant, cmake_args, toolkit) / "build.json").read_text())
         wheel = str(record.get("wheel", "")) if isinstance(record, dict) else ""
     except (OSError, ValueError):
         return ""
@@ -268,15 +321,17 @@ def _dry_run_ggml(plan: Plan, report: HardwareReport, s: Settings, force: bool,
     """What an install would do, from reads alone: no home, lock, cache entry, download or build."""
     from ..artifacts import Cache
     from ..installer.ggml import runtime_id
+    from ..publisher.variants import CUDA_VARIANTS
 
     home = home_of(s)
     activate = "check it with a probe generation, and activate it only if that passes"
     if not plan.ok:
         _require_buildable(plan, s, report, trusted)
         variant = _local_variant(plan, report)
-        cached = cached_local_build(variant, s.build_cache)
+        archs = local_cuda_archs(plan, report) if variant in CUDA_VARIANTS else None
+        cached = cached_local_build(variant, s.build_cache, archs)
         first = f"would reuse the {variant} build already in the build cache (no compile): {cached}" if cached \
-            else build_sentence(variant)
+            else build_sentence(variant, archs)
         would = [first, f"would install the build into {home.runtimes('ggml')}, {activate}"]
         return InstallSummary("ggml", "", False, plan, dry_run=True, would_build=variant, would=would)
     rid = runtime_id(plan)
@@ -392,11 +447,62 @@ def _require_buildable(plan: Plan, s: Settings, report: HardwareReport, trusted:
 
 def _local_variant(plan: Plan, report: HardwareReport) -> str:
     """The publisher variant a local build for this plan compiles: an x86-64 CPU without AVX2 gets
-    the SSE4.2 build, the others their backend's."""
+    the SSE4.2 build, a GPU or driver that CUDA 13 leaves out the CUDA 12 build, the others their
+    backend's."""
     backend = plan.build.backend if plan.build else (plan.backend or "cpu")
     if backend == "cpu" and report.os.arch == "x86_64" and not report.cpu.has("avx2"):
         return "cpu-noavx2"
+    if backend == "cuda" and _needs_cuda12(plan, report):
+        return "cuda12"
     return backend
+
+
+def _needs_cuda12(plan: Plan, report: HardwareReport) -> bool:
+    """Whether the CUDA 13 build cannot serve this plan's GPU: the build spec says its last toolkit
+    is CUDA 12 (Maxwell, Pascal, Volta: ``cuda_toolkit`` "12.x"), or its driver's CUDA is older than
+    the 13.0 the ``cuda`` variant needs (``cuda_max``; without one, a driver below CUDA 13's family
+    floor, R580)."""
+    import re
+
+    from ..manifests.hw_rules import hw_rules
+    from ..manifests.machine import version_or_none
+    from ..publisher.variants import CUDA13_VERSION
+
+    props = plan.build.properties if plan.build else {}
+    toolkit = re.match(r"^(\d+)", props.get("cuda_toolkit", ""))
+    cuda13 = version_or_none(CUDA13_VERSION)
+    if toolkit is not None and cuda13 is not None and int(toolkit.group(1)) < cuda13.major:
+        return True
+    cuda_max = version_or_none(props.get("cuda_max", ""))
+    if cuda_max is not None and cuda13 is not None:
+        return cuda_max < cuda13
+    driver = version_or_none(props.get("nvidia_driver", ""))
+    driver_os = "windows" if report.os.name == "windows" or report.os.wsl else "linux"  # WSL2: the host's driver
+    floor = version_or_none(hw_rules().floor(cuda13.major if cuda13 else 13, driver_os))
+    # a number below 100 is an L4T release (Jetson), not a desktop driver the floor describes
+    return driver is not None and driver.major >= 100 and floor is not None and driver < floor
+
+
+def local_cuda_archs(plan: Plan, report: HardwareReport) -> Optional[List[str]]:
+    """The CMake architectures ("86") of the NVIDIA GPUs a local build for ``plan`` serves: a local
+    CUDA build compiles only these, as each one costs more than an hour on a small machine. None
+    when a compute capability is unknown (the build then compiles every architecture of its variant)."""
+    from ..manifests.machine import cc_parts
+
+    build = plan.build
+    indexes = set(build.gpus if build is not None and build.gpus else plan.gpus)
+    ccs = [g.compute_capability for g in report.gpus if g.index in indexes and g.vendor == "nvidia"]
+    if not ccs and build is not None:
+        ccs = [build.properties.get("sm", "")]
+    archs: List[str] = []
+    for cc in ccs:
+        parts = cc_parts(cc)
+        if parts is None:
+            return None
+        arch = f"{parts[0]}{parts[1]}"
+        if arch not in archs:
+            archs.append(arch)
+    return sorted(archs, key=int) or None
 
 
 def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
@@ -404,13 +510,28 @@ def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: 
     """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
     without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
     from ..manifests.schema import parse_manifest
-    from ..publisher.build import build_ggml
+    from ..publisher.build import COMPILE_TIMEOUT, build_ggml
     from ..publisher.errors import BuildError
     from ..publisher.publish import manifest_of
+    from ..publisher.variants import CUDA_VARIANTS
 
     progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
+    variant = _local_variant(plan, report)
+    archs: Optional[List[str]] = None
+    timeout = COMPILE_TIMEOUT
+    if variant in CUDA_VARIANTS:
+        archs = local_cuda_archs(plan, report)
+        if archs:
+            said = f"compiling {variant} only for this machine's GPU: {', '.join('sm_' + a for a in archs)}"
+        else:
+            every = _cuda_targets(variant, None)
+            said = (f"the compute capability of this machine's NVIDIA GPU is unknown, so the {variant} build compiles "
+                    f"{', '.join('sm_' + a for a in every)}: {cuda_build_time(len(every))}")
+        progress(ProgressEvent("message", "build", task=variant, message=said))
+        timeout = max(COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH * len(_cuda_targets(variant, archs)))
     try:
-        result = build_ggml(_local_variant(plan, report), cache_dir=s.build_cache, progress=progress)
+        result = build_ggml(variant, cache_dir=s.build_cache, progress=progress, cuda_archs=archs,
+                            compile_timeout=timeout)
     except BuildError as exc:
         if exc.action is Action.INSTALL_TOOLCHAIN and not channels:  # the choices, not only the compiler
             needs = "" if exc.hint.startswith("install CMake and a C++ compiler") else f" (this variant: {exc.hint})"

@@ -55,13 +55,14 @@ from .variants import (
     find_cuda_toolkit,
     missing_toolchain,
     nvcc_version,
+    parse_cuda_archs,
     properties_for,
     vulkan_headers_ok,
 )
 
 __all__ = [
     "BUILDER_VERSION", "COMPILE_TIMEOUT", "VARIANTS", "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir",
-    "PACKAGING_VERSION", "CudaToolchain", "build_ggml", "cache_key", "cached_sha256", "cuda12_toolchain",
+    "PACKAGING_VERSION", "CudaToolchain", "build_ggml", "build_options", "cache_key", "cached_sha256", "cuda12_toolchain",
     "cuda13_toolchain", "cuda_build_env", "lean_wheel", "missing_toolchain", "published_url", "sha256_file",
     "vulkan_include_dir",
 ]
@@ -170,8 +171,10 @@ def build_ggml(
         raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
                          action=Action.FIX_INPUT)
     cache = Path(cache_dir) if cache_dir is not None else build_cache_dir()
-    # a CUDA 12 build without a CUDA 12 toolkit is refused before the source is even downloaded
+    # a CUDA 12 build without a CUDA 12 toolkit (or with unreadable architectures) is refused
+    # before the source is even downloaded
     system_kit = require_cuda_toolkit(12) if variant == "cuda12" else None
+    cmake_args, toolkit_key = build_options(variant, cuda_archs, extra_cmake_args, system_kit=system_kit)
     in_cache = sdist is None  # only files in the cache get a remembered digest beside them
     if sdist is None:
         sdist = fetch_sdist(cache / "sdist", progress=progress, timeout=download_timeout)
@@ -179,16 +182,8 @@ def build_ggml(
     if not sdist.is_file():
         raise BuildError(f"source distribution {sdist} does not exist",
                          hint="give the path of an existing stable_diffusion_cpp_python-*.tar.gz", action=Action.FIX_INPUT)
-    cmake_args = VARIANTS[variant] + list(extra_cmake_args or [])
     if variant == "vulkan":
         cmake_args += _vulkan_header_args(cache, cmake_args)
-    toolkit_key: Optional[Dict[str, Any]] = None
-    if variant in CUDA_VARIANTS:
-        cmake_args = _cuda_args(variant, cuda_archs) + list(extra_cmake_args or [])
-        if system_kit is not None:
-            toolkit_key = {"cuda": system_kit.version, "nvcc": system_kit.nvcc}
-        else:
-            toolkit_key = {"cuda": CUDA13_VERSION, "packages": dict(CUDA13_TOOLCHAIN)}
     source_sha = cached_sha256(sdist) if in_cache else sha256_file(sdist)
     key = cache_key(source_sha, variant, cmake_args, toolkit_key)
     slot = cache / key
@@ -223,6 +218,31 @@ def build_ggml(
         result = _package(result, slot)
         _write_json(slot / "build.json", asdict(result))
         return _export(result, out_dir)
+
+
+def build_options(variant: str, cuda_archs: Optional[Sequence[str]] = None,
+                  extra_cmake_args: Optional[Sequence[str]] = None, *,
+                  system_kit: Optional[CudaToolkit] = None) -> Tuple[List[str], Optional[Dict[str, Any]]]:
+    """The (CMake options, toolkit key) a build of ``variant`` for ``cuda_archs`` uses: the inputs
+    of its cache key besides the source. One function for :func:`build_ggml` and for whoever looks
+    a build up without making it (an install's dry run), so the two cannot key a build differently.
+
+    Reads only: nothing is downloaded. ``cuda12`` keys on the system CUDA 12 toolkit (``system_kit``,
+    else the one :func:`require_cuda_toolkit` finds: :class:`CudaToolkitMissing` without one);
+    ``cuda`` on the pinned PyPI packages. A Vulkan build adds its header folder after this
+    (``_vulkan_header_args``), which depends on what is installed. Bad architectures (or a bad
+    ``ACCELSTACK_CUDA_ARCHS``) are a :class:`BuildError`."""
+    if variant not in VARIANTS:
+        raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
+                         action=Action.FIX_INPUT)
+    extra = list(extra_cmake_args or [])
+    if variant not in CUDA_VARIANTS:
+        return list(VARIANTS[variant]) + extra, None
+    cmake_args = _cuda_args(variant, cuda_archs) + extra
+    if variant == "cuda12":
+        kit = system_kit if system_kit is not None else require_cuda_toolkit(12)
+        return cmake_args, {"cuda": kit.version, "nvcc": kit.nvcc}
+    return cmake_args, {"cuda": CUDA13_VERSION, "packages": dict(CUDA13_TOOLCHAIN)}
 
 
 @contextlib.contextmanager
@@ -529,8 +549,10 @@ class CudaToolchain:
 
 
 def _cuda_args(variant: str, archs: Optional[Sequence[str]]) -> List[str]:
+    """The CMake options of a CUDA build for ``archs`` (as the caller or ACCELSTACK_CUDA_ARCHS spells
+    them: "86", "sm_86", "8.6"; none: every architecture of the variant)."""
     try:
-        chosen = list(archs) if archs else cuda_archs_from_env()
+        chosen = parse_cuda_archs(",".join(archs), "cuda_archs") if archs else cuda_archs_from_env()
     except ValueError as exc:
         raise BuildError(str(exc), action=Action.FIX_INPUT) from None
     return cuda_cmake_args(variant, chosen)

@@ -63,16 +63,21 @@ def compiled_cuda_archs(cmake_args: Sequence[str]) -> Tuple[List[str], List[str]
     return sass, ptx
 
 
-def cuda_archs_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[List[str]]:
-    """The architectures ``ACCELSTACK_CUDA_ARCHS`` names ("90", "sm_86,sm_90"), or None when unset."""
-    raw = (os.environ if env is None else env).get(CUDA_ARCHS_ENV, "").strip()
-    if not raw:
-        return None
+def parse_cuda_archs(raw: str, what: str = CUDA_ARCHS_ENV) -> List[str]:
+    """The architectures ``raw`` names ("90", "sm_86,sm_90", "8.6"), as CMake numbers ("86");
+    ValueError naming ``what`` (the variable or option it came from) when one is not an architecture.
+    One parser for the variable and ``build ggml --cuda-arch``, so both accept the same spellings."""
     archs = [a.strip().lower().replace("sm_", "").replace(".", "") for a in re.split(r"[,;\s]+", raw) if a.strip()]
     bad = [a for a in archs if not re.match(r"^\d{2,3}$", a)]
     if bad or not archs:
-        raise ValueError(f"{CUDA_ARCHS_ENV}={raw!r}: give compute capabilities such as 90 or 86,90")
+        raise ValueError(f"{what}={raw!r}: give compute capabilities such as 90 or 86,90")
     return archs
+
+
+def cuda_archs_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[List[str]]:
+    """The architectures ``ACCELSTACK_CUDA_ARCHS`` names ("90", "sm_86,sm_90"), or None when unset."""
+    raw = (os.environ if env is None else env).get(CUDA_ARCHS_ENV, "").strip()
+    return parse_cuda_archs(raw, CUDA_ARCHS_ENV) if raw else None
 
 
 def cuda_cmake_args(variant: str, archs: Optional[Sequence[str]] = None) -> List[str]:

@@ -223,7 +223,8 @@ def test_a_forced_backend_the_machine_can_run_is_not_refused(tmp_path):
     rc, out, err = run_cli(["install", "--backend", "cuda", "--dry-run", "--json", "--replay", NVIDIA], _env(tmp_path))
     assert rc == 0, (out, err)
     res = result_of(out)
-    assert res["would_build"] == "cuda" and res["would"][0].startswith("would build cuda from source")
+    # driver 550 runs CUDA up to 12.4: the CUDA 12 build, for the RTX 4070's sm_89 only
+    assert res["would_build"] == "cuda12" and res["would"][0].startswith("would build cuda12 from source for sm_89")
 
 
 # -- 4 and 5: --force, provenance in status -----------------------------------------------------------
