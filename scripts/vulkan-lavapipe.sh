@@ -11,7 +11,10 @@
 #   lvp_icd.json  a Vulkan ICD manifest whose library_path is that driver (absolute);
 #   env           KEY=VALUE lines that point the Vulkan loader at it (VK_DRIVER_FILES, and
 #                 VK_ICD_FILENAMES for loaders older than 1.3.207; LD_LIBRARY_PATH when a libLLVM was
-#                 extracted too). Only tests/engine/test_vulkan_e2e.py reads it, and only with
+#                 extracted too), and MESA_SHADER_CACHE_DIR=<that folder>/shader-cache: llvmpipe's
+#                 first compile of ggml's shaders takes tens of minutes with LLVM 15 (docs/engine.md),
+#                 so its cache lives beside the driver, in the build cache a CI runner keeps, not in
+#                 ~/.cache. Only tests/engine/test_vulkan_e2e.py reads it, and only with
 #                 ACCELSTACK_NEWER_LAVAPIPE=1; nothing else changes.
 # Idempotent; prints the env file's path on stdout when there is one (nothing when the system's lavapipe
 # is new enough or no newer one is available); notes go to stderr.
@@ -28,6 +31,9 @@ OLDEST_GOOD=23  # Mesa major version from which the system's own lavapipe is use
 # Already extracted: the newest version with a driver and an env file.
 for dir in $(ls -d "$root"/*/ 2>/dev/null | sort -V -r); do
   if [ -s "$dir/env" ] && [ -s "$dir/lvp_icd.json" ] && ls "$dir"/usr/lib/*/libvulkan_lvp.so >/dev/null 2>&1; then
+    if ! grep -q '^MESA_SHADER_CACHE_DIR=' "$dir/env"; then  # extracted before the cache moved here
+      echo "MESA_SHADER_CACHE_DIR=${dir%/}/shader-cache" >> "$dir/env"
+    fi
     echo "${dir%/}/env"
     exit 0
   fi
@@ -94,6 +100,7 @@ printf '{\n    "file_format_version": "1.0.0",\n    "ICD": {\n        "library_p
   echo "VK_DRIVER_FILES=$dest/lvp_icd.json"
   echo "VK_ICD_FILENAMES=$dest/lvp_icd.json"
   if [ -n "$libdir" ]; then echo "LD_LIBRARY_PATH=$libdir"; fi
+  echo "MESA_SHADER_CACHE_DIR=$dest/shader-cache"
 } > "$dest.tmp/env"
 rm -rf "$dest"
 mv "$dest.tmp" "$dest"
