@@ -9,11 +9,18 @@ verify` wall and CPU time through the real command (min and median over ``--runs
 ratios new/old. On a busy machine compare CPU time: wall time there mostly measures the others. "Old cold" is the old synthesis plus an old warm verify (the old first run did both).
 
     python benchmarks/bench_probe.py [--runs 3] [--seed 4321]
+    python benchmarks/bench_probe.py --synthesis [--runs 5]
+
+``--synthesis`` times only the probe's synthesis (F8_E5M2, the whole SD 1.x model, into a temporary
+folder, then removed), the scaled pools encoded when first needed (the baseline) against encoded ahead
+on a helper thread while the files are written (what ``ensure_probe_model`` does), alternating, and
+checks that both ways wrote the same bytes.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -69,6 +76,43 @@ def verify_cli(runtime: Path, probe_cache: Path, work: Path) -> tuple:
     return wall, report
 
 
+def synthesis(runs: int, seed: int) -> None:
+    """Serial against prefetched pool encoding, same script, alternating; both must write the same bytes."""
+    import hashlib
+
+    from accelstack.engine import probe_model as pm
+    from accelstack.engine.probe_architecture import sd1_tensors
+    from accelstack.engine.probe_weights import Pools, scales_in_order, write_part
+
+    parts = sd1_tensors()
+    times: dict = {"serial": [], "prefetched": []}
+    digests: dict = {}
+    for _ in range(runs):
+        for way in times:
+            work = Path(tempfile.mkdtemp(prefix="bench-synth-"))
+            try:
+                start = time.perf_counter()
+                pools = Pools(seed, pm.DTYPE)
+                if way == "prefetched":
+                    pools.prefetch(scales_in_order(parts))
+                for part, tensors in parts.items():
+                    write_part(work / f"{part}.safetensors", tensors, pools, pm._meta(part, seed), lambda n: None)
+                pools.close()
+                times[way].append(time.perf_counter() - start)
+                if way not in digests:
+                    digests[way] = [hashlib.sha256((work / f"{p}.safetensors").read_bytes()).hexdigest() for p in parts]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    same = digests["serial"] == digests["prefetched"]
+    print(f"synthesis (F8_E5M2, {sum(math.prod(s) for t in parts.values() for s in t.values()) / 1e9:.2f} B values), "
+          f"{runs} runs each, on {os.cpu_count()} CPUs:")
+    for way, values in times.items():
+        print(f"  {way:10} {fmt(values)}")
+    print(f"  ratio prefetched/serial (min) {min(times['prefetched']) / min(times['serial']):.2f}; same bytes: {same}")
+    if not same:
+        raise SystemExit("the two ways wrote different bytes")
+
+
 def fmt(values: list) -> str:
     return f"min {min(values):6.2f} s, median {statistics.median(values):6.2f} s"
 
@@ -77,7 +121,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=4321)
+    ap.add_argument("--synthesis", action="store_true", help="time only the synthesis: serial against prefetched pools")
     args = ap.parse_args()
+    if args.synthesis:
+        synthesis(args.runs, args.seed)
+        return
 
     from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.publisher.build import build_ggml

@@ -73,7 +73,7 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
-from .probe_weights import DTYPES, Pools, write_part
+from .probe_weights import DTYPES, Pools, scales_in_order, write_part
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "FILES", "ProbeModel", "ensure_probe_model", "probe_dir_name",
            "temporary_probe_in_use"]
@@ -310,12 +310,16 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
     try:
         (tmp / OWNER).write_text(_owner_text())
         pools = Pools(seed, DTYPE)
+        pools.prefetch(scales_in_order(parts))  # encoded on a helper thread while the files are written
         sizes = {}
-        for part, tensors in parts.items():
-            path = tmp / FILES[part]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_part(path, tensors, pools, _meta(part, seed), tick)
-            sizes[part] = path.stat().st_size
+        try:
+            for part, tensors in parts.items():
+                path = tmp / FILES[part]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_part(path, tensors, pools, _meta(part, seed), tick)
+                sizes[part] = path.stat().st_size
+        finally:
+            pools.close()
         marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "sizes": sizes, "dtype": DTYPE,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2))

@@ -16,7 +16,7 @@ import pytest
 from accelstack.engine.errors import ProbeModelError
 from accelstack.engine.probe_architecture import sd1_tensors, value_rule
 from accelstack.engine.probe_model import FILES, MARKER, OWNER, ensure_probe_model, probe_dir_name
-from accelstack.engine.probe_weights import base_pool, encode
+from accelstack.engine.probe_weights import Pools, base_pool, encode, scales_in_order, write_part
 from accelstack.errors import Action
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +87,35 @@ GOLDEN_POOL = "2f598e8bcef65e39"
 def test_golden_pool_values_are_stable():
     assert base_pool(1234, size=4).tolist() == [0.8063497543334961, 1.3127301335334778, 0.7072187066078186,
                                                 0.010830521583557129]
+
+
+def test_pools_encoded_ahead_on_a_helper_thread_write_the_same_bytes(tmp_path):
+    """Synthesis encodes the scaled pools on a helper thread while it writes (Pools.prefetch): the
+    files are byte for byte those of encoding each pool when first needed, in both dtypes."""
+    for dtype in ("F16", "F8_E5M2"):
+        files = {}
+        for way in ("serial", "prefetched"):
+            pools = Pools(9, dtype)
+            if way == "prefetched":
+                pools.prefetch(scales_in_order(TINY))
+            try:
+                for part, tensors in TINY.items():
+                    path = tmp_path / dtype / way / f"{part}.safetensors"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_part(path, tensors, pools, {"part": part}, lambda n: None)
+                    files.setdefault(part, []).append(path.read_bytes())
+            finally:
+                pools.close()
+        assert all(serial == prefetched for serial, prefetched in files.values())
+    assert len(scales_in_order(TINY)) == 4  # the embedding, two convolutions and the 2-wide matrix
+
+
+def test_a_failed_writer_cancels_the_encodings_left():
+    pools = Pools(9, "F8_E5M2")
+    pools.prefetch([0.1 * (i + 1) for i in range(40)])
+    pools.close()  # what _synthesize does when a write fails: nothing waits for the other 39
+    assert not pools._pending
+    assert len(bytes(pools.get(0.5))) == 2 * 1_048_573  # still usable: encoded on demand
 
 
 def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
