@@ -13,6 +13,7 @@
 #   --arch N   one architecture (compute capability without the dot; default 90 = H100/H200)
 #   --all      every architecture the CUDA 13 build supports (75 80 86 89 90 100 120; hours on 2 cores)
 #   --out DIR  where the wheel and its build record go (default dist/cuda13)
+#   --timeout  the compile's limit (default: accelstack's, 4 h for each architecture compiled)
 # The first build of one architecture takes about an hour on 2 cores (docs/builds.md); a repeated
 # run is a cache hit and only checks.
 set -euo pipefail
@@ -25,7 +26,7 @@ PYTHON=${PYTHON:-"$ROOT/.venv/bin/python"}
 ARCH=90
 ALL=0
 OUT="$ROOT/dist/cuda13"
-TIMEOUT=14400
+TIMEOUT=""
 JOBS=0
 
 while [ $# -gt 0 ]; do
@@ -55,7 +56,8 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)
-args=(build ggml --backend cuda --out "$OUT" --timeout "$TIMEOUT")
+args=(build ggml --backend cuda --out "$OUT")
+[ -n "$TIMEOUT" ] && args+=(--timeout "$TIMEOUT")
 [ "$JOBS" != 0 ] && args+=(--jobs "$JOBS")
 rm -f "$OUT"/*.whl.build.json
 if ! "$ACCELSTACK" "${args[@]}"; then

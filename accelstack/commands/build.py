@@ -10,7 +10,7 @@ from .progress import progress_renderer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..publisher.build import COMPILE_TIMEOUT, VARIANTS
+    from ..publisher.build import COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH, VARIANTS
     from ..publisher.variants import CUDA_ARCHS_ENV
 
     p = sub.add_parser(
@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="CUDA variants: compile only these GPU architectures, e.g. 86 or 86,89 (default: "
                         f"{CUDA_ARCHS_ENV}, else every one the toolkit supports; each adds over an hour on 2 cores)")
     p.add_argument("--jobs", type=int, default=0, help="parallel compile jobs (default: all cores)")
-    p.add_argument("--timeout", type=float, default=COMPILE_TIMEOUT, metavar="SECONDS",
-                   help=f"stop a compile that runs longer than this (default {COMPILE_TIMEOUT:.0f})")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"stop a compile that runs longer than this (default {COMPILE_TIMEOUT:.0f}; a CUDA build "
+                   f"{CUDA_COMPILE_TIMEOUT_PER_ARCH:.0f} for each architecture it compiles)")
     p.add_argument("--json", action="store_true", help="progress as JSON lines, then a result line (docs/json.md)")
     p.set_defaults(func=run)
 

@@ -218,7 +218,6 @@ def _ggml_provenance(source: str, version: int, loaded: Sequence[LoadedManifest]
 # files, which every further architecture compiles again.
 CUDA_HOST_MINUTES = 20
 CUDA_ARCH_MINUTES = 75
-CUDA_COMPILE_TIMEOUT_PER_ARCH = 4 * 3600.0  # scripts/build-cuda.sh's limit for one architecture
 
 
 def cuda_build_time(archs: int) -> str:
@@ -242,20 +241,6 @@ BUILD_NEEDS = {  # how long, and what it needs (a CUDA build's time is for one a
 }
 
 
-def _cuda_targets(variant: str, cuda_archs: Optional[Sequence[str]]) -> List[str]:
-    """The architectures a CUDA build given ``cuda_archs`` compiles: those, else what
-    ACCELSTACK_CUDA_ARCHS names, else every one the variant's toolkit supports (as build_ggml does)."""
-    from ..publisher.variants import CUDA12_SM, CUDA13_SM, cuda_archs_from_env
-
-    if cuda_archs:
-        return list(cuda_archs)
-    try:
-        named = cuda_archs_from_env()
-    except ValueError:  # the build itself says what is wrong with it
-        named = None
-    return named or list(CUDA13_SM if variant == "cuda" else CUDA12_SM)
-
-
 def build_sentence(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> str:
     """"would build cpu from source (~4 min, needs cmake and a C++ compiler)", and what is missing.
 
@@ -263,12 +248,12 @@ def build_sentence(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> 
     since each one costs more than an hour on a small machine."""
     import shutil
 
-    from ..publisher.variants import CUDA_VARIANTS, find_cuda_toolkit
+    from ..publisher.variants import CUDA_VARIANTS, cuda_targets, find_cuda_toolkit
 
     took, needs = BUILD_NEEDS.get(variant, ("several minutes", ["cmake", "a C++ compiler"]))
     target, sep = "", ", "
     if variant in CUDA_VARIANTS:
-        archs = _cuda_targets(variant, cuda_archs)
+        archs = cuda_targets(variant, cuda_archs)
         named = ", ".join(f"sm_{a}" for a in archs)
         target = f" for {named}" if cuda_archs else \
             f" for every architecture the {variant} variant supports ({named}), as this GPU's compute capability is unknown"
@@ -510,28 +495,25 @@ def _build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: 
     """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
     without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
     from ..manifests.schema import parse_manifest
-    from ..publisher.build import COMPILE_TIMEOUT, build_ggml
+    from ..publisher.build import build_ggml
     from ..publisher.errors import BuildError
     from ..publisher.publish import manifest_of
-    from ..publisher.variants import CUDA_VARIANTS
+    from ..publisher.variants import CUDA_VARIANTS, cuda_targets
 
     progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
     variant = _local_variant(plan, report)
     archs: Optional[List[str]] = None
-    timeout = COMPILE_TIMEOUT
     if variant in CUDA_VARIANTS:
         archs = local_cuda_archs(plan, report)
         if archs:
             said = f"compiling {variant} only for this machine's GPU: {', '.join('sm_' + a for a in archs)}"
         else:
-            every = _cuda_targets(variant, None)
+            every = cuda_targets(variant, None)
             said = (f"the compute capability of this machine's NVIDIA GPU is unknown, so the {variant} build compiles "
                     f"{', '.join('sm_' + a for a in every)}: {cuda_build_time(len(every))}")
         progress(ProgressEvent("message", "build", task=variant, message=said))
-        timeout = max(COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH * len(_cuda_targets(variant, archs)))
     try:
-        result = build_ggml(variant, cache_dir=s.build_cache, progress=progress, cuda_archs=archs,
-                            compile_timeout=timeout)
+        result = build_ggml(variant, cache_dir=s.build_cache, progress=progress, cuda_archs=archs)
     except BuildError as exc:
         if exc.action is Action.INSTALL_TOOLCHAIN and not channels:  # the choices, not only the compiler
             needs = "" if exc.hint.startswith("install CMake and a C++ compiler") else f" (this variant: {exc.hint})"

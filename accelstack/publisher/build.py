@@ -51,6 +51,7 @@ from .variants import (
     CudaToolkit,
     cuda_archs_from_env,
     cuda_cmake_args,
+    cuda_targets,
     cuda_toolkit_candidates,
     find_cuda_toolkit,
     missing_toolchain,
@@ -61,7 +62,7 @@ from .variants import (
 )
 
 __all__ = [
-    "BUILDER_VERSION", "COMPILE_TIMEOUT", "VARIANTS", "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir",
+    "BUILDER_VERSION", "COMPILE_TIMEOUT", "CUDA_COMPILE_TIMEOUT_PER_ARCH", "compile_timeout_for", "VARIANTS", "BuildError", "BuildResult", "BuildTimeout", "build_cache_dir",
     "PACKAGING_VERSION", "CudaToolchain", "build_ggml", "build_options", "cache_key", "cached_sha256", "cuda12_toolchain",
     "cuda13_toolchain", "cuda_build_env", "lean_wheel", "missing_toolchain", "published_url", "sha256_file",
     "vulkan_include_dir",
@@ -75,6 +76,18 @@ BUILDER_VERSION = 1  # bump when the build recipe changes in a way the options d
 PACKAGING_VERSION = 1
 SYSTEM_INCLUDE = Path("/usr/include")  # where a distribution's libvulkan-dev puts the Vulkan headers
 COMPILE_TIMEOUT = 3600.0  # seconds for one variant's compile (CUDA for many architectures is the slow one)
+# A CUDA compile's limit grows with its architectures: ggml-cuda's files are compiled again for each one,
+# and one (sm_90, CUDA 13) took 5656 s on 2 loaded cores here (docs/builds.md), past the 1 h default.
+CUDA_COMPILE_TIMEOUT_PER_ARCH = 4 * 3600.0
+
+
+def compile_timeout_for(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> float:
+    """The default compile limit of ``variant``: COMPILE_TIMEOUT, and for a CUDA variant 4 h for each
+    architecture it compiles (:func:`cuda_targets`)."""
+    if variant in CUDA_VARIANTS:
+        return max(COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH * len(cuda_targets(variant, cuda_archs)))
+    return COMPILE_TIMEOUT
+
 _STEP = re.compile(r"^\[(?:(\d+)/(\d+)|\s*(\d+)%)\]")  # ninja "[12/51] ..." or make "[ 42%] Building ..."
 
 
@@ -153,7 +166,7 @@ def build_ggml(
     jobs: Optional[int] = None,
     progress: ProgressCallback = null_progress,
     *,
-    compile_timeout: float = COMPILE_TIMEOUT,
+    compile_timeout: Optional[float] = None,
     download_timeout: Optional[float] = None,
     cuda_archs: Optional[Sequence[str]] = None,
 ) -> BuildResult:
@@ -161,7 +174,8 @@ def build_ggml(
 
     ``cache_dir`` defaults to ``Settings.resolve().build_cache``; without ``sdist`` the source is
     downloaded into ``<cache_dir>/sdist`` (within ``download_timeout``). A compile past
-    ``compile_timeout`` seconds is stopped with all its processes (:class:`BuildTimeout`).
+    ``compile_timeout`` seconds (default :func:`compile_timeout_for`: 1 h, a CUDA build 4 h per
+    architecture) is stopped with all its processes (:class:`BuildTimeout`).
     ``cuda_archs`` ("90", "86"; default ``ACCELSTACK_CUDA_ARCHS``, else every architecture the
     toolkit supports) narrows a CUDA build. The ``cuda`` variant compiles with NVIDIA's CUDA 13
     packages from PyPI, installed into a virtual environment in the build cache (no system CUDA
@@ -170,6 +184,8 @@ def build_ggml(
     if variant not in VARIANTS:
         raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
                          action=Action.FIX_INPUT)
+    if compile_timeout is None:
+        compile_timeout = compile_timeout_for(variant, cuda_archs)
     cache = Path(cache_dir) if cache_dir is not None else build_cache_dir()
     # a CUDA 12 build without a CUDA 12 toolkit (or with unreadable architectures) is refused
     # before the source is even downloaded

@@ -80,6 +80,18 @@ def cuda_archs_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[Lis
     return parse_cuda_archs(raw, CUDA_ARCHS_ENV) if raw else None
 
 
+def cuda_targets(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> List[str]:
+    """The architectures a build of CUDA ``variant`` compiles: ``cuda_archs``, else what
+    ACCELSTACK_CUDA_ARCHS names, else every one the variant's toolkit supports."""
+    if cuda_archs:
+        return [str(a) for a in cuda_archs]
+    try:
+        named = cuda_archs_from_env()
+    except ValueError:  # the build itself says what is wrong with it
+        named = None
+    return named or list(CUDA13_SM if variant == "cuda" else CUDA12_SM)
+
+
 def cuda_cmake_args(variant: str, archs: Optional[Sequence[str]] = None) -> List[str]:
     """The CMake options of a CUDA variant, for ``archs`` (default: every architecture its toolkit supports)."""
     default = CUDA13_SM if variant == "cuda" else CUDA12_SM

@@ -207,3 +207,19 @@ def test_a_cuda_wheel_keeps_only_its_own_libraries(tmp_path):
 ])
 def test_which_files_are_nvidias_runtime(name, nvidia):
     assert is_nvidia_runtime(name) is nvidia
+
+
+def test_a_cuda_compile_gets_four_hours_for_each_architecture_it_compiles(monkeypatch):
+    """One architecture took 5656 s here (docs/builds.md): the 1 h default would stop it, so the
+    limit that build ggml, install and scripts/build-cuda.sh share grows with the architectures."""
+    from accelstack.publisher.build import COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH, compile_timeout_for
+    from accelstack.publisher.variants import CUDA12_SM, CUDA13_SM
+
+    monkeypatch.delenv("ACCELSTACK_CUDA_ARCHS", raising=False)
+    assert compile_timeout_for("cpu") == compile_timeout_for("vulkan") == COMPILE_TIMEOUT == 3600
+    assert compile_timeout_for("cuda", ["90"]) == CUDA_COMPILE_TIMEOUT_PER_ARCH == 4 * 3600
+    assert compile_timeout_for("cuda") == len(CUDA13_SM) * 4 * 3600
+    assert compile_timeout_for("cuda12", ["61", "70"]) == 2 * 4 * 3600
+    assert compile_timeout_for("cuda12") == len(CUDA12_SM) * 4 * 3600
+    monkeypatch.setenv("ACCELSTACK_CUDA_ARCHS", "86,89")
+    assert compile_timeout_for("cuda") == 2 * 4 * 3600
