@@ -26,7 +26,11 @@ if ! { command -v zsh && command -v fish; } >/dev/null 2>&1 && command -v apt-ge
     || echo "   could not install zsh and fish: their completion checks will be skipped"
 fi
 # Vulkan on lavapipe (Mesa's CPU Vulkan driver): loader, driver, glslc and Vulkan 1.4 headers for the
-# vulkan variant, which the Vulkan tests build once and cache (docs/builds.md)
+# vulkan variant, which the Vulkan tests build once and cache (docs/builds.md). Where the system's
+# lavapipe is Debian 12's Mesa 22 (it crashes in stable-diffusion.cpp's UNet), the tests use a newer one
+# extracted from bookworm-backports into the build cache, never installed (docs/engine.md, "Vulkan");
+# ACCELSTACK_NEWER_LAVAPIPE=0 keeps the system's.
+export ACCELSTACK_NEWER_LAVAPIPE=${ACCELSTACK_NEWER_LAVAPIPE:-1}
 if command -v apt-get >/dev/null 2>&1; then
   scripts/setup-vulkan.sh >/dev/null || echo "   could not set up Vulkan: the Vulkan tests will be skipped"
 fi
