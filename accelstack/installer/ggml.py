@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import Plan
@@ -22,9 +22,6 @@ from .home import Home
 from .records import InstalledFile, Receipt
 from .transaction import StagedRuntime
 from .wheel import InstallError, hash_tree, install_wheel
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 STACK = "ggml"

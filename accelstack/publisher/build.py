@@ -180,10 +180,8 @@ def build_ggml(
     toolkit supports) narrows a CUDA build. The ``cuda`` variant compiles with NVIDIA's CUDA 13
     packages from PyPI, installed into a virtual environment in the build cache (no system CUDA
     is used); ``cuda12`` needs a system CUDA 12 toolkit (:class:`CudaToolkitMissing` otherwise).
+    An unknown variant is refused by :func:`build_options`, before anything is downloaded.
     """
-    if variant not in VARIANTS:
-        raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
-                         action=Action.FIX_INPUT)
     if compile_timeout is None:
         compile_timeout = compile_timeout_for(variant, cuda_archs)
     cache = Path(cache_dir) if cache_dir is not None else build_cache_dir()
