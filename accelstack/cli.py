@@ -187,6 +187,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     command = first if first in COMMANDS else ""
+    if not command and argv[:1] in (["-V"], ["--version"]):  # without building every command's parser
+        print(f"accelstack {__version__}")
+        return 0
     parser = build_parser(command or None)
     try:
         args = parser.parse_args(argv)

@@ -7,6 +7,12 @@ import sys
 import pytest
 
 
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by this interpreter in a fresh process (imports start from nothing)."""
+    return subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+
+
 def test_public_names_resolve_to_the_functions_and_types():
     code = (
         "import accelstack.detect.report, accelstack.core.lifecycle, accelstack.engine.verification\n"  # submodules first
@@ -20,7 +26,7 @@ def test_public_names_resolve_to_the_functions_and_types():
         "assert isinstance(p, accelstack.Plan) and p.stack == 'ggml'\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    out = _python(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -39,5 +45,37 @@ def test_importing_the_package_or_a_plan_loads_no_download_or_install_code():
         "assert not bad, bad\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    out = _python(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_detect_is_imported_on_first_use_and_stays_the_function_whatever_comes_first():
+    """`import accelstack` no longer pays for detection's modules (50 ms on every command); the
+    name stays the function even when the `accelstack.detect` subpackage is imported after it."""
+    code = (
+        "import sys, inspect, accelstack\n"
+        "assert 'accelstack.detect' not in sys.modules and 'accelstack.core.detection' not in sys.modules\n"
+        "assert inspect.isfunction(accelstack.detect)\n"
+        "import accelstack.detect.report\n"
+        "from accelstack.detect import system\n"
+        "from accelstack import detect\n"
+        "assert inspect.isfunction(accelstack.detect) and detect is accelstack.detect, accelstack.detect\n"
+        "print('ok')\n"
+    )
+    out = _python(code)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_version_is_printed_without_loading_the_commands():
+    from accelstack import __version__
+
+    code = (
+        "import sys\n"
+        "from accelstack.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "assert not [m for m in sys.modules if m.startswith('accelstack.commands.')], 'a command module was loaded'\n"
+        "sys.exit(rc)\n"
+    )
+    for flag in ("-V", "--version"):
+        out = _python(code, flag)
+        assert out.returncode == 0 and out.stdout == f"accelstack {__version__}\n", out.stderr

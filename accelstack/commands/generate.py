@@ -104,11 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
 def is_probe_model(model: str) -> bool:
     """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
-    from pathlib import Path
-
-    from ..engine.probe_model import MARKER
+    from ..engine.probe_layout import probe_weights
 
     try:
-        return (Path(model) / MARKER).is_file()
-    except OSError:
+        return probe_weights(str(model)) is not None
+    except (OSError, ValueError):
         return False

@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     options = engine_options(args)
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
     engine = {"options": options, "cpu_runtime": cpu, "tolerance": DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
-              "probe_seed": DEFAULT_SEED if args.probe_seed is None else args.probe_seed}
+              "probe_seed": DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
+              "keep_probe": False}  # verified once: the temporary probe goes while the worker exits
     with progress_renderer(json_mode=args.json) as progress:
         if args.runtime:  # a directory given by hand: the engine's check alone
             report = verify(runtime_from_args(args), output=args.output, progress=progress, **engine)

@@ -10,8 +10,9 @@ Three caches, each where :class:`~accelstack.settings.Settings` puts it:
     ``<20 hex>/`` with ``build.json``, and ``sdist/`` with the bindings' source distribution.
 ``probe`` (``Settings.probe_cache``)
     the verify probe model (:mod:`accelstack.engine.probe_model`): folders ``sd1-f<N>-s<seed>/``
-    (``custom-…`` for test architectures) and the temporary ``.tmp-…`` folders verify synthesizes
-    into and removes.
+    (``custom-…`` for test architectures), the temporary ``.tmp-…`` folders verify synthesizes
+    into and removes, and ``pools-f<N>-s<seed>-<dtype>.bin``, the encoded value pools that make
+    synthesis twice as fast (27 MB).
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
 directory. Purging removes entries only: never a symbolic link (nor anything through one), never
@@ -43,7 +44,7 @@ CACHES = ("downloads", "builds", "probe")
 DESCRIPTIONS = {
     "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
     "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
-    "probe": "the verify probe model; synthesized again when needed (seconds)",
+    "probe": "the verify probe model's value pools (and any kept probe); made again when needed (seconds)",
 }
 
 _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
@@ -51,6 +52,7 @@ _SLOT = re.compile(r"^[0-9a-f]{20}\Z")
 _SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
 _PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
 _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
+_POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 
 
 @dataclass
@@ -60,7 +62,7 @@ class CacheEntry:
     name: str  # relative to the cache's directory, '/'-separated
     path: str
     size: int
-    kind: str  # "blob", "partial download", "hash record", "build", "source", "probe model", "temporary probe"
+    kind: str  # "blob", "partial download", "hash record", "build", "source", "probe model", "probe pools", ...
     busy: bool = False  # another process holds its lock now (checked only when purging)
 
 
@@ -178,6 +180,9 @@ def _probe(s: Settings) -> CacheInfo:
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), kind))
         elif _PROBE_TMP.match(name) and stat.S_ISDIR(st.st_mode):
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "temporary probe"))
+        elif _POOLS.match(name) and stat.S_ISREG(st.st_mode):  # written whole (renamed into place): no lock
+            kind = "probe pools" if f"-f{PROBE_FORMAT}-" in name else "probe pools (older format, unused)"
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
         else:
             info.other.append(name)
     return info

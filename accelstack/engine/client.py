@@ -66,11 +66,12 @@ class WorkerClient:
         except TRANSPORT_ERRORS:
             return False
 
-    def shutdown(self, timeout: float = 1.0) -> None:
+    def shutdown(self, timeout: float = 1.0) -> bool:
+        """Ask the worker to exit; True when it answered (it then exits right away)."""
         try:
-            self.request("POST", "/shutdown", {}, timeout=timeout)
+            return self.request("POST", "/shutdown", {}, timeout=timeout)[0] == 200
         except TRANSPORT_ERRORS:
-            pass
+            return False
 
     def submit(self, request: GenerateRequest, timeout: float) -> str:
         """Start a job; return its id. Transport errors propagate (the worker may be gone)."""

@@ -179,7 +179,8 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
         options = dataclasses.replace(options, memory_check=False)
     if options.memory_check:
         check(need, request, options, available_ram())
-    with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress) as sup:
+    with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
+                    model_label=Path(model).name) as sup:  # the name given (a probe's folder, not its file)
         _check_device_memory(sup, need, request, options)
         result = sup.generate(request, attempts=attempts)
         load_seconds = result.load_seconds

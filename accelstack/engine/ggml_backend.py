@@ -13,6 +13,7 @@ from typing import IO, Any, List, Optional, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
+from .probe_layout import probe_weights
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
 from .worker_backend import WorkerBackend, load_runtime_libraries
 
@@ -125,6 +126,7 @@ class GgmlBackend(WorkerBackend):
     def load(self, model: str, options: EngineOptions) -> None:
         from stable_diffusion_cpp import StableDiffusion
 
+        model = probe_weights(model) or model  # the probe's folder: its weights file
         threads = options.threads or max(1, int(self.sd_cpp.sd_get_num_physical_cores()))
         self.log_tail.clear()
         try:

@@ -15,7 +15,7 @@ within ``restart_window`` seconds (:class:`RestartBudget`). Nothing here touches
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .errors import WorkerCrashedError
 
@@ -81,6 +81,25 @@ class LivenessJudge:
 
     def idle_for(self, now: float) -> float:
         return now - self.last_progress
+
+
+def load_note(phase: str, step: int, steps: int) -> Tuple[int, Optional[int], str]:
+    """(done, total, what) of a worker that is starting: the model's loading by tensors when the
+    runtime reports it, else what it is doing."""
+    if steps:
+        return step, steps, "loading the model"
+    return 0, None, "importing the runtime" if phase == "starting" else "loading the model"
+
+
+def job_note(done: int, total: int, steps: int, ticks: int, base_ticks: Optional[int]) -> str:
+    """What a job is doing, said beside its bar so that a bar at 0 or at its end does not look stuck:
+    before the first step the worker encodes the prompt (until its first progress callback), after
+    the last it decodes the image."""
+    if done >= total:
+        return "decoding the image"
+    if done == 0 and base_ticks is not None and ticks <= base_ticks:
+        return "encoding the prompt"
+    return f"sampling step {done % steps + 1} of {steps}"
 
 
 class RestartBudget:

@@ -4,10 +4,12 @@
 synthesize one: the full SD 1.x architecture (UNet 860 M, VAE 84 M, CLIP-L text encoder 123 M
 parameters) in the diffusers folder layout that stable-diffusion.cpp loads::
 
-    <dir>/unet/diffusion_pytorch_model.safetensors
-    <dir>/vae/diffusion_pytorch_model.safetensors
-    <dir>/text_encoder/model.safetensors
-    <dir>/probe.json                      written last: the folder is complete
+    <dir>/probe.safetensors    the three parts, under the prefixes unet., vae., te.
+    <dir>/probe.json           written last: the folder is complete
+
+One file, not the diffusers folder of three (see :mod:`accelstack.engine.probe_layout` for why):
+stable-diffusion.cpp gives a diffusers folder's files exactly these prefixes as it reads them, so
+both load the same tensors through the same name conversion.
 
 The tensor names and shapes are produced by :func:`sd1_tensors` from the architecture's
 hyper-parameters (tests compare them with the reference list in ``shared/reference``).
@@ -30,8 +32,8 @@ Irwin-Hall sums of 12 uniforms (mean 0, variance 1, bounded by +-6), so there ar
 outliers that could overflow f16. The pool comes from a splitmix64 counter hash with exact
 integer and float arithmetic, so a seed gives the same bytes on every machine and NumPy version.
 
-Stored as F8_E5M2 (format 2), synthesized per use, removed after
--------------------------------------------------------------
+Stored as F8_E5M2 (since format 2), synthesized per use, removed after
+----------------------------------------------------------------------
 Each value is stored as the high byte of its f16 (F8_E5M2: the f16 range, 2 mantissa bits);
 stable-diffusion.cpp widens it back to f16 as it loads, so the model in memory, every kernel and
 the check are those of an f16 SD 1.x model, from 1.07 GB written instead of 2.1 GB. No stored
@@ -61,37 +63,37 @@ import math
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
+from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
-from .probe_weights import DTYPES, Pools, scales_in_order, write_part
+from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "FILES", "ProbeModel", "ensure_probe_model", "probe_dir_name",
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "WEIGHTS", "PARTS", "ProbeModel", "ensure_probe_model", "probe_dir_name",
            "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # bump when the bytes a seed produces change (2: values stored as F8_E5M2)
+FORMAT_VERSION = 3  # bump when the files a seed produces change (2: values stored as F8_E5M2; 3: one file)
 DTYPE = "F8_E5M2"
 DEFAULT_SEED = 1234
-MARKER = "probe.json"
+MARKER = probe_layout.MARKER
+WEIGHTS = probe_layout.WEIGHTS  # written as WEIGHTS + ".part" and renamed: it appears whole
 OWNER = ".owner"  # in a temporary probe folder: the process that uses it
 TEMP_PREFIX = ".tmp-"
+MAX_POOLS_BYTES = 64 * POOL * DTYPES[DTYPE] + (1 << 16)  # the pools file: SD 1.x has 26 scales
 STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
-FILES = {
-    "text_encoder": "text_encoder/model.safetensors",
-    "unet": "unet/diffusion_pytorch_model.safetensors",
-    "vae": "vae/diffusion_pytorch_model.safetensors",
-}
+PARTS = tuple(probe_layout.PREFIXES)  # the parts an architecture has, in the file's order
 
 
 def probe_dir_name(seed: int, architecture: Optional[Architecture] = None) -> str:
@@ -105,7 +107,7 @@ def probe_dir_name(seed: int, architecture: Optional[Architecture] = None) -> st
 
 @dataclass
 class ProbeModel:
-    """A synthesized probe model folder (pass ``path`` as the model path)."""
+    """A synthesized probe model folder; ``model`` is the file to load (an engine also takes ``path``)."""
 
     path: str
     seed: int
@@ -117,6 +119,11 @@ class ProbeModel:
     temporary: bool = False  # removed when this process exits (or on release())
     dtype: str = DTYPE
     _owner_pid: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def model(self) -> str:
+        """The weights file, what stable-diffusion.cpp loads."""
+        return os.path.join(self.path, WEIGHTS)
 
     def release(self) -> None:
         """Remove a temporary probe now (a kept one stays); later calls synthesize it again."""
@@ -200,22 +207,19 @@ def _sweep(root: Path) -> List[str]:
     return removed
 
 
-def _meta(part: str, seed: int) -> Dict[str, str]:
-    return {"format": "pt", "generator": "accelstack probe", "part": part, "seed": str(seed),
-            "probe_format": str(FORMAT_VERSION)}
+def _meta(seed: int) -> Dict[str, str]:
+    return {"format": "pt", "generator": "accelstack probe", "seed": str(seed), "probe_format": str(FORMAT_VERSION),
+            "parts": ",".join(f"{part}={prefix}" for part, prefix in probe_layout.PREFIXES.items())}
 
 
 def _load_marker(folder: Path) -> Optional[ProbeModel]:
     marker = folder / MARKER
     try:
         data = json.loads(marker.read_text())
-        for part, rel in FILES.items():
-            if (folder / rel).stat().st_size != data["sizes"][part]:
-                return None
-        if data["format_version"] != FORMAT_VERSION:
+        if data["format_version"] != FORMAT_VERSION or (folder / WEIGHTS).stat().st_size != data["size"]:
             return None
         return ProbeModel(path=str(folder), seed=data["seed"], format_version=data["format_version"],
-                          parameters=data["parameters"], size_bytes=sum(data["sizes"].values()), cached=True,
+                          parameters=data["parameters"], size_bytes=data["size"], cached=True,
                           dtype=data.get("dtype", DTYPE))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -223,7 +227,8 @@ def _load_marker(folder: Path) -> Optional[ProbeModel]:
 
 def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = None,
                        progress: ProgressCallback = null_progress,
-                       architecture: Optional[Architecture] = None, *, keep: bool = False) -> ProbeModel:
+                       architecture: Optional[Architecture] = None, *, keep: bool = False,
+                       on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
     """The probe model for ``seed``: reused, or synthesized now (a second or two).
 
     ``keep=False`` (default): a kept folder if the probe cache has one, else one temporary folder
@@ -231,12 +236,16 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
     entry, made now if missing. ``architecture`` (``{part: {name: shape}}``, default
     :func:`sd1_tensors`) exists for tests and experiments with smaller models; it gets its own
     folder. ``cache_root`` defaults to ``Settings.resolve().probe_cache``.
+
+    ``on_synthesis(path)`` is called when a temporary probe starts being written, with the path its
+    weights file will have: the file is renamed into place whole, so a process started now can wait
+    for it (``verify`` starts its worker there). It is not called when a probe is reused.
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
         raise ProbeModelError(f"probe seed must be an integer in [0, 2**32), got {seed!r}")
     parts = architecture if architecture is not None else sd1_tensors()
-    if set(parts) != set(FILES):
-        raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(FILES)}, got {', '.join(parts)}")
+    if set(parts) != set(PARTS):
+        raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(PARTS)}, got {', '.join(parts)}")
     root = Path(cache_root) if cache_root is not None else Settings.resolve().probe_cache
     name = probe_dir_name(seed, architecture)
     folder = root / name
@@ -251,7 +260,8 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
                 if reused is not None:
                     return reused
                 _sweep(root)
-                return _synthesize(root, name, None, seed, parts, progress)
+                return _synthesize(root, name, None, seed, parts, progress, cache_pools=architecture is None,
+                                   on_synthesis=on_synthesis)
         _sweep(root)
         from filelock import FileLock
 
@@ -259,11 +269,44 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
             found = _load_marker(folder)  # another process may have made it meanwhile
             if found is not None:
                 return found
-            return _synthesize(root, name, folder, seed, parts, progress)
+            return _synthesize(root, name, folder, seed, parts, progress, cache_pools=architecture is None)
     except OSError as exc:
         raise ProbeModelError(f"cannot write the probe model under {root}: {exc.strerror or exc}",
                               hint="free disk space (it needs about 1.1 GB while verify runs) or use a writable "
                               "cache directory", action=Action.FREE_DISK) from None
+
+
+def pools_file_name(seed: int) -> str:
+    """The probe cache's file of encoded value pools for ``seed`` (see :mod:`.probe_weights`)."""
+    return f"pools-f{FORMAT_VERSION}-s{seed}-{DTYPE}.bin"
+
+
+def _read_pools(path: Path, seed: int, scales: List[float]) -> Optional[Dict[float, bytes]]:
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_POOLS_BYTES:
+            return None
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    found = unpack_pools(raw, seed, DTYPE, scales)
+    if found is None:
+        log.info("ignoring %s: not the pools of this probe; encoding them again", path)
+    return found
+
+
+def _write_pools(path: Path, pools: Pools, scales: List[float]) -> None:
+    """Keep the encoded pools for the next synthesis (a cache: failing to write it changes nothing)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(pack_pools(pools, list(dict.fromkeys(scales))))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("could not keep the probe's pools in %s: %s", path, exc)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
 
 
 def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:
@@ -279,7 +322,8 @@ def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:
 
 
 def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts: Architecture,
-                progress: ProgressCallback) -> ProbeModel:
+                progress: ProgressCallback, cache_pools: bool = False,
+                on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
     """Write the probe into a new temporary folder in ``root``; rename it to ``folder`` when kept."""
     start = time.perf_counter()
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
@@ -309,21 +353,32 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
 
     try:
         (tmp / OWNER).write_text(_owner_text())
+        if on_synthesis is not None and folder is None:
+            on_synthesis(str(tmp / WEIGHTS))  # the path the weights will appear at, whole
         pools = Pools(seed, DTYPE)
-        pools.prefetch(scales_in_order(parts))  # encoded on a helper thread while the files are written
-        sizes = {}
+        ordered = {part: parts[part] for part in PARTS}
+        scales = scales_in_order(ordered)
+        pools_file = root / pools_file_name(seed) if cache_pools else None
+        reused = _read_pools(pools_file, seed, scales) if pools_file is not None else None
+        if reused is not None:
+            pools.preload(reused)
+        else:
+            pools.prefetch(scales)  # encoded on a helper thread while the file is written
+        partial = tmp / (WEIGHTS + ".part")
         try:
-            for part, tensors in parts.items():
-                path = tmp / FILES[part]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_part(path, tensors, pools, _meta(part, seed), tick)
-                sizes[part] = path.stat().st_size
+            write_parts(partial, {probe_layout.PREFIXES[part]: tensors for part, tensors in ordered.items()}, pools,
+                        _meta(seed), tick)
         finally:
             pools.close()
-        marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "sizes": sizes, "dtype": DTYPE,
+        os.replace(partial, tmp / WEIGHTS)  # whole when it appears (a worker may be waiting for it)
+        if pools_file is not None and reused is None:
+            _write_pools(pools_file, pools, scales)
+        size = (tmp / WEIGHTS).stat().st_size
+        marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "size": size, "dtype": DTYPE,
+                  "prefixes": probe_layout.PREFIXES,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        probe.size_bytes = sum(sizes.values())
+        probe.size_bytes = size
         if folder is not None:
             (tmp / OWNER).unlink()
             if folder.exists():  # an incomplete or stale folder (no valid marker): replace it

@@ -10,14 +10,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 from ..errors import Action
-from .errors import WorkerStartError
+from ..serde import to_dict
+from .config import EngineOptions
+from .errors import ModelLoadError, WorkerStartError
+from .protocol import TOKEN_ENV
+from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,21 @@ def signal_name(rc: Optional[int]) -> str:
 class WorkerProcess:
     """One launch of the worker (``cmd`` with ``env``) whose files live in ``folder``."""
 
+    @classmethod
+    def for_runtime(cls, runtime: Runtime, options: EngineOptions, model: str, extra_env: Dict[str, str],
+                    folder: Path, number: int, await_model: float = 0.0) -> Tuple[WorkerProcess, str]:
+        """Launch ``number`` of the worker on ``runtime`` (not started yet), and its random token
+        (in its environment, never on its command line)."""
+        token = secrets.token_urlsafe(32)
+        env = runtime.worker_env()
+        env.update(extra_env)
+        env[TOKEN_ENV] = token
+        cmd = runtime.worker_command() + ["--ready-file", str(folder / f"ready-{number}.json"),
+                                          "--parent-pid", str(os.getpid()), "--options", json.dumps(to_dict(options))]
+        if model:
+            cmd += ["--model", model] + (["--await-model", f"{await_model:g}"] if await_model > 0 else [])
+        return cls(cmd, env, folder, number), token
+
     def __init__(self, cmd: List[str], env: Dict[str, str], folder: Path, number: int) -> None:
         self.cmd = list(cmd)
         self.env = env
@@ -112,6 +133,11 @@ class WorkerProcess:
     # -- start and end --------------------------------------------------------------------------
     def start(self, startup_timeout: float) -> int:
         """Start the process and wait until it wrote its ready file; return its port."""
+        self.spawn()
+        return self.wait_listening(startup_timeout)
+
+    def spawn(self) -> None:
+        """Start the process (:meth:`wait_listening` then waits for its ready file)."""
         self._log_file = open(self.log_path, "wb")
         kwargs: Dict[str, Any] = {}
         if os.name == "posix":
@@ -125,6 +151,10 @@ class WorkerProcess:
             raise WorkerStartError(f"cannot start the worker with {self.cmd[0]}: {exc.strerror or exc}",
                                    hint="check the runtime's Python interpreter") from None
         log.info("worker %d started: %s", self._proc.pid, " ".join(self.cmd[:3]))
+
+    def wait_listening(self, startup_timeout: float) -> int:
+        """Wait until the started process wrote its ready file; return its port."""
+        assert self._proc is not None, "spawn() first"
         deadline = time.monotonic() + startup_timeout
         while not self.ready_path.is_file():
             rc = self._proc.poll()
@@ -152,6 +182,16 @@ class WorkerProcess:
         if not self.wait(5):
             log.error("worker %d did not end after being killed", self._proc.pid)
 
+    def reap_in_background(self, grace: float) -> None:
+        """Wait for a process that is exiting on a helper thread (kill its tree if it has not ended
+        after ``grace`` seconds), then close its log."""
+        def reap() -> None:
+            if not self.wait(grace):
+                self.kill("it did not exit after saying it would")
+            self.close()
+
+        threading.Thread(target=reap, name="reap-worker", daemon=True).start()
+
     def close(self) -> None:
         """Close the log file (the process must have ended)."""
         if self._log_file is not None:
@@ -163,6 +203,14 @@ class WorkerProcess:
         reason = self.reason_from_log()
         return WorkerStartError(what + (": " + reason if reason else ""), hint=f"see the worker log {self.log_path}",
                                 log_tail=self.log_tail())
+
+    def load_failure(self, model: str, rc: int, kept_log: str) -> ModelLoadError:
+        """The error for a worker that died while loading ``model`` (its log is kept at ``kept_log``)."""
+        tail = self.reason_from_log()
+        return ModelLoadError(f"cannot load model {model}: the runtime crashed while loading it (exit code {rc}"
+                              f"{signal_name(rc)})" + (f": {tail}" if tail else ""),
+                              hint="the file may be damaged or not a Stable Diffusion model; "
+                              f"the worker's log is kept at {kept_log}")
 
     def log_tail(self, lines: int = 20) -> List[str]:
         """The last non-empty lines of this launch's log ([] once the folder is gone)."""

@@ -15,10 +15,8 @@ between them (encoding the prompt, decoding the image); diagnostics go to ``logg
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -27,13 +25,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..serde import from_dict, to_dict
+from ..serde import from_dict
 from .client import TRANSPORT_ERRORS, WorkerClient
 from .config import EngineOptions
 from .errors import CancelledError, GenerationError, ModelLoadError, WorkerCrashedError, WorkerStartError
-from .policy import LivenessJudge, RestartBudget, RestartRecord, SupervisorPolicy
+from .policy import LivenessJudge, RestartBudget, RestartRecord, SupervisorPolicy, job_note, load_note
 from .process import WorkerProcess, signal_name, tree_cpu_seconds
-from .protocol import EXIT_CANCELLED, TOKEN_ENV, GenerateRequest, GenerateResult, WorkerStatus
+from .protocol import EXIT_CANCELLED, GenerateRequest, GenerateResult, WorkerStatus
 from .runtime import Runtime
 from .workdirs import clean_stale, make, mark_crashed
 
@@ -43,11 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class _WorkerLost(Exception):
-    """Internal: the worker died or stalled during a job (the job may be retried)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """Internal: the worker died or stalled during a job (the job may be retried); str() says why."""
 
 
 class Supervisor:
@@ -79,6 +73,8 @@ class Supervisor:
         self._pending_restart: Optional[str] = None
         self._saved_tail: List[str] = []
         self._crashed = False  # a worker crashed: its folder (the log a message names) is kept
+        self._stopping = self._exiting = False  # the worker was asked to exit; it answered that it does
+        self._prestarted, self._token = False, ""  # prestart launched the current worker; start connects to it
         self._cancel = threading.Event()
         self._lock = threading.RLock()
 
@@ -105,7 +101,7 @@ class Supervisor:
         """Launch the worker and wait until it is ready (model loaded). On failure nothing is
         left running (``log_tail()`` still has the worker's last lines)."""
         with self._lock:
-            if self.alive():
+            if self.alive() and not self._prestarted:
                 return self.status()
             try:
                 return self._launch_and_wait()
@@ -116,19 +112,25 @@ class Supervisor:
                 self.stop()
                 raise
 
-    def stop(self) -> None:
-        """Ask the worker to shut down; kill its whole process tree if it does not go in time."""
+    def stop(self, wait: bool = True) -> None:
+        """Ask the worker to shut down; kill its whole process tree if it does not go in time. ``wait=False``
+        only asks: its exit overlaps the caller's next work; a later stop() (or let_go()) ends it."""
         with self._lock:
             proc = self._proc
             if proc is not None:
                 self._saved_tail = proc.log_tail(40) or self._saved_tail
-                if proc.alive():
-                    self.client.shutdown(timeout=1.0)
+                if proc.alive() and not self._stopping and not self._prestarted:  # prestarted: not connected yet
+                    self._exiting = self.client.shutdown(timeout=1.0)
+                    self._stopping = True
+                if not wait:
+                    return
+                if proc.alive() and self._stopping:
                     proc.wait(self.policy.shutdown_grace)
                 proc.kill("stopping the supervisor")
                 log.info("worker %d stopped (exit code %s)", proc.pid, proc.returncode)
                 proc.close()
             self._proc = None
+            self._prestarted = False
         if self._dir is not None:
             if self._crashed:
                 log.info("kept the crashed worker's folder %s (its log)", self._dir)
@@ -137,32 +139,46 @@ class Supervisor:
             self._dir = None
             self._crashed = False
 
+    def let_go(self) -> None:
+        """:meth:`stop` without waiting for a certain exit: a worker that answered ``stop(wait=False)`` is
+        ending (the kernel frees its memory: 0.2 s for the probe), so on POSIX its folder goes now and a
+        helper thread reaps it. Anything else is a stop()."""
+        with self._lock:
+            proc, folder = self._proc, self._dir
+            if os.name != "posix" or proc is None or not self._exiting or self._crashed or folder is None:
+                return self.stop()
+            self._proc, self._dir, self._prestarted = None, None, False
+        proc.reap_in_background(self.policy.shutdown_grace)
+        shutil.rmtree(folder, ignore_errors=True)  # its log stays open in the ending worker: fine on POSIX
+
     def restart(self, reason: str = "requested") -> WorkerStatus:
         with self._lock:
             self._kill(f"restart: {reason}")
             self._pending_restart = reason
             return self._ensure_running()
 
+    def prestart(self, model_appears: float = 300.0) -> None:
+        """Launch the worker before its model file exists and return: it imports the runtime (a GPU
+        build also initializes its device) while the caller writes the model, which must appear
+        whole (renamed into place) within ``model_appears`` s. :meth:`start` then waits for it."""
+        with self._lock:
+            if self._proc is None:
+                self._spawn(await_model=model_appears)
+                self._prestarted = True
+
     # -- launching ------------------------------------------------------------------------------
-    def _launch(self) -> None:
+    def _spawn(self, await_model: float = 0.0) -> None:
         if self._dir is None or not self._dir.is_dir():
             clean_stale()  # folders left by a killed process, and old crash logs
             self._dir = make()
         if self._proc is not None:
             self._proc.close()
         self.launches += 1
-        token = secrets.token_urlsafe(32)
-        env = self.runtime.worker_env()
-        env.update(self.extra_env)
-        env[TOKEN_ENV] = token
-        cmd = self.runtime.worker_command() + ["--ready-file", str(self._dir / f"ready-{self.launches}.json"),
-               "--parent-pid", str(os.getpid()), "--options", json.dumps(to_dict(self.options))]
-        if self.model:
-            cmd += ["--model", self.model]
-        self._proc = WorkerProcess(cmd, env, self._dir, self.launches)
+        self._stopping = self._exiting = False
+        self._proc, self._token = WorkerProcess.for_runtime(self.runtime, self.options, self.model, self.extra_env,
+                                                            self._dir, self.launches, await_model)
         self._log_path = self._proc.log_path
-        port = self._proc.start(self.policy.startup_timeout)
-        self.client = WorkerClient(port, token)
+        self._proc.spawn()
 
     def _log_hint(self) -> str:
         return f"see the worker log {self._log_path}"
@@ -179,7 +195,11 @@ class Supervisor:
         task = f"loading {self.model_label}" if self.model else "starting the worker"
         self.progress(ProgressEvent("start", self.stage, task=task, message="starting the worker"))
         try:
-            self._launch()
+            if not (self._prestarted and self.alive()):  # else prestart() launched it: its readiness is left
+                self._spawn()
+            self._prestarted = False
+            assert self._proc is not None
+            self.client = WorkerClient(self._proc.wait_listening(self.policy.startup_timeout), self._token)
             st = self._wait_ready(task)
         except BaseException as exc:
             self.progress(ProgressEvent("end", self.stage, task=task, ok=False,
@@ -202,12 +222,7 @@ class Supervisor:
             if rc is not None:
                 log.warning("worker %d exited while starting (exit code %d)", proc.pid, rc)
                 if self.model:
-                    tail = proc.reason_from_log()
-                    raise ModelLoadError(
-                        f"cannot load model {self.model}: the runtime crashed while loading it (exit code {rc}"
-                        f"{signal_name(rc)})" + (f": {tail}" if tail else ""),
-                        hint="the file may be damaged or not a Stable Diffusion model; "
-                        f"the worker's log is kept at {self._keep_log()}")
+                    raise proc.load_failure(self.model, rc, self._keep_log())
                 raise proc.start_failure(f"the worker exited while starting (exit code {rc})")
             st = self._status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
             if st is None:
@@ -215,8 +230,7 @@ class Supervisor:
             else:
                 version = st.version
                 if task and st.phase in ("starting", "loading"):
-                    now_shown = ((st.step, st.steps, "loading the model") if st.steps
-                                 else (0, None, "importing the runtime" if st.phase == "starting" else "loading the model"))
+                    now_shown = load_note(st.phase, st.step, st.steps)
                     now = time.monotonic()
                     if now_shown != shown and now - shown_at >= 0.25 or now - shown_at >= 1.0:
                         shown, shown_at = now_shown, now  # a sign of life every second, its progress when known
@@ -250,6 +264,8 @@ class Supervisor:
 
     def _ensure_running(self) -> WorkerStatus:
         """Start the worker if it is not running, after the backoff its failures earned."""
+        if self._prestarted and self.alive():
+            return self._launch_and_wait()
         if self.alive():
             st = self._status(self.policy.ping_timeout)
             if st is None or st.phase in ("ready", "generating"):
@@ -317,11 +333,11 @@ class Supervisor:
                 self._budget.clear()  # a success resets the backoff
                 return result
             except _WorkerLost as lost:
-                log.warning("worker lost during a job: %s", lost.reason)
-                last = lost.reason
+                log.warning("worker lost during a job: %s", lost)
+                last = str(lost)
                 crash_log = self._keep_log()
                 self._budget.record(time.monotonic())
-                self._pending_restart = lost.reason
+                self._pending_restart = last
         tail = " | ".join(self.log_tail(3))
         raise WorkerCrashedError(f"generation failed: {last}" + (f" (tried {attempts} times)" if attempts > 1 else ""),
                                  hint=f"the worker's log is kept at {crash_log}"
@@ -382,14 +398,7 @@ class Supervisor:
                 verdict = judge.observe(now, tree_cpu_seconds(proc.pid), st.ticks if st else None)
                 if st is not None and st.job == job:
                     now_done = min(total, st.images_done * request.steps + st.step)
-                    # Before the first step the worker encodes the prompt (until its first callback), after
-                    # the last it decodes the image: said, so a bar at 0 or at its end does not look stuck.
-                    if now_done >= total:
-                        now_note = "decoding the image"
-                    elif now_done == 0 and base_ticks is not None and st.ticks <= base_ticks:
-                        now_note = "encoding the prompt"
-                    else:
-                        now_note = f"sampling step {now_done % request.steps + 1} of {request.steps}"
+                    now_note = job_note(now_done, total, request.steps, st.ticks, base_ticks)
                     if now_done != done or now_note != note or now - shown_at >= 1.0:
                         done, note, shown_at = now_done, now_note, now
                         self.progress(ProgressEvent("advance", self.stage, task=task, done=done, total=total,

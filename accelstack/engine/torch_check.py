@@ -149,24 +149,32 @@ SD1_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_bloc
                down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
 
 
-def build_probe_pipeline(torch: Any, folder: str, device: Any, dtype: Any) -> Any:
-    """A ``StableDiffusionPipeline`` from a folder in the probe's layout (SD 1.x weights in
-    ``unet/``, ``vae/``, ``text_encoder/``, no configs, no tokenizer), on ``device`` in ``dtype``.
-    Shared with the torch generation worker (:mod:`accelstack.engine.torch_engine`)."""
-    import os
-
+def build_probe_pipeline(torch: Any, path: str, device: Any, dtype: Any) -> Any:
+    """A ``StableDiffusionPipeline`` from the probe model (its folder or its ``probe.safetensors``:
+    SD 1.x weights under the prefixes ``unet.``, ``vae.``, ``te.``, no configs, no tokenizer), on
+    ``device`` in ``dtype``. Shared with the torch generation worker
+    (:mod:`accelstack.engine.torch_engine`)."""
     import diffusers
     import transformers
     from safetensors.torch import load_file  # type: ignore
 
+    try:
+        from .probe_layout import probe_weights, split_parts
+    except ImportError:  # run as a script: its folder is first on sys.path
+        from probe_layout import probe_weights, split_parts  # type: ignore[no-redef,import-not-found]
+
+    weights_file = probe_weights(path)
+    if weights_file is None:
+        raise RuntimeError(f"{path} is not a complete accelstack probe model (no probe.json and probe.safetensors)")
+    parts: Dict[str, Any] = split_parts(load_file(weights_file))
     unet = diffusers.UNet2DConditionModel(**SD1_UNET)
-    unet.load_state_dict(load_file(os.path.join(folder, "unet", "diffusion_pytorch_model.safetensors")))
+    unet.load_state_dict(parts["unet"])
     vae = diffusers.AutoencoderKL(**SD1_VAE)
-    vae.load_state_dict(load_file(os.path.join(folder, "vae", "diffusion_pytorch_model.safetensors")))
+    vae.load_state_dict(parts["vae"])
     text = transformers.CLIPTextModel(transformers.CLIPTextConfig(
         vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
         num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu"))
-    weights = load_file(os.path.join(folder, "text_encoder", "model.safetensors"))
+    weights = parts["text_encoder"]
     if not any(k.startswith("text_model.") for k in text.state_dict()):  # transformers >= 5 drops the prefix
         weights = {k[len("text_model."):] if k.startswith("text_model.") else k: v for k, v in weights.items()}
     missing, unexpected = text.load_state_dict(weights, strict=False)

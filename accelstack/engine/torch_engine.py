@@ -27,6 +27,7 @@ from typing import IO, Any, Dict, List, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
+from .probe_layout import probe_weights
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
 from .torch_check import HALF_KINDS, build_probe_pipeline, fixed_prompt_embeds, pick_device
 from .worker_backend import WorkerBackend
@@ -144,7 +145,7 @@ class TorchBackend(WorkerBackend):
                 pipe = SD.from_pretrained(path, torch_dtype=self.dtype, safety_checker=None,
                                           requires_safety_checker=False, local_files_only=True)
                 pipe = pipe.to(self.device_obj)
-            elif os.path.isdir(path):  # the probe model's layout: weights only, SD 1.x
+            elif probe_weights(path):  # the probe model (its folder or its file): weights only, SD 1.x
                 pipe = build_probe_pipeline(self.torch, path, self.device_obj, self.dtype)
             else:
                 pipe = SD.from_single_file(path, torch_dtype=self.dtype, safety_checker=None,

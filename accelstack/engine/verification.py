@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
@@ -95,12 +95,14 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
            policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
            tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
            probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress,
-           max_tolerance: int = DEFAULT_MAX_TOLERANCE) -> VerifyReport:
+           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True) -> VerifyReport:
     """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
     torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
 
     ``output`` (the probe image) defaults to :func:`default_output`, ``probe_cache`` to
     ``Settings.resolve().probe_cache``. A runtime that fails gives ``ok=False`` and the reason.
+    A temporary probe stays for this process's next verify unless ``keep_probe`` is False (a
+    command that verifies once: it is removed while the worker exits, not after).
     """
     start = time.perf_counter()
     runtime.check()
@@ -113,9 +115,22 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     expected = len(_CHECKS) + (1 if _gpu_engine(runtime) else 0) + (1 if runtime.is_gpu and cpu_runtime is not None else 0)
     progress(ProgressEvent("start", "verify", task=task, total=expected, extra={"unit": "check", "eta": False},
                            message="preparing the probe model"))
+
+    def supervisor(model: str) -> Supervisor:
+        return Supervisor(runtime, model=model, options=options, policy=policy, progress=progress,
+                          model_label="the probe model")
+
+    early: List[Supervisor] = []  # the worker, started while the probe is written: it imports the runtime meanwhile
+
+    def start_early(model: str) -> None:
+        early.append(supervisor(model))
+        early[0].prestart()
+
     try:
-        probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress)
+        probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress, on_synthesis=start_early)
     except BaseException as exc:
+        for sup in early:
+            sup.stop()
         progress(ProgressEvent("end", "verify", task=task, ok=False, total=expected, extra={"unit": "check"},
                                message=str(getattr(exc, "message", "") or exc or type(exc).__name__)))
         raise
@@ -137,8 +152,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
                                total=max(expected, len(report.checks)), message=reason, extra={"unit": "check"}))
         return report
 
-    sup = Supervisor(runtime, model=probe.path, options=options, policy=policy, progress=progress,
-                     model_label="the probe model")
+    sup = early[0] if early else supervisor(probe.model)
     try:
         try:
             st = sup.start()
@@ -164,29 +178,38 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
             report.log_tail = sup.log_tail()
             check("generate", False, exc.message)
             return fail(f"generation failed: {exc.message}")
+        # The worker exits (freeing the model's memory takes it a quarter of a second here) while
+        # the checks run, the image is written and, when not kept, the probe is removed.
+        compare = runtime.is_gpu and cpu_runtime is not None
+        sup.stop(wait=False)
+        if not keep_probe and not compare:
+            probe.release()
+        _timings(report, first)
+        img = first.images[0]
+        pixels = img.pixels
+        report.pixels = stats = pixel_stats(pixels)
+        size_ok = (img.width, img.height) == (request.width, request.height) and len(pixels) == img.width * img.height * 3
+        check("size", size_ok, f"{img.width}x{img.height}")
+        pixels_ok = stats.distinct > 1 and stats.saturated <= MAX_SATURATED
+        check("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, {stats.saturated:.0%} saturated")
+        same = second.images[0].pixels == pixels
+        check("deterministic", same, "identical bytes" if same else
+              "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
+              if len(second.images[0].pixels) == len(pixels) else "different sizes")
+        if size_ok:
+            meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
+                                                        "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
+                                                        "Seed": img.seed, "Size": f"{img.width}x{img.height}",
+                                                        "Model": f"accelstack probe (seed {probe_seed})"})
+            report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
+        if compare and size_ok and cpu_runtime is not None:
+            sup.stop()  # one model in memory at a time
+            _compare_cpu(report, cpu_runtime, probe.model, request, pixels, options, policy, tolerance, max_tolerance,
+                         progress, check)
     finally:
-        sup.stop()
-    _timings(report, first)
-    img = first.images[0]
-    pixels = img.pixels
-    report.pixels = stats = pixel_stats(pixels)
-    size_ok = (img.width, img.height) == (request.width, request.height) and len(pixels) == img.width * img.height * 3
-    check("size", size_ok, f"{img.width}x{img.height}")
-    pixels_ok = stats.distinct > 1 and stats.saturated <= MAX_SATURATED
-    check("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, {stats.saturated:.0%} saturated")
-    same = second.images[0].pixels == pixels
-    check("deterministic", same, "identical bytes" if same else
-          "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
-          if len(second.images[0].pixels) == len(pixels) else "different sizes")
-    if size_ok:
-        meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
-                                                    "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
-                                                    "Seed": img.seed, "Size": f"{img.width}x{img.height}",
-                                                    "Model": f"accelstack probe (seed {probe_seed})"})
-        report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
-    if runtime.is_gpu and cpu_runtime is not None and size_ok:
-        _compare_cpu(report, cpu_runtime, probe.path, request, pixels, options, policy, tolerance, max_tolerance, progress,
-                     check)
+        sup.let_go()  # a worker that is exiting is not waited for
+        if not keep_probe:
+            probe.release()
     failed = [c for c in report.checks if not c.ok]
     if failed:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))

@@ -1,7 +1,11 @@
 """The generation worker: a child process that loads the stack and serves a tiny HTTP API.
 
     python -m accelstack.engine.worker --ready-file F --parent-pid P [--model M] [--options JSON]
-                                       [--backend ggml|torch]
+                                       [--backend ggml|torch] [--await-model SECONDS]
+
+``--await-model`` is for a model still being written when the worker starts (``verify`` starts
+it while the probe is synthesized): the file appears whole, renamed into place, and the worker
+waits up to SECONDS for it after importing the runtime, then loads it.
 
 ``--backend torch`` generates with torch/diffusers (:mod:`accelstack.engine.torch_engine`)
 instead of stable-diffusion.cpp; everything else (HTTP API, status, progress) is shared.
@@ -60,6 +64,7 @@ __all__ = ["main", "TOKEN_ENV", "STATUS_DELAY_ENV"]
 
 HEARTBEAT_INTERVAL = 1.0
 PARENT_POLL_INTERVAL = 0.5
+AWAIT_MODEL_POLL = 0.005  # a stat every 5 ms while verify writes the probe (about 0.3 s)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -84,6 +89,15 @@ def _write_ready(path: str, payload: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _await_model(path: str, seconds: float) -> None:
+    """Wait until ``path`` exists (it is renamed into place whole); ModelLoadError after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise ModelLoadError(f"the model {path} did not appear within {seconds:g} s")
+        time.sleep(AWAIT_MODEL_POLL)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="accelstack.engine.worker")
     ap.add_argument("--ready-file", required=True)
@@ -91,6 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--model", default="")
     ap.add_argument("--options", default="{}")
     ap.add_argument("--backend", default="ggml", help="ggml (stable-diffusion.cpp) or torch (diffusers)")
+    ap.add_argument("--await-model", type=float, default=0.0, metavar="SECONDS",
+                    help="wait up to SECONDS for the model file to appear before loading it")
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -121,6 +137,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         with state.lock:
             state.device = backend.device()
             state.runtime_version, state.system_info = backend.version(), backend.system_info()
+        if args.model and args.await_model > 0:
+            _await_model(args.model, args.await_model)
         if args.model:
             start = time.perf_counter()
             backend.load(args.model, options)

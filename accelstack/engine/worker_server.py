@@ -335,10 +335,14 @@ def make_handler(state: WorkerState) -> Type[BaseHTTPRequestHandler]:
     return Handler
 
 
+EXIT_PAUSE = 0.01
+
+
 def exit_soon(code: int) -> None:
-    """Exit after the current response has gone out (from a helper thread, right away)."""
+    """Exit after the current response has gone out (from a helper thread, right away): the
+    handler flushed it to the socket already; the pause lets its thread close the connection."""
     def bye():
-        time.sleep(0.05)
+        time.sleep(EXIT_PAUSE)
         try:
             sys.stderr.flush()
         finally:

@@ -168,8 +168,10 @@ def test_diffusers_folder_must_be_complete(tmp_path):
 
 
 def test_probe_model_passes_the_checks(probe_model):
-    info = check_model(probe_model.path)
-    assert info.kind == "diffusers" and info.tensors == 196 + 686 + 248
+    """Its folder or its file: one safetensors file holding the three parts."""
+    for given in (probe_model.path, probe_model.model):
+        info = check_model(given)
+        assert info.kind == "safetensors" and info.tensors == 196 + 686 + 248 and info.path == probe_model.model
 
 
 # -- runtimes and the CLI ------------------------------------------------------------------------------

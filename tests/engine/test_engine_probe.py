@@ -15,8 +15,18 @@ import pytest
 
 from accelstack.engine.errors import ProbeModelError
 from accelstack.engine.probe_architecture import sd1_tensors, value_rule
-from accelstack.engine.probe_model import FILES, MARKER, OWNER, ensure_probe_model, probe_dir_name
-from accelstack.engine.probe_weights import Pools, base_pool, encode, scales_in_order, write_part
+from accelstack.engine.probe_layout import PREFIXES, probe_weights, split_parts
+from accelstack.engine.probe_model import MARKER, OWNER, PARTS, WEIGHTS, ensure_probe_model, pools_file_name, probe_dir_name
+from accelstack.engine.probe_weights import (
+    Pools,
+    base_pool,
+    encode,
+    pack_pools,
+    scales_in_order,
+    unpack_pools,
+    write_part,
+    write_parts,
+)
 from accelstack.errors import Action
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,14 +58,19 @@ def read_safetensors(path: Path):
     return header, out, n
 
 
+def read_probe(folder: Path):
+    """A probe folder's one file: its header, ``{part: {name: values}}`` and the header's length."""
+    header, tensors, n = read_safetensors(Path(folder) / WEIGHTS)
+    return header, split_parts(tensors), n
+
+
 @pytest.mark.skipif(not REFERENCE.is_file(), reason="shared reference tensor list not present")
 def test_architecture_matches_the_reference_tensor_list():
     ref = json.loads(REFERENCE.read_text())
     mine = sd1_tensors()
-    assert set(mine) == set(ref["tensors"]) == set(FILES)
+    assert set(mine) == set(ref["tensors"]) == set(PARTS)
     for part, tensors in ref["tensors"].items():
         assert {k: tuple(v) for k, v in tensors.items()} == mine[part], part
-        assert ref["files"][part] == FILES[part]
 
 
 def test_parameter_counts_are_sd1():
@@ -129,14 +144,15 @@ def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
     seed6 = ensure_probe_model(6, cache_root=tmp_path / "b", architecture=TINY)
     assert not first.cached and again.cached and again.path == first.path
     assert [e.kind for e in events][0] == "start" and events[-1].kind == "end" and events[-1].ok
-    for part, rel in FILES.items():
-        a = (Path(first.path) / rel).read_bytes()
-        assert a == (Path(other.path) / rel).read_bytes(), "same seed, same bytes"
-        if part == "unet":
-            assert a != (Path(seed6.path) / rel).read_bytes(), "another seed, other bytes"
-    header, tensors, n = read_safetensors(Path(first.path) / FILES["unet"])
+    assert sorted(p.name for p in Path(first.path).iterdir()) == sorted([MARKER, OWNER, WEIGHTS])
+    a = (Path(first.path) / WEIGHTS).read_bytes()
+    assert a == (Path(other.path) / WEIGHTS).read_bytes(), "same seed, same bytes"
+    assert a != (Path(seed6.path) / WEIGHTS).read_bytes(), "another seed, other bytes"
+    header, parts, n = read_probe(Path(first.path))
     assert (8 + n) % 8 == 0
     assert header["__metadata__"]["seed"] == "5"
+    assert set(header) - {"__metadata__"} == {PREFIXES[part] + name for part in TINY for name in TINY[part]}
+    tensors, te = parts["unet"], parts["text_encoder"]
     assert tensors["conv_in.bias"].tolist() == [0.0] * 16
     big = tensors["big.weight"].astype(np.float64)
     assert np.isfinite(big).all()
@@ -144,7 +160,6 @@ def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
     # windows start at unrelated offsets: the two halves of a >pool tensor are not copies
     flat = big.ravel()
     assert not np.array_equal(flat[:1000], flat[1_048_573:1_048_573 + 1000])
-    _, te, _ = read_safetensors(Path(first.path) / FILES["text_encoder"])
     assert te["text_model.final_layer_norm.weight"].tolist() == [1.0] * 8
     assert te["text_model.embeddings.token_embedding.weight"].std() == pytest.approx(0.02, rel=0.3)
 
@@ -152,7 +167,7 @@ def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
 def test_incomplete_kept_folder_is_rebuilt(tmp_path):
     model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY, keep=True)
     assert not model.temporary and Path(model.path).name == probe_dir_name(3, TINY)
-    unet = Path(model.path) / FILES["unet"]
+    unet = Path(model.path) / WEIGHTS
     good = unet.read_bytes()
     unet.write_bytes(good[: len(good) // 2])  # a crash mid-write, or a damaged cache
     rebuilt = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY, keep=True)
@@ -164,7 +179,7 @@ def test_incomplete_kept_folder_is_rebuilt(tmp_path):
 
 def test_damaged_temporary_probe_is_made_again(tmp_path):
     model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
-    unet = Path(model.path) / FILES["unet"]
+    unet = Path(model.path) / WEIGHTS
     unet.write_bytes(unet.read_bytes()[:10])
     again = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
     assert not again.cached and again.path != model.path and not Path(model.path).exists()
@@ -234,31 +249,107 @@ def test_unwritable_cache_says_what_to_do(tmp_path):
 
 
 def test_default_dir_name_is_keyed_by_seed_and_format():
-    assert probe_dir_name(1234) == "sd1-f2-s1234"
+    assert probe_dir_name(1234) == "sd1-f3-s1234"
     assert probe_dir_name(1234, TINY).startswith("custom-")
+
+
+def test_one_file_holds_each_part_with_the_bytes_of_a_file_of_its_own(tmp_path):
+    """The parts are prefixed in one file (stable-diffusion.cpp's own diffusers prefixes), and a
+    part's bytes do not depend on it: the probe in memory is the one the three-file layout gave."""
+    pools = Pools(9, "F8_E5M2")
+    write_parts(tmp_path / "one.safetensors", {PREFIXES[p]: TINY[p] for p in PARTS}, pools, {}, lambda n: None)
+    _, one, _ = read_safetensors(tmp_path / "one.safetensors")
+    for part in PARTS:
+        write_part(tmp_path / f"{part}.safetensors", TINY[part], pools, {}, lambda n: None)
+        _, alone, _ = read_safetensors(tmp_path / f"{part}.safetensors")
+        assert {k: v.tobytes() for k, v in split_parts(one)[part].items()} == {k: v.tobytes() for k, v in alone.items()}
+    with pytest.raises(ValueError, match="same prefixed name"):
+        write_parts(tmp_path / "dup.safetensors", {"a.": {"b.c": (1,)}, "a.b.": {"c": (1,)}}, pools, {}, lambda n: None)
+
+
+def test_probe_weights_names_only_a_complete_probe(tmp_path):
+    model = ensure_probe_model(3, cache_root=tmp_path, architecture=TINY)
+    assert probe_weights(model.path) == model.model == str(Path(model.path) / WEIGHTS)
+    assert probe_weights(model.model) == model.model
+    assert probe_weights(str(tmp_path)) is None
+    (tmp_path / "x.safetensors").write_bytes(b"")
+    assert probe_weights(str(tmp_path / "x.safetensors")) is None
+    (Path(model.path) / MARKER).unlink()
+    assert probe_weights(model.path) is None
+    model.release()
+
+
+def test_the_encoded_pools_are_kept_and_give_the_same_bytes(tmp_path, monkeypatch):
+    """The pools file (26 MB for SD 1.x) skips encoding on the next synthesis; what it makes is
+    byte for byte what encoding gives, and a damaged or foreign file is ignored and replaced."""
+    import accelstack.engine.probe_model as pm
+
+    monkeypatch.setattr(pm, "sd1_tensors", lambda: TINY)  # the default architecture's path, small
+    first = ensure_probe_model(7, cache_root=tmp_path)
+    pools_file = tmp_path / pools_file_name(7)
+    made = pools_file.read_bytes()
+    expected = (Path(first.path) / WEIGHTS).read_bytes()
+    first.release()
+    assert unpack_pools(made, 7, "F8_E5M2", scales_in_order(TINY)) is not None
+
+    calls = []
+    monkeypatch.setattr(Pools, "prefetch", lambda self, stds: calls.append(stds))  # encoding would show here
+    again = ensure_probe_model(7, cache_root=tmp_path)
+    assert (Path(again.path) / WEIGHTS).read_bytes() == expected and calls == []
+    again.release()
+    monkeypatch.undo()
+    monkeypatch.setattr(pm, "sd1_tensors", lambda: TINY)
+
+    damaged = bytearray(made)
+    damaged[-1] ^= 0xFF
+    for bad in (bytes(damaged), made[:-5], b"junk", pack_pools(Pools(8, "F8_E5M2"), scales_in_order(TINY))):
+        pools_file.write_bytes(bad)
+        redo = ensure_probe_model(7, cache_root=tmp_path)
+        assert (Path(redo.path) / WEIGHTS).read_bytes() == expected
+        assert pools_file.read_bytes() == made, "replaced by the right pools"
+        redo.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [pools_file.name]
+
+
+def test_a_custom_architecture_keeps_no_pools(tmp_path):
+    ensure_probe_model(3, cache_root=tmp_path, architecture=TINY).release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_on_synthesis_names_the_file_before_it_is_written(tmp_path):
+    """verify starts its worker there: the path exists only once the file is whole."""
+    seen = []
+    made = ensure_probe_model(2, cache_root=tmp_path, architecture=TINY,
+                              on_synthesis=lambda path: seen.append((path, os.path.exists(path))))
+    assert seen == [(made.model, False)] and os.path.getsize(made.model) > 0
+    ensure_probe_model(2, cache_root=tmp_path, architecture=TINY, on_synthesis=seen.append)  # reused: no call
+    assert len(seen) == 1
+    made.release()
 
 
 def test_full_probe_model_headers(probe_model):
     """The real probe: every tensor of the reference present, f16, with the right byte ranges."""
     assert probe_model.parameters == 1_066_235_307
     arch = sd1_tensors()
-    for part, rel in FILES.items():
-        path = Path(probe_model.path) / rel
-        raw = path.open("rb").read(8)
-        (n,) = struct.unpack("<Q", raw)
-        with path.open("rb") as fh:
-            fh.seek(8)
-            header = json.loads(fh.read(n))
-        header.pop("__metadata__")
-        assert {k: tuple(v["shape"]) for k, v in header.items()} == arch[part]
-        assert {v["dtype"] for v in header.values()} == {"F8_E5M2"}
-        end = max(v["data_offsets"][1] for v in header.values())
-        assert path.stat().st_size == 8 + n + end
+    path = Path(probe_model.model)
+    assert probe_weights(probe_model.path) == probe_weights(str(path)) == str(path)
+    raw = path.open("rb").read(8)
+    (n,) = struct.unpack("<Q", raw)
+    with path.open("rb") as fh:
+        fh.seek(8)
+        header = json.loads(fh.read(n))
+    header.pop("__metadata__")
+    shapes = split_parts({k: tuple(v["shape"]) for k, v in header.items()})
+    assert shapes == arch
+    assert {v["dtype"] for v in header.values()} == {"F8_E5M2"}
+    end = max(v["data_offsets"][1] for v in header.values())
+    assert path.stat().st_size == 8 + n + end
 
 
 def test_verify_generates_with_a_probe_it_synthesizes_and_leaves_nothing_on_disk(cpu_runtime, tmp_path):
     """The check is as strong as before (the full SD 1.x architecture, loaded by stable-diffusion.cpp,
-    generating) while no probe stays on disk: not in the probe cache, not under any cache directory."""
+    generating) while no probe stays on disk: not in the probe cache, not under any cache directory.
+    What stays is the file of encoded value pools (27 MB, far under the 700 MB the issue allows)."""
     from cli_helpers import result_of, run_cli
 
     probe_cache = tmp_path / "probe"
@@ -268,6 +359,8 @@ def test_verify_generates_with_a_probe_it_synthesizes_and_leaves_nothing_on_disk
     assert rc == 0, out + err
     report = result_of(out)
     assert report["verdict"] == "PASS" and report["probe_seconds"] > 0
-    assert Path(report["probe_path"]).parent == probe_cache and Path(report["probe_path"]).name.startswith(".tmp-sd1-f2-")
-    assert list(probe_cache.iterdir()) == [], "the probe is removed when verify ends"
+    assert Path(report["probe_path"]).parent == probe_cache and Path(report["probe_path"]).name.startswith(".tmp-sd1-f3-")
+    kept = list(probe_cache.iterdir())
+    assert [p.name for p in kept] == [pools_file_name(1234)], "the probe is removed when verify ends"
+    assert kept[0].stat().st_size < 30_000_000
     assert not [p for p in tmp_path.rglob("*.safetensors")], "no probe kept under any cache directory"

@@ -222,6 +222,70 @@ def test_a_model_that_fails_to_load_names_the_file_and_the_reason(cpu_runtime, t
     assert len(msg) > len(f"cannot load model {path}: ") + 10  # a reason follows the name
 
 
+def test_a_prestarted_worker_waits_for_its_model_then_loads_it(cpu_runtime, probe_model, one_step, tmp_path):
+    """verify starts the worker while it writes the probe: the worker is up (listening, runtime
+    imported) before the file exists, loads it when it appears whole, and generates as usual."""
+    target = tmp_path / "later" / "probe.safetensors"
+    target.parent.mkdir()
+    s = Supervisor(cpu_runtime, model=str(target), policy=POLICY)
+    try:
+        s.prestart()
+        when(lambda: s._proc is not None and s._proc.ready_path.is_file(), timeout=60)
+        time.sleep(0.3)
+        assert s.alive() and not target.exists()
+        target.symlink_to(probe_model.model)  # appears whole at once, as the renamed probe does
+        st = s.start()
+        assert st.phase == "ready" and st.load_seconds is not None
+        assert s.generate(request(steps=1)).images[0].pixels == one_step.images[0].pixels
+        pid = s.pid
+        s.stop(wait=False)  # asks, and returns while the worker exits
+        s.stop()
+        assert not s.alive() and (not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    finally:
+        s.stop()
+
+
+def test_a_prestarted_worker_whose_model_never_comes_fails_clearly(cpu_runtime, tmp_path):
+    s = Supervisor(cpu_runtime, model=str(tmp_path / "never.safetensors"), policy=POLICY)
+    s.prestart(model_appears=0.5)
+    with pytest.raises(ModelLoadError, match=r"did not appear within 0\.5 s"):
+        s.start()
+    assert not s.alive() and s._proc is None
+
+
+def test_a_prestarted_worker_is_stopped_without_ever_starting(cpu_runtime, tmp_path):
+    s = Supervisor(cpu_runtime, model=str(tmp_path / "never.safetensors"), policy=POLICY)
+    s.prestart()
+    when(lambda: s._proc is not None and s._proc.ready_path.is_file(), timeout=60)
+    pid, folder = s.pid, s._dir
+    s.stop()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert folder is not None and not folder.exists()
+
+
+def test_let_go_leaves_an_exiting_worker_to_a_reaper_and_removes_its_folder_now(cpu_runtime, probe_model):
+    """verify does not wait for the kernel to free the worker's memory (0.2 s of every run): a worker
+    that answered the request to exit is reaped by a helper thread; nothing of it stays."""
+    s = Supervisor(cpu_runtime, model=probe_model.path, policy=POLICY)
+    s.start()
+    pid, folder = s.pid, s._dir
+    s.stop(wait=False)
+    s.let_go()
+    assert s._proc is None and not s.alive() and folder is not None and not folder.exists()
+    when(lambda: not psutil.pid_exists(pid), timeout=30)  # gone, and reaped (not a zombie)
+    s.let_go()  # nothing left to do
+    s.stop()
+
+
+def test_let_go_without_a_request_to_exit_is_a_stop(cpu_runtime, probe_model):
+    s = Supervisor(cpu_runtime, model=probe_model.path, policy=POLICY)
+    s.start()
+    pid, folder = s.pid, s._dir
+    s.let_go()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert folder is not None and not folder.exists()
+
+
 def test_a_broken_runtime_is_a_start_error(tmp_path, caplog):
     pkg = tmp_path / "stable_diffusion_cpp"
     pkg.mkdir()
