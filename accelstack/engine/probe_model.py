@@ -2,7 +2,7 @@
 
 ``verify`` must prove that a runtime generates without downloading a 2 GB model, so we
 synthesize one: the full SD 1.x architecture (UNet 860 M, VAE 84 M, CLIP-L text encoder 123 M
-parameters) in the diffusers folder layout that stable-diffusion.cpp loads::
+parameters) in one folder that stable-diffusion.cpp loads::
 
     <dir>/probe.safetensors    the three parts, under the prefixes unet., vae., te.
     <dir>/probe.json           written last: the folder is complete
@@ -229,7 +229,7 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
                        progress: ProgressCallback = null_progress,
                        architecture: Optional[Architecture] = None, *, keep: bool = False,
                        on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
-    """The probe model for ``seed``: reused, or synthesized now (a second or two).
+    """The probe model for ``seed``: reused, or synthesized now (under a second from the kept pools).
 
     ``keep=False`` (default): a kept folder if the probe cache has one, else one temporary folder
     per process, removed when it exits (see the module docstring). ``keep=True``: the kept cache
@@ -282,11 +282,17 @@ def pools_file_name(seed: int) -> str:
 
 
 def _read_pools(path: Path, seed: int, scales: List[float]) -> Optional[Dict[float, bytes]]:
+    try:  # a regular file only (O_NONBLOCK: a FIFO put there cannot block us), and bounded
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
     try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_POOLS_BYTES:
-            return None
-        raw = path.read_bytes()
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_POOLS_BYTES:
+                return None
+            raw = fh.read(MAX_POOLS_BYTES + 1)
     except OSError:
         return None
     found = unpack_pools(raw, seed, DTYPE, scales)

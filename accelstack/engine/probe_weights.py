@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
+from ..limits import MalformedInput, parse_json
 from .probe_architecture import Shape, value_rule
 
 if TYPE_CHECKING:
@@ -236,8 +237,8 @@ def unpack_pools(raw: bytes, seed: int, dtype: str, stds: Sequence[float]) -> Op
     if n > MAX_POOLS_HEADER or len(raw) < start + n:
         return None
     try:
-        head = json.loads(raw[start:start + n])
-    except ValueError:
+        head = parse_json(raw[start:start + n], what="the probe's pools file", max_bytes=MAX_POOLS_HEADER, max_depth=3)
+    except MalformedInput:
         return None
     size = POOL * DTYPES.get(dtype, 0)
     data = memoryview(raw)[start + n:]

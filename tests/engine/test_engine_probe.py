@@ -302,13 +302,20 @@ def test_the_encoded_pools_are_kept_and_give_the_same_bytes(tmp_path, monkeypatc
 
     damaged = bytearray(made)
     damaged[-1] ^= 0xFF
-    for bad in (bytes(damaged), made[:-5], b"junk", pack_pools(Pools(8, "F8_E5M2"), scales_in_order(TINY))):
+    nested = b"[" * 30000 + b"]" * 30000  # a header no JSON parser should recurse through
+    hostile = made[:len(b"accelstack probe pools 1\n")] + struct.pack("<I", len(nested)) + nested
+    for bad in (bytes(damaged), made[:-5], b"junk", pack_pools(Pools(8, "F8_E5M2"), scales_in_order(TINY)), hostile):
         pools_file.write_bytes(bad)
         redo = ensure_probe_model(7, cache_root=tmp_path)
         assert (Path(redo.path) / WEIGHTS).read_bytes() == expected
         assert pools_file.read_bytes() == made, "replaced by the right pools"
         redo.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == [pools_file.name]
+    pools_file.unlink()
+    os.mkfifo(pools_file)  # not a file: never opened for a blocking read, replaced by the real pools
+    redo = ensure_probe_model(7, cache_root=tmp_path)
+    assert (Path(redo.path) / WEIGHTS).read_bytes() == expected and pools_file.read_bytes() == made
+    redo.release()
 
 
 def test_a_custom_architecture_keeps_no_pools(tmp_path):
