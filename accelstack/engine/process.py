@@ -131,11 +131,6 @@ class WorkerProcess:
             return False
 
     # -- start and end --------------------------------------------------------------------------
-    def start(self, startup_timeout: float) -> int:
-        """Start the process and wait until it wrote its ready file; return its port."""
-        self.spawn()
-        return self.wait_listening(startup_timeout)
-
     def spawn(self) -> None:
         """Start the process (:meth:`wait_listening` then waits for its ready file)."""
         self._log_file = open(self.log_path, "wb")
