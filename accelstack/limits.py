@@ -7,7 +7,10 @@ Stages that need their own typed error catch ``MalformedInput`` and re-raise it 
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from typing import Any, List, Tuple, Union
 
 from .errors import AccelstackError, Action
@@ -157,3 +160,29 @@ MAX_ZIP_ENTRIES = 100_000  # a torch checkpoint holds one entry per tensor stora
 # worker's folder (its log) is kept for CRASH_LOG_KEEP_SECONDS so the message can point at it.
 WORKER_DIR_STALE_SECONDS = 10 * 60
 CRASH_LOG_KEEP_SECONDS = 7 * 24 * 3600
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+
+
+def read_capped(path: Union[str, os.PathLike[str]], limit: int) -> bytes:
+    """The first ``limit`` bytes of the regular file ``path``; ``OSError`` for anything else.
+
+    Opened without following a symbolic link and without blocking (a FIFO opened for reading
+    would wait forever for a writer), then checked to be a regular file before it is read.
+    """
+    fd = os.open(os.fspath(path), _OPEN_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks: List[bytes] = []
+        remaining = limit
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

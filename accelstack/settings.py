@@ -112,6 +112,11 @@ class Settings:
         return self.home / "settings.json"
 
     @property
+    def verify_dir(self) -> Path:
+        """``verify``'s probe images (``verify-<backend>.png``) and its records of them (probe_record)."""
+        return self.cache / "verify"
+
+    @property
     def user_keys_dir(self) -> Path:
         return self.config_dir / "trusted-keys"
 

@@ -5,8 +5,10 @@ The baseline is checked out with `git worktree` into a temporary folder and run 
 interpreter, the same CPU runtime (the cached `cpu` build, installed once) and its own probe cache,
 so the two differ only in accelstack's code. The default baseline, ``b43597e``, is the last commit
 before the verify-time work of issue 14 (one probe file, kept value pools, the worker started while
-the probe is written, its exit overlapped, lazy imports). The first run of each side is its cold run
-(the new side then makes its pools file); the figures are over the warm runs after it. Prints each
+the probe is written, its exit overlapped, lazy imports, the record of the probe image that spares
+a later verify its second generation; ``--baseline 7844fa6`` measures the record alone). The first
+run of each side is its cold run (the new side then makes its pools file and its record in its own
+cache); the figures are over the warm runs after it. Prints each
 run, then min and median per side and the ratios new/baseline. This machine's speed drifts by 20 %
 or more from minute to minute: alternate, and compare the ratio.
 

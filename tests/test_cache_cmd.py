@@ -51,13 +51,18 @@ def _populate(tmp_path: Path) -> Dict[str, Path]:
         "stale_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner",
                             json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode()).parent,
         "pools": _write(cache / "probe" / "pools-f3-s1234-F8_E5M2.bin", b"q" * 600),
+        "pools_tmp": _write(cache / "probe" / ".pools-f3-s1234-F8_E5M2.bin.4242.tmp", b"t" * 50),
         "live_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-live" / ".owner",
                            json.dumps({"pid": os.getpid(), "host": os.uname().nodename}).encode()).parent,
+        "verify_png": _write(cache / "verify" / "verify-cpu.png", b"v" * 90),
+        "record": _write(cache / "verify" / ("image-" + "7" * 32 + ".json"), b"r" * 80),
+        "verify_note": _write(cache / "verify" / "my-notes.txt", b"mine"),
         "outside": outside,
     }
     (blobs / ("ef" * 32)).symlink_to(outside)  # named like a blob, but a link out of the cache
     (cache / "builds" / ("9" * 20)).symlink_to(outside.parent, target_is_directory=True)
     (cache / "probe" / "sd1-f2-s7").symlink_to(outside.parent, target_is_directory=True)
+    (cache / "verify" / "verify-vulkan.png").symlink_to(outside)  # named like an image, but a link
     return p
 
 
@@ -70,7 +75,7 @@ def test_list_on_a_fresh_machine_creates_nothing(tmp_path):
     rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe"]
+    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe", "verify"]
     assert all(c["exists"] is False and c["size"] == 0 and c["count"] == 0 for c in res["caches"])
     assert not (tmp_path / "cache").exists() and not (tmp_path / "home").exists()
 
@@ -85,10 +90,14 @@ def test_list_counts_only_what_accelstack_wrote(tmp_path):
     assert "README.txt" in caches["downloads"]["other"] and "ef" * 32 in caches["downloads"]["other"]
     assert caches["builds"]["size"] == 700 + 2000
     assert set(caches["builds"]["other"]) >= {"vulkan-headers", "9" * 20, "sdist/notes.md"}
-    assert caches["probe"]["count"] == 4 and "sd1-f2-s7" in caches["probe"]["other"]
+    assert caches["probe"]["count"] == 5 and "sd1-f2-s7" in caches["probe"]["other"]
     kinds = {e["name"]: e["kind"] for e in caches["probe"]["entries"]}
     assert kinds["sd1-f1-s1234"] == "probe model (older format, unused)"  # the 2.1 GB f16 probe of before
     assert kinds["pools-f3-s1234-F8_E5M2.bin"] == "probe pools"
+    assert kinds[".pools-f3-s1234-F8_E5M2.bin.4242.tmp"] == "unfinished write"
+    assert {e["name"]: e["kind"] for e in caches["verify"]["entries"]} == {
+        "verify-cpu.png": "verify image", "image-" + "7" * 32 + ".json": "probe image record"}
+    assert caches["verify"]["size"] == 90 + 80 and set(caches["verify"]["other"]) == {"my-notes.txt", "verify-vulkan.png"}
     rc, out, _ = run_cli(["cache", "list"], env=_env(tmp_path))
     assert rc == 0 and "downloads" in out and "left alone" in out and "total" in out
 
@@ -99,7 +108,7 @@ def test_dry_run_changes_nothing_and_says_what_would_go(tmp_path):
     rc, out, err = run_cli(["cache", "purge", "--dry-run", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    assert res["dry_run"] and res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + len(
+    assert res["dry_run"] and res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + 50 + 90 + 80 + len(
         (tmp_path / "cache" / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner").read_bytes())
     assert _tree(tmp_path) == before
 
@@ -109,13 +118,14 @@ def test_purge_all_removes_only_accelstacks_entries(tmp_path):
     rc, out, err = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    for gone in ("blob", "part", "stamp", "slot", "sdist", "probe", "pools", "stale_tmp"):
+    for gone in ("blob", "part", "stamp", "slot", "sdist", "probe", "pools", "pools_tmp", "stale_tmp", "verify_png", "record"):
         assert not p[gone].exists(), gone
-    for kept in ("blob_lock", "slot_lock", "foreign_blob_dir_file", "sdist_note", "headers", "live_tmp", "outside"):
+    for kept in ("blob_lock", "slot_lock", "foreign_blob_dir_file", "sdist_note", "headers", "live_tmp", "verify_note", "outside"):
         assert p[kept].exists(), kept
     assert (tmp_path / "cache" / "blobs" / "sha256" / ("ef" * 32)).is_symlink()
     assert (tmp_path / "outside" / "precious.bin").read_bytes() == b"p" * 1000
-    assert res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + len(json.dumps(
+    assert (tmp_path / "cache" / "verify" / "verify-vulkan.png").is_symlink()
+    assert res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + 50 + 90 + 80 + len(json.dumps(
         {"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode())
     assert any("in use by a running verify" in k for k in res["kept"])
     rc, out, _ = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))

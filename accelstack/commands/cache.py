@@ -12,9 +12,10 @@ from .common import emit
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cache",
-        help="list and purge the download, build and probe caches",
-        description="accelstack keeps three caches outside the runtime home: downloads (verified runtime "
-        "archives), builds (ggml runtimes compiled here, and their source) and probe (the verify probe model). "
+        help="list and purge the download, build, probe and verify caches",
+        description="accelstack keeps four caches outside the runtime home: downloads (verified runtime "
+        "archives), builds (ggml runtimes compiled here, and their source), probe (the verify probe model's "
+        "value pools) and verify (verify's probe images, and the records that let a later verify generate once). "
         "Everything in them can be made again. `list` shows where each is and how much it holds; `purge` removes "
         "what accelstack wrote there, and nothing else (no links, no files of yours, never the runtime home).",
         epilog="examples:\n"
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog="examples:\n  accelstack cache purge --dry-run\n  accelstack cache purge downloads --yes\n"
         "  accelstack cache purge all --yes --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    pg.add_argument("which", nargs="?", default="all", choices=["downloads", "builds", "probe", "all"],
+    pg.add_argument("which", nargs="?", default="all", choices=["downloads", "builds", "probe", "verify", "all"],
                     help="the cache to purge (default: all)")
     pg.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when not on a terminal)")
     pg.add_argument("--dry-run", action="store_true", help="say what would be removed and how much it frees; remove nothing")
@@ -80,7 +81,7 @@ def run_list(args: argparse.Namespace) -> int:
             lines.append(f"{'':<10} left alone (not written by accelstack): {', '.join(info.other[:5])}"
                          + (f" and {len(info.other) - 5} more" if len(info.other) > 5 else ""))
     total = sum(i.size for i in infos)
-    lines.append(f"total {size_text(total)}; remove with `accelstack cache purge [downloads|builds|probe|all]`")
+    lines.append(f"total {size_text(total)}; remove with `accelstack cache purge [downloads|builds|probe|verify|all]`")
     emit(args, {"caches": infos, "total_size": total}, "\n".join(lines))
     return 0
 

@@ -1,6 +1,6 @@
 """The caches accelstack keeps outside the runtime home, listed and purged (``accelstack cache``).
 
-Three caches, each where :class:`~accelstack.settings.Settings` puts it:
+Four caches, each where :class:`~accelstack.settings.Settings` puts it:
 
 ``downloads`` (``Settings.cache``/blobs/sha256)
     verified artifacts by sha256 (:mod:`accelstack.artifacts.cache`): ``<hex>``, ``<hex>.part``
@@ -12,7 +12,12 @@ Three caches, each where :class:`~accelstack.settings.Settings` puts it:
     the verify probe model (:mod:`accelstack.engine.probe_model`): folders ``sd1-f<N>-s<seed>/``
     (``custom-…`` for test architectures), the temporary ``.tmp-…`` folders verify synthesizes
     into and removes, and ``pools-f<N>-s<seed>-<dtype>.bin``, the encoded value pools that make
-    synthesis twice as fast (27 MB).
+    synthesis twice as fast (27 MB); ``.pools-….bin.<pid>.tmp`` is one being written (or left by a
+    process killed while writing it).
+``verify`` (``Settings.verify_dir``)
+    ``verify-<backend>.png``, the last probe image of each backend, and ``image-<32 hex>.json``,
+    the digest of a probe image a passing verify saw (:mod:`accelstack.engine.probe_record`): a
+    later verify of the same runtime compares with it instead of generating twice.
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
 directory. Purging removes entries only: never a symbolic link (nor anything through one), never
@@ -40,11 +45,12 @@ __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "p
 
 log = logging.getLogger(__name__)
 
-CACHES = ("downloads", "builds", "probe")
+CACHES = ("downloads", "builds", "probe", "verify")
 DESCRIPTIONS = {
     "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
     "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
     "probe": "the verify probe model's value pools (and any kept probe); made again when needed (seconds)",
+    "verify": "verify's last probe images and its records of them; without a record the next verify generates twice",
 }
 
 _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
@@ -53,6 +59,10 @@ _SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256
 _PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
 _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
 _POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
+_VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
+_IMAGE_RECORD = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
+# a pools file or record being written, or left by a process killed while writing it (engine.probe_record.keep_file)
+_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json)\.\d+\.tmp\Z")
 
 
 @dataclass
@@ -183,12 +193,32 @@ def _probe(s: Settings) -> CacheInfo:
         elif _POOLS.match(name) and stat.S_ISREG(st.st_mode):  # written whole (renamed into place): no lock
             kind = "probe pools" if f"-f{PROBE_FORMAT}-" in name else "probe pools (older format, unused)"
             info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
+        elif _UNFINISHED.match(name) and stat.S_ISREG(st.st_mode):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "unfinished write"))
         else:
             info.other.append(name)
     return info
 
 
-_READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe}
+def _verify(s: Settings) -> CacheInfo:
+    root = s.verify_dir
+    info = CacheInfo("verify", str(root), DESCRIPTIONS["verify"], exists=_real_dir(root))
+    for name, st in _children(root):
+        if not stat.S_ISREG(st.st_mode):
+            info.other.append(name)
+        elif _VERIFY_IMAGE.match(name):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "verify image"))
+        elif _IMAGE_RECORD.match(name):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "probe image record"))
+        elif _UNFINISHED.match(name):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "unfinished write"))
+        else:
+            info.other.append(name)
+    return info
+
+
+_READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,
+                                                        "verify": _verify}
 
 
 def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] = None) -> List[CacheInfo]:

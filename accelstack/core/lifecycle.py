@@ -686,13 +686,15 @@ def disk_usage(path: Path, skip: Sequence[Path] = ()) -> int:
 
 
 def cache_usage(s: Settings) -> List[SpaceUse]:
-    """The download, build and probe caches with their sizes (nested caches counted once)."""
-    nested = [p for p in (s.build_cache, s.probe_cache) if s.cache in p.parents]
+    """The download, build, probe and verify caches with their sizes (nested caches counted once)."""
+    nested = [p for p in (s.build_cache, s.probe_cache, s.verify_dir) if s.cache in p.parents]
     return [SpaceUse("downloads", str(s.cache), disk_usage(s.cache, nested) if s.cache.is_dir() else 0),
             SpaceUse("builds", str(s.build_cache), disk_usage(s.build_cache) if s.build_cache.is_dir() else 0,
                      "local stable-diffusion.cpp builds, reused by the next install"),
             SpaceUse("probe", str(s.probe_cache), disk_usage(s.probe_cache) if s.probe_cache.is_dir() else 0,
-                     "the verify probe model")]
+                     "the verify probe model"),
+            SpaceUse("verify", str(s.verify_dir), disk_usage(s.verify_dir) if s.verify_dir.is_dir() else 0,
+                     "verify's probe images and its records of them")]
 
 
 def uninstall_preview(*, stack: str = "ggml", settings: Optional[Settings] = None) -> UninstallPreview:

@@ -22,37 +22,21 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import Action, CaptureFormatError
-from ..limits import MAX_CAPTURE_FILE_BYTES, MAX_CAPTURE_FILES, MAX_DOCUMENT_INT, MAX_JSON_BYTES, MalformedInput, parse_json
+from ..limits import (
+    MAX_CAPTURE_FILE_BYTES,
+    MAX_CAPTURE_FILES,
+    MAX_DOCUMENT_INT,
+    MAX_JSON_BYTES,
+    MalformedInput,
+    parse_json,
+    read_capped,
+)
 from .capture import CAPTURE_FORMAT, CAPTURE_VERSION, relative_file_path
 from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts
 
 _ERRNOS = {name: code for code, name in errno_mod.errorcode.items()}
 _PLATFORM_FIELDS = {f.name for f in dataclass_fields(PlatformFacts)}
 _DAMAGED = "the capture is damaged or was edited by hand; capture the machine again"
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-
-
-def read_capped(path: Path, limit: int = MAX_CAPTURE_FILE_BYTES) -> bytes:
-    """The first ``limit`` bytes of the regular file ``path``; ``OSError`` for anything else.
-
-    Opened without following a symbolic link and without blocking (a FIFO opened for reading
-    would wait forever for a writer), then checked to be a regular file before it is read.
-    """
-    fd = os.open(str(path), _OPEN_FLAGS)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno_mod.EINVAL, "not a regular file", str(path))
-        chunks: List[bytes] = []
-        remaining = limit
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _short(value: Any) -> str:

@@ -63,7 +63,6 @@ import math
 import os
 import shutil
 import socket
-import stat
 import tempfile
 import threading
 import time
@@ -73,10 +72,12 @@ from typing import Callable, Dict, List, Optional
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..limits import read_capped
 from ..settings import Settings
 from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
+from .probe_record import keep_file
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "WEIGHTS", "PARTS", "ProbeModel", "ensure_probe_model", "probe_dir_name",
@@ -282,18 +283,11 @@ def pools_file_name(seed: int) -> str:
 
 
 def _read_pools(path: Path, seed: int, scales: List[float]) -> Optional[Dict[float, bytes]]:
-    try:  # a regular file only (O_NONBLOCK: a FIFO put there cannot block us), and bounded
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_BINARY", 0))
+    try:  # a regular file only, not followed if a link, never blocking on a FIFO, and bounded
+        raw = read_capped(path, MAX_POOLS_BYTES + 1)
     except OSError:
         return None
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_POOLS_BYTES:
-                return None
-            raw = fh.read(MAX_POOLS_BYTES + 1)
-    except OSError:
+    if len(raw) > MAX_POOLS_BYTES:
         return None
     found = unpack_pools(raw, seed, DTYPE, scales)
     if found is None:
@@ -303,16 +297,7 @@ def _read_pools(path: Path, seed: int, scales: List[float]) -> Optional[Dict[flo
 
 def _write_pools(path: Path, pools: Pools, scales: List[float]) -> None:
     """Keep the encoded pools for the next synthesis (a cache: failing to write it changes nothing)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(pack_pools(pools, list(dict.fromkeys(scales))))
-        os.replace(tmp, path)
-    except OSError as exc:
-        log.info("could not keep the probe's pools in %s: %s", path, exc)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+    keep_file(path, pack_pools(pools, list(dict.fromkeys(scales))))
 
 
 def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:

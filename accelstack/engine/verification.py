@@ -1,7 +1,8 @@
 """``verify``: prove that a runtime really generates on this machine, with no model download.
 
 It synthesizes (or reuses) the probe model, starts a supervised worker on the runtime,
-generates a 64x64 image in one step with a fixed seed, twice, and checks:
+generates a 64x64 image in one step with a fixed seed, twice (once when an earlier passing verify
+of this runtime recorded its image: :mod:`accelstack.engine.probe_record`), and checks:
 
 * ``load``          the runtime loads the probe model (load time measured);
 * ``device``        on a GPU runtime: the model was loaded onto a GPU device, as the runtime
@@ -10,7 +11,9 @@ generates a 64x64 image in one step with a fixed seed, twice, and checks:
 * ``size``          the image has the requested size;
 * ``pixels``        the pixels are not constant and not mostly saturated (stable-diffusion.cpp
                     casts NaN/inf to black or white, so a non-finite result shows up here);
-* ``deterministic`` the second run with the same seed gives the same bytes;
+* ``deterministic`` the second run with the same seed gives the same bytes (or the first gives the
+                    bytes an earlier verify of this runtime recorded: the same check across
+                    processes; when they differ, the second run decides and the record is replaced);
 * ``cpu-match``     on a GPU runtime, when a CPU runtime is given: the same step on the CPU
                     build agrees within tolerances (mean and largest absolute difference, 0-255
                     scale; see DEFAULT_TOLERANCE for how they were set).
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
+from ..errors import AccelstackError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..settings import Settings
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
@@ -35,6 +39,7 @@ from .config import EngineOptions
 from .errors import EngineError
 from .png import parameters_text, write_png
 from .probe_model import DEFAULT_SEED, ensure_probe_model
+from .probe_record import ImageRecord, image_digest, recall, record_key, remember
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
@@ -87,8 +92,8 @@ def probe_request(seed: int = PROBE_SEED) -> GenerateRequest:
 
 def default_output(backend: str, cache: Optional[Path] = None) -> Path:
     """``verify-<backend>.png`` in ``<cache>/verify`` (``cache`` default: ``Settings.resolve().cache``)."""
-    root = Path(cache) if cache is not None else Settings.resolve().cache
-    return root / "verify" / f"verify-{backend}.png"
+    folder = Path(cache) / "verify" if cache is not None else Settings.resolve().verify_dir
+    return folder / f"verify-{backend}.png"
 
 
 def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options: Optional[EngineOptions] = None,
@@ -137,6 +142,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path,
                           probe_temporary=probe.temporary)
     request = probe_request(seed)
+    records = _records_dir()
     out = Path(output) if output is not None else default_output(runtime.backend)
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -171,9 +177,19 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
             return fail(fell_back)
         if _gpu_engine(runtime):
             check("device", True, _device_name(st.device))
+        # The deterministic check compares with this runtime's image from an earlier passing verify
+        # when one is recorded (probe_record), else with a second generation here.
+        key = record_key(backend=runtime.backend, runtime_version=st.runtime_version, system_info=st.system_info,
+                         device=st.device, options=sup.options, env=runtime.env, request=request,
+                         probe={"format": probe.format_version, "seed": probe.seed, "dtype": probe.dtype,
+                                "parameters": probe.parameters})
+        earlier = recall(records, key) if records is not None else None
+        second: Optional[GenerateResult] = None
         try:
-            first = sup.generate(request, label="probe generation 1 of 2")
-            second = sup.generate(request, label="probe generation 2 of 2 (same seed)")
+            first = sup.generate(request, label="probe generation" if earlier else "probe generation 1 of 2")
+            if earlier is None or image_digest(first.images[0].pixels) != earlier.digest:
+                second = sup.generate(request, label="probe generation again (same seed)" if earlier
+                                      else "probe generation 2 of 2 (same seed)")
         except EngineError as exc:
             report.log_tail = sup.log_tail()
             check("generate", False, exc.message)
@@ -192,10 +208,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
         check("size", size_ok, f"{img.width}x{img.height}")
         pixels_ok = stats.distinct > 1 and stats.saturated <= MAX_SATURATED
         check("pixels", pixels_ok, f"{stats.distinct} distinct values, mean {stats.mean:.1f}, {stats.saturated:.0%} saturated")
-        same = second.images[0].pixels == pixels
-        check("deterministic", same, "identical bytes" if same else
-              "max difference %d" % image_diff(pixels, second.images[0].pixels)[1]
-              if len(second.images[0].pixels) == len(pixels) else "different sizes")
+        _deterministic(report, check, pixels, second, earlier)
         if size_ok:
             meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
                                                         "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
@@ -214,6 +227,8 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     if failed:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
     report.ok = True
+    if second is not None and records is not None:  # the repeat here passed: later verifies compare with this image
+        remember(records, key, image_digest(second.images[0].pixels))
     log.info("verify of %s: PASS", runtime.path)
     report.total_seconds = round(time.perf_counter() - start, 4)
     progress(ProgressEvent("end", "verify", task=task, ok=True, done=len(report.checks), total=len(report.checks),
@@ -253,6 +268,35 @@ def _device_name(device: Optional[DeviceInfo]) -> str:
     if device is None:
         return "unknown device"
     return f"{device.name} ({device.description})" if device.description and device.description != device.name else device.name
+
+
+def _records_dir() -> Optional[Path]:
+    """Where probe image records are kept; None (no records: two generations) when the settings
+    cannot be read, which a caller that names every path never needed before."""
+    try:
+        return Settings.resolve().verify_dir
+    except AccelstackError as exc:
+        log.info("no probe image records: %s", exc)
+        return None
+
+
+def _deterministic(report: VerifyReport, check: Callable[[str, bool, str], None], pixels: bytes,
+                   second: Optional[GenerateResult], earlier: Optional[ImageRecord]) -> None:
+    """The same seed gave the same bytes: twice here, or here and in an earlier passing verify."""
+    if second is None and earlier is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier.when))
+        report.details["deterministic"] = {"compared_with": "earlier verify", "sha256": earlier.digest, "when": earlier.when}
+        check("deterministic", True, f"identical bytes to this runtime's probe image of {when} (an earlier verify)")
+        return
+    assert second is not None
+    again = second.images[0].pixels
+    same = again == pixels
+    report.details["deterministic"] = {"compared_with": "second generation"}
+    detail = "identical bytes" if same else (
+        "max difference %d" % image_diff(pixels, again)[1] if len(again) == len(pixels) else "different sizes")
+    if same and earlier is not None:
+        detail += " (not those of this runtime's earlier verify: the runtime or its driver changed)"
+    check("deterministic", same, detail)
 
 
 def _timings(report: VerifyReport, result: GenerateResult) -> None:

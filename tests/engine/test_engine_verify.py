@@ -1,6 +1,7 @@
 """`verify` and `generate` end to end on the real CPU runtime, through the CLI and the library."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.verification import verify
+from accelstack.settings import Settings
 
 from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
@@ -49,6 +51,39 @@ def test_a_gpu_runtime_that_runs_on_the_cpu_fails_with_that_reason(cpu_runtime, 
     assert not report.ok and report.reason.startswith("the vulkan runtime ran on the CPU: no Vulkan device was initialized")
     assert [(c.name, c.ok) for c in report.checks] == [("load", True), ("device", False)]
     assert report.device is not None and report.device.name == "CPU" and report.cpu_mean_diff is None
+    assert not list(Settings.resolve().verify_dir.glob("image-*")), "only a passing verify is remembered"
+
+
+def test_a_later_verify_compares_with_the_earlier_image_instead_of_generating_twice(cpu_runtime, probe_model, tmp_path):
+    def run():
+        events: list = []
+        report = verify(cpu_runtime, output=tmp_path / "v.png", probe_cache=Path(probe_model.path).parent,
+                        progress=events.append)
+        assert report.ok, report.reason
+        detail = next(c.detail for c in report.checks if c.name == "deterministic")
+        return report, detail, {e.task for e in events if e.stage == "generate"} - {"loading the probe model"}
+
+    first, detail, generations = run()
+    assert detail == "identical bytes" and first.details["deterministic"] == {"compared_with": "second generation"}
+    assert generations == {"probe generation 1 of 2", "probe generation 2 of 2 (same seed)"}
+    records = list(Settings.resolve().verify_dir.glob("image-*.json"))
+    assert len(records) == 1
+    digest = json.loads(records[0].read_text())["sha256"]
+
+    second, detail, generations = run()  # the same runtime, probe, request and options: one generation
+    assert generations == {"probe generation"}
+    assert detail.startswith("identical bytes to this runtime's probe image of ") and detail.endswith("(an earlier verify)")
+    assert second.details["deterministic"]["compared_with"] == "earlier verify"
+    assert second.details["deterministic"]["sha256"] == digest
+    assert [c.name for c in second.checks] == [c.name for c in first.checks]
+
+    # A record this image does not match (a new driver, say, or one written by someone else): the
+    # second generation decides, as on a first run, and a pass replaces the record.
+    records[0].write_text(records[0].read_text().replace(digest, "0" * 64))
+    third, detail, generations = run()
+    assert generations == {"probe generation", "probe generation again (same seed)"}
+    assert detail.startswith("identical bytes (not those of this runtime's earlier verify")
+    assert json.loads(records[0].read_text())["sha256"] == digest
 
 
 def test_verify_reports_fail_with_the_reason(tmp_path, probe_model):

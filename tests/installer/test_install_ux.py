@@ -305,7 +305,7 @@ def test_uninstall_yes_lists_what_it_removed_and_what_the_caches_keep(tmp_path, 
     rc, out, err = run_cli(["uninstall", "--yes", "--json"], env)
     res = result_of(out)
     assert rc == 0 and res["removed"] == [second.runtime] and res["bytes_freed"] > 0
-    assert {k["name"] for k in res["kept"]} == {"downloads", "builds", "probe"}
+    assert {k["name"] for k in res["kept"]} == {"downloads", "builds", "probe", "verify"}
     downloads = next(k for k in res["kept"] if k["name"] == "downloads")
     assert downloads["bytes"] > 0  # the wheels stay in the download cache: said, not hidden
     rc, out, err = run_cli(["uninstall", "--json"], env)  # nothing left: nothing to confirm
