@@ -10,8 +10,7 @@ import os
 import pytest
 
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.probe_record import (MAX_RECORD_BYTES, image_digest, recall, record_key, record_path,
-                                            remember)
+from accelstack.engine.probe_record import MAX_RECORD_BYTES, image_digest, recall, record_key, record_path, remember
 from accelstack.engine.protocol import DeviceInfo, GenerateRequest
 
 REQ = GenerateRequest(prompt="accelstack probe", width=64, height=64, steps=1, cfg_scale=7.0, sampler="euler",
