@@ -40,6 +40,10 @@ def test_verify_human_output_and_default_png(cpu_runtime, cache_with_probe, tmp_
     for word in ("device", "load", "it/s", "deterministic ok", "image"):
         assert word in res.stdout
     assert (cache_with_probe / "verify" / "verify-cpu.png").is_file()
+    assert "repeat" not in res.stdout  # generated twice: nothing more to say
+    res = run_cli(["verify", "--runtime", cpu_runtime.path], cli_env(cache_with_probe, tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "  repeat      identical bytes to this runtime's probe image of " in res.stdout  # what was compared
 
 
 def test_a_gpu_runtime_that_runs_on_the_cpu_fails_with_that_reason(cpu_runtime, probe_model, tmp_path):
