@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 RECORD_FORMAT = 1
 MAX_RECORD_BYTES = 16 * 1024
+MAX_WHEN = 2 ** 33  # seconds since the epoch: the year 2242
 RECORD_PREFIX = "image-"  # <probe cache>/image-<first 32 hex digits of the key>.json
 # the environment that picks or changes a device: part of the key (CUDA_VISIBLE_DEVICES=1 is another GPU)
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION",
@@ -90,8 +91,8 @@ def recall(root: Path, key: str) -> Optional[ImageRecord]:
     digest, when = doc.get("sha256"), doc.get("when")
     if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
         return None
-    if isinstance(when, bool) or not isinstance(when, (int, float)):
-        return None
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not 0 <= when < MAX_WHEN:
+        return None  # also what time.localtime() could not show
     return ImageRecord(key=key, digest=digest, when=float(when))
 
 

@@ -61,6 +61,9 @@ def test_the_key_changes_with_everything_the_image_depends_on():
     b'{"format": 1, "key": "K", "sha256": "' + b"A" * 64 + b'", "when": 1}',  # not a lower-case digest
     b'{"format": 1, "key": "K", "sha256": "abc", "when": 1}',
     b'{"format": 1, "key": "K", "sha256": "' + b"a" * 64 + b'", "when": true}',
+    b'{"format": 1, "key": "K", "sha256": "' + b"a" * 64 + b'", "when": 1e300}',  # no date to show
+    b'{"format": 1, "key": "K", "sha256": "' + b"a" * 64 + b'", "when": -1}',
+    b'{"format": 1, "key": "K", "sha256": "' + b"a" * 64 + b'", "when": NaN}',
     b'{"format": 1, "key": "K", "sha256": "' + b"a" * 64 + b'", "when": 1, "pad": "' + b"x" * MAX_RECORD_BYTES + b'"}',
 ])
 def test_a_damaged_or_foreign_record_is_ignored(tmp_path, content):
