@@ -204,8 +204,10 @@ def render(r) -> str:
         f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
         "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
     ]
+    from ..engine.verification import IDENTICAL
+
     det = next((c for c in r.checks if c.name == "deterministic"), None)
-    if det is not None and det.detail != "identical bytes":  # compared with an earlier verify, or failed
+    if det is not None and det.detail != IDENTICAL:  # compared with an earlier verify, or failed
         lines.append(f"  repeat      {det.detail}")
     if r.cpu_mean_diff is not None:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")

@@ -36,7 +36,7 @@ def default_verifier(settings: Optional[Settings] = None, output: Optional[Path]
             return verify_torch(python=staged.python or str(staged.path), env=dict(staged.env), progress=progress)
         runtime = Runtime(path=Path(staged.path), backend=staged.backend, env=dict(staged.env))
         out = output or default_output(staged.backend, s.cache)
-        return verify(runtime, output=out, probe_cache=s.probe_cache, progress=progress, **engine)
+        return verify(runtime, output=out, probe_cache=s.probe_cache, records=s.verify_dir, progress=progress, **engine)
 
     return check
 

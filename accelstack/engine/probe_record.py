@@ -109,17 +109,21 @@ def keep_file(path: Path, data: bytes) -> bool:
     """Write a cache file whole (a new temporary file, never opened through a link, renamed into
     place); False when it could not be written: a cache that cannot be kept changes nothing."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    created = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
+        fd = os.open(tmp, flags, 0o644)
+        created = True
+        with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
         return True
     except OSError as exc:
         log.info("could not keep %s: %s", path, exc)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        if created:  # only our own file: whatever already had that name (O_EXCL refused it) is not ours
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
         return False

@@ -53,6 +53,7 @@ PROBE_PROMPT = "accelstack probe"
 PROBE_SIZE = 64
 PROBE_STEPS = 1
 PROBE_SEED = 42
+IDENTICAL = "identical bytes"  # the deterministic check's detail when the repeat here matched (nothing more to say)
 MAX_SATURATED = 0.5  # fraction of pixels that are pure black or white
 # GPU-vs-CPU agreement of the probe image (64x64, one step, seed 42), per channel on 0..255. Measured
 # on lavapipe (ggml-vulkan on Mesa 22.3.6's llvmpipe, 0.4.7) against the cpu build: mean 3.38, largest
@@ -100,12 +101,14 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
            policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
            tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
            probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress,
-           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True) -> VerifyReport:
+           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True,
+           records: Optional[Path] = None) -> VerifyReport:
     """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
     torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
 
     ``output`` (the probe image) defaults to :func:`default_output`, ``probe_cache`` to
-    ``Settings.resolve().probe_cache``. A runtime that fails gives ``ok=False`` and the reason.
+    ``Settings.resolve().probe_cache``, ``records`` (where probe image records are kept and read,
+    :mod:`.probe_record`) to ``Settings.resolve().verify_dir``. A runtime that fails gives ``ok=False`` and the reason.
     A temporary probe stays for this process's next verify unless ``keep_probe`` is False (a
     command that verifies once: it is removed while the worker exits, not after).
     """
@@ -142,7 +145,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path,
                           probe_temporary=probe.temporary)
     request = probe_request(seed)
-    records = _records_dir()
+    records = Path(records) if records is not None else _records_dir()
     out = Path(output) if output is not None else default_output(runtime.backend)
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -292,7 +295,7 @@ def _deterministic(report: VerifyReport, check: Callable[[str, bool, str], None]
     again = second.images[0].pixels
     same = again == pixels
     report.details["deterministic"] = {"compared_with": "second generation"}
-    detail = "identical bytes" if same else (
+    detail = IDENTICAL if same else (
         "max difference %d" % image_diff(pixels, again)[1] if len(again) == len(pixels) else "different sizes")
     if same and earlier is not None:
         detail += " (not those of this runtime's earlier verify: the runtime or its driver changed)"

@@ -90,6 +90,23 @@ def test_a_later_verify_compares_with_the_earlier_image_instead_of_generating_tw
     assert json.loads(records[0].read_text())["sha256"] == digest
 
 
+def test_the_installers_verifier_keeps_records_in_its_own_settings_cache(cpu_runtime, probe_model, tmp_path):
+    # An app that embeds accelstack passes its Settings: the record goes to that cache, not to the
+    # one the environment names (ACCELSTACK_CACHE, this test's tmp_path/"cache").
+    from accelstack.core.verifiers import default_verifier
+    from accelstack.installer.transaction import StagedRuntime
+
+    settings = Settings.resolve(cache=tmp_path / "app-cache", probe_cache=Path(probe_model.path).parent)
+    check = default_verifier(settings)
+    staged = StagedRuntime(stack="ggml", backend="cpu", path=Path(cpu_runtime.path))
+    assert check(staged, lambda e: None).ok
+    assert len(list((tmp_path / "app-cache" / "verify").glob("image-*.json"))) == 1
+    assert (tmp_path / "app-cache" / "verify" / "verify-cpu.png").is_file()
+    assert not list(Settings.resolve().verify_dir.glob("image-*"))
+    again = check(staged, lambda e: None)  # the second check reads that record
+    assert again.ok and again.details["deterministic"]["compared_with"] == "earlier verify"
+
+
 def test_verify_reports_fail_with_the_reason(tmp_path, probe_model):
     pkg = tmp_path / "rt" / "stable_diffusion_cpp"
     pkg.mkdir(parents=True)

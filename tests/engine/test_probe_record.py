@@ -10,7 +10,15 @@ import os
 import pytest
 
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.probe_record import MAX_RECORD_BYTES, image_digest, recall, record_key, record_path, remember
+from accelstack.engine.probe_record import (
+    MAX_RECORD_BYTES,
+    image_digest,
+    keep_file,
+    recall,
+    record_key,
+    record_path,
+    remember,
+)
 from accelstack.engine.protocol import DeviceInfo, GenerateRequest
 
 REQ = GenerateRequest(prompt="accelstack probe", width=64, height=64, steps=1, cfg_scale=7.0, sampler="euler",
@@ -99,6 +107,22 @@ def test_remember_replaces_a_record_and_never_writes_through_a_link(tmp_path):
     path.symlink_to(victim)
     assert remember(tmp_path, key, "c" * 64) == path
     assert victim.read_text() == "mine" and not path.is_symlink()  # the link was replaced, not written through
+
+
+def test_keep_file_never_removes_what_it_did_not_create(tmp_path):
+    # Something already has the temporary file's name (a link planted there, a file left by a process
+    # with the same pid): O_EXCL refuses it, nothing is written through it, and it is left in place.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    target = tmp_path / "verify" / "image-x.json"
+    target.parent.mkdir()
+    squatter = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    squatter.symlink_to(victim)
+    assert keep_file(target, b"data") is False
+    assert squatter.is_symlink() and victim.read_text() == "mine" and not target.exists()
+    squatter.unlink()
+    assert keep_file(target, b"data") is True and target.read_bytes() == b"data"
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
 
 
 def test_a_cache_that_cannot_be_written_is_not_an_error(tmp_path):
