@@ -21,38 +21,11 @@ import logging as _logging
 # The library logs diagnostics and never prints: without a handler of the app's own, nothing shows.
 _logging.getLogger("accelstack").addHandler(_logging.NullHandler())
 
-import sys as _sys  # noqa: E402
-import types as _types  # noqa: E402
-from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
-from typing import Any as _Any  # noqa: E402
-
 from .lazy import lazy_exports  # noqa: E402
-
-if _TYPE_CHECKING:
-    from .core.detection import detect
-
-
-class _Package(_types.ModuleType):
-    """``accelstack.detect`` is the function, imported on first use (detection's modules take
-    50 ms to import, which every command would pay). ``detect`` is also a subpackage: importing it
-    makes the import system assign the subpackage to this name, which the setter ignores, so the
-    name stays the function whatever was imported first."""
-
-    @property
-    def detect(self) -> _Any:
-        from .core.detection import detect
-
-        return detect
-
-    @detect.setter
-    def detect(self, value: object) -> None:
-        pass
-
-
-_sys.modules[__name__].__class__ = _Package
 
 _EXPORTS = {
     # the core: one function per job, both stacks
+    "detect": "accelstack.core.detection",
     "plan": "accelstack.core.planning",
     "install": "accelstack.core.lifecycle",
     "install_runtime": "accelstack.core.lifecycle",
@@ -70,10 +43,10 @@ _EXPORTS = {
     "import_verifier": "accelstack.core.verifiers",
     # the data that crosses stages
     "Settings": "accelstack.settings",
-    "HardwareReport": "accelstack.detect.report",
-    "LiveSystem": "accelstack.detect.system",
-    "ReplaySystem": "accelstack.detect.system",
-    "CapturingSystem": "accelstack.detect.system",
+    "HardwareReport": "accelstack.hardware.report",
+    "LiveSystem": "accelstack.hardware.system",
+    "ReplaySystem": "accelstack.hardware.system",
+    "CapturingSystem": "accelstack.hardware.system",
     "Request": "accelstack.manifests.plan",
     "Plan": "accelstack.manifests.plan",
     "Receipt": "accelstack.installer.records",
@@ -89,7 +62,7 @@ _EXPORTS = {
     "fetch": "accelstack.artifacts",
 }
 
-__all__ = ["__version__", "detect", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS]
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -42,15 +42,15 @@ def main() -> None:
     from torchruntime.device_db import get_gpus
     from torchruntime.platform_detection import get_torch_platform
 
-    from accelstack.detect import detect
-    from accelstack.detect.system import LiveSystem
+    from accelstack.hardware import detect
+    from accelstack.hardware.system import LiveSystem
 
     system = LiveSystem()
     detect(system)  # warm caches (tables, PCI database) as a long-running app would have them
     ours = _median_ms(lambda: detect(system), args.runs)
     theirs = _median_ms(lambda: get_torch_platform(get_gpus()), args.runs)
     report = detect(system)
-    ours_cold = _cold_ms("from accelstack.detect import detect, LiveSystem; detect(LiveSystem())", args.cold_runs)
+    ours_cold = _cold_ms("from accelstack.hardware import detect, LiveSystem; detect(LiveSystem())", args.cold_runs)
     theirs_cold = _cold_ms(
         "from torchruntime.device_db import get_gpus; from torchruntime.platform_detection import get_torch_platform; "
         "get_torch_platform(get_gpus())",

@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accelstack.detect import detect  # noqa: E402
-from accelstack.detect.report import GPU, AcceleratorAPI, CPUInfo, HardwareReport, MemoryInfo, OSInfo  # noqa: E402
-from accelstack.detect.system import ReplaySystem  # noqa: E402
+from accelstack.hardware import detect  # noqa: E402
+from accelstack.hardware.report import GPU, AcceleratorAPI, CPUInfo, HardwareReport, MemoryInfo, OSInfo  # noqa: E402
+from accelstack.hardware.system import ReplaySystem  # noqa: E402
 
 CAPTURES = ROOT / "tests" / "fixtures" / "captures"
 EXAMPLE = ROOT / "accelstack" / "manifests" / "data" / "ggml-example.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "accelstack"
-BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses", "limits")
+BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses", "limits", "fsio")
 ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli"]
 FORBIDDEN = {
     **{b: tuple(ORDER) + ("publisher",) for b in BOTTOM},

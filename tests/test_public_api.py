@@ -15,7 +15,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_public_names_resolve_to_the_functions_and_types():
     code = (
-        "import accelstack.detect.report, accelstack.core.lifecycle, accelstack.engine.verification\n"  # submodules first
+        "import accelstack.hardware.report, accelstack.core.lifecycle, accelstack.engine.verification\n"  # submodules first
         "import accelstack, inspect\n"
         "for name in ('detect', 'plan', 'install', 'verify', 'status', 'repair', 'upgrade', 'rollback', 'generate', 'resolve', 'fetch'):\n"
         "    assert inspect.isfunction(getattr(accelstack, name)), name\n"
@@ -51,13 +51,13 @@ def test_importing_the_package_or_a_plan_loads_no_download_or_install_code():
 
 def test_detect_is_imported_on_first_use_and_stays_the_function_whatever_comes_first():
     """`import accelstack` no longer pays for detection's modules (50 ms on every command); the
-    name stays the function even when the `accelstack.detect` subpackage is imported after it."""
+    name is only the function: detection's modules live in `accelstack.hardware`."""
     code = (
         "import sys, inspect, accelstack\n"
-        "assert 'accelstack.detect' not in sys.modules and 'accelstack.core.detection' not in sys.modules\n"
+        "assert 'accelstack.hardware' not in sys.modules and 'accelstack.core.detection' not in sys.modules\n"
         "assert inspect.isfunction(accelstack.detect)\n"
-        "import accelstack.detect.report\n"
-        "from accelstack.detect import system\n"
+        "import accelstack.hardware.report\n"
+        "from accelstack.hardware import system\n"
         "from accelstack import detect\n"
         "assert inspect.isfunction(accelstack.detect) and detect is accelstack.detect, accelstack.detect\n"
         "print('ok')\n"

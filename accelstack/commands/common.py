@@ -88,8 +88,8 @@ def settings_from(args: argparse.Namespace, **extra: Any):
 def report_from(args: argparse.Namespace, settings=None):
     """``--hardware FILE`` (a saved HardwareReport), ``--replay DIR`` (a capture), else this machine."""
     from ..core.detection import detect
-    from ..detect.report import HardwareReport
-    from ..detect.system import ReplaySystem
+    from ..hardware.report import HardwareReport
+    from ..hardware.system import ReplaySystem
     from ..errors import UsageError
     from ..serde import loads
 

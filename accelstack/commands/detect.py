@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
-from ..detect import detect
-from ..detect.report import GPU, HardwareReport, Problem
-from ..detect.system import DEFAULT_TIMEOUT, CapturingSystem, LiveSystem, ReplaySystem
+from ..hardware import detect
+from ..hardware.report import GPU, HardwareReport, Problem
+from ..hardware.system import DEFAULT_TIMEOUT, CapturingSystem, LiveSystem, ReplaySystem
 from ..errors import UsageError
 from .common import emit, what_to_do
 

@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
     given = {"home": args.home}
     if args.bundle:
-        from ..detect.live import LiveSystem
-        from ..detect.system import CapturingSystem
+        from ..hardware.live import LiveSystem
+        from ..hardware.system import CapturingSystem
 
         capturing = CapturingSystem(LiveSystem())
         report = doctor(None, given=given, system=capturing)

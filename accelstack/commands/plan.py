@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..detect.report import HardwareReport
+from ..hardware.report import HardwareReport
 from ..errors import UsageError
 from ..manifests.plan import Plan
 from .common import add_engine_package_argument, emit, report_from

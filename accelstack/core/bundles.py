@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..detect.report import HardwareReport
+from ..hardware.report import HardwareReport
 from ..errors import AccelstackError, Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..installer.transaction import Verifier

@@ -62,7 +62,7 @@ _POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
 _IMAGE_RECORD = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
 # a pools file or record being written, or left by a process killed while writing it (engine.probe_record.keep_file)
-_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json)\.\d+\.tmp\Z")
+_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json)\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
 
 
 @dataclass

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..detect import detect as _detect
-from ..detect.report import HardwareReport
-from ..detect.system import System
+from ..hardware import detect as _detect
+from ..hardware.report import HardwareReport
+from ..hardware.system import System
 from ..settings import Settings
 
 

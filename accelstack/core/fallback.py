@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
-from ..detect.report import HardwareReport
+from ..hardware.report import HardwareReport
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..installer.transaction import Verifier, VerifyFailed
 from ..manifests.plan import Plan

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..detect.report import HardwareReport
+from ..hardware.report import HardwareReport
 from ..domain import BACKENDS
 from ..errors import AccelstackError, Action, NotPossibleHere, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress

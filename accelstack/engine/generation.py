@@ -142,7 +142,7 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
 
 def available_ram() -> Optional[int]:
     """RAM available to a new allocation now (None when it cannot be told)."""
-    from ..detect.live import LiveSystem
+    from ..hardware.live import LiveSystem
 
     return LiveSystem().memory()[1]
 

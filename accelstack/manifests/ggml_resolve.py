@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, cast
 
-from ..detect.cpu import normalize_features
-from ..detect.report import VulkanDevice
+from ..hardware.cpu import normalize_features
+from ..hardware.report import VulkanDevice
 from ..domain import ApiName, Backend
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
 from .hw_rules import branch_note, cuda_driver_check, driver_hint, hw_rules
@@ -36,7 +36,7 @@ from .request import Requirements
 _API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "vulkan": "vulkan", "metal": "metal", "sycl": "xpu", "cpu": "cpu"}
 _TEXT = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
 # CPU features a build may be specialised for (what a local build's flags depend on), in detection's
-# normalized names (accelstack.detect.cpu: "sse4.2", "avx512vnni", "avxvnni", "amx"); a name detection
+# normalized names (accelstack.hardware.cpu: "sse4.2", "avx512vnni", "avxvnni", "amx"); a name detection
 # never writes would silently drop out of the spec (tests/manifests/test_cpu_feature_names.py).
 BUILD_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2", "avxvnni", "avx512f", "avx512bw", "avx512vl",
                   "avx512vnni", "avx512bf16", "amx", "neon", "dotprod", "fp16", "i8mm", "sve", "sve2", "sme")

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ..detect.report import GPU, HardwareReport, VulkanDevice
+from ..hardware.report import GPU, HardwareReport, VulkanDevice
 from ..domain import ApiName
 
 GiB = 1024 ** 3

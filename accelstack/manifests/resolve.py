@@ -12,7 +12,7 @@ checked against the machine, the first accepted one chosen.
 """
 from __future__ import annotations
 
-from ..detect.report import HardwareReport
+from ..hardware.report import HardwareReport
 from .ggml_resolve import resolve_ggml
 from .knowledge import Manifests
 from .machine import machine_of

@@ -166,7 +166,7 @@ def _results() -> Dict[str, Callable[[], JSON]]:
     """command -> a function building the schema of its result (imports stay lazy)."""
 
     def detect() -> JSON:
-        from ..detect.report import HardwareReport
+        from ..hardware.report import HardwareReport
 
         return dataclass_schema(HardwareReport)
 

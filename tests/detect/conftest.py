@@ -9,9 +9,9 @@ from typing import Callable
 
 import pytest
 
-from accelstack.detect import detect
-from accelstack.detect.report import HardwareReport
-from accelstack.detect.system import ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.report import HardwareReport
+from accelstack.hardware.system import ReplaySystem
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "captures"

@@ -8,9 +8,9 @@ from typing import Any, Dict
 import pytest
 
 from accelstack.cli import main
-from accelstack.detect import detect
-from accelstack.detect.report import HardwareReport
-from accelstack.detect.system import CAPTURE_VERSION, CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.report import HardwareReport
+from accelstack.hardware.system import CAPTURE_VERSION, CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.errors import Action, UsageError
 from accelstack.serde import to_dict
 

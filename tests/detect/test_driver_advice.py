@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from accelstack import serde
-from accelstack.detect.common import Probe, newest_usable_branch, nvidia_driver_hint
-from accelstack.detect.report import HardwareReport
+from accelstack.hardware.common import Probe, newest_usable_branch, nvidia_driver_hint
+from accelstack.hardware.report import HardwareReport
 
 from .conftest import CAPTURES, replay
 from .make_i11d_fixtures import ADL_CPU, ADL_FEATURES, ADL_NVIDIA, mf

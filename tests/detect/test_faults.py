@@ -13,9 +13,9 @@ from typing import List, Optional, Sequence
 
 import pytest
 
-from accelstack.detect import detect
-from accelstack.detect.report import HardwareReport
-from accelstack.detect.system import DEFAULT_TIMEOUT, CapturingSystem, CommandResult, LiveSystem, ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.report import HardwareReport
+from accelstack.hardware.system import DEFAULT_TIMEOUT, CapturingSystem, CommandResult, LiveSystem, ReplaySystem
 from accelstack.errors import AccelstackError, Action, CaptureFormatError
 
 from .conftest import CAPTURES, TEST_HOME, make_fixture, replay

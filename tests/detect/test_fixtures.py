@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from accelstack.detect.report import HardwareReport
+from accelstack.hardware.report import HardwareReport
 from accelstack.domain import SEVERITIES
 from accelstack.errors import Action
 

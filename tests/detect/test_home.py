@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import accelstack
-from accelstack.detect import detect
-from accelstack.detect.system import CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.system import CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.settings import Settings
 
 from .conftest import TEST_HOME

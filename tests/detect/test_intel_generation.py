@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from accelstack.detect import tables
-from accelstack.detect.common import classify_kind
+from accelstack.hardware import tables
+from accelstack.hardware.common import classify_kind
 
 
 @pytest.mark.parametrize(

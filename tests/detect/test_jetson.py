@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from accelstack import serde
-from accelstack.detect import tables
-from accelstack.detect.common import parse_smi_csv
-from accelstack.detect.report import HardwareReport
+from accelstack.hardware import tables
+from accelstack.hardware.common import parse_smi_csv
+from accelstack.hardware.report import HardwareReport
 
 from .conftest import CAPTURES, replay
 from .make_i11d_fixtures import JETSON_SMI_ROW, mf

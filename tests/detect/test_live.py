@@ -12,9 +12,9 @@ from typing import Set
 
 import pytest
 
-from accelstack.detect import detect
-from accelstack.detect.report import HardwareReport
-from accelstack.detect.system import LiveSystem
+from accelstack.hardware import detect
+from accelstack.hardware.report import HardwareReport
+from accelstack.hardware.system import LiveSystem
 from accelstack.serde import dumps, from_dict, loads, to_dict
 
 from .conftest import CAPTURES, TEST_HOME, fixture_names, replay

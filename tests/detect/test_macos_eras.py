@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from accelstack.detect import tables
-from accelstack.detect.macos import parse_profiler, readable_chip_key
+from accelstack.hardware import tables
+from accelstack.hardware.macos import parse_profiler, readable_chip_key
 
 from .conftest import replay
 from .make_i11d_fixtures import mf
@@ -97,6 +97,6 @@ def test_intel_mac_prefers_its_discrete_gpu_for_metal():
 @pytest.mark.parametrize("text", ["[1, 2]", '{"SPDisplaysDataType": 5}', '"x"', "[" * 5000, '{"SPDisplaysDataType": [1, null]}'])
 def test_profiler_output_of_another_shape_gives_no_gpus_and_no_exception(text):
     # found by the capture fuzz target (issue 10): valid JSON that is not the expected object
-    from accelstack.detect.macos import parse_profiler
+    from accelstack.hardware.macos import parse_profiler
 
     assert parse_profiler(text) == []

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.detect import linux
-from accelstack.detect import vulkan as vk
-from accelstack.detect.common import Probe
-from accelstack.detect.report import CPUInfo, HardwareReport, MemoryInfo, OSInfo, VulkanDevice, VulkanHeap
-from accelstack.detect.system import CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.hardware import linux
+from accelstack.hardware import vulkan as vk
+from accelstack.hardware.common import Probe
+from accelstack.hardware.report import CPUInfo, HardwareReport, MemoryInfo, OSInfo, VulkanDevice, VulkanHeap
+from accelstack.hardware.system import CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.serde import dumps, loads
 
 from .conftest import replay

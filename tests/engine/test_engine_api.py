@@ -150,7 +150,7 @@ def test_the_worker_runs_as_a_module_and_through_the_bootstrap(tmp_path):
              % (args, Runtime(tmp_path).worker_command()[2]))
     out = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, timeout=60, env=env).stdout
     loaded = set(eval(out))  # noqa: S307 - our own output
-    assert not loaded & {"accelstack.core", "accelstack.installer", "accelstack.artifacts", "accelstack.detect"}, loaded
+    assert not loaded & {"accelstack.core", "accelstack.installer", "accelstack.artifacts", "accelstack.hardware"}, loaded
     # a runtime's own interpreter (a torch venv) lacks accelstack's dependencies: the worker starts
     # there, through the bootstrap and (since accelstack/__init__ imports its names only on first use,
     # detect included) as a plain module too

@@ -276,7 +276,7 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
     install lands on the CPU build, saying why in the result and in the receipt."""
     from accelstack import core
     from accelstack.core.detection import detect
-    from accelstack.detect.report import GPU, AcceleratorAPI
+    from accelstack.hardware.report import GPU, AcceleratorAPI
     from accelstack.installer.home import Home
     from accelstack.settings import Settings
 

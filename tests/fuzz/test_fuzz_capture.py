@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelstack.detect import detect
-from accelstack.detect.replay import ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.replay import ReplaySystem
 from accelstack.errors import AccelstackError, CaptureFormatError
 from accelstack.limits import MAX_CAPTURE_FILE_BYTES
 
@@ -230,7 +230,7 @@ def test_a_symlink_in_a_capture_is_refused(tmp_path):
 
 
 def test_replayed_reads_are_capped_like_live_reads(tmp_path):
-    from accelstack.detect.live import LiveSystem
+    from accelstack.hardware.live import LiveSystem
 
     root = copy_of(tmp_path, CPUINFO)
     (root / "files" / "proc" / "cpuinfo").write_bytes(b"flags\t: avx2\n" + b"x" * (20 << 20))  # 20 MB
@@ -261,7 +261,7 @@ def test_system_profiler_json_that_is_not_an_object_does_not_raise(tmp_path, out
 
 
 def test_a_failing_probe_stage_becomes_a_problem_and_detection_goes_on(tmp_path, monkeypatch):
-    from accelstack.detect import linux
+    from accelstack.hardware import linux
 
     def broken(*args: Any) -> None:
         raise ValueError("invalid literal for int() with base 10: '999…'")

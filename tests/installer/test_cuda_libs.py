@@ -365,7 +365,7 @@ def test_the_plan_of_a_cuda_machine_names_the_shared_library_wheels(nvidia_wheel
     """The plan install follows carries the target's cudart/cuBLAS wheels (no second lookup in the manifests)."""
     import accelstack
     from accelstack.core.detection import detect
-    from accelstack.detect.system import ReplaySystem
+    from accelstack.hardware.system import ReplaySystem
 
     _, refs = nvidia_wheels
     report = detect(ReplaySystem(Path(__file__).resolve().parents[1] / "fixtures" / "captures" /

@@ -24,7 +24,7 @@ from accelstack.core.lifecycle import (
     cached_local_build,
     local_cuda_archs,
 )
-from accelstack.detect.system import ReplaySystem
+from accelstack.hardware.system import ReplaySystem
 from accelstack.manifests.resolve import Manifests
 from accelstack.publisher.build import (
     PACKAGING_VERSION,

@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from accelstack.detect.report import GPU, AcceleratorAPI, CPUInfo, HardwareReport, MemoryInfo, OSInfo
+from accelstack.hardware.report import GPU, AcceleratorAPI, CPUInfo, HardwareReport, MemoryInfo, OSInfo
 from accelstack.manifests import Manifests, Plan, Request, load_manifest_file, resolve
 
 GiB = 1024 ** 3
@@ -110,7 +110,7 @@ def fixture_names() -> List[str]:
 
 @functools.cache
 def replay(name: str) -> HardwareReport:
-    from accelstack.detect import detect
-    from accelstack.detect.system import ReplaySystem
+    from accelstack.hardware import detect
+    from accelstack.hardware.system import ReplaySystem
 
     return detect(ReplaySystem(str(CAPTURES / name)), home=Path("/nonexistent/accelstack-test-home"))

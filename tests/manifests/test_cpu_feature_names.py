@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from accelstack.detect.cpu import KEEP, normalize_features
+from accelstack.hardware.cpu import KEEP, normalize_features
 from accelstack.manifests import Manifests
 from accelstack.manifests.ggml_resolve import BUILD_FEATURES, _feature
 from accelstack.publisher.variants import PROPERTIES

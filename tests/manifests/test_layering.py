@@ -17,7 +17,7 @@ import pytest
 from test_layers import PACKAGE, _imports, _modules  # the one import parser (tests/ is on sys.path)
 
 # artifacts only fetches files named by an ArtifactRef: it knows neither the machine nor the manifests
-APART_FROM_ARTIFACTS = ("accelstack.detect", "accelstack.manifests")
+APART_FROM_ARTIFACTS = ("accelstack.hardware", "accelstack.manifests")
 
 
 def stage_modules(stage: str) -> Dict[str, Path]:

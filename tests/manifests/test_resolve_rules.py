@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from accelstack.detect.report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo
+from accelstack.hardware.report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo
 from accelstack.errors import UsageError
 from accelstack.manifests import Manifests, Plan, Request, load_manifest, resolve
 from accelstack.manifests.torch_matrix import builtin_torch_matrix

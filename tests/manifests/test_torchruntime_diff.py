@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelstack.detect.report import HardwareReport
+from accelstack.hardware.report import HardwareReport
 
 from ._factory import fixture_names, plan_of, replay
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.detect import detect
-from accelstack.detect.report import HardwareReport, VulkanDevice, VulkanHeap
-from accelstack.detect.system import CapturingSystem, LiveSystem, ReplaySystem
+from accelstack.hardware import detect
+from accelstack.hardware.report import HardwareReport, VulkanDevice, VulkanHeap
+from accelstack.hardware.system import CapturingSystem, LiveSystem, ReplaySystem
 
 from ._factory import CAPTURES, candidate, machine, nvidia, plan_of
 
@@ -108,7 +108,7 @@ def _probe_json() -> str:
 
 @pytest.fixture(scope="module")
 def p4000(tmp_path_factory) -> HardwareReport:
-    from accelstack.detect import vulkan as vk
+    from accelstack.hardware import vulkan as vk
 
     b = _make_fixture().CaptureBuilder()
     b.pci("0000:01:00.0", "030000", "10de", "1bb1", driver="nvidia")

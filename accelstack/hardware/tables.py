@@ -22,7 +22,7 @@ PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd"
 
 @functools.cache
 def _data(name: str) -> dict:
-    text = resources.files("accelstack.detect").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("accelstack.hardware").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     return json.loads(text)
 
 
