@@ -3,8 +3,8 @@
     import accelstack
     report  = accelstack.detect()                             # or detect(ReplaySystem(dir))
     plan    = accelstack.plan(report, stack="ggml")           # or stack="torch", requirements=[...]
-    receipt = accelstack.install(plan, on_progress=callback)  # stage -> engine verify -> switch
-    result  = accelstack.verify(receipt)                      # VerifyReport; result.ok
+    summary = accelstack.install(plan, on_progress=callback)  # stage -> engine verify -> switch
+    result  = accelstack.verify(summary.receipt)              # VerifyReport; result.ok
     accelstack.status(), accelstack.repair(), accelstack.upgrade(), accelstack.rollback()
     accelstack.generate(model, prompt, "out.png")
 
@@ -27,16 +27,16 @@ _EXPORTS = {
     # the core: one function per job, both stacks
     "detect": "accelstack.core.detection",
     "plan": "accelstack.core.planning",
-    "install": "accelstack.core.lifecycle",
-    "install_runtime": "accelstack.core.lifecycle",
-    "plan_and_install": "accelstack.core.lifecycle",
-    "InstallSummary": "accelstack.core.lifecycle",
-    "upgrade": "accelstack.core.lifecycle",
-    "repair": "accelstack.core.lifecycle",
-    "rollback": "accelstack.core.lifecycle",
-    "uninstall": "accelstack.core.lifecycle",
-    "gc": "accelstack.core.lifecycle",
-    "status": "accelstack.core.lifecycle",
+    "install": "accelstack.core.installing",
+    "InstallSummary": "accelstack.core.results",
+    "InstallOptions": "accelstack.core.options",
+    "Services": "accelstack.core.options",
+    "upgrade": "accelstack.core.maintenance",
+    "repair": "accelstack.core.maintenance",
+    "rollback": "accelstack.core.maintenance",
+    "uninstall": "accelstack.core.maintenance",
+    "gc": "accelstack.core.maintenance",
+    "status": "accelstack.core.maintenance",
     "verify": "accelstack.core.running",
     "generate": "accelstack.core.running",
     "default_verifier": "accelstack.core.verifiers",

@@ -1,8 +1,9 @@
 """The `accelstack` command: a thin layer that parses arguments, calls the library, and prints.
 
 Each subcommand lives in ``accelstack/commands/<name>.py`` with ``register(subparsers)``; it sets
-``func(args) -> int`` on its parser. Only this layer prints; errors become messages with a hint
-and an exit code, never tracebacks (``--debug`` or ``ACCELSTACK_DEBUG=1`` shows them).
+``func(args) -> int`` on its parser (``args.parser`` is the parser that read the line), and has its
+line in :data:`COMMAND_TABLE`. Only this layer prints; errors become messages with a hint and an
+exit code, never tracebacks (``--debug`` or ``ACCELSTACK_DEBUG=1`` shows them).
 
 Exit codes, the same for every command (docs/json.md): 0 ok, 1 failure, 2 usage error,
 3 cannot be done on this machine, 130 interrupted. With ``--json`` (before or after the
@@ -12,48 +13,50 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
-from typing import List, Optional, Tuple
+from types import ModuleType
+from typing import Dict, List, Optional, Tuple
 
 from . import __version__
-from .errors import AccelstackError, UsageError
+from .errors import AccelstackError, Interrupted, UsageError
 
-# One line per subcommand module, in the order `--help` lists them.
-COMMAND_MODULES = [
-    "accelstack.commands.detect",
-    "accelstack.commands.verify",
-    "accelstack.commands.generate",
-    "accelstack.commands.plan",
-    "accelstack.commands.install",
-    "accelstack.commands.build",
-    "accelstack.commands.fetch",
-    "accelstack.commands.manifest",
-    "accelstack.commands.serve",
-    "accelstack.commands.channel",
-    "accelstack.commands.bundle",
-    "accelstack.commands.cache",
-    "accelstack.commands.doctor",
-    "accelstack.commands.completion",
-]
-# Which module registers each command: running one command imports only its module, so a
-# no-op `accelstack install` does not pay for the engine's or the publisher's imports.
-COMMANDS = {
-    "detect": "accelstack.commands.detect",
-    "verify": "accelstack.commands.verify",
-    "generate": "accelstack.commands.generate",
-    "plan": "accelstack.commands.plan",
-    **{c: "accelstack.commands.install" for c in ("install", "status", "repair", "upgrade", "rollback", "uninstall", "gc")},
-    "build": "accelstack.commands.build",
-    "fetch": "accelstack.commands.fetch",
-    "manifest": "accelstack.commands.manifest",
-    "serve": "accelstack.commands.serve",
-    "channel": "accelstack.commands.channel",
-    "bundle": "accelstack.commands.bundle",
-    "cache": "accelstack.commands.cache",
-    "doctor": "accelstack.commands.doctor",
-    "completion": "accelstack.commands.completion",
-}
+__all__ = ["BUILD_WIDTH", "COMMAND_TABLE", "COMMANDS", "COMMAND_MODULES", "EPILOG", "GLOBAL_FLAGS", "ParseError", "Parser",
+           "build_parser", "subparsers_of", "main"]
+
+# Every command, in the order `--help` lists them: its name, the module under accelstack.commands
+# that registers it, and its one-line help. `accelstack --help` is built from this table alone, and
+# running a command imports only its module, so a no-op `accelstack install` does not pay for the
+# engine's or the publisher's imports. tests/test_completion.py checks each line against the help
+# its module registers, so the two cannot drift apart.
+COMMAND_TABLE: Tuple[Tuple[str, str, str], ...] = (
+    ("detect", "detect", "report this machine's CPU, GPUs, drivers and usable accelerator APIs"),
+    ("verify", "verify", "prove that a runtime generates on this machine (synthesized probe model, no download)"),
+    ("generate", "generate", "generate images from a prompt with a model file (headless)"),
+    ("plan", "plan", "decide which torch or ggml build to install here, with the reasons"),
+    ("install", "install", "first run: detect, plan, fetch, install, verify and activate a runtime"),
+    ("status", "install", "what is installed and active, and whether it still fits this machine"),
+    ("repair", "install", "rebuild a damaged state file, restore missing or corrupt runtime files, re-verify"),
+    ("upgrade", "install", "install the newest fitting runtime side by side, verify it, switch"),
+    ("rollback", "install", "switch back to the previous runtime"),
+    ("uninstall", "install", "remove the installed ggml runtimes"),
+    ("gc", "install", "remove inactive runtimes (keeping the previous one) and unused downloads"),
+    ("build", "build", "compile a ggml runtime wheel for one backend variant (for publishers)"),
+    ("fetch", "fetch", "download a file by URL and sha256 into the verified cache"),
+    ("manifest", "manifest", "create signing keys, sign and verify manifests (for publishers)"),
+    ("serve", "serve", "run accelstack as a local HTTP service (JSON API + status page) for apps"),
+    ("channel", "channel", "list, add and remove channels: where signed prebuilt runtimes come from"),
+    ("bundle", "bundle", "make an offline bundle: a channel's signed manifest and its builds (or a torch plan's "
+     "wheels) in one file"),
+    ("cache", "cache", "list and purge the download, build, probe and verify caches"),
+    ("doctor", "doctor", "everything a support request needs: versions, paths, channels, runtimes, caches, tools, "
+     "hardware"),
+    ("completion", "completion", "print a shell completion script (bash, zsh or fish)"),
+)
+# Which module registers each command, and each module once, in the order of the table.
+COMMANDS: Dict[str, str] = {name: f"accelstack.commands.{module}" for name, module, _ in COMMAND_TABLE}
+COMMAND_MODULES: List[str] = list(dict.fromkeys(COMMANDS.values()))
+# `completion` describes every command, so it is the one that imports them all.
+LOADS_ALL = "completion"
 
 EPILOG = """\
 first run on a new machine:
@@ -87,11 +90,42 @@ class ParseError(Exception):
         self.message = message
 
 
+# The width of the formatters argparse makes while the parser is built (to check each argument's
+# metavar, to name a subcommand group's prog): nothing they format is printed.
+BUILD_WIDTH = 78
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors reach ``main`` (so ``--json`` gets an error line too)."""
+    """An ArgumentParser whose errors reach ``main`` (so ``--json`` gets an error line too).
+
+    argparse makes a formatter on every ``add_argument``, and a formatter given no width asks
+    ``shutil`` for the terminal's (importing shutil loads bz2 and lzma: ~1.5 ms of every cold
+    ``accelstack detect --json``). Only the help and usage that are printed need that width, so
+    only they ask for it, as argparse does: their text is the same as argparse's own."""
+
+    _printing = False
 
     def error(self, message: str):
         raise ParseError(self, message)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        if self._printing:
+            return super()._get_formatter()
+        return self.formatter_class(prog=self.prog, width=BUILD_WIDTH)
+
+    def format_help(self) -> str:
+        self._printing = True
+        try:
+            return super().format_help()
+        finally:
+            self._printing = False
+
+    def format_usage(self) -> str:
+        self._printing = True
+        try:
+            return super().format_usage()
+        finally:
+            self._printing = False
 
 
 def _flag_names(flag: str) -> List[str]:
@@ -120,8 +154,11 @@ def subparsers_of(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.A
     return found
 
 
-def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
-    """The parser; with ``command``, only the module that registers it is imported."""
+def build_parser(command: Optional[str] = None, *, load: bool = True) -> argparse.ArgumentParser:
+    """The parser. With ``command``, only the module that registers it is imported (``completion``:
+    every one, since it describes them all); without, every module, or with ``load=False`` (what
+    ``accelstack --help`` and a mistyped command need) none: one placeholder per command, from
+    :data:`COMMAND_TABLE`, so the help still lists them all."""
     parser = Parser(
         prog="accelstack",
         description="Find this machine's accelerator, pick the image-generation runtime that runs on it, "
@@ -132,9 +169,13 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version", version=f"accelstack {__version__}")
     _add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    modules = [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES
-    for name in modules:
-        importlib.import_module(name).register(sub)
+    if command is None and not load:
+        for name, _, help_line in COMMAND_TABLE:
+            sub.add_parser(name, help=help_line)
+    else:
+        modules = [COMMANDS[command]] if command in COMMANDS and command != LOADS_ALL else COMMAND_MODULES
+        for module in modules:
+            importlib.import_module(module).register(sub)
     for _, sp in subparsers_of(parser):
         _add_global_flags(sp, top=False)
     return parser
@@ -147,35 +188,27 @@ def _merge_global_flags(args: argparse.Namespace) -> None:
     verbose = (getattr(args, "verbose", None) or 0) + (getattr(args, "g_v", None) or 0)
     args.quiet = quiet > 0
     args.verbosity = -1 if quiet else verbose
-    args.debug = bool(getattr(args, "debug", False) or getattr(args, "g_debug", False)
-                      or os.environ.get("ACCELSTACK_DEBUG"))
+    args.debug = bool(getattr(args, "debug", False) or getattr(args, "g_debug", False))
     for dest in ("g_json", "g_q", "g_v", "g_debug"):
         if hasattr(args, dest):
             delattr(args, dest)
 
 
-def _configure_output(args: argparse.Namespace) -> None:
-    """Verbosity to the progress renderer, and library logs on stderr when asked for."""
-    from .commands import progress
+def _shared() -> ModuleType:
+    """``accelstack.commands.common``, loaded once a command runs or an error is reported: the one
+    import this module defers, so ``--version`` and ``--help`` load no command code."""
+    from .commands import common
 
-    configure = getattr(progress, "configure", None)
-    if configure is not None:
-        configure(args.verbosity)
-    level = os.environ.get("ACCELSTACK_LOG", "").upper() or ("DEBUG" if args.debug else "")
-    if level:  # the library logs diagnostics; show them on stderr when asked
-        import logging
-
-        logging.basicConfig(level=getattr(logging, level, logging.DEBUG), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return common
 
 
 def _print_error(args_json: bool, command: str, exc: AccelstackError) -> None:
-    from .commands.common import error_line, render_action
-
+    common = _shared()
     if args_json:
-        sys.stdout.write(error_line(command, exc) + "\n")
+        sys.stdout.write(common.error_line(command, exc) + "\n")
         sys.stdout.flush()
         return
-    run = render_action(exc.action.value)
+    run = common.render_action(exc.action.value)
     print(f"accelstack: error: {exc.message}", file=sys.stderr)
     if exc.hint:
         print(f"  what to do: {exc.hint}", file=sys.stderr)
@@ -190,7 +223,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not command and argv[:1] in (["-V"], ["--version"]):  # without building every command's parser
         print(f"accelstack {__version__}")
         return 0
-    parser = build_parser(command or None)
+    parser = build_parser(command or None, load=False)
     try:
         args = parser.parse_args(argv)
     except ParseError as exc:  # a usage error: exit 2, as an error line with --json
@@ -207,7 +240,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             parser.print_help()
         return 2
-    _configure_output(args)
+    args.parser = parser  # `completion` describes the whole command line from it
+    _shared().configure_output(args)  # --debug or ACCELSTACK_DEBUG, verbosity, library logs
     try:
         return int(args.func(args) or 0)
     except AccelstackError as exc:
@@ -216,7 +250,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         _print_error(args.json, str(args.command or ""), exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        from .errors import Interrupted
-
         _print_error(args.json, str(args.command or ""), Interrupted("interrupted"))
         return 130

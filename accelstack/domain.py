@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Literal, Tuple, get_args
 
+__all__ = ["Stack", "STACKS", "Vendor", "GpuKind", "GPU_KINDS", "ApiName", "Backend", "BACKENDS", "Severity",
+           "SEVERITIES", "PlanStatus", "EventKind", "Verdict", "RUNTIME_LIBS_NOTE", "RUNTIME_LIBS_NOTE_FORMAT"]
+
 Stack = Literal["ggml", "torch"]
 STACKS: Tuple[Stack, ...] = get_args(Stack)
 

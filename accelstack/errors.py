@@ -15,6 +15,9 @@ import enum
 import re
 from typing import Optional
 
+__all__ = ["Action", "AccelstackError", "UsageError", "NotPossibleHere", "Interrupted", "CaptureFormatError",
+           "SerializationError", "SubprocessTimeout"]
+
 
 class Action(str, enum.Enum):
     """The next step an error or problem suggests. Values are stable: apps match on them."""

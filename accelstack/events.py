@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Optional
 
 from .domain import EventKind
 
+__all__ = ["STAGE_ORDER", "iso_utc", "ProgressEvent", "default_stage_index", "ProgressCallback", "null_progress"]
+
 # The order in which a full run (``accelstack install`` then ``generate``) meets the stages: the
 # ``stage_index`` of a stage no renderer has counted (see :meth:`ProgressEvent.to_json`).
 STAGE_ORDER = ("detect", "plan", "fetch", "download", "build", "install", "probe", "verify", "generate")

@@ -3,31 +3,48 @@ that fill a directory.
 
 A reader (another accelstack process, or this one after a crash or SIGKILL) sees the old content
 or the new, never a mix: the data goes into a new temporary file beside the target, created with
-``O_EXCL`` and never opened through a link (``tempfile.mkstemp``), flushed to disk, then renamed
-over the target. Only that temporary file is ever removed on failure; whatever already had a name
-is never touched. Temporary names are ``.<name>.<pid>.<random>.tmp`` (:data:`TEMP_NAME`), so
+``O_EXCL`` and never opened through a link (``O_NOFOLLOW``), flushed to disk, then renamed over
+the target. Only that temporary file is ever removed on failure; whatever already had a name is
+never touched. Temporary names are ``.<name>.<pid>.<random>.tmp`` (:data:`TEMP_NAME`), so
 ``cache list`` can tell an unfinished write from anything else.
 
 It sits at the bottom layer so detection, manifests, artifacts, the installer, the engine and the
-publisher share it instead of each writing its own.
+publisher share it instead of each writing its own. It uses ``os`` alone (no ``tempfile``, which
+loads ``random``, nor ``shutil``): every command imports it, ``detect`` too, whose cold start is
+measured (benchmarks/bench_detect_cold.py).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-import shutil
-import tempfile
+import stat
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import BinaryIO, Iterator, Optional, Tuple, Union
 
-__all__ = ["TEMP_NAME", "write_bytes", "write_text", "try_write_bytes", "fsync_dir", "staging_dir",
-           "remove_own_tree"]
+__all__ = ["TEMP_NAME", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file", "fsync_dir",
+           "staging_dir", "remove_own_tree"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a file :func:`write_bytes` is writing (or a crash left behind).
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp\Z")
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# A new file only (O_EXCL), never through a link in its place (O_NOFOLLOW where the OS has it),
+# not inherited by child processes, and binary on Windows.
+_NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_BINARY", 0))
+# A folder opened to remove what is in it: refused when a link took its place.
+_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# Removal by descriptor (openat/unlinkat): a folder swapped for a link mid-way is never entered.
+_BY_FD = ({os.open, os.unlink, os.rmdir} <= os.supports_dir_fd and os.scandir in os.supports_fd
+          and hasattr(os, "O_DIRECTORY") and hasattr(os, "O_NOFOLLOW"))
+_TRIES = 100  # random names that may already exist before giving up (FileExistsError)
+_CHUNK = 1 << 20  # copy_file's read size: a CUDA library of hundreds of MB is never held whole
+
+
+def _random() -> str:
+    return os.urandom(4).hex()
 
 
 def fsync_dir(folder: PathLike) -> None:
@@ -44,17 +61,31 @@ def fsync_dir(folder: PathLike) -> None:
         os.close(fd)
 
 
-def write_bytes(path: PathLike, data: bytes, *, mode: int = 0o644, durable: bool = True,
-                make_parents: bool = False) -> Path:
-    """Replace ``path`` with ``data`` whole; ``durable`` also fsyncs the file and its folder (a
-    cache file that can be made again can skip it). Raises ``OSError``; the target is then as it was."""
+def _new_file(target: Path) -> Tuple[int, str]:
+    """A new, empty, private (0600) temporary file beside ``target``: its descriptor and path."""
+    prefix = os.path.join(os.fspath(target.parent), f".{target.name}.{os.getpid()}.")
+    for _ in range(_TRIES):
+        tmp = f"{prefix}{_random()}.tmp"
+        try:
+            return os.open(tmp, _NEW_FILE, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
+
+
+@contextlib.contextmanager
+def replacing(path: PathLike, *, mode: int = 0o644, durable: bool = True,
+              make_parents: bool = False) -> Iterator[BinaryIO]:
+    """A new file to stream into, renamed over ``path`` when the block ends without an error (a
+    bundle or an archive written as it is made); on an error the temporary file goes and ``path``
+    is as it was. ``durable`` also fsyncs the file and its folder."""
     target = Path(path)
     if make_parents:
         target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=str(target.parent))
+    fd, tmp = _new_file(target)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
@@ -67,7 +98,15 @@ def write_bytes(path: PathLike, data: bytes, *, mode: int = 0o644, durable: bool
         raise
     if durable:
         fsync_dir(target.parent)
-    return target
+
+
+def write_bytes(path: PathLike, data: bytes, *, mode: int = 0o644, durable: bool = True,
+                make_parents: bool = False) -> Path:
+    """Replace ``path`` with ``data`` whole; ``durable`` also fsyncs the file and its folder (a
+    cache file that can be made again can skip it). Raises ``OSError``; the target is then as it was."""
+    with replacing(path, mode=mode, durable=durable, make_parents=make_parents) as fh:
+        fh.write(data)
+    return Path(path)
 
 
 def write_text(path: PathLike, text: str, *, encoding: str = "utf-8", **kw: bool) -> Path:
@@ -85,15 +124,88 @@ def try_write_bytes(path: PathLike, data: bytes, *, durable: bool = False) -> bo
         return False
 
 
+def copy_file(src: PathLike, dest: PathLike, *, mode: Optional[int] = None, durable: bool = True,
+              make_parents: bool = False) -> Path:
+    """Replace ``dest`` with a copy of ``src``, streamed (a restored CUDA library is hundreds of
+    MB, never read whole), as atomically as :func:`write_bytes`; ``mode`` None keeps ``src``'s."""
+    with open(src, "rb") as reader:
+        keep = stat.S_IMODE(os.fstat(reader.fileno()).st_mode) if mode is None else mode
+        with replacing(dest, mode=keep, durable=durable, make_parents=make_parents) as writer:
+            while True:
+                chunk = reader.read(_CHUNK)
+                if not chunk:
+                    break
+                writer.write(chunk)
+    return Path(dest)
+
+
+def _is_link(entry: os.DirEntry[str]) -> bool:
+    """A link, or on Windows any reparse point (a junction too): removed itself, never entered."""
+    if entry.is_symlink():
+        return True
+    attributes = getattr(entry.stat(follow_symlinks=False), "st_file_attributes", 0)
+    return bool(attributes & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0))
+
+
+def _clear_fd(fd: int) -> None:
+    """Remove everything in the open folder ``fd``, by descriptor; errors are skipped."""
+    with os.scandir(fd) as it:
+        entries = list(it)
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                sub = os.open(entry.name, _DIR, dir_fd=fd)
+                try:
+                    _clear_fd(sub)
+                finally:
+                    os.close(sub)
+                os.rmdir(entry.name, dir_fd=fd)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+
+
+def _clear_path(folder: str) -> None:
+    """:func:`_clear_fd` by path, where the OS has no ``*at`` calls (Windows)."""
+    with os.scandir(folder) as it:
+        entries = list(it)
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if _is_link(entry):
+                try:
+                    os.unlink(entry.path)
+                except OSError:  # a link to a folder, or a junction, on Windows
+                    os.rmdir(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                _clear_path(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+
+
 def remove_own_tree(path: PathLike) -> None:
     """Remove a folder this process created (a staging folder, a failed build's output): links in
-    it are removed, never followed; a file or link in its place is removed alone."""
-    p = Path(path)
-    if p.is_symlink() or not p.is_dir():
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
+    it are removed, never followed; a file or link in its place is removed alone. What cannot be
+    removed is left (as ``shutil.rmtree(ignore_errors=True)`` would)."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except OSError:
         return
-    shutil.rmtree(p, ignore_errors=True)
+    if not stat.S_ISDIR(st.st_mode) or getattr(st, "st_file_attributes", 0) & getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0):
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+        return
+    with contextlib.suppress(OSError):
+        if _BY_FD:
+            fd = os.open(p, _DIR)
+            try:
+                _clear_fd(fd)
+            finally:
+                os.close(fd)
+        else:
+            _clear_path(p)
+    with contextlib.suppress(OSError):
+        os.rmdir(p)
 
 
 @contextlib.contextmanager
@@ -103,7 +215,15 @@ def staging_dir(parent: PathLike, prefix: str = ".staging-", *, keep: bool = Fal
     renamed it, or wants it); what the block renamed out of it is not touched."""
     root = Path(parent)
     root.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=str(root)))
+    for _ in range(_TRIES):
+        folder = root / f"{prefix}{_random()}"
+        try:
+            os.mkdir(folder, 0o700)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free staging name in {root}")
     ok = False
     try:
         yield folder
@@ -111,4 +231,3 @@ def staging_dir(parent: PathLike, prefix: str = ".staging-", *, keep: bool = Fal
     finally:
         if not (ok and keep) and os.path.lexists(folder):
             remove_own_tree(folder)
-

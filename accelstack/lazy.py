@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, Mapping
 
+__all__ = ["lazy_exports"]
+
 
 def lazy_exports(package: str, exports: Mapping[str, str], namespace: Dict[str, Any]) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:

@@ -15,6 +15,16 @@ from typing import Any, List, Tuple, Union
 
 from .errors import AccelstackError, Action
 
+__all__ = ["CRASH_LOG_KEEP_SECONDS", "MAX_ARTIFACT_BYTES", "MAX_CAPTURE_FILES", "MAX_CAPTURE_FILE_BYTES",
+           "MAX_CFG_SCALE", "MAX_CKPT_PICKLE_BYTES", "MAX_CLIP_SKIP", "MAX_CONFIG_BYTES", "MAX_DATETIME_YEAR",
+           "MAX_DEPTH", "MAX_DETECT_CACHE_BYTES", "MAX_DETECT_CACHE_ENTRIES", "MAX_DOCUMENT_INT", "MAX_ID_LENGTH",
+           "MAX_JSON_BYTES", "MAX_MODEL_HEADER_BYTES", "MAX_NAME_LENGTH", "MAX_PROMPT_CHARS", "MAX_PROMPT_CHUNKS",
+           "MAX_SEED", "MAX_SIGNATURES", "MAX_SIGNATURE_BYTES", "MAX_TEXT_LENGTH", "MAX_THREADS", "MAX_VAE_TILE",
+           "MAX_ZIP_ENTRIES", "MIN_CLIP_SKIP", "MIN_DATETIME_YEAR", "MIN_SEED", "PROMPT_CHUNK_TOKENS",
+           "WORKER_DIR_STALE_SECONDS", "WORKER_MAX_BODY_BYTES", "WORKER_MAX_CONNECTIONS", "WORKER_MAX_HEADER_BYTES",
+           "WORKER_MAX_QUERY_CHARS", "WORKER_MAX_UNAUTHENTICATED", "WORKER_SOCKET_TIMEOUT", "MalformedInput",
+           "check_depth", "parse_json", "parse_yaml", "read_capped"]
+
 # Documents (bytes before parsing; nesting levels after).
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a signed manifest with every variant is ~100 KB
 MAX_SIGNATURE_BYTES = 64 * 1024  # a detached signature envelope: a few keys and signatures
@@ -127,6 +137,8 @@ MAX_SIGNATURES = 64  # co-signatures in one `.sig`; each costs a signature check
 MAX_DOCUMENT_INT = 2 ** 63 - 1  # integers of manifests and captures (versions, sizes, return codes)
 MAX_ARTIFACT_BYTES = 1 << 44  # 16 TiB: larger than any model or build, small enough to be a size
 MAX_CAPTURE_FILES = 10_000  # probe outputs (files, commands) listed in one capture.json
+MAX_DETECT_CACHE_BYTES = 1024 * 1024  # one cached probe answer (the Vulkan enumeration of 16 GPUs is ~10 KB)
+MAX_DETECT_CACHE_ENTRIES = 8  # cached Vulkan enumerations kept (one per set of inputs: drivers, environment)
 
 # -- The generation engine's inputs (issue 10, engine) ---------------------------------------------
 # Prompts. stable-diffusion.cpp splits a long prompt into 77-token CLIP chunks (75 usable) and

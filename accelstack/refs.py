@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List
 
+__all__ = ["ArtifactRef"]
+
 
 @dataclass
 class ArtifactRef:

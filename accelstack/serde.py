@@ -17,6 +17,8 @@ from typing import Any, Dict, Type, TypeVar, Union
 
 from .errors import SerializationError
 
+__all__ = ["T", "to_dict", "from_dict", "dumps", "loads"]
+
 T = TypeVar("T")
 
 _HINTS: Dict[type, Dict[str, Any]] = {}

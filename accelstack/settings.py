@@ -13,6 +13,7 @@ are tested on Linux.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import stat
 import sys
@@ -21,6 +22,9 @@ from pathlib import Path, PureWindowsPath
 from typing import Any, Dict, List, Mapping, Optional
 
 from .errors import Action, UsageError
+
+__all__ = ["APP", "ENV", "PROXY_ENV", "Timeouts", "Channel", "Settings", "current_env", "inherited_env", "cuda_env",
+           "debug_requested", "log_level", "current_os", "platform_dirs", "check_directory"]
 
 APP = "accelstack"
 
@@ -38,7 +42,11 @@ ENV = {
     "channel": "ACCELSTACK_CHANNEL",  # whitespace-separated channel names to use
     "index_url": "ACCELSTACK_INDEX_URL",  # torch: the package index used instead of PyPI (a mirror)
     "extra_index_urls": "ACCELSTACK_EXTRA_INDEX_URL",  # torch: whitespace-separated extra indexes
+    "cuda_archs": "ACCELSTACK_CUDA_ARCHS",  # ggml builds: "90" or "86,90" (a publisher's build for fewer GPUs)
 }
+
+# torch: a proxy pip goes through (as pip and requests read them); see Settings.proxied
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -94,6 +102,9 @@ class Settings:
     index_url: Optional[str] = None  # torch: a package index used where PyPI would be (a mirror); None = PyPI
     extra_index_urls: List[str] = field(default_factory=list)  # torch: indexes pip searches as well
     torch_engine: bool = True  # torch: install the generation engine's packages (diffusers...) with torch
+    proxied: bool = False  # torch: pip goes through a proxy (PROXY_ENV): a failed pip's indexes are not tried directly
+    cuda_archs: str = ""  # ggml builds: the CUDA architectures to compile, as written ("" = every one)
+    cuda_env: Dict[str, str] = field(default_factory=dict)  # ggml builds: where a CUDA toolkit is (cuda_env())
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     # -- derived paths: one rule each ---------------------------------------------------------
@@ -115,6 +126,11 @@ class Settings:
     def verify_dir(self) -> Path:
         """``verify``'s probe images (``verify-<backend>.png``) and its records of them (probe_record)."""
         return self.cache / "verify"
+
+    @property
+    def detect_cache(self) -> Path:
+        """Detection's kept probe answers (the Vulkan enumeration), remade when what they depend on changes."""
+        return self.cache / "detect"
 
     @property
     def user_keys_dir(self) -> Path:
@@ -167,6 +183,9 @@ class Settings:
         out.index_url = out.index_url or None
         extras = _strings(given["extra_index_urls"]) if "extra_index_urls" in given else env.get(ENV["extra_index_urls"], "").split()
         out.extra_index_urls = [u.strip() for u in extras if u.strip()]
+        out.cuda_archs = str(given.get("cuda_archs", env.get(ENV["cuda_archs"], ""))).strip()
+        out.cuda_env = dict(given["cuda_env"]) if "cuda_env" in given else cuda_env(env)
+        out.proxied = bool(given["proxied"]) if "proxied" in given else any(env.get(v) for v in PROXY_ENV)
         for name in ("insecure_unsigned", "allow_build", "use_uv", "torch_engine"):
             if name in given:
                 setattr(out, name, bool(given[name]))
@@ -203,6 +222,38 @@ class Settings:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def current_env() -> Dict[str, str]:
+    """A copy of this process's environment, for resolving settings against variants of it
+    (``doctor`` names which variable is bad by resolving without it)."""
+    return dict(os.environ)
+
+
+def inherited_env(**extra: str) -> Dict[str, str]:
+    """The environment a child process starts from: this process's own, plus ``extra``. Building a
+    child's environment is not reading a setting; it is here so that only this module touches
+    ``os.environ``."""
+    return {**os.environ, **extra}
+
+
+def cuda_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The variables that say where a system CUDA toolkit is (``CUDA_HOME``, ``CUDA_PATH``,
+    ``CUDA_ROOT``, Windows' ``CUDA_PATH_V12_8``, and ``PATH`` for an nvcc on it), from ``env``
+    (default ``os.environ``): all a ggml build's toolkit search reads."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "PATH") or k.startswith("CUDA_PATH_V")}
+
+
+def debug_requested(env: Optional[Mapping[str, str]] = None) -> bool:
+    """``ACCELSTACK_DEBUG`` (any value): the CLI shows tracebacks and debug logs, as ``--debug`` does."""
+    return bool((os.environ if env is None else env).get("ACCELSTACK_DEBUG"))
+
+
+def log_level(env: Optional[Mapping[str, str]] = None) -> str:
+    """``ACCELSTACK_LOG`` (``debug``, ``info``...): the level of library logs the CLI shows on
+    stderr, upper-cased; "" when unset."""
+    return (os.environ if env is None else env).get("ACCELSTACK_LOG", "").upper()
+
+
 def current_os() -> str:
     if sys.platform.startswith("win"):
         return "windows"
@@ -214,15 +265,15 @@ def current_os() -> str:
 def platform_dirs(os_name: str, env: Mapping[str, str]) -> Dict[str, Path]:
     """The per-user data, cache and config directories on ``os_name``.
 
-    On the live machine (its own OS and ``os.environ``) platformdirs answers. For another OS's
-    facts (a replayed Windows or macOS machine, tests) the same layout platformdirs uses there is
+    On a live macOS or Windows machine (its own OS and ``os.environ``) platformdirs answers
+    (Windows asks the shell for its folders). Elsewhere the same layout platformdirs uses is
     applied to ``env``: Windows ``%LOCALAPPDATA%\\accelstack`` (cache in ``Cache`` below it),
-    macOS ``~/Library/Application Support`` and ``~/Library/Caches``, Linux the XDG variables.
+    macOS ``~/Library/Application Support`` and ``~/Library/Caches``, Linux the XDG variables:
+    on Linux that rule is all platformdirs does, so the live machine uses it too and a cold
+    ``accelstack detect`` does not load platformdirs (tests/test_settings.py checks they agree).
     """
-    if os_name == current_os() and env is os.environ:
-        import platformdirs
-
-        pd = platformdirs.PlatformDirs(APP, appauthor=False)
+    if os_name == current_os() and env is os.environ and os_name != "linux":
+        pd = importlib.import_module("platformdirs").PlatformDirs(APP, appauthor=False)
         return {"data": Path(pd.user_data_dir), "cache": Path(pd.user_cache_dir), "config": Path(pd.user_config_dir)}
     if os_name == "windows":
         local = env.get("LOCALAPPDATA") or str(PureWindowsPath(env.get("USERPROFILE", "C:\\Users\\Default"), "AppData", "Local"))

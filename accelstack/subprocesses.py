@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
 
+__all__ = ["TASKKILL_TIMEOUT", "TAIL_LINES", "Outcome", "run_logged", "kill_tree"]
+
 log = logging.getLogger(__name__)
 
 TASKKILL_TIMEOUT = 30.0  # seconds for `taskkill /T` on Windows

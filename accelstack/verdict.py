@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional
 
 from .domain import Verdict
 
+__all__ = ["DeviceInfo", "VerifyCheck", "PixelStats", "VerifyReport"]
+
 
 @dataclass
 class DeviceInfo:

@@ -42,7 +42,7 @@ def main() -> None:
     from torchruntime.device_db import get_gpus
     from torchruntime.platform_detection import get_torch_platform
 
-    from accelstack.hardware import detect
+    from accelstack import detect  # the core: the home and the Vulkan enumeration's cache from Settings
     from accelstack.hardware.system import LiveSystem
 
     system = LiveSystem()
@@ -50,7 +50,7 @@ def main() -> None:
     ours = _median_ms(lambda: detect(system), args.runs)
     theirs = _median_ms(lambda: get_torch_platform(get_gpus()), args.runs)
     report = detect(system)
-    ours_cold = _cold_ms("from accelstack.hardware import detect, LiveSystem; detect(LiveSystem())", args.cold_runs)
+    ours_cold = _cold_ms("from accelstack import detect, LiveSystem; detect(LiveSystem())", args.cold_runs)
     theirs_cold = _cold_ms(
         "from torchruntime.device_db import get_gpus; from torchruntime.platform_detection import get_torch_platform; "
         "get_torch_platform(get_gpus())",

@@ -39,7 +39,7 @@ GEN_RE = re.compile(r"generate_image completed in ([0-9.]+)s")
 
 def build_sd_cli(sdist: Path, cmake_args, cache: Path) -> Path:
     """Compile sd-cli from ``sdist`` once per (source, options); return the binary."""
-    from accelstack.publisher.build import sha256_file
+    from accelstack.publisher.build_cache import sha256_file
 
     key = hashlib.sha256(json.dumps({"src": sha256_file(sdist), "cmake": cmake_args}).encode()).hexdigest()[:16]
     slot = cache / f"sd-cli-{key}"
@@ -92,17 +92,19 @@ def vs_native(args) -> None:
 
     from accelstack.engine.png import read_png
     from accelstack.engine.probe_model import ensure_probe_model
-    from accelstack.publisher.build import VARIANTS, build_cache_dir, build_ggml
+    from accelstack.publisher.build import VARIANTS, build_ggml
+    from accelstack.publisher.build_cache import build_cache_dir
+    from accelstack.settings import Settings
 
-    cache = build_cache_dir()
+    cache = build_cache_dir(Settings.resolve())
     builds = {}
     for name, extra in (("cpu", []), ("native", ["-DGGML_NATIVE=ON"])):
         t = time.perf_counter()
-        result = build_ggml("cpu", extra_cmake_args=extra)
+        result = build_ggml("cpu", Settings.resolve(), extra_cmake_args=extra)
         builds[name] = runtime_dir(Path(result.wheel), cache)
         print(f"{name:6} runtime: {' '.join(VARIANTS['cpu'] + extra)} ({'cached' if result.cache_hit else 'built'}, "
               f"{time.perf_counter() - t:.1f} s, key {result.key})")
-    probe = ensure_probe_model(4321)  # synthesized for this run (a kept one in the probe cache is used)
+    probe = ensure_probe_model(4321, Settings.resolve().probe_cache)  # synthesized for this run (a kept one in the probe cache is used)
     threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
     work = Path(tempfile.mkdtemp(prefix="bench-native-"))
     env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
@@ -149,11 +151,13 @@ def main() -> None:
     from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.engine.runtime import Runtime
     from accelstack.engine.verification import verify
-    from accelstack.publisher.build import VARIANTS, build_cache_dir, build_ggml
+    from accelstack.publisher.build import VARIANTS, build_ggml
+    from accelstack.publisher.build_cache import build_cache_dir
+    from accelstack.settings import Settings
 
-    cache = build_cache_dir()
+    cache = build_cache_dir(Settings.resolve())
     t = time.perf_counter()
-    result = build_ggml("cpu")
+    result = build_ggml("cpu", Settings.resolve())
     print(f"cpu runtime wheel: {Path(result.wheel).name} ({'cached' if result.cache_hit else 'built'}, "
           f"{time.perf_counter() - t:.1f} s)")
     rt = runtime_dir(Path(result.wheel), cache)
@@ -171,7 +175,8 @@ def main() -> None:
 
         env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
         t = time.perf_counter()
-        report = verify(Runtime(rt, "cpu"), output=work / "verify.png", probe_seed=4321, probe_cache=work / "probe")
+        report = verify(Runtime(rt, "cpu"), output=work / "verify.png", probe_seed=4321, probe_cache=work / "probe",
+                        records=work / "cache" / "verify")
         verify_total = time.perf_counter() - t
         print(f"verify total:     {verify_total:7.2f} s ({report.verdict}; load {report.load_seconds:.2f} s, "
               f"step {report.step_seconds:.2f} s, probe cached)")

@@ -140,14 +140,14 @@ def accelstack_fetch(ref, cache_dir: Path, events: list) -> float:
         events.append(event.kind)
 
     t0 = time.perf_counter()
-    fetch([ref], cache=Cache(cache_dir), progress=progress)
+    fetch([ref], cache=Cache(cache_dir), offline=False, progress=progress)
     return time.perf_counter() - t0
 
 
 def _child_fetch(ref_args, cache_dir: str) -> None:
     from accelstack.artifacts import ArtifactRef, Cache, fetch
 
-    fetch([ArtifactRef(*ref_args)], cache=Cache(cache_dir))
+    fetch([ArtifactRef(*ref_args)], cache=Cache(cache_dir), offline=False)
 
 
 def _cpu() -> float:
@@ -301,7 +301,7 @@ def main() -> int:
             drop_at.value = half
         from accelstack.artifacts import RetryPolicy, fetch
 
-        fetch([ref], cache=Cache(cache_dir), retry=RetryPolicy(backoff_base=0.01))
+        fetch([ref], cache=Cache(cache_dir), offline=False, retry=RetryPolicy(backoff_base=0.01))
         total = sent.value
         after = total - half
         print(f"connection dropped at 50%: served {total} bytes in all; fetched after the drop {after} "
@@ -324,7 +324,7 @@ def main() -> int:
         on_disk = part.stat().st_size if part.exists() else 0
         with sent.get_lock():
             before_resume = sent.value
-        fetch([ref], cache=Cache(cache_dir))
+        fetch([ref], cache=Cache(cache_dir), offline=False)
         after = sent.value - before_resume
         print(f"process killed at {on_disk / size:.1%}: {on_disk} bytes kept on disk; the next run fetched {after} "
               f"bytes for {size - on_disk} missing -> overhead {after - (size - on_disk)} bytes")

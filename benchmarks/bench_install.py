@@ -40,7 +40,7 @@ def main() -> None:
     from accelstack.publisher.build import build_ggml
     from accelstack.settings import Settings
 
-    build = build_ggml("cpu")
+    build = build_ggml("cpu", Settings.resolve())
     wheel = Path(build.wheel)
     tmp = Path(tempfile.mkdtemp(prefix="bench-install-"))
     site = tmp / "site"
@@ -54,7 +54,7 @@ def main() -> None:
 
     # baseline: download + plain pip install into a fresh target
     t = time.perf_counter()
-    fetch([ArtifactRef(wheel.name, build.sha256, build.size, [f"{server.url}/v1/{wheel.name}"])], cache=Cache(tmp / "cache-baseline"))
+    fetch([ArtifactRef(wheel.name, build.sha256, build.size, [f"{server.url}/v1/{wheel.name}"])], cache=Cache(tmp / "cache-baseline"), offline=False)
     download = time.perf_counter() - t
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
@@ -64,10 +64,10 @@ def main() -> None:
     # the library path with the cheap import check, so the ratio compares installing with installing
     t = time.perf_counter()
     plan = accelstack.plan(report, stack="ggml", settings=s)
-    cold = accelstack.install_runtime(plan, report=report, settings=s, verifier=import_verifier())
+    cold = accelstack.install(plan, report=report, settings=s, verifier=import_verifier())
     cold_total = time.perf_counter() - t
     t = time.perf_counter()
-    warm = accelstack.install_runtime(accelstack.plan(report, stack="ggml", settings=s), report=report, settings=s)
+    warm = accelstack.install(accelstack.plan(report, stack="ggml", settings=s), report=report, settings=s)
     warm_total = time.perf_counter() - t
     env = {**os.environ, "ACCELSTACK_HOME": str(s.home), "ACCELSTACK_CACHE": str(s.cache)}
     t = time.perf_counter()

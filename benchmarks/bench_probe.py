@@ -141,8 +141,9 @@ def main() -> None:
 
     from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.publisher.build import build_ggml
+    from accelstack.settings import Settings
 
-    wheel = Path(build_ggml("cpu").wheel)
+    wheel = Path(build_ggml("cpu", Settings.resolve()).wheel)
     work = Path(tempfile.mkdtemp(prefix="bench-probe-"))
     runtime = work / "runtime"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",

@@ -58,13 +58,14 @@ def main() -> None:
     args = ap.parse_args()
 
     from accelstack.publisher.build import build_ggml
+    from accelstack.settings import Settings
 
     work = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     baseline = work / "baseline"
     try:
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), args.baseline],
                        check=True, capture_output=True)
-        wheel = Path(build_ggml("cpu").wheel)
+        wheel = Path(build_ggml("cpu", Settings.resolve()).wheel)
         runtime = work / "runtime"
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                         "--no-index", "--target", str(runtime), str(wheel)], check=True)

@@ -55,7 +55,7 @@ def ggml_cpu_build():
     """BuildResult of the CPU variant (built or reused from the cache)."""
     from accelstack.publisher.build import build_ggml
 
-    return build_ggml("cpu")
+    return build_ggml("cpu", Settings.resolve())
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,14 @@ zsh and fish are checked by their own syntax checkers when they are installed (`
 """
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from accelstack.cli import COMMANDS, build_parser, subparsers_of
+from accelstack.cli import COMMAND_TABLE, COMMANDS, build_parser, subparsers_of
 from accelstack.commands.completion import script, tree
 
 from cli_helpers import run_cli
@@ -55,7 +57,7 @@ def test_every_command_and_option_is_in_every_script():
     paths = {n.path for n in nodes}
     assert {"install", "channel add", "manifest sign", "cache purge"} <= paths
     for shell in ("zsh", "fish"):
-        text = script(shell)
+        text = script(shell, build_parser())
         for command in COMMANDS:
             assert command in text, (shell, command)
         flag = "'--dry-run[]'" if shell == "zsh" else "-l dry-run"  # how each shell's script names an option
@@ -67,7 +69,7 @@ def test_zsh_and_fish_scripts_parse(shell, check, tmp_path):
     if shutil.which(check[0]) is None:
         pytest.skip(f"{check[0]} is not installed")
     path = tmp_path / f"accelstack.{shell}"
-    path.write_text(script(shell))
+    path.write_text(script(shell, build_parser()))
     res = subprocess.run([*check, str(path)], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
 
@@ -79,3 +81,35 @@ def test_every_command_has_a_description_and_examples():
         assert sub.epilog and "examples:" in sub.epilog and "accelstack " in sub.epilog, \
             f"`accelstack {path} --help` shows no examples"
         assert any(a.option_strings and "--json" in a.option_strings for a in sub._actions), path
+
+
+def test_the_static_table_says_what_each_command_module_registers():
+    """`accelstack --help` is built from cli.COMMAND_TABLE without importing the commands: each
+    line must be the help its module registers, under the module the table names."""
+    registered = {}
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            registered = {a.dest: a.help for a in action._choices_actions}
+    assert [name for name, _, _ in COMMAND_TABLE] == list(registered), "the table lists the commands in another order"
+    for name, module, help_line in COMMAND_TABLE:
+        assert registered[name] == help_line, f"`{name}`: the table says {help_line!r}, its module {registered[name]!r}"
+        only = build_parser(name)  # the command's own module registers it
+        assert name in dict(subparsers_of(only)), (name, module)
+
+
+def test_top_level_help_lists_every_command_without_importing_one():
+    code = ("import sys\n"
+            "from accelstack.cli import main\n"
+            "try:\n"
+            "    main(['--help'])\n"
+            "except SystemExit as exc:\n"
+            "    assert exc.code == 0, exc.code\n"
+            "loaded = [m for m in sys.modules if m.startswith('accelstack.commands.')]\n"
+            "assert not loaded, loaded\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for name, _, help_line in COMMAND_TABLE:
+        assert f"    {name} " in out.stdout, name
+        assert help_line.split()[0] in out.stdout, name
+    rc, stdout, _ = run_cli(["--help"])
+    assert rc == 0 and stdout == out.stdout

@@ -102,3 +102,203 @@ def test_no_import_cycles_between_modules():
         if n not in state:
             visit(n, [])
     assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+# -- the structure the design promises (issue 24), measured on the source -------------------------
+CORE_AND_ABOVE = ("core", "service", "commands", "cli")
+# the one OS access object of detection: LiveSystem reads the live environment for the System protocol
+ENV_READERS = {"accelstack.settings", "accelstack.hardware.live"}
+# HTTP: artifacts/ is the network; the engine's client talks to its own worker on 127.0.0.1 and the
+# service serves on loopback (neither ever reaches another host)
+HTTP_MODULES = ("urllib.request", "http.client", "requests", "urllib3", "httpx")
+HTTP_ALLOWED = ("accelstack.artifacts", "accelstack.engine.client", "accelstack.service")
+STACK_NAMES = ("ggml", "torch")
+MAX_FUNCTION_IMPORTS = 50
+MAX_MODULE_LINES = 400
+# value types the CLI may import from below the core (what crosses stages; the core re-exports the rest)
+CLI_VALUE_TYPES = ("accelstack.hardware.report", "accelstack.manifests.plan", "accelstack.installer.records",
+                   "accelstack.verdict")
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _below_core(name: str) -> bool:
+    return _layer(name) not in CORE_AND_ABOVE
+
+
+def test_nothing_below_the_core_resolves_settings():
+    bad = []
+    for name, path in _modules().items():
+        if not _below_core(name) or name == "accelstack.settings":
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "Settings" and \
+                    node.func.attr.startswith("resolve"):
+                bad.append(f"{name}:{node.lineno}")
+    assert not bad, f"Settings resolved below the core (pass Settings or values down instead): {bad}"
+
+
+def test_environment_variables_are_read_in_settings_only():
+    bad = []
+    for name, path in _modules().items():
+        if name in ENV_READERS:
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                    and node.attr in ("environ", "getenv", "environb", "putenv"):
+                bad.append(f"{name}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                    any(a.name in ("environ", "getenv") for a in node.names):
+                bad.append(f"{name}:{node.lineno}")
+    assert not bad, f"environment read outside settings.py: {bad}"
+
+
+def test_only_artifacts_talks_http():
+    bad = []
+    for name, path in _modules().items():
+        if name.startswith(HTTP_ALLOWED):
+            continue
+        for node in ast.walk(_tree(path)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(m == h or m.startswith(h + ".") for m in mods for h in HTTP_MODULES):
+                bad.append(f"{name}:{node.lineno}")
+    assert not bad, f"HTTP outside accelstack.artifacts: {bad}"
+
+
+def _names_a_stack(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in STACK_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_stack(e) for e in node.elts)
+    return False
+
+
+def test_stacks_are_told_apart_only_by_their_drivers():
+    bad = []
+    for name, path in _modules().items():
+        if name.startswith("accelstack.core.stacks"):
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Compare) and any(_names_a_stack(x) for x in [node.left, *node.comparators]):
+                bad.append(f"{name}:{node.lineno}")
+    assert not bad, f"stack-name comparisons outside accelstack.core.stacks (ask the stack's driver): {bad}"
+
+
+def test_the_stack_registry_names_the_domain_stacks():
+    from accelstack.core.stacks import STACKS, driver
+    from accelstack.domain import STACKS as DOMAIN_STACKS
+
+    assert tuple(STACKS) == tuple(DOMAIN_STACKS)
+    for name in STACKS:
+        assert driver(name).name == name
+
+
+def _function_imports(tree: ast.Module) -> List[int]:
+    top = {id(n) for n in tree.body}
+    for n in tree.body:
+        if isinstance(n, (ast.If, ast.Try)):
+            top |= {id(m) for m in n.body}
+            for h in getattr(n, "handlers", []):
+                top |= {id(m) for m in h.body}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in top]
+
+
+def test_imports_live_at_module_level():
+    counts = {name: len(_function_imports(_tree(path))) for name, path in _modules().items()}
+    total = sum(counts.values())
+    worst = sorted(((c, n) for n, c in counts.items() if c), reverse=True)[:10]
+    assert total <= MAX_FUNCTION_IMPORTS, f"{total} imports inside functions (at most {MAX_FUNCTION_IMPORTS}): {worst}"
+
+
+def test_no_module_is_over_the_size_limit():
+    big = {name: n for name, path in _modules().items()
+           if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by role): {big}"
+
+
+def test_every_public_module_says_what_it_exports():
+    missing = [name for name, path in _modules().items()
+               if not any(part.startswith("_") for part in name.split(".")[1:])
+               and not any(isinstance(n, (ast.Assign, ast.AnnAssign)) and
+                           any(isinstance(t, ast.Name) and t.id == "__all__"
+                               for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+                           for n in _tree(path).body)]
+    assert not missing, f"modules without __all__: {missing}"
+
+
+def test_the_cli_imports_only_the_core_and_shared_value_types():
+    bottom = tuple(f"accelstack.{b}" for b in BOTTOM)
+    bad = {}
+    for name, path in _modules().items():
+        if _layer(name) not in ("commands", "cli", "service"):
+            continue
+        wrong = sorted(m for m in _imports(name, path, top_only=False)
+                       if m not in ("accelstack", "accelstack.__version__")
+                       and _layer(m) not in ("core", "commands", "cli", "service")
+                       and not m.startswith(bottom + CLI_VALUE_TYPES))
+        if wrong:
+            bad[name] = wrong
+    assert not bad, f"the CLI and the service reach below the core: {bad}"
+
+
+# every file written whole (from memory, or streamed: fsio.replacing) goes through accelstack.fsio
+RENAMES_ALLOWED = {
+    "accelstack.fsio",
+    "accelstack.artifacts.partfile",  # a resumable download's .part file, synced as it grows, never replaced whole
+}
+
+
+def test_one_atomic_write():
+    bad = []
+    for name, path in _modules().items():
+        if name in RENAMES_ALLOWED:
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "tempfile" and \
+                    node.func.attr == "mkstemp":
+                bad.append(f"{name}:{node.lineno} tempfile.mkstemp")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fsync" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "os":
+                bad.append(f"{name}:{node.lineno} os.fsync")
+    assert not bad, f"a file write of its own instead of accelstack.fsio: {bad}"
+
+
+def test_the_architecture_page_names_what_exists():
+    """docs/architecture.md is the design: each module it names exists, its bottom layer is this
+    test's, and each registered stack and each core job it names is there."""
+    import re
+
+    import accelstack.core
+    from accelstack.core.stacks import STACKS
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:core|hardware|manifests|artifacts|installer|engine|publisher|service|commands)/[a-z_/]+\.py)`", doc))
+    named |= {f"core/stacks/{m}" for m in re.findall(r"`(?:core/)?stacks/([a-z_]+\.py)`", doc)}
+    missing = sorted(p for p in named if not (PACKAGE / p).is_file() and not (PACKAGE / "core" / p).is_file())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+    row = next(line for line in doc.splitlines() if line.startswith("| bottom |"))
+    assert set(re.findall(r"`([a-z_]+)`", row.split("|")[2])) == set(BOTTOM)
+    for name in STACKS:
+        assert f"stacks/{name}.py" in doc
+    for job in ("detect", "plan", "install", "upgrade", "repair", "rollback", "uninstall", "gc", "status", "verify", "generate"):
+        assert callable(getattr(accelstack.core, job)), job
+
+
+def test_no_exported_name_is_also_a_submodule():
+    """A package's lazy export that shares a submodule's name is replaced by the module as soon as
+    the submodule is imported (``accelstack.core.install`` became a module, not the function)."""
+    import importlib
+
+    bad = []
+    for name, path in _modules().items():
+        if path.name != "__init__.py" or "lazy_exports(" not in path.read_text(encoding="utf-8"):
+            continue
+        subs = {p.stem for p in path.parent.glob("*.py")} | {p.name for p in path.parent.iterdir() if (p / "__init__.py").is_file()}
+        exported = set(getattr(importlib.import_module(name), "__all__", ()))
+        bad += [f"{name}.{n}" for n in sorted(exported & subs)]
+    assert not bad, f"exports named like a submodule of their package: {bad}"

@@ -206,7 +206,7 @@ def test_bars_ticker_thread_moves_an_indeterminate_bar_by_itself(monkeypatch):
 
 
 def test_build_lock_wait_is_said_and_ticks(tmp_path):
-    from accelstack.publisher.build import build_lock
+    from accelstack.publisher.build_cache import build_lock
 
     lock = tmp_path / "slot.lock"
     holder = subprocess.Popen(
@@ -234,7 +234,7 @@ def test_build_lock_wait_is_said_and_ticks(tmp_path):
 
 def test_lines_rendering_of_a_real_lock_wait(tmp_path):
     """The wait through the lines renderer, as `accelstack build` piped to a log shows it."""
-    from accelstack.publisher.build import build_lock
+    from accelstack.publisher.build_cache import build_lock
 
     lock = tmp_path / "slot.lock"
     holder = subprocess.Popen(

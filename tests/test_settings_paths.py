@@ -7,8 +7,8 @@ import pytest
 
 from accelstack.cli import main
 from accelstack.errors import Action, UsageError
+from accelstack.installer.errors import StateError
 from accelstack.installer.home import Home
-from accelstack.installer.records import StateError
 from accelstack.settings import Settings
 
 

@@ -4,7 +4,7 @@ Fetch files known by content (:class:`~accelstack.refs.ArtifactRef`: name, sha25
 URLs) into a content-addressed cache, verified, resumable and locked; unpack archives safely.
 
     from accelstack.artifacts import ArtifactRef, fetch, unpack
-    paths = fetch(refs, progress=callback)      # {sha256: Path}
+    paths = fetch(refs, cache=settings.cache, offline=settings.offline, progress=callback)  # {sha256: Path}
     unpack(paths[ref.sha256], target_dir)
 
 Names are imported on first use, so ``import accelstack.artifacts.cache`` (the installer's
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .archive import detect_format, unpack
     from .batch import check_disk_space, fetch, fetch_one
     from .cache import Cache
-    from .documents import fetch_document, fetch_optional_document
+    from .documents import Page, fetch_document, fetch_optional_document, fetch_page
     from .errors import (
         ArchiveFormatError,
         ArtifactError,
@@ -43,6 +43,8 @@ _EXPORTS = {
     "Cache": "accelstack.artifacts.cache",
     "fetch_document": "accelstack.artifacts.documents",
     "fetch_optional_document": "accelstack.artifacts.documents",
+    "fetch_page": "accelstack.artifacts.documents",
+    "Page": "accelstack.artifacts.documents",
     "fetch": "accelstack.artifacts.batch",
     "fetch_one": "accelstack.artifacts.batch",
     "check_disk_space": "accelstack.artifacts.batch",
@@ -58,9 +60,9 @@ _EXPORTS = {
 
 __all__ = [
     "ArchiveFormatError", "ArtifactError", "ArtifactRef", "Cache", "CacheError", "DiskSpaceError", "FetchCancelled",
-    "FetchError", "HashMismatchError", "InsecureURLError", "OfflineError", "RetryPolicy", "SizeMismatchError",
+    "FetchError", "HashMismatchError", "InsecureURLError", "OfflineError", "Page", "RetryPolicy", "SizeMismatchError",
     "Transport", "UnsafeArchiveError", "check_disk_space", "check_url", "detect_format", "fetch", "fetch_document",
-    "fetch_one", "fetch_optional_document", "unpack",
+    "fetch_one", "fetch_optional_document", "fetch_page", "unpack",
 ]
 
 

@@ -33,6 +33,8 @@ from typing import IO, Dict, Iterator, List, Literal, Optional, Tuple, Type, Uni
 from .errors import ArchiveFormatError, ArtifactError, UnsafeArchiveError
 from .extract import MAX_LINK_TARGET, Extractor, corrupt_errors
 
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_FILES", "FORMATS", "detect_format", "unpack"]
+
 DEFAULT_MAX_BYTES = 64 << 30  # 64 GiB uncompressed
 DEFAULT_MAX_FILES = 200_000
 

@@ -1,7 +1,8 @@
 """Fetch artifacts into the content-addressed cache: resumable, hashed while streaming, locked.
 
     from accelstack.artifacts import ArtifactRef, fetch
-    paths = fetch([ArtifactRef("model.gguf", sha256, size, [url, mirror])])
+    paths = fetch([ArtifactRef("model.gguf", sha256, size, [url, mirror])], cache=settings.cache,
+                  offline=settings.offline)
     paths[sha256]  # -> Path of the verified, read-only blob in the cache
 
 Guarantees:
@@ -32,15 +33,18 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+import psutil
+
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent
 from ..refs import ArtifactRef
-from ..settings import Settings
 from .cache import Cache, check_sha256
 from .download import STAGE, Downloader
 from .errors import ArtifactError, DiskSpaceError, FetchError, OfflineError
 from .retry import RetryPolicy
 from .transport import DEFAULT_CHUNK_SIZE, Transport, check_url
+
+__all__ = ["DISK_HEADROOM", "check_disk_space", "fetch", "fetch_one"]
 
 DISK_HEADROOM = 16 << 20  # keep this much free beyond what the batch needs
 
@@ -70,8 +74,6 @@ def _validate(ref: ArtifactRef, need_urls: bool) -> None:
 
 def check_disk_space(cache: Cache, needed: int, *, headroom: Optional[int] = None) -> None:
     """Raise :class:`DiskSpaceError` unless ``needed`` bytes (plus headroom) fit in the cache."""
-    import psutil
-
     if headroom is None:
         headroom = DISK_HEADROOM
     if needed <= 0:
@@ -89,9 +91,9 @@ def check_disk_space(cache: Cache, needed: int, *, headroom: Optional[int] = Non
 def fetch(
     refs: Iterable[ArtifactRef],
     *,
-    cache: Union[Cache, str, Path, None] = None,
+    cache: Union[Cache, str, Path],
+    offline: bool,
     progress: Optional[ProgressCallback] = None,
-    offline: Optional[bool] = None,
     max_workers: int = 4,
     transport: Optional[Transport] = None,
     retry: Optional[RetryPolicy] = None,
@@ -103,11 +105,11 @@ def fetch(
 ) -> Dict[str, Path]:
     """Make every ref available in the cache; return ``{sha256: path}``.
 
-    ``cache``: a :class:`Cache`, a directory, or ``None`` for ``Settings.resolve().cache``.
-    ``offline``: ``None`` for ``Settings.resolve().offline``; when on, no network is used and a
-    missing file raises :class:`OfflineError`. ``verify_cached`` re-hashes cached blobs before
-    trusting them (a blob that fails is fetched again); a blob whose size, mtime and inode still
-    match the record of its last check is trusted without reading it, unless ``deep`` (for
+    ``cache``: a :class:`Cache` or its directory (``Settings.cache``). ``offline``
+    (``Settings.offline``): no network is used and a missing file raises :class:`OfflineError`.
+    ``verify_cached`` re-hashes cached blobs before trusting them (a blob that fails is fetched
+    again); a blob whose size, mtime and inode still match the record of its last check is
+    trusted without reading it, unless ``deep`` (for
     ``repair`` and ``verify --deep``: every cached blob is re-hashed). ``transport`` and ``retry`` set timeouts,
     redirects and backoff. At most ``max_workers`` files download at once. ``fsync`` flushes each
     file to disk before its rename into place; by default only when ``verify_cached`` is off
@@ -119,8 +121,6 @@ def fetch(
     after the other files of the batch have finished; several failures are reported together.
     """
     store = cache if isinstance(cache, Cache) else Cache(cache)
-    if offline is None:
-        offline = Settings.resolve().offline
     unique, tasks = _unique(refs)
     if offline:
         return _from_cache_only(store, unique, tasks, progress, verify_cached, deep)
@@ -260,5 +260,5 @@ def _run_pool(
 
 
 def fetch_one(ref: ArtifactRef, **kwargs: Any) -> Path:
-    """:func:`fetch` for a single ref; returns its path."""
+    """:func:`fetch` for a single ref (``cache`` and ``offline`` are required too); returns its path."""
     return fetch([ref], **kwargs)[ref.sha256]

@@ -25,13 +25,16 @@ import json
 import os
 import re
 import stat
-import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
+import filelock
+
+from ..fsio import fsync_dir, try_write_bytes
 from ..limits import MalformedInput, parse_json
-from ..settings import Settings
 from .errors import CacheError
+
+__all__ = ["HASH_CHUNK", "MAX_STAMP_BYTES", "STAMP_SUFFIX", "Cache", "check_sha256", "hash_file", "remove_file"]
 
 HASH_CHUNK = 1 << 20
 STAMP_SUFFIX = ".verified"
@@ -78,10 +81,10 @@ def remove_file(path: Path) -> None:
 
 
 class Cache:
-    """A content-addressed blob store rooted at ``root`` (default: ``Settings.resolve().cache``)."""
+    """A content-addressed blob store rooted at ``root`` (``Settings.cache``)."""
 
-    def __init__(self, root: Union[str, Path, None] = None) -> None:
-        self.root = Path(root).expanduser() if root is not None else Settings.resolve().cache
+    def __init__(self, root: Union[str, Path]) -> None:
+        self.root = Path(root).expanduser()
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
@@ -113,8 +116,6 @@ class Cache:
 
     def lock(self, sha256: str) -> Any:
         """The per-blob inter-process lock (a ``filelock.FileLock``; use as a context manager)."""
-        import filelock
-
         self.ensure()
         return filelock.FileLock(str(self.lock_path(sha256)))
 
@@ -187,13 +188,7 @@ class Cache:
     def _write_stamp(self, sha256: str, st: os.stat_result) -> None:
         """Record that the blob with stat ``st`` hashed to ``sha256``; best effort (a cache on a
         read-only disk just hashes again next time)."""
-        final = self.stamp_path(sha256)
-        tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            tmp.write_text(json.dumps(self._stamp_of(sha256, st), sort_keys=True))
-            os.replace(tmp, final)
-        except OSError:
-            remove_file(tmp)
+        try_write_bytes(self.stamp_path(sha256), json.dumps(self._stamp_of(sha256, st), sort_keys=True).encode())
 
     def _remove_stamp(self, sha256: str) -> None:
         try:
@@ -218,7 +213,7 @@ class Cache:
             remove_file(final)
             os.replace(part, final)
         if durable:
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             # Its hash was checked while it streamed in, and it is on disk: trusted from now on.
             # A blob placed without a flush is hashed once more on its first reuse instead, so
             # that a power cut before the writeback cannot leave a torn blob with a record.
@@ -230,18 +225,3 @@ class Cache:
             self._remove_stamp(sha256)
         return final
 
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable (POSIX); a no-op where directories cannot be opened."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

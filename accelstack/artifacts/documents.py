@@ -1,20 +1,27 @@
-"""Small documents whose hash is not known in advance (manifests and their signatures).
+"""Small documents whose hash is not known in advance (manifests and their signatures, a package
+index's pages).
 
-They are trusted only after the caller checks them (the manifest's Ed25519 signature), so here
-we only cap their size and use the same transport rules as for artifacts (https, loopback, file).
+They are trusted only after the caller checks them (the manifest's Ed25519 signature, the sha256
+an index lists against the file's own), so here we only cap their size and use the same transport
+rules as for artifacts (https, loopback, file, the system trust store).
 """
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..limits import MAX_JSON_BYTES
 from .errors import FetchError
+from .streams import Stream
 from .transport import Transport
 
+__all__ = ["MAX_DOCUMENT", "MAX_PAGE", "Page", "fetch_document", "fetch_optional_document", "fetch_page"]
+
 MAX_DOCUMENT = MAX_JSON_BYTES  # the manifest parser refuses anything larger anyway
+MAX_PAGE = 64 * 1024 * 1024  # a package index's page of a package with thousands of files
 
 
 def _read_local(p: Path, max_bytes: int) -> bytes:
@@ -44,17 +51,47 @@ def fetch_document(location: str, *, transport: Optional[Transport] = None, max_
     transport = transport or Transport()
     try:
         with transport.open(location) as stream:
-            parts = []
-            size = 0
-            for chunk in stream.chunks():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise FetchError(f"{location} is larger than {max_bytes} bytes; not a manifest", url=location)
-                parts.append(chunk)
-            return b"".join(parts)
+            return _read_bounded(stream, location, max_bytes, "not a manifest")
     finally:
         if own:
             transport.close()
+
+
+@dataclass(frozen=True)
+class Page:
+    """A document a server described: its bytes, its Content-Type, and the URL it was served from
+    after redirects (what its relative links are relative to)."""
+
+    url: str
+    data: bytes
+    content_type: str
+
+
+def fetch_page(url: str, *, accept: str = "", transport: Optional[Transport] = None,
+               max_bytes: int = MAX_PAGE) -> Page:
+    """The page at ``url`` (a package index's simple-API page), asking for the kinds ``accept``
+    names; at most ``max_bytes``. :class:`FetchError` when it cannot be read (404 has ``status``)."""
+    own = transport is None
+    transport = transport or Transport()
+    try:
+        with transport.open(url, accept=accept) as stream:
+            data = _read_bounded(stream, url, max_bytes, "not an index page")
+            return Page(stream.url, data, stream.content_type)
+    finally:
+        if own:
+            transport.close()
+
+
+def _read_bounded(stream: Stream, location: str, max_bytes: int, what: str) -> bytes:
+    """The body of ``stream``; :class:`FetchError` as soon as it passes ``max_bytes``."""
+    parts = []
+    size = 0
+    for chunk in stream.chunks():
+        size += len(chunk)
+        if size > max_bytes:
+            raise FetchError(f"{location} is larger than {max_bytes} bytes; {what}", url=location)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def fetch_optional_document(location: str, *, transport: Optional[Transport] = None) -> Optional[bytes]:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Set
 
+import filelock
+
 from ..domain import EventKind
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent
@@ -30,6 +32,8 @@ from .errors import (
 from .partfile import PartFile
 from .retry import RetryPolicy
 from .transport import Stream, Transport
+
+__all__ = ["PROGRESS_INTERVAL", "STAGE", "Downloader", "final_error", "write_error"]
 
 log = logging.getLogger(__name__)
 STAGE = "fetch"
@@ -115,8 +119,6 @@ class Downloader:
         self.emit("end", task, done=ref.size, total=ref.size, ok=True, extra={**extra, "path": str(blob)})
 
     def _acquire(self, lock: Any, task: str) -> None:
-        import filelock
-
         try:
             lock.acquire(timeout=0)
             return

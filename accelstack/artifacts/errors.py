@@ -9,6 +9,9 @@ from typing import Optional
 
 from ..errors import AccelstackError, Action
 
+__all__ = ["ArchiveFormatError", "ArtifactError", "CacheError", "DiskSpaceError", "FetchCancelled", "FetchError",
+           "HashMismatchError", "InsecureURLError", "OfflineError", "SizeMismatchError", "UnsafeArchiveError"]
+
 
 class ArtifactError(AccelstackError):
     """Base of every artifact problem."""

@@ -7,6 +7,7 @@ rules).
 from __future__ import annotations
 
 import errno
+import lzma
 import os
 import posixpath
 import re
@@ -14,10 +15,18 @@ import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Callable, List, NoReturn, Optional, Set, Tuple, Type, TypeVar
 
 from .errors import ArchiveFormatError, ArtifactError, DiskSpaceError, UnsafeArchiveError
+
+try:  # optional: only .tar.zst archives need it (unpack says so when it is missing)
+    import zstandard
+except ImportError:
+    zstandard = None  # type: ignore[assignment]
+
+__all__ = ["MAX_LINK_TARGET", "Extractor", "corrupt_errors"]
 
 T = TypeVar("T")
 _COPY_CHUNK = 1 << 20
@@ -27,16 +36,9 @@ MAX_LINK_TARGET = 4096  # bytes of a symlink target stored in an archive
 
 def corrupt_errors() -> Tuple[Type[BaseException], ...]:
     """The exceptions the archive readers raise for corrupt input."""
-    import lzma
-    import zlib
-
     errors: List[Type[BaseException]] = [tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError]
-    try:
-        import zstandard
-
+    if zstandard is not None:
         errors.append(zstandard.ZstdError)
-    except ImportError:
-        pass
     return tuple(errors)
 
 

@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Tuple, Union
 
+__all__ = ["DEFAULT_BUFFER", "HASH_BEHIND_BUFFERS", "HASH_BEHIND_MIN", "HashBehind", "PartFile"]
+
 DEFAULT_BUFFER = 1 << 20
 HASH_BEHIND_MIN = 16 << 20  # files smaller than this are hashed inline
 HASH_BEHIND_BUFFERS = 4  # buffers in flight between the reader and the hashing thread

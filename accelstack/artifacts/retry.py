@@ -5,6 +5,8 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
+__all__ = ["RetryPolicy"]
+
 
 @dataclass
 class RetryPolicy:

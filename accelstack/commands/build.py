@@ -5,14 +5,23 @@ import argparse
 from pathlib import Path
 from typing import List, Optional
 
-from .common import emit
+from ..core.building import (
+    COMPILE_TIMEOUT,
+    CUDA_ARCHS_ENV,
+    CUDA_COMPILE_TIMEOUT_PER_ARCH,
+    CUDA_VARIANTS,
+    VARIANTS,
+    build_ggml,
+    parse_cuda_archs,
+)
+from ..errors import UsageError
+from .common import emit, settings_from_args
 from .progress import progress_renderer
+
+__all__ = ["register", "cuda_archs_of", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..publisher.build import COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH, VARIANTS
-    from ..publisher.variants import CUDA_ARCHS_ENV
-
     p = sub.add_parser(
         "build",
         help="compile a ggml runtime wheel for one backend variant (for publishers)",
@@ -42,9 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cuda_archs_of(args: argparse.Namespace) -> Optional[List[str]]:
     """The architectures ``--cuda-arch`` names (None without it), parsed as ACCELSTACK_CUDA_ARCHS is;
     a usage error for a variant that compiles no CUDA or for something that is not an architecture."""
-    from ..errors import UsageError
-    from ..publisher.variants import CUDA_VARIANTS, parse_cuda_archs
-
     if args.cuda_arch is None:
         return None
     if args.backend not in CUDA_VARIANTS:
@@ -58,11 +64,9 @@ def cuda_archs_of(args: argparse.Namespace) -> Optional[List[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..publisher.build import build_ggml
-
     archs = cuda_archs_of(args)  # refused before any download or progress output
     with progress_renderer(json_mode=args.json) as progress:
-        result = build_ggml(args.backend, sdist=Path(args.sdist) if args.sdist else None,
+        result = build_ggml(args.backend, settings_from_args(args), sdist=Path(args.sdist) if args.sdist else None,
                             out_dir=Path(args.out) if args.out else None, jobs=args.jobs or None, progress=progress,
                             compile_timeout=args.timeout, cuda_archs=archs)
     how = "reused from the build cache" if result.cache_hit else f"compiled in {result.seconds:.0f} s"

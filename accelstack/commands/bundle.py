@@ -4,16 +4,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import (
-    add_engine_package_argument,
-    add_home_arguments,
-    emit,
-    needs_subcommand,
-    optional_path,
-    report_from,
-    settings_from,
-)
+from .. import core
+from .common import add_engine_package_argument, add_home_arguments, emit, needs_subcommand, report_from, settings_from_args
 from .progress import progress_renderer
+
+__all__ = ["register", "run_create"]
 
 MiB = 1024 * 1024
 
@@ -71,16 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from ..core.bundles import create_bundle
-
-    s = settings_from(args, torch_venv=optional_path(args.venv), torch_python=args.target_python)
-    chosen = (args.all or args.backend or args.target) and args.stack == "ggml"
+    s = settings_from_args(args)  # --backend here picks the bundle's targets, it is not a Settings field
+    chosen = (args.all or args.backend or args.target) and core.stack_info(args.stack).reads_channels  # targets of a manifest
     report = None if chosen else report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
-        summary = create_bundle(Path(args.out).expanduser(), settings=s, stack=args.stack, backends=args.backend,
+        summary = core.create_bundle(Path(args.out).expanduser(), settings=s, stack=args.stack, backends=args.backend,
                                 targets=args.target, all_targets=args.all, report=report, requirements=args.requirements,
                                 python_version=args.python_version, platforms=args.platform, on_progress=progress)
-    if summary.stack == "torch":
+    if summary.python:  # a torch bundle: wheels for one Python
         text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): torch {summary.targets[0]} "
                 f"for Python {summary.python}, {len(summary.artifacts)} wheels\n"
                 f"  install it offline: accelstack install --bundle {summary.path} --venv DIR")

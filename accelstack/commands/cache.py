@@ -5,8 +5,11 @@ import argparse
 import sys
 from typing import List
 
+from ..core.caches import CACHES, cache_infos, purge
 from ..errors import UsageError
-from .common import emit
+from .common import emit, settings_from_args
+
+__all__ = ["register", "size_text", "run_list", "run_purge"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,10 +69,7 @@ def size_text(n: int) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ..core.caches import cache_infos
-    from ..settings import Settings
-
-    infos = cache_infos(Settings.resolve(home=getattr(args, "home", None)))
+    infos = cache_infos(settings_from_args(args))
     lines: List[str] = []
     for info in infos:
         state = "" if info.exists else " (not created yet)"
@@ -97,10 +97,7 @@ def _confirm(question: str) -> bool:
 
 
 def run_purge(args: argparse.Namespace) -> int:
-    from ..core.caches import CACHES, cache_infos, purge
-    from ..settings import Settings
-
-    s = Settings.resolve(home=args.home)
+    s = settings_from_args(args)
     which = list(CACHES) if args.which == "all" else [args.which]
     if not args.dry_run and not args.yes:
         if not sys.stdin.isatty():

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import List
 
-from ..errors import UsageError
-from .common import emit, needs_subcommand
+from ..core import channels
+from ..settings import Channel
+from .common import emit, needs_subcommand, settings_from_args
+
+__all__ = ["register", "run_list", "run_add", "run_remove"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,23 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 
-def _row(channel, origin: str) -> dict:
-    from ..manifests.channels import channel_trust
-
+def _row(channel: Channel, origin: str) -> dict:
     return {"name": channel.name, "url": channel.url, "mirrors": list(channel.mirrors), "keys": list(channel.keys),
-            "trust": channel_trust(channel), "origin": origin}
+            "trust": channels.channel_trust(channel), "origin": origin}
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ..core.planning import remembered_channels
-    from ..manifests.channels import read_user_channels
-    from ..settings import Settings
-
-    s = Settings.resolve(home=args.home)
-    rows: List[dict] = [_row(c, "app") for c in s.channels]
-    rows += [_row(c, f"user ({s.channels_file})") for c in read_user_channels(s)]
-    names = {r["name"] for r in rows}
-    rows += [_row(c, f"last install ({s.home})") for c in remembered_channels(s) if c.name not in names]
+    rows: List[dict] = [_row(c, origin) for c, origin in channels.list_channels(settings_from_args(args))]
     lines = [f"{r['name']}  {r['url']}" + "".join(f"\n    mirror {m}" for m in r["mirrors"])
              + f"\n    signed by {r['trust']}; from {r['origin']}" for r in rows]
     emit(args, {"channels": rows}, "\n".join(lines) or "no channel is configured (add one: accelstack channel add NAME URL --key FILE)")
@@ -86,36 +78,15 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from ..manifests.channels import add_channel, key_from_file, key_from_id
-    from ..settings import Channel, Settings
-
-    s = Settings.resolve()
-    url, mirrors = _location(args.url), [_location(m) for m in args.mirror]
-    keys = [key_from_file(k) for k in args.key] + [key_from_id(k, s) for k in args.key_id]
-    if not keys:
-        raise UsageError("a channel needs the key that signs its manifest: give --key FILE or --key-id ID",
-                         "ask the publisher for the public key (.pub)")
-    channel = add_channel(s, Channel(args.name, url, mirrors, list(dict.fromkeys(keys))), replace=args.replace)
+    s = settings_from_args(args)
+    channel = channels.add(s, args.name, args.url, mirrors=args.mirror, key_files=args.key, key_ids=args.key_id,
+                           replace=args.replace)
     row = _row(channel, f"user ({s.channels_file})")
     emit(args, row, f"added channel {channel.name}: {channel.url}, signed by {row['trust']}\n  in {s.channels_file}")
     return 0
 
 
-def _location(text: str) -> str:
-    """A URL as given (refused now if it could never be fetched), or a local path made absolute."""
-    from ..artifacts import check_url
-
-    if "://" in text:
-        check_url(text)
-        return text
-    return str(Path(text).expanduser().resolve())
-
-
 def run_remove(args: argparse.Namespace) -> int:
-    from ..manifests.channels import remove_channel
-    from ..settings import Settings
-
-    s = Settings.resolve()
-    channel = remove_channel(s, args.name)
+    channel = channels.remove(settings_from_args(args), args.name)
     emit(args, _row(channel, "removed"), f"removed channel {channel.name} ({channel.url})")
     return 0

@@ -1,14 +1,27 @@
-"""What every command shares: Settings from arguments, the hardware report, hints as commands."""
+"""What every command shares: Settings from arguments, the hardware report, hints as commands,
+and the JSON Lines envelope (docs/json.md).
+
+Kept light (the bottom modules and the core package's lazy names only): every command imports it,
+``detect`` too, so it must not pull in detection, downloads or the engine itself.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..errors import Action
+from .. import core
+from ..errors import Action, UsageError
 from ..serde import to_dict
+from ..settings import Settings, Timeouts, debug_requested, log_level
+
+__all__ = ["ACTION_COMMANDS", "FORMAT_VERSION", "render_action", "add_home_arguments", "add_engine_package_argument",
+           "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
+           "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "configure_output"]
 
 # How the CLI says each action: the library names the step, the command line says how.
 ACTION_COMMANDS: Dict[str, str] = {
@@ -62,49 +75,49 @@ def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
 
 
-def settings_from(args: argparse.Namespace, **extra: Any):
-    """One Settings for the whole command: arguments over ACCELSTACK_* variables over defaults."""
-    import dataclasses
+def settings_from_args(args: Optional[argparse.Namespace], **overrides: Any) -> Settings:
+    """The one Settings of a command: its flags over ``ACCELSTACK_*`` variables over the platform's
+    defaults (``Settings.resolve``). The service gets its Settings the same way (``accelstack serve``).
 
-    from ..settings import Settings
+    Read from ``args`` where a command has them, each meaning the same on every command:
+    ``--home``, ``--cache``, ``--manifest``, ``--channel``, ``--trusted-key``, ``--insecure-unsigned``,
+    ``--offline``, ``--no-build``, ``--no-engine``, ``--venv``, ``--python`` (as ``target_python``),
+    ``--uv``, ``--wait``. ``overrides`` are Settings fields the command gives itself (None: not
+    given): ``backend=args.backend`` where ``--backend`` is the backend to plan for (on other
+    commands it names a runtime's, a build variant or bundle targets), the torch package indexes of
+    install, repair and upgrade. ``args`` None: no flags at all."""
+    def flag(name: str) -> Any:
+        return getattr(args, name, None)
 
-    s = Settings.resolve(
-        home=getattr(args, "home", None),
-        manifests=list(getattr(args, "manifest", []) or []) or None,
-        channel=list(getattr(args, "channel", []) or []) or None,
-        trusted_keys=list(getattr(args, "trusted_key", []) or []) or None,
-        insecure_unsigned=True if getattr(args, "insecure_unsigned", False) else None,
-        offline=True if getattr(args, "offline", False) else None,
-        allow_build=False if getattr(args, "no_build", False) else None,
-        torch_engine=False if getattr(args, "no_engine", False) else None,
-        **{k: v for k, v in extra.items() if v is not None},
-    )
-    wait = getattr(args, "wait", None)
-    if wait is not None:
-        s.timeouts = dataclasses.replace(s.timeouts, lock_wait=float(wait))
-    return s
+    def strings(name: str) -> Optional[List[str]]:  # repeatable flags; `manifest sign MANIFEST` is not one
+        value = flag(name)
+        return list(value) if isinstance(value, (list, tuple)) and value else None
+
+    wait = flag("wait")
+    given: Dict[str, Any] = {
+        "home": flag("home"),
+        "cache": flag("cache"),
+        "manifests": strings("manifest"),
+        "channel": strings("channel"),
+        "trusted_keys": strings("trusted_key"),
+        "insecure_unsigned": True if flag("insecure_unsigned") else None,
+        "offline": True if flag("offline") else None,
+        "allow_build": False if flag("no_build") else None,
+        "torch_engine": False if flag("no_engine") else None,
+        "torch_venv": optional_path(flag("venv")),
+        "torch_python": flag("target_python"),
+        "use_uv": True if flag("uv") else None,
+        "timeouts": Timeouts(lock_wait=float(wait)) if wait is not None else None,
+    }
+    given.update(overrides)
+    return Settings.resolve(**{k: v for k, v in given.items() if v is not None})
 
 
-def report_from(args: argparse.Namespace, settings=None):
-    """``--hardware FILE`` (a saved HardwareReport), ``--replay DIR`` (a capture), else this machine."""
-    from ..core.detection import detect
-    from ..hardware.report import HardwareReport
-    from ..hardware.system import ReplaySystem
-    from ..errors import UsageError
-    from ..serde import loads
-
-    if getattr(args, "hardware", None):
-        try:
-            text = Path(args.hardware).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.hardware} ({exc.strerror or exc})",
-                             "write one with `accelstack detect --json > report.json`") from None
-        return loads(HardwareReport, text, what=args.hardware)
-    if getattr(args, "replay", None):
-        report = detect(ReplaySystem(args.replay), settings=settings)
-        report.source = f"replay:{args.replay}"
-        return report
-    return detect(settings=settings)
+def report_from(args: argparse.Namespace, settings: Optional[Settings] = None) -> Any:
+    """``--hardware FILE`` (a saved HardwareReport), ``--replay DIR`` (a capture), else this machine
+    (a ``--dry-run`` keeps nothing new in the detection cache)."""
+    return core.report_for(settings, hardware=getattr(args, "hardware", None), replay=getattr(args, "replay", None),
+                           write_cache=not getattr(args, "dry_run", False))
 
 
 # The version of the JSON Lines contract (docs/json.md). Bumped only when a field is removed or
@@ -151,8 +164,6 @@ def needs_subcommand(p: argparse.ArgumentParser):
     a usage error line (stdout stays JSON Lines)."""
     def run(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
-            from ..errors import UsageError
-
             raise UsageError(f"`{p.prog}` needs a subcommand", f"see `{p.prog} --help`")
         p.print_help()
         return 2
@@ -173,3 +184,26 @@ def problem_lines(problems: List[Any], indent: str = "  ") -> List[str]:
 
 def optional_path(value: Optional[str]) -> Optional[Path]:
     return Path(value).expanduser() if value else None
+
+
+# The progress renderer: the commands that show progress import it themselves (when they are
+# registered, before they run); ``detect`` and ``plan`` do not, and a cold ``detect --json`` does
+# not pay for it (tests/test_import_cost.py).
+_PROGRESS = "accelstack.commands.progress"
+
+
+def configure_output(args: argparse.Namespace) -> None:
+    """Once a command runs: ``-q``/``-v`` to the progress renderer, and library logs on stderr when
+    asked for (``--debug`` or ``ACCELSTACK_DEBUG``; ``ACCELSTACK_LOG=LEVEL``).
+
+    The renderer is configured when it is loaded, or when the verbosity is not its default (0):
+    either way every renderer made afterwards sees this command's ``-q``/``-v``, and a command
+    that renders nothing does not load it."""
+    args.debug = bool(getattr(args, "debug", False) or debug_requested())
+    verbosity = int(getattr(args, "verbosity", 0) or 0)
+    if _PROGRESS in sys.modules or verbosity:
+        importlib.import_module(_PROGRESS).configure(verbosity)
+    level = log_level() or ("DEBUG" if args.debug else "")
+    if level:  # the library logs diagnostics; show them on stderr when asked
+        logging.basicConfig(level=getattr(logging, level, logging.DEBUG),
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -1,5 +1,8 @@
 """`accelstack completion bash|zsh|fish`: a shell completion script generated from the parser.
 
+The parser is the whole CLI's, handed over by ``cli.main`` as ``args.parser`` (this layer never
+imports the one above it).
+
 Generated, not hand-written, so a new command or option completes the day it is added. The
 script is static text (no Python runs on each Tab press): commands, subcommands, each one's
 options, and the fixed choices of options and positionals (``--backend cpu|cuda|...``).
@@ -13,6 +16,8 @@ from typing import Dict, List
 
 from ..errors import UsageError
 from .common import emit
+
+__all__ = ["SHELLS", "Node", "register", "tree", "bash_script", "zsh_script", "fish_script", "script", "run"]
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -174,17 +179,16 @@ def fish_script(nodes: List[Node]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def script(shell: str) -> str:
-    from ..cli import build_parser
-
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script for ``shell`` of every command ``parser`` (the whole CLI's) knows."""
     if shell not in SHELLS:
         raise UsageError(f"unknown shell {shell!r}", f"choose one of: {', '.join(SHELLS)}")
-    nodes = tree(build_parser())
+    nodes = tree(parser)
     return {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[shell](nodes)
 
 
 def run(args: argparse.Namespace) -> int:
-    text = script(args.shell)
+    text = script(args.shell, args.parser)  # cli.main built it with every command for `completion`
     if args.json:
         emit(args, {"shell": args.shell, "script": text}, "")
     else:

@@ -4,13 +4,16 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
-from ..hardware import detect
-from ..hardware.report import GPU, HardwareReport, Problem
-from ..hardware.system import DEFAULT_TIMEOUT, CapturingSystem, LiveSystem, ReplaySystem
+from .. import core
 from ..errors import UsageError
-from .common import emit, what_to_do
+from ..hardware.report import GPU, HardwareReport, Problem
+from ..settings import Timeouts
+from .common import emit, settings_from_args, what_to_do
+
+__all__ = ["register", "run", "render"]
 
 GiB = 1024 ** 3
+DEFAULT_TIMEOUT = Timeouts.detect
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,13 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  accelstack detect                      human summary\n"
         "  accelstack detect --json > report.json the HardwareReport, for `accelstack plan --hardware`\n"
         "  accelstack detect --capture bug/       also save everything detection read (attach it to a bug report)\n"
-        "  accelstack detect --replay bug/        detect from a capture, on any OS",
+        "  accelstack detect --replay bug/        detect from a capture, on any OS\n"
+        "  accelstack detect --refresh            enumerate Vulkan devices again instead of using the kept answer\n"
+        "\nThe Vulkan enumeration (a child process that loads every Vulkan driver) is kept in the cache folder\n"
+        "and redone when a driver, the loader, a GPU or the Vulkan environment variables change.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--capture", metavar="DIR", help="save every file, command output and platform fact read into DIR")
     src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
     p.add_argument("--json", action="store_true", help="print the HardwareReport as JSON")
+    p.add_argument("--refresh", action="store_true",
+                   help="run the Vulkan enumeration again instead of using its kept answer (a capture always runs it)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"limit for each external command (default {DEFAULT_TIMEOUT:g} s)")
     p.set_defaults(func=run)
@@ -39,17 +47,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
-    if args.replay:
-        report = detect(ReplaySystem(args.replay), timeout=args.timeout)
+    # (core.ReplaySystem and core.CapturingSystem load on first use: `detect --json` does not pay for them)
+    if args.replay:  # the replayed machine's own home rule, never this machine's cache
+        report = core.detect(core.ReplaySystem(args.replay), timeout=args.timeout)
         report.source = f"replay:{args.replay}"
-    elif args.capture:
-        capturing = CapturingSystem(LiveSystem())
-        report = detect(capturing, timeout=args.timeout)
+    elif args.capture:  # every probe for real, the home rule read through the capture
+        capturing = core.CapturingSystem(core.LiveSystem())
+        report = core.detect(capturing, timeout=args.timeout)
         capturing.save(args.capture)
     else:
-        report = detect(LiveSystem(), timeout=args.timeout)
-    text = render(report)
-    if args.capture:
+        report = core.detect(settings=settings_from_args(args), refresh=args.refresh, timeout=args.timeout)
+    text = "" if args.json else render(report)  # --json prints the report alone
+    if args.capture and not args.json:
         text += f"\n\ncapture written to {args.capture} (replay it with `accelstack detect --replay {args.capture}`)"
     emit(args, report, text)
     return 0

@@ -7,9 +7,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, List
 
+from .. import core
+from ..core.doctor import doctor, write_bundle
 from ..errors import UsageError
 from .cache import size_text
 from .common import emit, what_to_do
+
+__all__ = ["register", "render", "run"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,14 +85,9 @@ def render(r: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.doctor import doctor, write_bundle
-
-    given = {"home": args.home}
+    given = {"home": args.home}  # the core resolves the Settings itself, to say where each path came from
     if args.bundle:
-        from ..hardware.live import LiveSystem
-        from ..hardware.system import CapturingSystem
-
-        capturing = CapturingSystem(LiveSystem())
+        capturing = core.CapturingSystem(core.LiveSystem())
         report = doctor(None, given=given, system=capturing)
         work = Path(tempfile.mkdtemp(prefix="accelstack-doctor-"))
         try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..artifacts import ArtifactRef, Cache, RetryPolicy, Transport, fetch
-from ..artifacts.cache import check_sha256
+from ..core.downloads import check_sha256, fetch_file
 from ..errors import UsageError
-from .common import emit
+from ..refs import ArtifactRef
+from .common import emit, settings_from_args
 from .progress import progress_renderer
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,17 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--retries must be >= 0")
     name = args.name or os.path.basename(args.urls[0].rstrip("/").split("?")[0]) or sha[:12]
     ref = ArtifactRef(name=name, sha256=sha, size=args.size, urls=list(args.urls))
-    transport = Transport(connect_timeout=args.connect_timeout, read_timeout=args.read_timeout)
-    with transport, progress_renderer(json_mode=args.json) as progress:
-        paths = fetch(
-            [ref],
-            cache=Cache(args.cache),
-            progress=progress,
-            offline=True if args.offline else None,
-            transport=transport,
-            retry=RetryPolicy(retries=args.retries),
-            deep=args.deep,
-        )
-    path = paths[sha]
+    s = settings_from_args(args)  # --cache, --offline
+    with progress_renderer(json_mode=args.json) as progress:
+        path = fetch_file(ref, s, connect_timeout=args.connect_timeout, read_timeout=args.read_timeout,
+                          retries=args.retries, deep=args.deep, progress=progress)
     emit(args, {"name": name, "sha256": sha, "size": args.size, "path": str(path)}, str(path))
     return 0

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Tuple
+import dataclasses
+from typing import Optional, Tuple
 
+from .. import core
+from ..core import direct
+from ..core.direct import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..serde import to_dict
-from .common import emit
+from ..settings import Settings
+from .common import emit, settings_from_args
 from .progress import progress_renderer
 from .verify import (
     PROBE_NOISE,
@@ -16,10 +21,10 @@ from .verify import (
     runtime_from_args,
 )
 
+__all__ = ["register", "prepare", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..engine.protocol import SAMPLERS, SCHEDULERS
-
     p = sub.add_parser(
         "generate",
         help="generate images from a prompt with a model file (headless)",
@@ -49,44 +54,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def prepare(args: argparse.Namespace) -> Tuple[Any, Any]:
+def prepare(args: argparse.Namespace, settings: Optional[Settings] = None) -> Tuple[GenerateRequest, direct.EngineOptions]:
     """The request and engine options from the arguments, every value checked, the output paths
     and the model file too: all that can be refused is refused here, before any work starts."""
-    from ..engine.generation import check_outputs, output_paths
-    from ..engine.modelfile import check_model
-    from ..engine.protocol import GenerateRequest
-
     request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width,
                               height=args.height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count).validate()
-    options = engine_options(args)
-    check_outputs(output_paths(args.output, request.batch_count))
-    check_model(args.model)  # a missing or damaged model is reported before anything else starts
+    options = engine_options(args, settings)
+    direct.check_outputs(direct.output_paths(args.output, request.batch_count))
+    direct.check_model(args.model)  # a missing or damaged model is reported before anything else starts
     return request, options
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.generation import generate
-
-    request, options = prepare(args)
+    s = settings_from_args(args)
+    request, options = prepare(args, s)
     with progress_renderer(json_mode=args.json) as progress:
-        if args.runtime or args.backend == "torch":  # a runtime given by hand: the engine alone
-            runtime = runtime_from_args(args)
-            if runtime.backend == "torch" and runtime.python:
-                from ..installer.torch import check_engine
-
-                check_engine(runtime.python)  # names missing engine packages and the pip command adding them
-            report = generate(runtime, args.model, request, args.output, options=options, progress=progress)
+        if args.runtime or core.stack_for_backend(args.backend) is not None:  # a runtime given by hand: the engine alone
+            runtime = runtime_from_args(args)  # a torch one's engine packages checked, with the pip command adding them
+            report = direct.generate(runtime, args.model, request, args.output, options=options, progress=progress)
         else:  # the installed runtime, through the core
-            import dataclasses
-
-            from .. import core
-
             wanted = {k: v for k, v in dataclasses.asdict(request).items() if k != "prompt"}
             with no_runtime_says_what_to_do():
-                report = core.generate(args.model, args.prompt, args.output, options=options, on_progress=progress, **wanted)
+                report = core.generate(args.model, args.prompt, args.output, settings=s,
+                                       options=options, on_progress=progress, **wanted)
     dev = report.device
-    noise = f"  ({PROBE_NOISE})" if is_probe_model(args.model) else ""
+    noise = f"  ({PROBE_NOISE})" if direct.is_probe_model(args.model) else ""
     lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
              f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
@@ -101,12 +94,3 @@ def run(args: argparse.Namespace) -> int:
     emit(args, data, "\n".join(lines))
     return 0
 
-
-def is_probe_model(model: str) -> bool:
-    """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
-    from ..engine.probe_layout import probe_weights
-
-    try:
-        return probe_weights(str(model)) is not None
-    except (OSError, ValueError):
-        return False

@@ -7,22 +7,28 @@ final JSON line with ``--json``); failures are typed errors that ``cli.py`` prin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
+import textwrap
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Dict, List
 
+from .. import core
+from ..core.installing import install as install_runtime
+from ..errors import UsageError
 from .common import (
     add_engine_package_argument,
     add_home_arguments,
     add_manifest_arguments,
     emit,
-    optional_path,
     problem_lines,
     report_from,
-    settings_from,
+    settings_from_args,
 )
+from .interrupts import interruptible
 from .progress import progress_renderer
+
+__all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
+           "run_rollback", "run_uninstall", "run_gc", "TIMING_LABELS"]
 
 MiB = 1024 * 1024
 RAW = argparse.RawDescriptionHelpFormatter
@@ -34,8 +40,6 @@ TIMING_LABELS = {"manifests": "read manifests", "build": "build from source", "d
 
 def _para(text: str) -> str:
     """A description as a paragraph of terminal width (the raw formatter keeps the examples' layout)."""
-    import textwrap
-
     return textwrap.fill(text, 92)
 
 
@@ -47,8 +51,8 @@ def _add_index_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _index_settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """``--index-url`` / ``--extra-index-url`` for ``settings_from``; only when given, so a
-    Settings without these fields still works for every other command line."""
+    """``--index-url`` / ``--extra-index-url`` as Settings fields for ``settings_from_args``; only
+    those given (the variables fill in the others)."""
     out: Dict[str, Any] = {}
     if getattr(args, "index_url", None):
         out["index_url"] = args.index_url
@@ -181,88 +185,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_gc)
 
 
-# -- Ctrl-C ------------------------------------------------------------------------------------
-class InterruptWatch:
-    """Says, after Ctrl-C, what state an install, upgrade or repair left: which runtime is active
-    (the previous one unless the switch had happened) and how much of a download is kept."""
-
-    def __init__(self, settings: Any, stack: str = "ggml") -> None:
-        self.s = settings
-        self.stack = stack
-        self.before = self._active()
-        self.blobs: Dict[str, int] = {}  # sha256 -> size, from the fetch stage's events
-
-    def _active(self) -> str:
-        from ..errors import AccelstackError
-        from ..installer.home import Home
-
-        home = Home(self.s.home)
-        try:
-            return home.read_active().active.get(self.stack, "") if home.active_path.is_file() else ""
-        except (AccelstackError, OSError):
-            return ""
-
-    def progress(self, inner: Callable[[Any], None]) -> Callable[[Any], None]:
-        """``inner`` that also notes every artifact the fetch stage starts on."""
-        def callback(event: Any) -> None:
-            sha = event.extra.get("sha256") if isinstance(event.extra, dict) else None
-            if event.stage == "fetch" and isinstance(sha, str) and len(sha) == 64:
-                self.blobs[sha] = int(event.total or 0)
-            inner(event)
-        return callback
-
-    def message(self) -> str:
-        from ..artifacts import Cache
-
-        now = self._active()
-        if now == self.before:
-            state = f"nothing changed, previous runtime {now} still active" if now else "nothing changed, no runtime is active"
-        else:
-            state = f"runtime {now} had been verified and activated" + (
-                f" ({self.before} is kept for `accelstack rollback`)" if self.before else "")
-        cache = Cache(self.s.cache)
-        partial = sum(cache.part_size(h) for h in self.blobs)
-        done = sum(size for h, size in self.blobs.items() if size and cache.valid(h, size, verify=False))
-        if partial:
-            state += f"; downloaded {round(partial / 1e6)} MB kept, re-run to resume"
-        elif done:
-            state += f"; the download ({round(done / 1e6)} MB) is kept in the cache for the next run"
-        return f"interrupted: {state}"
-
-
-@contextlib.contextmanager
-def interruptible(settings: Any, stack: str = "ggml") -> Iterator[InterruptWatch]:
-    """Turn Ctrl-C into :class:`~accelstack.errors.Interrupted` saying what state the machine is in."""
-    from ..errors import Action, Interrupted
-
-    watch = InterruptWatch(settings, stack)
-    try:
-        yield watch
-    except KeyboardInterrupt:
-        raise Interrupted(watch.message(), action=Action.RETRY) from None  # RETRY renders as "run the same command again"
-
-
 # -- install -----------------------------------------------------------------------------------
 def run_install(args) -> int:
-    from .. import core
-
-    s = settings_from(args, backend=args.backend, torch_venv=optional_path(args.venv), torch_python=args.target_python,
-                      use_uv=True if args.uv else None, **_index_settings(args))
+    s = settings_from_args(args, backend=args.backend, **_index_settings(args))
     report = report_from(args, s)
     if args.bundle:
-        from ..core.bundles import install_bundle
-        from ..errors import UsageError
-
         if args.dry_run or args.manifest or args.requirements:
             raise UsageError("--bundle installs what the bundle holds, from the bundle alone (no --dry-run, --manifest or requirements)")
         with interruptible(s, args.stack) as watch, progress_renderer(json_mode=args.json) as progress:
-            summary = install_bundle(Path(args.bundle).expanduser(), settings=s, report=report, force=args.force,
+            summary = core.install_bundle(Path(args.bundle).expanduser(), settings=s, report=report, force=args.force,
                                      on_progress=watch.progress(progress))
         emit(args, summary, _install_text(summary))
         return 0
     with interruptible(s, args.stack) as watch, progress_renderer(json_mode=args.json) as progress:
-        summary = core.plan_and_install(report, args.stack, requirements=args.requirements, settings=s, force=args.force,
-                                        dry_run=args.dry_run, on_progress=watch.progress(progress))
+        summary = install_runtime(None, stack=args.stack, requirements=args.requirements, report=report, settings=s,
+                                  force=args.force, dry_run=args.dry_run, on_progress=watch.progress(progress))
     emit(args, summary, _install_text(summary))
     return 0
 
@@ -298,9 +235,7 @@ def _install_text(summary) -> str:
 
 
 def run_status(args) -> int:
-    from .. import core
-
-    s = settings_from(args)
+    s = settings_from_args(args)
     stats = core.status(report=report_from(args, s), settings=s)
     lines = [f"runtime home: {s.home}"]
     for st in stats:
@@ -327,9 +262,7 @@ def run_status(args) -> int:
 
 
 def run_repair(args) -> int:
-    from .. import core
-
-    s = settings_from(args, **_index_settings(args))
+    s = settings_from_args(args, **_index_settings(args))
     with interruptible(s) as watch, progress_renderer(json_mode=args.json) as progress:
         rep = core.repair(settings=s, on_progress=watch.progress(progress))
     v = rep.verification
@@ -349,9 +282,7 @@ def run_repair(args) -> int:
 
 
 def run_upgrade(args) -> int:
-    from .. import core
-
-    s = settings_from(args, **_index_settings(args))
+    s = settings_from_args(args, **_index_settings(args))  # --backend goes to the plan below, as a request
     report = report_from(args, s)
     with interruptible(s) as watch, progress_renderer(json_mode=args.json) as progress:
         summary = core.upgrade(report=report, settings=s, backend=args.backend, on_progress=watch.progress(progress))
@@ -368,9 +299,7 @@ def run_upgrade(args) -> int:
 
 
 def run_rollback(args) -> int:
-    from .. import core
-
-    state = core.rollback(settings=settings_from(args))
+    state = core.rollback(settings=settings_from_args(args))
     emit(args, state, f"active ggml runtime is now {state.active.get('ggml')} (previous: {state.previous.get('ggml', '-')})")
     return 0
 
@@ -393,12 +322,8 @@ def _uninstall_listing(preview) -> List[str]:
 
 
 def run_uninstall(args) -> int:
-    from .. import core
-    from ..core.lifecycle import uninstall_preview
-    from ..errors import UsageError
-
-    s = settings_from(args)
-    preview = uninstall_preview(settings=s)
+    s = settings_from_args(args)
+    preview = core.uninstall_preview(settings=s)
     listing = _uninstall_listing(preview)
     if preview.runtimes and not args.yes:
         if not sys.stdin.isatty():
@@ -423,15 +348,12 @@ def run_uninstall(args) -> int:
 
 
 def run_gc(args) -> int:
-    from .. import core
-    from ..core.lifecycle import cache_usage
-
-    s = settings_from(args)
+    s = settings_from_args(args)
     rep = core.gc(settings=s)
     text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {rep.bytes_freed / MiB:.1f} MiB"
     if rep.blobs_kept_shared:
         text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
-    left = [c for c in cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []
+    left = [c for c in core.cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []
     if left:  # gc leaves the build and probe caches to `accelstack cache`: say what they hold
         text += "\nleft to `accelstack cache purge`: " + ", ".join(f"{c.name} cache {_size(c.bytes)} ({c.path})" for c in left)
     emit(args, rep, text)

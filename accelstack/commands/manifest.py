@@ -2,22 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
+from .. import core
+from ..core import manifest_tools
 from ..errors import AccelstackError, UsageError
-from ..limits import MAX_DOCUMENT_INT, MAX_SIGNATURE_BYTES
-from ..manifests.envelope import check_envelope
-from ..manifests.errors import ManifestError, ManifestKeyError
-from ..manifests.fields import check_id, decode, read_document
-from ..manifests.keys import generate_keypair, keyid_of, parse_public_key, public_raw_of_private
-from ..manifests.signatures import read_manifest_files, sign_manifest, signature_path
-from ..manifests.trust import TrustedManifests
-from ..settings import Settings
-from .common import emit, needs_subcommand
+from ..limits import MAX_DOCUMENT_INT
+from .common import emit, needs_subcommand, settings_from_args
+
+__all__ = ["MAX_EXPIRES_DAYS", "register", "run_build", "run_keygen", "run_sign", "run_verify"]
 
 # An expiry past the years a manifest may name (limits.MAX_DATETIME_YEAR) would be refused by
 # every user; 50 years is far beyond any sensible release cadence.
@@ -27,7 +22,7 @@ MAX_EXPIRES_DAYS = 50 * 366
 def _user_keys_dir() -> str:
     """Where users put trusted keys, for help texts (a bad setting must not break --help)."""
     try:
-        return str(Settings.resolve().user_keys_dir)
+        return str(settings_from_args(None).user_keys_dir)
     except AccelstackError:
         return "the trusted-keys directory of accelstack's user configuration"
 
@@ -119,32 +114,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ..publisher.publish import build_manifest, flat_assets, write_signed_manifest
-
     if not 1 <= args.expires_days <= MAX_EXPIRES_DAYS:
         raise UsageError(f"--expires-days must be 1 to {MAX_EXPIRES_DAYS}, got {args.expires_days}",
                          "a manifest is re-signed with every release; a few months is usual")
     if not 0 <= args.version <= MAX_DOCUMENT_INT:
         raise UsageError(f"--version must be 0 to {MAX_DOCUMENT_INT}, got {args.version}")
-    try:
-        check_id(args.source, "--source", "source (channel name)")
-    except ManifestError as exc:
-        raise UsageError(exc.message) from None
-    key = _read_private(args.key) if args.key else None
+    manifest_tools.check_source(args.source)
+    key = manifest_tools.read_private_key(args.key) if args.key else None
     changed: List[str] = []
-    doc = build_manifest(Path(args.directory), args.base_url, source=args.source, version=args.version,
-                         expires_days=args.expires_days, changed=changed, flat=args.flat)
+    doc = core.manifest_for_builds(Path(args.directory), args.base_url, source=args.source, version=args.version,
+                                   expires_days=args.expires_days, changed=changed, flat=args.flat)
     for line in changed:
         print(f"note: {line}; publishing the file as it is", file=sys.stderr)
-    path = write_signed_manifest(Path(args.directory), doc, key)
-    assets = [str(path)] + ([str(path) + ".sig"] if key else [])
-    if args.flat:
-        for wheel, name in flat_assets(Path(args.directory)):
-            flat = Path(args.directory) / name
-            tmp = flat.with_name(name + ".tmp")
-            shutil.copyfile(wheel, tmp)
-            os.replace(tmp, flat)
-            assets.append(str(flat))
+    path, assets = core.write_manifest_dir(Path(args.directory), doc, key, flat=args.flat)
     targets = [t["id"] for t in doc["targets"]]
     _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version,
                  "changed": changed, "assets": assets},
@@ -158,105 +140,40 @@ def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
 
 
 def run_keygen(args: argparse.Namespace) -> int:
-    prefix = Path(args.out)
-    key_path = prefix.with_name(prefix.name + ".key")
-    pub_path = prefix.with_name(prefix.name + ".pub")
-    for path in (key_path, pub_path):
-        if path.exists() and not args.force:
-            raise UsageError(f"{path} already exists", "pass --force to overwrite it, or choose another --out")
-    key_path.parent.mkdir(parents=True, exist_ok=True)
-    private_pem, public_b64 = generate_keypair()
-    if key_path.exists():
-        key_path.unlink()
-    fd = os.open(str(key_path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(private_pem)
-    try:
-        os.chmod(key_path, 0o600)
-    except OSError:
-        pass
-    kid = keyid_of(parse_public_key(public_b64))
-    pub_path.write_text(f"# accelstack manifest signing key {kid}\n{public_b64}\n", encoding="ascii")
+    pair = manifest_tools.keygen(Path(args.out), force=args.force)
     _emit(
         args,
-        {"keyid": kid, "private_key": str(key_path), "public_key": str(pub_path)},
-        f"key id {kid}\n  private key: {key_path} (keep it secret, mode 0600)\n  public key:  {pub_path} "
-        f"(publish it; users put it in {_user_keys_dir()})",
+        {"keyid": pair.keyid, "private_key": str(pair.private_key), "public_key": str(pair.public_key)},
+        f"key id {pair.keyid}\n  private key: {pair.private_key} (keep it secret, mode 0600)\n  public key:  "
+        f"{pair.public_key} (publish it; users put it in {_user_keys_dir()})",
     )
     return 0
 
 
-def _read_private(path: str) -> bytes:
-    try:
-        return read_document(path, MAX_SIGNATURE_BYTES)
-    except (OSError, ManifestError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) else exc.message
-        raise UsageError(f"cannot read private key {path} ({detail or exc})") from None
-
-
 def run_sign(args: argparse.Namespace) -> int:
-    manifest = Path(args.manifest)
-    data, _ = read_manifest_files(manifest)
-    envelope = check_envelope(decode(data), check_expiry=not args.allow_expired)
-    private_pem = _read_private(args.key)
-    out = Path(args.out) if args.out else signature_path(manifest)
-    existing: Optional[bytes] = None
-    if out.exists() and not args.replace:
-        try:
-            existing = read_document(out, MAX_SIGNATURE_BYTES)
-        except (OSError, ManifestError):
-            existing = None  # an unreadable old .sig is replaced
-    try:
-        sig = sign_manifest(data, private_pem, existing)
-    except ManifestError:
-        if existing is None:
-            raise
-        sig = sign_manifest(data, private_pem)  # an unreadable old .sig is replaced
-    kid = keyid_of(public_raw_of_private(private_pem))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(sig)
-    os.replace(tmp, out)
+    signed = manifest_tools.sign(Path(args.manifest), args.key, out=Path(args.out) if args.out else None,
+                                 replace=args.replace, allow_expired=args.allow_expired)
+    envelope = signed.envelope
     _emit(
         args,
-        {"manifest": str(manifest), "signature": str(out), "keyid": kid, "source": envelope.source,
-         "version": envelope.version, "expires": envelope.expires},
-        f"signed {manifest} ({envelope.source} version {envelope.version}, expires {envelope.expires}) "
-        f"with key {kid}\n  signature: {out}",
+        {"manifest": str(signed.manifest), "signature": str(signed.signature), "keyid": signed.keyid,
+         "source": envelope.source, "version": envelope.version, "expires": envelope.expires},
+        f"signed {signed.manifest} ({envelope.source} version {envelope.version}, expires {envelope.expires}) "
+        f"with key {signed.keyid}\n  signature: {signed.signature}",
     )
     return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    manifest = Path(args.manifest)
-    data, sig = read_manifest_files(manifest)
-    if args.sig:
-        try:
-            sig = read_document(args.sig, MAX_SIGNATURE_BYTES)
-        except OSError as exc:
-            raise UsageError(f"cannot read signature {args.sig} ({exc.strerror or exc})") from None
-    if args.only_keys and not args.key:
-        raise UsageError("--only-keys needs at least one --key")
-    keys: List[Path] = [Path(k) for k in args.key]
-    settings = Settings.resolve(home=args.home)
-    try:
-        trusted = TrustedManifests(
-            keys=keys,
-            user_keys_dir=None if args.only_keys else settings.user_keys_dir,
-            include_package_keys=not args.only_keys,
-            rollback_state=None if args.no_rollback else settings.rollback_state,
-            insecure_unsigned=args.insecure_unsigned,
-        )
-    except ManifestKeyError as exc:
-        raise UsageError(exc.message, exc.hint) from None
-    result = trusted.verify(data, sig, str(manifest), record=args.record)
-    env = result.envelope
-    key = trusted.trust.get(result.keyid) if result.keyid else None
-    signer = f"key {result.keyid} ({key.origin})" if key else "NO trusted signature (--insecure-unsigned)"
+    checked = manifest_tools.verify(Path(args.manifest), settings_from_args(args), sig=args.sig, keys=args.key,
+                                    only_keys=args.only_keys, insecure_unsigned=args.insecure_unsigned,
+                                    rollback=not args.no_rollback, record=args.record)
+    result, env, manifest = checked.result, checked.result.envelope, checked.manifest
     _emit(
         args,
         {"ok": True, "manifest": str(manifest), "source": env.source, "version": env.version,
          "kind": env.kind, "expires": env.expires, "signed": result.signed, "keyid": result.keyid},
         f"OK: {manifest}: {env.source} version {env.version} ({env.kind}), expires {env.expires}, "
-        f"signed by {signer}",
+        f"signed by {checked.signer}",
     )
     return 0

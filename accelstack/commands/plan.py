@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
-from ..hardware.report import HardwareReport
+from .. import core
+from ..core.manifest_files import ANY_BACKEND, Manifests, manifests_with
 from ..errors import UsageError
+from ..hardware.report import HardwareReport
 from ..manifests.plan import Plan
-from .common import add_engine_package_argument, emit, report_from
+from .common import add_engine_package_argument, emit, report_from, settings_from_args
 
-if TYPE_CHECKING:
-    from ..manifests.knowledge import Manifests
+__all__ = ["BACKEND_ENV", "register", "run", "check_backend", "render"]
 
 BACKEND_ENV = "ACCELSTACK_BACKEND"
 MiB = 1024 * 1024
@@ -42,29 +42,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default=None, help=f"force a backend (cuda, rocm, vulkan, cpu, ...) or a variant (cu126); default ${BACKEND_ENV}")
     p.add_argument("--python", default="", metavar="X.Y", help="Python version of the target environment (default: the detected one)")
     add_engine_package_argument(p)
-    p.add_argument("--manifest", action="append", default=[], metavar="FILE",
+    p.add_argument("--manifest", dest="manifest_files", action="append", default=[], metavar="FILE",
                    help="a manifest file to plan against (ggml variants, or a torch matrix replacing the built-in one); repeatable")
     p.add_argument("--json", action="store_true", help="print the Plan as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.planning import plan as make_plan
-    from ..manifests.knowledge import Manifests
-    from ..manifests.schema import load_manifest_file
-    from ..settings import Settings
-
-    manifests = Manifests.builtin()
-    for path in args.manifest:
-        manifests.add(load_manifest_file(path))
-    settings = Settings.resolve(backend=args.backend,  # the option over $ACCELSTACK_BACKEND
-                                torch_engine=False if args.no_engine else None)
+    manifests = manifests_with(args.manifest_files)  # --manifest: files to plan against, not Settings.manifests
+    settings = settings_from_args(args, backend=args.backend)  # the option over $ACCELSTACK_BACKEND
     check_backend(settings.backend, manifests, args.stack, option=args.backend is not None)
-    report = report_from(args)
-    plan = make_plan(report, args.stack, requirements=args.requirements, backend=settings.backend,
+    report = report_from(args)  # a replayed machine's disk is measured at its own home, as `detect --replay` does
+    plan = core.plan(report, args.stack, requirements=args.requirements, backend=settings.backend,
                      python=args.python, manifests=manifests, settings=settings)
-    if args.manifest:
-        plan.notes.append(f"planned with {', '.join(args.manifest)} as given: signatures are checked when a manifest is installed from")
+    if args.manifest_files:
+        plan.notes.append(f"planned with {', '.join(args.manifest_files)} as given: signatures are checked when a manifest is installed from")
     ok = plan.status in ("ready", "needs-build") and not plan.conflicts
     emit(args, plan, render(plan, report), ok=ok)
     return 0 if ok else 3
@@ -74,14 +66,8 @@ def check_backend(backend: str, manifests: Manifests, stack: str, *, option: boo
     """A forced backend must name a backend or a variant the manifests know (a typo is not a plan)."""
     if not backend:
         return
-    from ..manifests.schema import GGML_BACKENDS
-    from ..manifests.torch_matrix import TORCH_BACKENDS
-
-    if stack == "torch":
-        known = list(TORCH_BACKENDS) + (sorted({v.name for r in manifests.torch.releases for v in r.variants}) if manifests.torch else [])
-    else:
-        known = list(GGML_BACKENDS) + sorted({t.id for m in manifests.ggml for t in m.targets})
-    if backend.strip().lower() not in {k.lower() for k in known} | {b for b in TORCH_BACKENDS + GGML_BACKENDS}:
+    known = manifests.backend_choices(stack)
+    if backend.strip().lower() not in {k.lower() for k in known} | ANY_BACKEND:
         where = "--backend" if option else f"${BACKEND_ENV}"
         raise UsageError(f"{where} {backend!r} is not a {stack} backend or variant", f"use one of: {', '.join(known)}")
 
@@ -89,7 +75,8 @@ def check_backend(backend: str, manifests: Manifests, stack: str, *, option: boo
 def render(plan: Plan, report: HardwareReport) -> str:
     o = report.os
     py = plan.request.python or o.python_version
-    head = f"{plan.stack} plan for {o.name} {o.arch}{' (WSL2)' if o.wsl else ''}" + (f", Python {py}" if py and plan.stack == "torch" else "")
+    for_python = core.stack_info(plan.stack).needs_python
+    head = f"{plan.stack} plan for {o.name} {o.arch}{' (WSL2)' if o.wsl else ''}" + (f", Python {py}" if py and for_python else "")
     if report.source and report.source != "live":
         head += f"  [{report.source}]"
     lines = [head, f"decision: {plan.summary}  [{plan.status}]"]

@@ -31,10 +31,13 @@ import contextlib
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional
 
 from ..events import ProgressEvent
+from .progress_format import Task, amount, bar_format, duration, eta_of, first_line, label_of, short
+
+__all__ = ["ProgressRenderer", "configure", "verbosity", "progress_renderer", "TICK", "LINE_INTERVAL", "HEARTBEAT",
+           "JSON_INTERVAL", "SHOW_DURATION"]
 
 _BYTE_STAGES = {"fetch", "download"}
 SPINNER = "|/-\\"
@@ -55,32 +58,6 @@ def configure(verbosity: int) -> None:
 
 def verbosity() -> int:
     return _verbosity
-
-
-@dataclass
-class _Task:
-    """What the renderer knows of one running task."""
-
-    stage: str
-    task: str
-    started: float  # clock()
-    total: Optional[int]
-    done: int
-    first: int  # done at the start (a resumed download): the rate counts from here
-    unit: str
-    last_line: float  # clock() of the last line printed for it (lines mode)
-    printed: Tuple[int, str] = (0, "")  # (done, message) of that line
-    message: str = ""
-    eta: bool = True  # the units are even enough to estimate the time left from the rate
-    json_at: float = float("-inf")  # clock() of its last advance line (json mode)
-
-    @property
-    def label(self) -> str:
-        return _label(self.stage, self.task)
-
-
-def _label(stage: str, task: str) -> str:
-    return f"[{stage}] {task}" if task else f"[{stage}]"
 
 
 class ProgressRenderer:
@@ -109,7 +86,7 @@ class ProgressRenderer:
         self._use_ticker = ticker
         self._lock = threading.RLock()
         self._stages: List[str] = []  # in the order this run met them: their stage_index
-        self._tasks: Dict[tuple, _Task] = {}  # (stage, task) -> running task
+        self._tasks: Dict[tuple, Task] = {}  # (stage, task) -> running task
         self._bars: Dict[tuple, Any] = {}  # (stage, task) -> tqdm
         self._done: Dict[tuple, int] = {}  # (stage, task) -> last done, for the total bar
         self._totals: Dict[str, Any] = {}  # stage -> tqdm total bar
@@ -148,7 +125,7 @@ class ProgressRenderer:
         """Whether an event goes out now: advances of one task are thinned to one per ``json_interval``."""
         key = (event.stage, event.task)
         if event.kind == "start":
-            self._tasks[key] = _Task(event.stage, event.task, self.clock(), event.total, event.done, event.done, "", 0.0)
+            self._tasks[key] = Task(event.stage, event.task, self.clock(), event.total, event.done, event.done, "", 0.0)
         elif event.kind == "end":
             self._tasks.pop(key, None)
         if event.kind != "advance":
@@ -156,7 +133,7 @@ class ProgressRenderer:
         task = self._tasks.get(key)
         now = self.clock()
         if task is None:
-            task = self._tasks[key] = _Task(event.stage, event.task, now, event.total, event.done, event.done, "", 0.0)
+            task = self._tasks[key] = Task(event.stage, event.task, now, event.total, event.done, event.done, "", 0.0)
         final = event.total is not None and event.done >= event.total
         if now - task.json_at < self.json_interval and not final and event.message == task.message:
             return False
@@ -173,13 +150,13 @@ class ProgressRenderer:
         now = self.clock()
         task = self._tasks.get(key)
         if event.kind == "start" or (event.kind == "advance" and task is None):
-            task = _Task(event.stage, event.task, now, event.total, event.done or 0, event.done or 0,
+            task = Task(event.stage, event.task, now, event.total, event.done or 0, event.done or 0,
                          self._unit(event), now, (event.done or 0, event.message), event.message,
                          eta=event.extra.get("eta", True) is not False)
             self._tasks.pop(key, None)  # a restarted task is the newest again
             self._tasks[key] = task
             if self.mode == "lines":
-                size = f" ({_amount(task.total, task.unit, of=False)})" if task.total is not None else ""
+                size = f" ({amount(task.total, task.unit, of=False)})" if task.total is not None else ""
                 self._line(event.ts, task.label, f"started{size}" + (f": {event.message}" if event.message else ""))
             if event.kind == "start":
                 return
@@ -198,28 +175,28 @@ class ProgressRenderer:
             self._tasks.pop(key, None)
             if self.mode != "lines":
                 return
-            took = f" in {_duration(now - task.started)}" if task is not None else ""
-            label = _label(event.stage, event.task)
+            took = f" in {duration(now - task.started)}" if task is not None else ""
+            label = label_of(event.stage, event.task)
             if event.ok is False:
                 self._line(event.ts, label, f"failed{took.replace(' in ', ' after ')}" + (f": {event.message}" if event.message else ""))
             else:
                 self._line(event.ts, label, f"done{took}" + (f": {event.message}" if event.message else ""))
         elif event.kind == "message" and self.mode == "lines" and event.message:
-            label = _label(event.stage, event.task)
+            label = label_of(event.stage, event.task)
             self._line(event.ts, label, event.message)
 
-    def _progress_line(self, task: _Task, now: float, ts: float) -> None:
+    def _progress_line(self, task: Task, now: float, ts: float) -> None:
         elapsed = now - task.started
         if task.total:
-            text = f"{min(100, int(task.done * 100 / task.total))}% ({_amount(task.done, task.unit)} of " \
-                   f"{_amount(task.total, task.unit, of=False)}), {_duration(elapsed)}"
-            eta = _eta(task, elapsed) if task.eta else None
+            text = f"{min(100, int(task.done * 100 / task.total))}% ({amount(task.done, task.unit)} of " \
+                   f"{amount(task.total, task.unit, of=False)}), {duration(elapsed)}"
+            eta = eta_of(task, elapsed) if task.eta else None
             if eta is not None:
-                text += f", about {_duration(eta)} left"
+                text += f", about {duration(eta)} left"
         elif task.done:
-            text = f"{_amount(task.done, task.unit, of=False)} so far, {_duration(elapsed)}"
+            text = f"{amount(task.done, task.unit, of=False)} so far, {duration(elapsed)}"
         else:
-            text = f"still working, {_duration(elapsed)}"
+            text = f"still working, {duration(elapsed)}"
         if task.message:
             text += f" ({task.message})"
         self._line(ts, task.label, text)
@@ -261,13 +238,11 @@ class ProgressRenderer:
 
     # -- bars ---------------------------------------------------------------------------------
     def _new_bar(self, event: ProgressEvent, desc: str):
-        from tqdm import tqdm
-
         unit = self._unit(event)
         kw = dict(unit="B", unit_scale=True, unit_divisor=1024) if unit == "B" else dict(unit=unit or "it")
         eta = event.extra.get("eta", True) is not False
-        bar = tqdm(total=event.total, initial=event.done or 0, desc=desc, file=self.stream, leave=False if event.task else True,
-                   dynamic_ncols=True, bar_format=_bar_format(unit, eta) if event.total is not None else "{desc}", **kw)
+        bar = _tqdm()(total=event.total, initial=event.done or 0, desc=desc, file=self.stream, leave=False if event.task else True,
+                   dynamic_ncols=True, bar_format=bar_format(unit, eta) if event.total is not None else "{desc}", **kw)
         bar.accelstack_name, bar.accelstack_unit, bar.accelstack_eta = desc, unit, eta
         if event.total is None:
             self._spinner(bar, (event.stage, event.task))
@@ -278,8 +253,8 @@ class ProgressRenderer:
         task = self._tasks.get(key)
         elapsed = self.clock() - task.started if task is not None else bar.format_dict.get("elapsed", 0)
         note = f" — {task.message}" if task is not None and task.message else ""
-        done = f", {_amount(task.done, task.unit, of=False)}" if task is not None and task.done else ""
-        bar.set_description_str(f"{SPINNER[self._spin]} {bar.accelstack_name}: {_duration(elapsed)}{done}{note}", refresh=False)
+        done = f", {amount(task.done, task.unit, of=False)}" if task is not None and task.done else ""
+        bar.set_description_str(f"{SPINNER[self._spin]} {bar.accelstack_name}: {duration(elapsed)}{done}{note}", refresh=False)
         bar.refresh()
 
     def _bar_event(self, event: ProgressEvent) -> None:
@@ -313,7 +288,7 @@ class ProgressRenderer:
         if event.kind == "start" or (event.kind == "advance" and bar is None):
             if bar is not None:
                 bar.close()
-            self._bars[key] = bar = self._new_bar(event, _short(event.task))
+            self._bars[key] = bar = self._new_bar(event, short(event.task))
             self._move_total(key, event.done or 0)
             if event.kind == "start":
                 return
@@ -333,18 +308,18 @@ class ProgressRenderer:
             else:
                 took = 0.0
             if event.ok is False:  # the reason's first line: the command itself reports the error in full
-                self._write(f"{event.task}: failed after {_duration(took)}" + (f": {_first_line(event.message)}" if event.message else ""))
+                self._write(f"{event.task}: failed after {duration(took)}" + (f": {first_line(event.message)}" if event.message else ""))
             elif took >= SHOW_DURATION or (event.message and self.verbosity >= 1):
-                self._write(f"{event.task}: done in {_duration(took)}" + (f" ({event.message})" if event.message else ""))
+                self._write(f"{event.task}: done in {duration(took)}" + (f" ({event.message})" if event.message else ""))
 
     def _advance(self, bar: Any, event: ProgressEvent, key: tuple) -> None:
         if event.extra.get("unit") and not bar.accelstack_unit:
             bar.accelstack_unit = str(event.extra["unit"])
             if bar.total is not None:
-                bar.bar_format = _bar_format(bar.accelstack_unit, bar.accelstack_eta)
+                bar.bar_format = bar_format(bar.accelstack_unit, bar.accelstack_eta)
         if event.total is not None and bar.total != event.total:
             bar.total = event.total
-            bar.bar_format = _bar_format(bar.accelstack_unit, bar.accelstack_eta)  # its size is known now: a bar with an ETA
+            bar.bar_format = bar_format(bar.accelstack_unit, bar.accelstack_eta)  # its size is known now: a bar with an ETA
             bar.set_description_str(bar.accelstack_name, refresh=False)
         bar.n = event.done
         if bar.total is None:
@@ -363,9 +338,7 @@ class ProgressRenderer:
             total_bar.refresh()
 
     def _write(self, text: str) -> None:
-        from tqdm import tqdm
-
-        tqdm.write(text, file=self.stream)
+        _tqdm().write(text, file=self.stream)
 
     def close(self) -> None:
         self._closed.set()
@@ -380,58 +353,12 @@ class ProgressRenderer:
             self._tasks.clear()
 
 
-def _first_line(text: str, width: int = 100) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= width else line[:width - 1] + "…"
+def _tqdm() -> Any:
+    """tqdm's bar class, imported when bars are drawn (a terminal) and not before: JSON lines,
+    plain lines and commands that show no progress (``detect``) never pay for it."""
+    from tqdm import tqdm
 
-
-def _short(name: str, width: int = 40) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1):]
-
-
-def _bar_format(unit: str, eta: bool = True) -> Optional[str]:
-    """tqdm's own format for bytes (with the rate); else done/total, the unit named once, and the
-    elapsed and (unless ``eta`` is False) the remaining time."""
-    if unit == "B" and eta:
-        return None
-    named = f" {unit}" + ("s" if unit and not unit.endswith("s") else "") if unit and unit != "B" else ""
-    return "{l_bar}{bar}| {n_fmt}/{total_fmt}" + named + (" [{elapsed}<{remaining}{postfix}]" if eta else " [{elapsed}{postfix}]")
-
-
-def _duration(seconds: float) -> str:
-    """``0.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``."""
-    seconds = max(0.0, seconds)
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-def _amount(n: Optional[int], unit: str, of: bool = True) -> str:
-    """``n`` in ``unit``: sizes for bytes (``1.5 MiB``), else the number and the unit's name."""
-    if n is None:
-        return "?"
-    if unit == "B":
-        value = float(n)
-        for name in ("B", "KiB", "MiB", "GiB"):
-            if value < 1024 or name == "GiB":
-                return f"{value:.0f} {name}" if name == "B" else f"{value:.1f} {name}"
-            value /= 1024
-    if of or not unit:
-        return str(n)
-    return f"{n} {unit}" + ("s" if n != 1 and not unit.endswith("s") else "")
-
-
-def _eta(task: _Task, elapsed: float) -> Optional[float]:
-    """Seconds left at the average rate since the task started (None before any progress)."""
-    moved = task.done - task.first
-    if task.total is None or moved <= 0 or elapsed <= 0 or task.done >= task.total:
-        return None
-    return max(0.0, (task.total - task.done) * elapsed / moved)
+    return tqdm
 
 
 @contextlib.contextmanager

@@ -10,7 +10,18 @@ import argparse
 import json
 import sys
 
-from .common import FORMAT_VERSION, add_home_arguments, add_manifest_arguments, emit, optional_path, report_from, settings_from
+from ..service.server import Ready, ServiceConfig, serve
+from .common import (
+    FORMAT_VERSION,
+    add_home_arguments,
+    add_manifest_arguments,
+    emit,
+    optional_path,
+    report_from,
+    settings_from_args,
+)
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,9 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..service.server import Ready, ServiceConfig, serve
-
-    s = settings_from(args)
+    s = settings_from_args(args)
     config = ServiceConfig(settings=s, host=args.host, port=args.port, allow_remote=args.allow_remote,
                            cors_origins=list(args.cors_origin), parent_pid=args.parent_pid,
                            models_dir=optional_path(args.models_dir), detector=lambda: report_from(args, s))

@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from .. import core
+from ..core import direct
+from ..core.direct import IDENTICAL, Runtime, RuntimeNotFoundError
+from ..core.disk_state import runtime_path
+from ..core.running import NoRuntimeError, active_receipt
 from ..errors import UsageError
 from ..serde import to_dict
-from .common import emit
+from ..settings import Settings
+from .common import emit, settings_from_args
 from .progress import progress_renderer
+
+__all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options",
+           "active_runtime", "no_runtime_says_what_to_do", "runtime_from_args", "register", "run", "render"]
 
 # The probe model's weights are random by design (nothing is downloaded): its image proves the
 # runtime computes, deterministically and like the CPU build; it is not meant to show anything.
@@ -47,16 +54,15 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="generate even when the memory estimate exceeds the free RAM/VRAM")
 
 
-def engine_options(args: argparse.Namespace):
-    from ..engine.config import apply_overrides, load_config, shown
-
+def engine_options(args: argparse.Namespace, settings: Optional[Settings] = None) -> direct.EngineOptions:
+    """The engine options of ``--config`` (else the settings' config file) and the flags above."""
     threads = args.threads
     if threads is not None and threads != "auto":
         try:
             threads = int(threads)
         except ValueError:  # not a number, or one of thousands of digits
-            raise UsageError(f"--threads must be auto or a positive integer, got {shown(threads)}") from None
-    return apply_overrides(load_config(args.config), {
+            raise UsageError(f"--threads must be auto or a positive integer, got {direct.shown(threads)}") from None
+    return direct.engine_options(settings or settings_from_args(args), args.config, {
         "flash_attention": args.flash_attention, "offload_to_cpu": args.offload_to_cpu,
         "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,
         "weight_type": args.weight_type, "memory_check": args.memory_check,
@@ -65,24 +71,17 @@ def engine_options(args: argparse.Namespace):
 
 def active_runtime(stack: str = "ggml"):
     """(receipt, where its runtime is) of the runtime `accelstack install` activated, or None."""
-    from ..core.running import NoRuntimeError, active_receipt
-    from ..installer.home import Home
-    from ..settings import Settings
-
-    s = Settings.resolve()
+    s = settings_from_args(None)
     try:
         receipt = active_receipt(stack, s)
     except NoRuntimeError:
         return None
-    return receipt, Home(s.home).runtime_path(receipt)
+    return receipt, runtime_path(s, receipt)
 
 
 @contextmanager
 def no_runtime_says_what_to_do() -> Iterator[None]:
     """On the command line, "none is active" also offers --runtime DIR."""
-    from ..core.running import NoRuntimeError
-    from ..engine.errors import RuntimeNotFoundError
-
     try:
         yield
     except NoRuntimeError:
@@ -90,46 +89,17 @@ def no_runtime_says_what_to_do() -> Iterator[None]:
 
 
 def runtime_from_args(args: argparse.Namespace):
-    """The runtime named by hand: ``--runtime DIR`` with ``--backend``, or the torch one (the
-    installed ggml runtime is the core's to find: ``core.verify``/``core.generate``)."""
-    from ..engine.runtime import Runtime
-
-    if args.backend == "torch":
-        return _torch_runtime(args.runtime)
-    return Runtime(path=Path(args.runtime).expanduser().resolve(), backend=args.backend or "cpu").check()
-
-
-def _torch_runtime(runtime_dir: Optional[str]):
-    """The torch runtime for the generation worker: ``--runtime`` (a venv or a --target dir),
-    else the active torch runtime (its receipt's path is its interpreter), else this interpreter."""
-    from ..engine.runtime import Runtime
-
-    if runtime_dir:
-        return Runtime.torch(Path(runtime_dir).expanduser().resolve()).check()
-    found = active_runtime("torch")
-    if found is None:
-        return Runtime(path=Path(sys.prefix), backend="torch")
-    receipt, exe = found
-    return Runtime(path=exe.parent, backend="torch", env=dict(receipt.env), python=str(exe)).check()
-
-
-def _torch_python(runtime_dir: Optional[str]):
-    """A torch runtime is a venv (use its interpreter) or a --target dir (put it on PYTHONPATH);
-    without one, the active torch runtime's interpreter, else this interpreter."""
-    if not runtime_dir:
-        found = active_runtime("torch")
-        if found is None:
-            return None, {}
-        return str(found[1]), dict(found[0].env)  # a torch receipt's path is its interpreter
-    d = Path(runtime_dir).expanduser().resolve()
-    for exe in (d / "bin" / "python", d / "Scripts" / "python.exe"):
-        if exe.is_file():
-            return str(exe), {}
-    if not d.is_dir():
-        from ..engine.errors import RuntimeNotFoundError
-
-        raise RuntimeNotFoundError(f"runtime directory {d} does not exist", hint=RUNTIME_HINT)
-    return None, {"PYTHONPATH": os.pathsep.join([str(d)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    """The runtime named by hand: ``--runtime DIR`` with ``--backend``; a backend that names a stack
+    outright (torch) without a directory is that stack's active runtime, else this interpreter's
+    (the installed ggml runtime is the core's to find: ``core.verify``/``core.generate``)."""
+    named = core.stack_for_backend(args.backend)
+    d = core.driver_for_backend(args.backend)
+    path = Path(args.runtime).expanduser().resolve() if args.runtime else None
+    if path is None and named is not None:
+        found = active_runtime(named.name)
+        if found is not None:
+            return d.engine_runtime(*found).check()
+    return d.runtime_from_dir(path, args.backend or "")
 
 
 # -- the command -------------------------------------------------------------------------------------
@@ -161,25 +131,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.backend == "torch":
-        return _run_torch(args)
-    from ..engine.probe_model import DEFAULT_SEED
-    from ..engine.runtime import Runtime
-    from ..engine.verification import DEFAULT_TOLERANCE, verify
-
-    options = engine_options(args)
+    named = core.stack_for_backend(args.backend)
+    if named is not None:  # a stack's environment (torch): its own check, no probe generation on the engine
+        return _run_stack_check(args, named.name)
+    s = settings_from_args(args)
+    options = engine_options(args, s)
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
-    engine = {"options": options, "cpu_runtime": cpu, "tolerance": DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
-              "probe_seed": DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
+    engine = {"options": options, "cpu_runtime": cpu,
+              "tolerance": direct.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+              "probe_seed": direct.DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
               "keep_probe": False}  # verified once: the temporary probe goes while the worker exits
     with progress_renderer(json_mode=args.json) as progress:
         if args.runtime:  # a directory given by hand: the engine's check alone
-            report = verify(runtime_from_args(args), output=args.output, progress=progress, **engine)
+            report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
         else:  # the installed runtime, through the core, which records the verdict in its receipt
-            from .. import core
-
             with no_runtime_says_what_to_do():
-                report = core.verify(output=args.output, on_progress=progress, **engine)
+                report = core.verify(settings=s, output=args.output, on_progress=progress, **engine)
     text = render(report)
     if not args.runtime and not report.ok:
         text += ("\n  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
@@ -204,8 +171,6 @@ def render(r) -> str:
         f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
         "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
     ]
-    from ..engine.verification import IDENTICAL
-
     det = next((c for c in r.checks if c.name == "deterministic"), None)
     if det is not None and det.detail != IDENTICAL:  # compared with an earlier verify, or failed
         lines.append(f"  repeat      {det.detail}")
@@ -222,18 +187,14 @@ def render(r) -> str:
     return "\n".join(lines)
 
 
-def _run_torch(args: argparse.Namespace) -> int:
-    from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
-    from ..engine.torch_verification import torch_details, verify_torch
-
-    python, env = _torch_python(args.runtime)
-    probe = None
+def _run_stack_check(args: argparse.Namespace, stack: str) -> int:
+    path = Path(args.runtime).expanduser().resolve() if args.runtime else None
+    python, env = core.driver(stack).interpreter(path, active_runtime(stack) if path is None else None)
+    seed = None if args.no_diffusers else direct.DEFAULT_SEED if args.probe_seed is None else args.probe_seed
     with progress_renderer(json_mode=args.json) as progress:
-        if not args.no_diffusers:
-            probe = ensure_probe_model(DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
-                                       progress=progress).path
-        report = verify_torch(python=python, env=env, probe=probe, progress=progress)
-    found = torch_details(report)  # the per-op view this command renders
+        report = direct.verify_torch_runtime(settings_from_args(args), python=python, env=env, probe_seed=seed,
+                                             progress=progress)
+    found = direct.torch_details(report)  # the per-op view this command renders
     lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:
         lines.append(f"  reason      {report.reason}")

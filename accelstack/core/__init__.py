@@ -3,8 +3,8 @@
     import accelstack
     report  = accelstack.detect()
     plan    = accelstack.plan(report, stack="ggml")          # or stack="torch", requirements=[...]
-    receipt = accelstack.install(plan, on_progress=callback)  # stage -> engine verify -> switch
-    result  = accelstack.verify(receipt)                      # VerifyReport; result.ok
+    summary = accelstack.install(plan, on_progress=callback)  # stage -> engine verify -> switch
+    result  = accelstack.verify(summary.receipt)              # VerifyReport; result.ok
 
 Every function takes ``settings`` (default: ``Settings.resolve()``, from ``ACCELSTACK_*``
 variables and the platform's directories) and reports long work through ``on_progress``.
@@ -18,10 +18,19 @@ from ..lazy import lazy_exports
 _EXPORTS = {
     "detect": ".detection",
     "plan": ".planning", "hardware_fingerprint": ".planning", "load_manifests": ".planning",
-    "InstallSummary": ".lifecycle", "install": ".lifecycle", "install_runtime": ".lifecycle", "plan_and_install": ".lifecycle", "upgrade": ".lifecycle",
-    "repair": ".lifecycle", "rollback": ".lifecycle", "uninstall": ".lifecycle", "gc": ".lifecycle", "status": ".lifecycle",
+    "install": ".installing", "InstallSummary": ".results", "InstallOptions": ".options", "Services": ".options",
+    "Fetcher": ".options", "NetworkFetcher": ".options",
+    "upgrade": ".maintenance", "repair": ".maintenance", "rollback": ".maintenance", "uninstall": ".maintenance",
+    "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".maintenance",
+    "driver": ".stacks", "stack_names": ".stacks", "driver_for_backend": ".stacks", "stack_for_backend": ".stacks",
+    "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "verify": ".running", "generate": ".running",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
+    # what the CLI and the service use on one path only, loaded when that path runs
+    "NoRuntimeError": ".running", "install_bundle": ".bundles", "create_bundle": ".bundles",
+    "report_for": ".reports", "saved_report": ".reports", "GenerateRequest": ".direct",
+    "manifest_for_builds": ".building", "write_manifest_dir": ".building",
+    "LiveSystem": "..hardware.system", "ReplaySystem": "..hardware.system", "CapturingSystem": "..hardware.system",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from filelock import FileLock, Timeout
+
 from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
 from ..engine.probe_model import temporary_probe_in_use
 from ..settings import Settings
@@ -61,7 +63,7 @@ _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
 _POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
 _IMAGE_RECORD = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
-# a pools file or record being written, or left by a process killed while writing it (engine.probe_record.keep_file)
+# a pools file or record being written, or left by a process killed while writing it (accelstack.fsio.try_write_bytes)
 _UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json)\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
 
 
@@ -279,8 +281,6 @@ def _remove(path: Path) -> None:
 def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: bool = False) -> PurgeReport:
     """Remove accelstack's entries from the caches named in ``which`` (see the module docstring
     for what is never removed); with ``dry_run``, only say what would go and how much it frees."""
-    from filelock import FileLock, Timeout
-
     s = settings or Settings.resolve()
     report = PurgeReport(dry_run=dry_run, caches=list(which))
     for info in cache_infos(s, which):

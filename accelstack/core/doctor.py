@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import platform
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +25,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from .. import __version__
+from ..fsio import replacing
+from ..installer.home import Home
+from ..installer.maintenance import local_status
+from ..manifests.channels import channel_trust, read_user_channels
+from ..manifests.keys import TrustStore
+from ..publisher.variants import TOOLCHAINS
 from ..serde import to_dict
-from ..settings import ENV, Settings, current_os, platform_dirs
+from ..settings import ENV, Settings, current_env, current_os, platform_dirs
+from .caches import cache_infos
+from .detection import detect
+from .planning import hardware_fingerprint, remembered_channels
 
 __all__ = ["DoctorReport", "PathInfo", "Tool", "doctor", "write_bundle", "TOOLS", "path_origins"]
 
@@ -91,7 +98,7 @@ def path_origins(settings: Settings, given: Mapping[str, Any], env: Optional[Map
     """Each path setting and where it came from: ``argument`` (``given`` names it), its
     ``ACCELSTACK_*`` variable, or ``default`` (the platform's directory, or one derived from
     another setting), found by resolving again without each source."""
-    env = os.environ if env is None else env
+    env = current_env() if env is None else env
     dirs = platform_dirs(os_name or current_os(), env)
     out = []
     for name in ("home", "cache", "build_cache", "probe_cache", "config_file", "config_dir"):
@@ -150,8 +157,9 @@ def _settings_anyway(report: DoctorReport, home: Any) -> Settings:
     as the home), the report names it and the rest is resolved without the option variables, then
     (a bad path) without any ``ACCELSTACK_*`` variable, so every other section can still run."""
     options = {ENV[k] for k in ("offline", "backend", "channel", "manifests", "trusted_keys")}
-    attempts = [dict(os.environ), {k: v for k, v in os.environ.items() if k not in options},
-                {k: v for k, v in os.environ.items() if not k.startswith("ACCELSTACK_")}]
+    environ = current_env()
+    attempts = [environ, {k: v for k, v in environ.items() if k not in options},
+                {k: v for k, v in environ.items() if not k.startswith("ACCELSTACK_")}]
     for n, env in enumerate(attempts):
         try:
             return Settings.resolve(env=env, home=home if n < 2 else None)
@@ -185,16 +193,11 @@ def doctor(settings: Optional[Settings] = None, *, given: Optional[Mapping[str, 
         report.paths = path_origins(st, given or {})
 
     def trust() -> None:
-        from ..manifests.keys import TrustStore
-
         store = TrustStore([TrustStore.key_arg(k) for k in st.trusted_keys], user_dir=st.user_keys_dir)
         keys = [store.get(k) for k in store.keyids]
         report.trusted_keys = [{"keyid": k.keyid, "origin": k.origin} for k in keys if k is not None]
 
     def channels() -> None:
-        from ..manifests.channels import channel_trust, read_user_channels
-        from .planning import remembered_channels
-
         def row(c: Any, origin: str) -> Dict[str, Any]:
             return {"name": c.name, "url": c.url, "mirrors": list(c.mirrors), "trust": channel_trust(c), "origin": origin}
 
@@ -209,18 +212,12 @@ def doctor(settings: Optional[Settings] = None, *, given: Optional[Mapping[str, 
     found: Dict[str, Any] = {"hardware": hardware}
 
     def detect_hw() -> None:
-        from .detection import detect
-
-        hw = found["hardware"] = hardware if hardware is not None else detect(system, settings=st)
+        hw = found["hardware"] = hardware if hardware is not None else detect(system, settings=st, write_cache=False)
         report.hardware = to_dict(hw)
         report.hardware_problems = [{"code": p.code, "severity": p.severity, "message": p.message, "hint": p.hint}
                                     for p in hw.problems]
 
     def runtimes() -> None:
-        from ..installer.home import Home
-        from ..installer.maintenance import local_status
-        from .planning import hardware_fingerprint
-
         hw = found["hardware"]
         home = Home(st.home)
         if not home.root.is_dir():
@@ -239,14 +236,10 @@ def doctor(settings: Optional[Settings] = None, *, given: Optional[Mapping[str, 
                 "problems": [p.message for p in status.problems]})
 
     def caches() -> None:
-        from .caches import cache_infos
-
         report.caches = [{"name": c.name, "path": c.path, "exists": c.exists, "size": c.size, "entries": c.count}
                          for c in cache_infos(st)]
 
     def tools() -> None:
-        from ..publisher.variants import TOOLCHAINS
-
         report.toolchain = toolchain()
         report.can_build = {v: [t for t in TOOLCHAINS[v] if shutil.which(t) is None] for v in BUILD_VARIANTS}
 
@@ -262,18 +255,14 @@ def write_bundle(path: Path, report: DoctorReport, capture_dir: Optional[Path], 
     capture in ``capture_dir`` (under ``capture/``) into ``path``: a ``.zip``, or a ``.tar.gz`` /
     ``.tgz`` by its name. Written beside it and renamed, so a failed write leaves no half file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     doc = json.dumps(to_dict(report), indent=2, default=str).encode()
     members: List[tuple] = [("doctor.json", doc)]
     if text:
         members.append(("doctor.txt", text.encode()))
     files = sorted(p for p in capture_dir.rglob("*") if p.is_file() and not p.is_symlink()) if capture_dir else []
-    try:
+    with replacing(path, mode=0o600, make_parents=True) as fh:  # what a machine showed: for its owner's eyes
         if path.name.endswith((".tar.gz", ".tgz")):
-            with tarfile.open(tmp, "w:gz") as tar:
+            with tarfile.open(fileobj=fh, mode="w:gz") as tar:
                 for name, data in members:
                     info = tarfile.TarInfo(name)
                     info.size, info.mtime = len(data), int(time.time())
@@ -281,13 +270,9 @@ def write_bundle(path: Path, report: DoctorReport, capture_dir: Optional[Path], 
                 for f in files:
                     tar.add(str(f), arcname=f"capture/{f.relative_to(capture_dir).as_posix()}", recursive=False)  # type: ignore[arg-type]
         else:
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
                 for name, data in members:
                     zf.writestr(name, data)
                 for f in files:
                     zf.write(f, f"capture/{f.relative_to(capture_dir).as_posix()}")  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path

@@ -10,17 +10,14 @@ installed, so the receipt (which keeps that plan) and the result both say it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
-from ..hardware.report import HardwareReport
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..installer.transaction import Verifier, VerifyFailed
+from ..installer.errors import VerifyFailed
 from ..manifests.plan import Plan
-from ..settings import Settings
-from .planning import TrustedSet, plan
+from .results import InstallSummary
 
-if TYPE_CHECKING:
-    from .lifecycle import InstallSummary
+__all__ = ["MAX_TRIES", "Abandoned", "fallback_order", "install_with_fallback"]
 
 MAX_TRIES = 4  # each try stages a runtime and verifies it (a generation): bound the time a bad machine costs
 
@@ -46,31 +43,21 @@ def fallback_order(chosen: Plan) -> List[str]:
     return out
 
 
-def install_plan_with_fallback(first: Plan, install_runtime: Callable[..., InstallSummary], *, report: HardwareReport,
-                               settings: Settings, verifier: Optional[Verifier] = None, force: bool = False,
-                               trusted: Optional[TrustedSet] = None, requirements: Sequence[str] = (),
-                               on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
-    """Install ``first`` (a plan made with ``trusted``'s manifests) with ``install_runtime`` (the
-    lifecycle's, passed in by :func:`~accelstack.core.lifecycle.plan_and_install`, which is how
-    ``accelstack install`` and ``upgrade`` get here); when it is a ready ggml plan whose build fails
-    verify, install its next accepted candidates in order (see the module docstring)."""
-    s, progress = settings, on_progress or null_progress
-    if first.stack != "ggml" or not first.ok:
-        return install_runtime(first, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
-                               on_progress=progress)
-    manifests = trusted.manifests if trusted is not None else None
+def install_with_fallback(first: Plan, attempt: Callable[[Plan], InstallSummary], replan: Callable[[str], Plan],
+                          progress: ProgressCallback = null_progress) -> InstallSummary:
+    """Install ``first`` (a ready plan) with ``attempt``; when its build fails verify, plan each of
+    its next accepted candidates with ``replan(variant)`` and install them in order (see the module
+    docstring). The install flow (:func:`accelstack.core.installing.install`) passes both in."""
     order = [first.variant] + fallback_order(first)
     abandoned: List[Abandoned] = []
     last: Optional[VerifyFailed] = None
     for i, variant in enumerate(order[:MAX_TRIES]):
-        p = first if i == 0 else plan(report, "ggml", requirements=requirements, backend=variant, settings=s,
-                                      manifests=manifests, on_progress=progress)
+        p = first if i == 0 else replan(variant)
         if not p.ok or p.variant != variant:
             continue
         p.notes = [a.note() for a in abandoned] + p.notes
         try:
-            summary = install_runtime(p, report=report, settings=s, verifier=verifier, force=force, trusted=trusted,
-                                      on_progress=progress)
+            summary = attempt(p)
         except VerifyFailed as exc:
             last = exc
             gone = Abandoned(variant, p.backend, exc.report.reason or exc.message)

@@ -13,16 +13,27 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Protocol, Sequence, Tuple, cast
 
-from ..hardware.report import HardwareReport
-from ..domain import STACKS
+from .. import artifacts  # the documents on first use: a plan from a saved report loads no HTTP stack
+from ..artifacts.errors import FetchError
+from ..domain import Stack
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..fsio import write_text
+from ..hardware.report import HardwareReport
+from ..installer.pip_runner import ensure_venv, python_version, venv_python
+from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json
+from ..manifests.channels import ChannelError, find, key_from_file, read_user_channels, trust_for
 from ..manifests.plan import Plan, Request
 from ..manifests.resolve import Manifests, resolve
 from ..settings import Channel, Settings
 from .detection import detect
+from .stacks import stack_info
+
+__all__ = ["LOCAL_SOURCE", "DocumentFetcher", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
+           "configured_channels", "fetch_channel", "hardware_fingerprint", "load_manifests", "plan", "remember_channels",
+           "remembered_channels", "target_interpreter", "target_version", "with_keys"]
 
 log = logging.getLogger(__name__)
 LOCAL_SOURCE = "local-build"
@@ -57,6 +68,25 @@ class TrustedSet:
     remember: bool = True  # an install remembers ``channels`` for status and upgrade (not a bundle's)
 
 
+class DocumentFetcher(Protocol):
+    """Reads a channel's manifest and its signature (``core.options.Fetcher`` is one)."""
+
+    def document(self, url: str) -> bytes: ...
+
+    def optional_document(self, url: str) -> Optional[bytes]: ...
+
+
+class _Network:
+    def document(self, url: str) -> bytes:
+        return artifacts.fetch_document(url)
+
+    def optional_document(self, url: str) -> Optional[bytes]:
+        return artifacts.fetch_optional_document(url)
+
+
+_NETWORK = _Network()
+
+
 def _channel_of(item: object, i: int) -> Optional[Channel]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("url"), str):
         return None
@@ -68,8 +98,6 @@ def _channel_of(item: object, i: int) -> Optional[Channel]:
 def remembered_channels(settings: Settings) -> List[Channel]:
     """The channels the last install used, with the keys it trusted them with (the home's
     ``settings.json``; an older file lists bare manifest URLs)."""
-    from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json
-
     try:
         with open(settings.remembered, "rb") as fh:
             data = parse_json(fh.read(MAX_CONFIG_BYTES + 1), what=str(settings.remembered), max_bytes=MAX_CONFIG_BYTES)
@@ -85,15 +113,12 @@ def remembered_channels(settings: Settings) -> List[Channel]:
 
 def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
     """Remember what an install used, keys as base64 text (a ``.pub`` path given once may move)."""
-    from ..installer.records import atomic_write
-    from ..manifests.channels import key_from_file
-
     if not channels:
         return
     doc = {"manifests": [c.url for c in channels],
            "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors),
                          "keys": [key_from_file(k) if k.endswith(".pub") else k for k in c.keys]} for c in channels]}
-    atomic_write(settings.remembered, json.dumps(doc, indent=2))
+    write_text(settings.remembered, json.dumps(doc, indent=2))
 
 
 def adhoc_channel_name(url: str) -> str:
@@ -101,15 +126,13 @@ def adhoc_channel_name(url: str) -> str:
     return "manifest-" + hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
-def _with_keys(channel: Channel, keys: Sequence[str]) -> Channel:
+def with_keys(channel: Channel, keys: Sequence[str]) -> Channel:
     extra = [k for k in keys if k not in channel.keys]
     return Channel(channel.name, channel.url, list(channel.mirrors), list(channel.keys) + extra) if extra else channel
 
 
 def configured_channels(settings: Settings) -> List[Channel]:
     """The embedding app's channels, then the user's (a user channel of the same name is shadowed)."""
-    from ..manifests.channels import read_user_channels
-
     names = {c.name for c in settings.channels}
     return list(settings.channels) + [c for c in read_user_channels(settings) if c.name not in names]
 
@@ -120,8 +143,6 @@ def active_channels(settings: Settings, *, prefer_remembered: bool = False) -> L
     the user's channels, and the ones the last install used (first of all for ``status`` and
     ``upgrade``: ``prefer_remembered``). ``settings.trusted_keys`` (``--trusted-key``) are added
     to each, and remembered with it by an install. Empty: no channel is configured."""
-    from ..manifests.channels import ChannelError, find
-
     extra = list(settings.trusted_keys)
     if settings.manifests:
         return [Channel(adhoc_channel_name(u), u, [], extra) for u in settings.manifests]
@@ -136,46 +157,45 @@ def active_channels(settings: Settings, *, prefer_remembered: bool = False) -> L
                 raise ChannelError(f"no channel named {name!r} is configured (configured: {known})",
                                    "add the channel with its manifest URL and the publisher's key",
                                    action=Action.ADD_MANIFEST)
-            chosen.append(_with_keys(c, extra))
+            chosen.append(with_keys(c, extra))
         return chosen
     if settings.channels:
-        return [_with_keys(c, extra) for c in settings.channels]
+        return [with_keys(c, extra) for c in settings.channels]
     if prefer_remembered and remembered:
-        return [_with_keys(c, extra) for c in remembered]
-    return [_with_keys(c, extra) for c in (configured_channels(settings) or remembered)]
+        return [with_keys(c, extra) for c in remembered]
+    return [with_keys(c, extra) for c in (configured_channels(settings) or remembered)]
 
 
 def load_manifests(settings: Settings, *, record: bool = True, progress: ProgressCallback = null_progress,
-                   channels: Optional[Sequence[Channel]] = None, prefer_remembered: bool = False) -> TrustedSet:
+                   channels: Optional[Sequence[Channel]] = None, prefer_remembered: bool = False,
+                   fetcher: Optional[DocumentFetcher] = None) -> TrustedSet:
     """The builtin torch matrix plus the ggml manifest of every channel (``channels``, default
     :func:`active_channels`), each verified with its channel's keys before use; a channel's
     mirrors are tried in turn when its URL cannot be fetched.
 
-    ``record=False`` checks rollback without raising the watermark (status, dry runs)."""
-    from ..manifests.channels import trust_for
-
+    ``record=False`` checks rollback without raising the watermark (status, dry runs); ``fetcher``
+    reads the documents (default: accelstack.artifacts over the network)."""
     manifests = Manifests.builtin()
     loaded: List[LoadedManifest] = []
     chosen = list(channels) if channels is not None else active_channels(settings, prefer_remembered=prefer_remembered)
     for channel in chosen:
         trusted = trust_for(channel, settings)  # a check with record=False only reads
-        data, sig, url = _fetch_channel(channel, progress)
+        data, sig, url = fetch_channel(channel, progress, fetcher)
         verified = trusted.verify(data, sig, url, expect="ggml", record=record)
         manifests.add(verified.manifest)
         loaded.append(LoadedManifest(url, verified.envelope.source, verified.envelope.version, channel.name))
     return TrustedSet(manifests, loaded, chosen)
 
 
-def _fetch_channel(channel: Channel, progress: ProgressCallback) -> Tuple[bytes, Optional[bytes], str]:
+def fetch_channel(channel: Channel, progress: ProgressCallback,
+                  fetcher: Optional[DocumentFetcher] = None) -> Tuple[bytes, Optional[bytes], str]:
     """The manifest and signature of ``channel``: from its URL, else from each mirror in turn."""
-    from ..artifacts import FetchError
-    from ..artifacts.documents import fetch_document, fetch_optional_document
-
+    docs = fetcher if fetcher is not None else _NETWORK
     failures = []
     for url in [channel.url, *channel.mirrors]:
         progress(ProgressEvent("message", "plan", message=f"reading manifest {url}"))
         try:
-            return fetch_document(url), fetch_optional_document(url + ".sig"), url
+            return docs.document(url), docs.optional_document(url + ".sig"), url
         except FetchError as exc:
             failures.append(f"{url}: {exc.message}")
     raise FetchError(f"cannot get the manifest of channel {channel.name}: {'; '.join(failures)}"
@@ -185,8 +205,6 @@ def _fetch_channel(channel: Channel, progress: ProgressCallback) -> Tuple[bytes,
 
 def target_interpreter(settings: Settings, *, create: bool) -> str:
     """The torch target's interpreter: the venv's (created when ``create``), the one named, or this one."""
-    from ..installer.torch import ensure_venv, venv_python
-
     if settings.torch_venv is not None:
         return ensure_venv(settings.torch_venv, settings.timeouts.venv) if create else str(venv_python(settings.torch_venv))
     python = settings.torch_python or sys.executable
@@ -197,8 +215,6 @@ def target_interpreter(settings: Settings, *, create: bool) -> str:
 
 def target_version(settings: Settings) -> str:
     """The torch target's Python version ("3.11"); a venv not created yet will be made from this interpreter."""
-    from ..installer.torch import python_version
-
     python = target_interpreter(settings, create=False)
     if python == sys.executable or not Path(python).exists():
         return "%d.%d" % sys.version_info[:2]
@@ -215,12 +231,11 @@ def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requir
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     report = report if report is not None else detect(settings=s)
-    if stack not in STACKS:
-        raise UsageError(f"unknown stack {stack!r}: choose one of {', '.join(STACKS)}")
-    if stack == "torch" and python is None:
+    known = stack_info(stack)
+    if known.needs_python and python is None:
         python = target_version(s)
     if manifests is None:
-        manifests = load_manifests(s, record=False, progress=progress).manifests if stack == "ggml" else Manifests.builtin()
-    request = Request(stack=stack, requirements=list(requirements), backend=s.backend if backend is None else backend,
+        manifests = load_manifests(s, record=False, progress=progress).manifests if known.reads_channels else Manifests.builtin()
+    request = Request(stack=cast(Stack, known.name), requirements=list(requirements), backend=s.backend if backend is None else backend,
                       python=python or "", engine=s.torch_engine)
     return resolve(report, request, manifests)

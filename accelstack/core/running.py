@@ -1,20 +1,27 @@
 """Run what is installed: ``verify`` (does it generate here) and ``generate`` (make images).
 
-Both default to the runtime ``install`` activated, with its receipt's backend and environment.
+Both default to the runtime ``install`` activated, with its receipt's backend and environment;
+the stack's driver says how its runtime is found and run.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ..engine import GenerateRequest
+from ..engine import generate as engine_generate
+from ..engine.config import EngineOptions, load_config
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
+from ..installer.errors import StateError
 from ..installer.home import Home
-from ..installer.records import Receipt, StateError, now_iso
-from ..installer.transaction import StagedRuntime
+from ..installer.records import Receipt, now_iso
 from ..settings import Settings
 from ..verdict import VerifyReport
+from .stacks import driver
 from .verifiers import default_verifier
+
+__all__ = ["NoRuntimeError", "active_receipt", "active_runtime_path", "verify", "generate"]
 
 
 class NoRuntimeError(StateError):
@@ -32,11 +39,9 @@ def active_receipt(stack: str = "ggml", settings: Optional[Settings] = None) -> 
     return home.read_receipt(rid)
 
 
-def _staged(receipt: Receipt, home: Home) -> StagedRuntime:
-    path = home.runtime_path(receipt)
-    if receipt.stack == "torch":
-        return StagedRuntime(stack="torch", backend=receipt.backend, path=path, env=dict(receipt.env), python=str(path))
-    return StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=path, env=dict(receipt.env))
+def active_runtime_path(receipt: Receipt, settings: Settings) -> Path:
+    """Where the runtime of ``receipt`` is in the settings' home (a torch receipt's is its interpreter)."""
+    return Home(settings.home).runtime_path(receipt)
 
 
 def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: Optional[Settings] = None,
@@ -54,7 +59,7 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
         raise StateError(f"the runtime {receipt.id} is missing from {home.runtime_path(receipt)}", hint="repair restores it",
                          action=Action.REPAIR)
     check = default_verifier(s, Path(output) if output is not None else None, **engine)
-    report = check(_staged(receipt, home), on_progress or null_progress)
+    report = check(driver(receipt.stack).staged(receipt, home.runtime_path(receipt)), on_progress or null_progress)
     if home.receipt_path(receipt.id).is_file():
         try:
             receipt.verification, receipt.verified_at = report, now_iso()
@@ -71,21 +76,9 @@ def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, 
     fields of :class:`accelstack.engine.GenerateRequest` (negative_prompt, width, height, steps,
     seed, sampler...); ``options`` are the engine's (default: the settings' config file).
     Returns the engine's ``GenerateReport`` with the saved PNG paths."""
-    from ..engine import GenerateRequest, Runtime
-    from ..engine import generate as engine_generate
-    from ..engine.config import EngineOptions, load_config
-
     s = settings or Settings.resolve()
-    home = Home(s.home)
     receipt = receipt if receipt is not None else active_receipt(stack, s)
-    path = home.runtime_path(receipt)
-    if receipt.stack == "torch":
-        from ..installer.torch import check_engine
-
-        check_engine(str(path))  # a missing diffusers is named with its pip command, not a failed worker start
-        runtime = Runtime(path=path.parent, backend="torch", env=dict(receipt.env), python=str(path))
-    else:
-        runtime = Runtime(path=path, backend=receipt.backend, env=dict(receipt.env))
+    runtime = driver(receipt.stack).engine_runtime(receipt, active_runtime_path(receipt, s))
     if options is None:
         options = load_config(s.config_file) if s.config_file.exists() else EngineOptions()
     return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,

@@ -1,7 +1,9 @@
 """The generation engine: a supervised worker process, the probe model, ``verify`` and ``generate``.
 
     from accelstack.engine import Runtime, verify, generate, GenerateRequest
-    report = verify(Runtime(Path("~/.local/share/accelstack/runtimes/cpu")))
+    # the engine is given every path (here the caller's Settings' ones); it resolves none itself
+    report = verify(Runtime(Path("~/.local/share/accelstack/runtimes/cpu")), settings.verify_dir / "verify-cpu.png",
+                    probe_cache=settings.probe_cache, records=settings.verify_dir)
     print(report.verdict, report.reason)
 
 The worker (``python -m accelstack.engine.worker``) runs in the runtime's environment and imports

@@ -15,6 +15,8 @@ from ..serde import from_dict, to_dict
 from .errors import GenerationError
 from .protocol import GenerateRequest, WorkerStatus
 
+__all__ = ["WorkerClient", "TRANSPORT_ERRORS"]
+
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
 
 

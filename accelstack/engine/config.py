@@ -1,4 +1,4 @@
-"""Engine options: from ``config.yaml`` (a path the caller names, else ``Settings.config_file``) and overrides.
+"""Engine options: from ``config.yaml`` (the path the caller names: one given by hand, or its ``Settings.config_file``) and overrides.
 
 The file has one section that this module owns::
 
@@ -22,12 +22,14 @@ import dataclasses
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Union
 
 from ..errors import Action
 from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput, parse_yaml
-from ..settings import Settings
 from .errors import ConfigError
+
+__all__ = ["EngineOptions", "load_config", "apply_overrides", "options_from_mapping", "shown", "SECTION",
+           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE"]
 
 SECTION = "engine"
 KNOWN_SECTIONS = (SECTION,)
@@ -119,15 +121,14 @@ def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
     return EngineOptions(**values)
 
 
-def load_config(path: Optional[Union[str, Path]] = None) -> EngineOptions:
-    """Options from ``path`` (must exist), else from ``Settings.resolve().config_file`` (the
-    defaults when that file is absent)."""
-    explicit = path is not None
-    target = Path(path) if path is not None else Settings.resolve().config_file
+def load_config(path: Union[str, Path], *, missing_ok: bool = False) -> EngineOptions:
+    """Options from ``path``, which must exist unless ``missing_ok`` (the settings' own config
+    file: the defaults when it is absent; one named by hand must be there)."""
+    target = Path(path)
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:
-        if explicit:
+        if not missing_ok:
             raise ConfigError(f"config file {target} does not exist", hint="check the path of the config file",
                               action=Action.FIX_INPUT) from None
         return EngineOptions()

@@ -10,6 +10,9 @@ from typing import List, Optional
 
 from ..errors import AccelstackError, Action
 
+__all__ = ["EngineError", "ConfigError", "ProbeModelError", "RuntimeNotFoundError", "WorkerStartError", "WorkerCrashedError",
+           "ModelLoadError", "GenerationError", "InvalidRequestError", "InsufficientMemoryError", "CancelledError"]
+
 
 class EngineError(AccelstackError):
     """Base of every engine problem."""

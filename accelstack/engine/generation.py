@@ -17,6 +17,7 @@ from typing import List, Optional, Union
 
 from .. import __version__
 from ..events import ProgressCallback, null_progress
+from ..hardware.live import LiveSystem
 from .config import EngineOptions
 from .errors import GenerationError
 from .memory import UNET_SHARE, MemoryEstimate, check, estimate
@@ -25,6 +26,9 @@ from .png import parameters_text, write_png
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
+
+__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters",
+           "available_ram", "NAME_MAX"]
 
 
 @dataclass
@@ -142,8 +146,6 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
 
 def available_ram() -> Optional[int]:
     """RAM available to a new allocation now (None when it cannot be told)."""
-    from ..hardware.live import LiveSystem
-
     return LiveSystem().memory()[1]
 
 
@@ -175,7 +177,7 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
     info = check_model(model)
     runtime.check()
     need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
-    if runtime.backend == "torch":  # the estimate is stable-diffusion.cpp's; diffusers differs
+    if not runtime.traits.memory_estimate:  # the estimate is stable-diffusion.cpp's; diffusers differs
         options = dataclasses.replace(options, memory_check=False)
     if options.memory_check:
         check(need, request, options, available_ram())
@@ -184,8 +186,7 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
         _check_device_memory(sup, need, request, options)
         result = sup.generate(request, attempts=attempts)
         load_seconds = result.load_seconds
-    paths = save_images(result, request, output, info.path,
-                        "diffusers" if runtime.backend == "torch" else "stable-diffusion.cpp")
+    paths = save_images(result, request, output, info.path, runtime.traits.library)
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,

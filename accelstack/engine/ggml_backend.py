@@ -8,14 +8,18 @@ last ones explain a failed load. :mod:`accelstack.engine.torch_engine` has the s
 from __future__ import annotations
 
 import base64
+import ctypes
 import random
-from typing import IO, Any, List, Optional, Tuple
+import sys
+from typing import IO, Any, List, Optional, Sequence, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .probe_layout import probe_weights
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
 from .worker_backend import WorkerBackend, load_runtime_libraries
+
+__all__ = ["GgmlBackend", "initialized_backends", "INIT_MARK", "LOG_LEVELS", "DEVICE_KINDS"]
 
 LOG_LEVELS = {0: "DEBUG", 1: "INFO", 2: "WARN", 3: "ERROR"}
 DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
@@ -34,8 +38,9 @@ class GgmlBackend(WorkerBackend):
 
     name = "ggml"
 
-    def __init__(self, log_stream: IO[str]) -> None:
-        super().__init__(log_stream)
+    def __init__(self, log_stream: IO[str], lib_dirs: Sequence[str] = (), preload: Sequence[str] = ()) -> None:
+        super().__init__(log_stream, lib_dirs, preload)
+        self.bindings: Any = None  # the ``stable_diffusion_cpp`` package (its Python wrapper)
         self.sd_cpp: Any = None  # the bindings' ctypes module
         self._callbacks: List[Any] = []  # ctypes callbacks must outlive the C side's pointers
         self.threads = 0
@@ -45,11 +50,13 @@ class GgmlBackend(WorkerBackend):
 
     # -- library -------------------------------------------------------------------------------
     def import_runtime(self) -> None:
-        for path in load_runtime_libraries():  # a CUDA build's cudart and cuBLAS, shared outside the runtime
+        for path in load_runtime_libraries(self.lib_dirs, self.preload):  # a CUDA build's cudart and cuBLAS
             self.log("INFO", f"loaded {path}")
-        import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp  # from the runtime directory on sys.path
+        # The one import of the bindings, from the runtime directory on sys.path: their package
+        # imports its ctypes API and its Python wrapper (StableDiffusion, the sampler names).
+        import stable_diffusion_cpp.stable_diffusion_cpp as sd_cpp
 
-        self.sd_cpp = sd_cpp
+        self.bindings, self.sd_cpp = sys.modules["stable_diffusion_cpp"], sd_cpp
 
         @sd_cpp.sd_log_callback
         def log_cb(level, text, data):  # replaces the bindings' logger, which prints
@@ -94,8 +101,6 @@ class GgmlBackend(WorkerBackend):
 
     def devices(self) -> List[DeviceInfo]:
         """The devices ggml registered ([] with an older library that lacks the device API)."""
-        import ctypes
-
         try:
             lib = self.sd_cpp._lib
             lib.ggml_backend_dev_count.restype = ctypes.c_size_t
@@ -124,13 +129,11 @@ class GgmlBackend(WorkerBackend):
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model: str, options: EngineOptions) -> None:
-        from stable_diffusion_cpp import StableDiffusion
-
         model = probe_weights(model) or model  # the probe's folder: its weights file
         threads = options.threads or max(1, int(self.sd_cpp.sd_get_num_physical_cores()))
         self.log_tail.clear()
         try:
-            sd = StableDiffusion(
+            sd = self.bindings.StableDiffusion(
                 model_path=model,
                 n_threads=threads,
                 wtype=options.weight_type,
@@ -170,8 +173,6 @@ class GgmlBackend(WorkerBackend):
 
     def resolve_defaults(self, sampler: str, scheduler: str) -> Tuple[str, str]:
         """Name what "default" means for the loaded model (reported and embedded in PNGs)."""
-        import ctypes
-
         try:
             lib = self.sd_cpp._lib
             lib.sd_sample_method_name.restype = ctypes.c_char_p
@@ -183,9 +184,7 @@ class GgmlBackend(WorkerBackend):
             if sampler == "default":
                 sampler = lib.sd_sample_method_name(int(method)).decode()
             else:
-                from stable_diffusion_cpp.stable_diffusion import SAMPLE_METHOD_MAP
-
-                method = SAMPLE_METHOD_MAP[sampler]
+                method = self.bindings.stable_diffusion.SAMPLE_METHOD_MAP[sampler]
             if scheduler == "default":
                 scheduler = lib.sd_scheduler_name(int(self.sd_cpp.sd_get_default_scheduler(model, method))).decode()
         except Exception:

@@ -42,6 +42,8 @@ from .config import EngineOptions
 from .errors import InsufficientMemoryError
 from .protocol import MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, GenerateRequest
 
+__all__ = ["MemoryEstimate", "estimate", "check", "activations", "largest_side", "UNET_SHARE", "MIB", "GIB"]
+
 MIB = 1 << 20
 GIB = 1 << 30
 BASE = 32 * MIB  # graph, tokens, latents, allocator slack

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Union
 
+__all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "parameters_text", "SIGNATURE"]
+
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -19,6 +19,8 @@ from typing import List, Optional, Tuple
 
 from .errors import WorkerCrashedError
 
+__all__ = ["SupervisorPolicy", "RestartRecord", "LivenessJudge", "RestartBudget", "load_note", "job_note"]
+
 
 @dataclass
 class SupervisorPolicy:

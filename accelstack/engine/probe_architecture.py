@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional, Tuple
 
+__all__ = ["Shape", "Architecture", "sd1_tensors", "value_rule"]
+
 Shape = Tuple[int, ...]
 Architecture = Dict[str, Dict[str, Shape]]  # {part: {tensor name: shape}}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
+__all__ = ["MARKER", "WEIGHTS", "PREFIXES", "probe_weights", "split_parts"]
+
 MARKER = "probe.json"
 WEIGHTS = "probe.safetensors"
 PREFIXES: Dict[str, str] = {"unet": "unet.", "vae": "vae.", "text_encoder": "te."}

@@ -55,6 +55,7 @@ in :mod:`accelstack.engine.probe_weights`.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -70,18 +71,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from filelock import FileLock
+
+from .. import fsio
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..limits import read_capped
-from ..settings import Settings
 from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
-from .probe_record import keep_file
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "MARKER", "WEIGHTS", "PARTS", "ProbeModel", "ensure_probe_model", "probe_dir_name",
-           "temporary_probe_in_use"]
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
+           "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +161,6 @@ def _pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     if os.name == "nt":
-        import ctypes
-
         handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
         if handle:
             ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
@@ -226,8 +226,7 @@ def _load_marker(folder: Path) -> Optional[ProbeModel]:
         return None
 
 
-def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = None,
-                       progress: ProgressCallback = null_progress,
+def ensure_probe_model(seed: int, cache_root: Path, progress: ProgressCallback = null_progress,
                        architecture: Optional[Architecture] = None, *, keep: bool = False,
                        on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
     """The probe model for ``seed``: reused, or synthesized now (under a second from the kept pools).
@@ -236,7 +235,7 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
     per process, removed when it exits (see the module docstring). ``keep=True``: the kept cache
     entry, made now if missing. ``architecture`` (``{part: {name: shape}}``, default
     :func:`sd1_tensors`) exists for tests and experiments with smaller models; it gets its own
-    folder. ``cache_root`` defaults to ``Settings.resolve().probe_cache``.
+    folder. ``cache_root`` is the probe cache (the caller's ``Settings.probe_cache``).
 
     ``on_synthesis(path)`` is called when a temporary probe starts being written, with the path its
     weights file will have: the file is renamed into place whole, so a process started now can wait
@@ -247,7 +246,7 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
     parts = architecture if architecture is not None else sd1_tensors()
     if set(parts) != set(PARTS):
         raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(PARTS)}, got {', '.join(parts)}")
-    root = Path(cache_root) if cache_root is not None else Settings.resolve().probe_cache
+    root = Path(cache_root)
     name = probe_dir_name(seed, architecture)
     folder = root / name
     found = _load_marker(folder)
@@ -264,8 +263,6 @@ def ensure_probe_model(seed: int = DEFAULT_SEED, cache_root: Optional[Path] = No
                 return _synthesize(root, name, None, seed, parts, progress, cache_pools=architecture is None,
                                    on_synthesis=on_synthesis)
         _sweep(root)
-        from filelock import FileLock
-
         with FileLock(str(folder) + ".lock"):
             found = _load_marker(folder)  # another process may have made it meanwhile
             if found is not None:
@@ -297,7 +294,8 @@ def _read_pools(path: Path, seed: int, scales: List[float]) -> Optional[Dict[flo
 
 def _write_pools(path: Path, pools: Pools, scales: List[float]) -> None:
     """Keep the encoded pools for the next synthesis (a cache: failing to write it changes nothing)."""
-    keep_file(path, pack_pools(pools, list(dict.fromkeys(scales))))
+    if not fsio.try_write_bytes(path, pack_pools(pools, list(dict.fromkeys(scales)))):
+        log.info("could not keep the probe's pools in %s", path)
 
 
 def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:
@@ -343,7 +341,7 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
         progress(ProgressEvent("advance", "probe", task=task, done=done[0], total=total))
 
     try:
-        (tmp / OWNER).write_text(_owner_text())
+        fsio.write_text(tmp / OWNER, _owner_text(), durable=False)
         if on_synthesis is not None and folder is None:
             on_synthesis(str(tmp / WEIGHTS))  # the path the weights will appear at, whole
         pools = Pools(seed, DTYPE)
@@ -368,7 +366,7 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
         marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "size": size, "dtype": DTYPE,
                   "prefixes": probe_layout.PREFIXES,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+        fsio.write_text(tmp / MARKER, json.dumps(marker, indent=2), durable=False)  # read whole or not at all
         probe.size_bytes = size
         if folder is not None:
             (tmp / OWNER).unlink()

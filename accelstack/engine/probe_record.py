@@ -21,17 +21,17 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .. import fsio
 from ..limits import MalformedInput, parse_json, read_capped
 from .config import EngineOptions
 from .protocol import DeviceInfo, GenerateRequest
 
-__all__ = ["ImageRecord", "RECORD_FORMAT", "record_key", "record_path", "recall", "remember", "image_digest", "keep_file"]
+__all__ = ["ImageRecord", "RECORD_FORMAT", "DEVICE_ENV", "record_key", "record_path", "recall", "remember", "image_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -102,28 +102,7 @@ def remember(root: Path, key: str, digest: str) -> Optional[Path]:
     path = record_path(root, key)
     doc = {"format": RECORD_FORMAT, "key": key, "sha256": digest, "when": round(time.time(), 3),
            "what": "the probe image of a passing accelstack verify (see accelstack.engine.probe_record)"}
-    return path if keep_file(path, (json.dumps(doc, indent=1) + "\n").encode()) else None
-
-
-def keep_file(path: Path, data: bytes) -> bool:
-    """Write a cache file whole (a new temporary file, never opened through a link, renamed into
-    place); False when it could not be written: a cache that cannot be kept changes nothing."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    created = False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(tmp, flags, 0o644)
-        created = True
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-        return True
-    except OSError as exc:
-        log.info("could not keep %s: %s", path, exc)
-        if created:  # only our own file: whatever already had that name (O_EXCL refused it) is not ours
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-        return False
+    if fsio.try_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode()):
+        return path
+    log.info("could not keep the probe image record %s", path)
+    return None

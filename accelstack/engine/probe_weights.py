@@ -13,20 +13,29 @@ import hashlib
 import json
 import math
 import struct
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..limits import MalformedInput, parse_json
 from .probe_architecture import Shape, value_rule
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
+__all__ = ["POOL", "DTYPES", "Pools", "base_pool", "encode", "safetensors_header", "write_part", "write_parts",
+           "scales_in_order", "pack_pools", "unpack_pools", "POOLS_MAGIC"]
 
 POOL = 1_048_573  # a prime, so windows never line up with power-of-two row lengths
 # How values are stored. F16 is what a model ships as. F8_E5M2 is the high byte of an f16 (rounded to
 # nearest): the same range, 2 mantissa bits; stable-diffusion.cpp widens it back to f16 as it loads, so
 # the model in memory and every kernel that runs are those of an f16 model, from half the bytes.
 DTYPES = {"F16": 2, "F8_E5M2": 1}
+
+
+def _numpy() -> Any:
+    """NumPy, imported when values are first encoded: a probe written from kept pools needs none
+    (its import is a tenth of that whole synthesis)."""
+    import numpy
+
+    return numpy
 
 
 def _splitmix64(counter, np):
@@ -43,8 +52,7 @@ def base_pool(seed: int, size: int = POOL):
     Each 64-bit hash gives two 24-bit uniforms; sums of such dyadic numbers are exact in float64,
     so the result is bit-identical everywhere.
     """
-    import numpy as np
-
+    np = _numpy()
     with np.errstate(over="ignore"):
         acc = np.zeros(size, dtype=np.float64)
         base = np.uint64((seed & 0xFFFFFFFF) << 32)
@@ -84,8 +92,6 @@ class Pools:
     def prefetch(self, stds: Sequence[float]) -> None:
         """Start encoding the pools of ``stds`` (in that order) on a helper thread; :meth:`get` waits
         for one that is not ready yet. Call :meth:`close` when done (it cancels what is left)."""
-        from concurrent.futures import ThreadPoolExecutor
-
         wanted = [std for std in dict.fromkeys(stds) if std not in self._scaled and std not in self._pending]
         if not wanted:
             return
@@ -103,8 +109,7 @@ class Pools:
         self._pending.clear()
 
     def _encode(self, std: float) -> memoryview:
-        import numpy as np
-
+        np = _numpy()
         if self._base is None:
             self._base = base_pool(self.seed)
         scaled = encode(self._base * std, self.dtype)
@@ -130,8 +135,7 @@ class Pools:
 
 def encode(values: Any, dtype: str = "F16") -> Any:
     """``values`` (float64) as a NumPy array of ``dtype``'s bytes: ``<f2``, or ``u1`` for F8_E5M2."""
-    import numpy as np
-
+    np = _numpy()
     half = np.asarray(values, dtype=np.float64).astype("<f2")
     if dtype == "F16":
         return half

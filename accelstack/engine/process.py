@@ -18,20 +18,23 @@ import time
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Tuple
 
+import psutil
+
+from .. import fsio
 from ..errors import Action
 from ..serde import to_dict
 from .config import EngineOptions
 from .errors import ModelLoadError, WorkerStartError
-from .protocol import TOKEN_ENV
+from .protocol import TOKEN_FILE
 from .runtime import Runtime
+
+__all__ = ["WorkerProcess", "kill_tree", "tree_cpu_seconds", "signal_name"]
 
 log = logging.getLogger(__name__)
 
 
 def kill_tree(pid: int, timeout: float = 5.0) -> None:
     """Kill ``pid`` and every descendant (children first found, then all at once)."""
-    import psutil
-
     try:
         root = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -50,8 +53,6 @@ def kill_tree(pid: int, timeout: float = 5.0) -> None:
 
 def tree_cpu_seconds(pid: int) -> Optional[float]:
     """User + system CPU seconds of ``pid`` and its descendants (None when it is gone)."""
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         total = 0.0
@@ -83,13 +84,14 @@ class WorkerProcess:
     def for_runtime(cls, runtime: Runtime, options: EngineOptions, model: str, extra_env: Dict[str, str],
                     folder: Path, number: int, await_model: float = 0.0) -> Tuple[WorkerProcess, str]:
         """Launch ``number`` of the worker on ``runtime`` (not started yet), and its random token
-        (in its environment, never on its command line)."""
+        (in a file of ``folder``, a private folder, that the worker removes; never on its command line)."""
         token = secrets.token_urlsafe(32)
         env = runtime.worker_env()
         env.update(extra_env)
-        env[TOKEN_ENV] = token
+        token_file = fsio.write_bytes(folder / TOKEN_FILE.format(number=number), token.encode(), mode=0o600, durable=False)
         cmd = runtime.worker_command() + ["--ready-file", str(folder / f"ready-{number}.json"),
-                                          "--parent-pid", str(os.getpid()), "--options", json.dumps(to_dict(options))]
+                                          "--parent-pid", str(os.getpid()), "--token-file", str(token_file),
+                                          "--options", json.dumps(to_dict(options))]
         if model:
             cmd += ["--model", model] + (["--await-model", f"{await_model:g}"] if await_model > 0 else [])
         return cls(cmd, env, folder, number), token

@@ -24,6 +24,10 @@ from ..limits import (
 from ..verdict import DeviceInfo
 from .errors import InvalidRequestError
 
+__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "SAMPLERS",
+           "SCHEDULERS", "PHASES", "MIN_SIDE", "MAX_SIDE", "SIDE_MULTIPLE", "MAX_STEPS", "MAX_BATCH", "TOKEN_FILE",
+           "MAX_TOKEN_BYTES", "EXIT_OK", "EXIT_LOAD_FAILED", "EXIT_ORPHANED", "EXIT_CANCELLED"]
+
 # Names stable-diffusion.cpp 0.4.x accepts ("default" lets it choose for the model).
 SAMPLERS = ("default", "euler", "euler_a", "heun", "dpm2", "dpm++2s_a", "dpm++2m", "dpm++2mv2", "ipndm",
             "ipndm_v", "lcm", "ddim_trailing", "tcd", "res_multistep", "res_2s", "er_sde")
@@ -70,8 +74,9 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
                                   hint="write weights as (word:1.2); escape a literal parenthesis as \\(")
     return text
 
-# The per-launch token reaches the worker in this variable (never on its command line).
-TOKEN_ENV = "ACCELSTACK_WORKER_TOKEN"
+# The per-launch token reaches the worker in a file the supervisor names (never on its command line).
+TOKEN_FILE = "token-{number}"  # in the supervisor's private folder, removed by the worker once read
+MAX_TOKEN_BYTES = 256
 
 # Worker phases, in the order a healthy worker goes through them.
 PHASES = ("starting", "loading", "ready", "generating", "error", "stopping")

@@ -21,13 +21,39 @@ from typing import Dict, List, Mapping, Optional
 
 from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
+from ..settings import inherited_env
 from .errors import ConfigError, RuntimeNotFoundError
 from .worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
+
+__all__ = ["Runtime", "RuntimeLibraries", "StackTraits", "runtime_libraries", "GGML", "TORCH", "STACKS",
+           "GGML_BACKENDS", "BACKENDS", "TORCH_BACKEND", "LIBS_FILE", "MAX_LIBS_FILE"]
 
 LIBS_FILE = RUNTIME_LIBS_NOTE  # written by accelstack.installer.cuda_libs.write_links
 MAX_LIBS_FILE = 1 << 20
 GGML_BACKENDS = ("cpu", "cpu-noavx2", "cuda", "vulkan", "rocm", "metal", "sycl")
-BACKENDS = GGML_BACKENDS + ("torch",)  # what a Runtime's ``backend`` may be ("torch": the torch stack)
+TORCH_BACKEND = "torch"  # a torch runtime's ``backend``: the torch worker picks its device itself
+
+
+@dataclass(frozen=True)
+class StackTraits:
+    """What the engine does differently for one stack, as data: code reads these fields instead of
+    comparing stack names, so a third stack is one more entry of :data:`STACKS`."""
+
+    stack: str  # "ggml" or "torch": the worker's ``--backend`` (its WorkerBackend's ``name``)
+    library: str  # what generates, named in the PNGs' ``Version``
+    package: str  # the package a runtime directory must hold ("" = none to look for: a venv or --target dir)
+    library_note: bool  # the runtime may name outside libraries in its note (CUDA's, shared by the home)
+    device_check: bool  # the worker reports the device the model went to: verify fails a GPU build that ran on its CPU
+    memory_estimate: bool  # :mod:`accelstack.engine.memory`'s estimate (stable-diffusion.cpp's) applies
+
+
+GGML = StackTraits(stack="ggml", library="stable-diffusion.cpp", package="stable_diffusion_cpp", library_note=True,
+                   device_check=True, memory_estimate=True)
+TORCH = StackTraits(stack="torch", library="diffusers", package="", library_note=False, device_check=False,
+                    memory_estimate=False)
+# A Runtime's ``backend`` -> its stack's traits: what ``backend`` may be.
+STACKS: Dict[str, StackTraits] = {**{backend: GGML for backend in GGML_BACKENDS}, TORCH_BACKEND: TORCH}
+BACKENDS = tuple(STACKS)
 
 
 @dataclass
@@ -98,6 +124,20 @@ class Runtime:
     def is_gpu(self) -> bool:
         return not self.backend.startswith("cpu")
 
+    @property
+    def traits(self) -> StackTraits:
+        """What the engine does for this runtime's stack (ConfigError for an unknown backend)."""
+        found = STACKS.get(self.backend)
+        if found is None:
+            raise ConfigError(f"unknown backend {self.backend!r}", hint=f"choose one of: {', '.join(BACKENDS)}",
+                              action=Action.FIX_INPUT)
+        return found
+
+    @property
+    def stack(self) -> str:
+        """``ggml`` or ``torch``, as in a receipt."""
+        return self.traits.stack
+
     def interpreter(self) -> str:
         return self.python or sys.executable
 
@@ -108,8 +148,8 @@ class Runtime:
         p = Path(path)
         for exe in (p / "bin" / "python", p / "Scripts" / "python.exe"):
             if exe.is_file():
-                return cls(path=p, backend="torch", env=dict(env or {}), python=str(exe))
-        return cls(path=p, backend="torch", env=dict(env or {}))
+                return cls(path=p, backend=TORCH_BACKEND, env=dict(env or {}), python=str(exe))
+        return cls(path=p, backend=TORCH_BACKEND, env=dict(env or {}))
 
     def worker_command(self) -> List[str]:
         """The worker's command line up to its options: ``accelstack.engine.worker`` run as
@@ -118,21 +158,37 @@ class Runtime:
         needs only the standard library. So the worker runs in an interpreter that has none of
         accelstack's dependencies, such as a torch runtime's own venv, where accelstack's import
         root is appended to the *end* of ``sys.path`` so the venv's packages win over ours.
-        (``python -m accelstack.engine.worker`` works too where accelstack's dependencies are.)"""
+        (``python -m accelstack.engine.worker`` works too where accelstack's dependencies are.)
+
+        The options that follow the bootstrap come from the runtime: its stack (``--backend``) and
+        the outside libraries its note names (``--lib-dir``, ``--preload``, in loading order)."""
         root = Path(__file__).resolve().parents[2]
         boot = ("import runpy, sys, types; sys.path.append(%r); "
                 "pkg = types.ModuleType('accelstack'); pkg.__path__ = [%r]; sys.modules['accelstack'] = pkg; "
                 "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)"
                 % (str(root), str(root / "accelstack")))
-        return [self.interpreter(), "-c", boot] + (["--backend", "torch"] if self.backend == "torch" else [])
+        cmd = [self.interpreter(), "-c", boot, "--backend", self.traits.stack]
+        libs = self.libraries()
+        for folder in libs.dirs:
+            cmd += ["--lib-dir", str(folder)]
+        for lib in libs.preload:
+            cmd += ["--preload", str(lib)]
+        return cmd
+
+    def libraries(self) -> RuntimeLibraries:
+        """The outside libraries the runtime's note names (none for a stack without notes)."""
+        return runtime_libraries(self.path) if self.traits.library_note else RuntimeLibraries()
 
     def worker_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-        """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path."""
-        env = dict(os.environ if base is None else base)
+        """The worker's environment: ``base`` (default ours) + ``env``, runtime first on the path.
+        The outside libraries' folders go first on the loader's path, for what the runtime loads
+        later; :data:`LIB_DIRS_ENV` and :data:`PRELOAD_ENV` name them for a child that starts the
+        runtime without the worker's options (the core's import check)."""
+        env = inherited_env() if base is None else dict(base)
         env.update(self.env)
         parts = [str(self.path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(parts)
-        libs = runtime_libraries(self.path) if self.backend != "torch" else RuntimeLibraries()
+        libs = self.libraries()
         if libs.dirs:
             env[LIB_DIRS_ENV] = os.pathsep.join(str(d) for d in libs.dirs)
             env[PRELOAD_ENV] = os.pathsep.join(str(f) for f in libs.preload)
@@ -143,20 +199,17 @@ class Runtime:
         return env
 
     def check(self) -> Runtime:
-        """Fail early, with a hint, when the directory cannot hold a ggml runtime."""
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}", hint=f"choose one of: {', '.join(BACKENDS)}",
-                              action=Action.FIX_INPUT)
+        """Fail early, with a hint, when the directory cannot hold a runtime of its stack."""
+        traits = self.traits
         p = Path(self.path)
         if not p.is_dir():
             raise RuntimeNotFoundError(f"runtime directory {p} does not exist",
                                        hint="use the directory of an installed runtime, or install one",
                                        action=Action.INSTALL)
-        if self.backend != "torch" and not (p / "stable_diffusion_cpp").is_dir():
+        if traits.package and not (p / traits.package).is_dir():
             raise RuntimeNotFoundError(
-                f"{p} is not a ggml runtime: it has no stable_diffusion_cpp package",
+                f"{p} is not a {traits.stack} runtime: it has no {traits.package} package",
                 hint="use the directory the stable-diffusion-cpp-python wheel was installed into, or install a runtime",
                 action=Action.INSTALL)
-        if self.backend != "torch":
-            runtime_libraries(p)  # its outside libraries (CUDA) are still there
+        self.libraries()  # its outside libraries (CUDA) are still there
         return self

@@ -23,10 +23,19 @@ the probe model, whose output must be finite and not constant.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+try:
+    from .probe_layout import probe_weights, split_parts
+except ImportError:  # run as a script: its folder is first on sys.path
+    from probe_layout import probe_weights, split_parts  # type: ignore[no-redef,import-not-found]
+
+__all__ = ["DEVICE_ORDER", "HALF_KINDS", "TOLERANCES", "RESULT_MARK", "pick_device", "workload", "build_probe_pipeline",
+           "fixed_prompt_embeds", "diffusers_step", "run_check", "engine_modules", "EngineModules", "main"]
 
 DEVICE_ORDER = ("cuda", "xpu", "mps", "directml", "cpu")
 HALF_KINDS = ("cuda", "xpu", "mps")  # devices that compute the pipeline in float16
@@ -100,8 +109,7 @@ def _rel_err(torch: Any, got: Any, ref: Any) -> float:
 
 def workload(torch: Any, device: Any, kind: str, repeats: int = 3) -> List[Dict[str, Any]]:
     """The four operations, each on ``device`` and on the CPU, compared and timed."""
-    import torch.nn.functional as F
-
+    F = torch.nn.functional  # imported by ``import torch``
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(2, 64, 64, 64, generator=g)
     w = torch.randn(64, 64, 3, 3, generator=g) / 24.0
@@ -149,20 +157,32 @@ SD1_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_bloc
                down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
 
 
+class EngineModules(NamedTuple):
+    """What generating with torch imports next to it (the torch worker's engine packages)."""
+
+    diffusers: Any
+    transformers: Any
+    load_file: Any  # safetensors.torch.load_file
+    numpy: Any  # diffusers depends on it: its images are NumPy arrays
+
+
+def engine_modules() -> EngineModules:
+    """Import diffusers, transformers, safetensors and NumPy, which only this script and the torch
+    worker use, in the runtime's interpreter (ImportError names the one missing)."""
+    import diffusers
+    import numpy
+    import transformers
+    from safetensors.torch import load_file  # type: ignore
+
+    return EngineModules(diffusers, transformers, load_file, numpy)
+
+
 def build_probe_pipeline(torch: Any, path: str, device: Any, dtype: Any) -> Any:
     """A ``StableDiffusionPipeline`` from the probe model (its folder or its ``probe.safetensors``:
     SD 1.x weights under the prefixes ``unet.``, ``vae.``, ``te.``, no configs, no tokenizer), on
     ``device`` in ``dtype``. Shared with the torch generation worker
     (:mod:`accelstack.engine.torch_engine`)."""
-    import diffusers
-    import transformers
-    from safetensors.torch import load_file  # type: ignore
-
-    try:
-        from .probe_layout import probe_weights, split_parts
-    except ImportError:  # run as a script: its folder is first on sys.path
-        from probe_layout import probe_weights, split_parts  # type: ignore[no-redef,import-not-found]
-
+    diffusers, transformers, load_file, _np = engine_modules()
     weights_file = probe_weights(path)
     if weights_file is None:
         raise RuntimeError(f"{path} is not a complete accelstack probe model (no probe.json and probe.safetensors)")
@@ -199,9 +219,7 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
     """One 64x64 step of a StableDiffusionPipeline on the probe model (no tokenizer needed:
     the prompt is given as fixed token ids run through the text encoder)."""
     try:
-        import diffusers  # noqa: F401
-        import safetensors.torch  # type: ignore  # noqa: F401
-        import transformers  # noqa: F401
+        np = engine_modules().numpy
     except ImportError as exc:
         return {"ran": False, "ok": True, "detail": f"skipped: {exc.name or exc} is not installed"}
 
@@ -217,8 +235,6 @@ def diffusers_step(torch: Any, device: Any, kind: str, probe: str) -> Dict[str, 
             image = pipe(prompt_embeds=embeds, negative_prompt_embeds=torch.zeros_like(embeds), height=64, width=64,
                          num_inference_steps=1, guidance_scale=7.0, output_type="np",
                          generator=torch.Generator("cpu").manual_seed(42)).images[0]
-        import numpy as np  # diffusers depends on numpy
-
         finite = bool(np.isfinite(image).all())
         spread = float(np.nanmax(image) - np.nanmin(image)) if finite else 0.0
         ok = finite and spread > 0
@@ -263,8 +279,6 @@ def run_check(probe: Optional[str] = None, device_kind: Optional[str] = None) ->
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(description="accelstack torch check (runs inside the target interpreter)")
     ap.add_argument("--probe", default=None, help="probe model folder for the diffusers step")
     ap.add_argument("--device", default=None, choices=DEVICE_ORDER, help="force a device kind")

@@ -3,8 +3,9 @@
 Used by :mod:`accelstack.engine.worker` when the runtime's backend is ``torch``; it runs inside
 the runtime's interpreter (a venv with torch, diffusers, transformers and safetensors), where
 accelstack itself may not be installed, so this module imports only the standard library and
-accelstack's own standard-library modules at the top; torch and diffusers are imported by
-:meth:`TorchBackend.import_runtime`.
+accelstack's own standard-library modules at the top; torch and the engine's packages (diffusers,
+transformers, safetensors, NumPy: :func:`~accelstack.engine.torch_check.engine_modules`) are
+imported by :meth:`TorchBackend.import_runtime`.
 
 The device is picked by :func:`accelstack.engine.torch_check.pick_device` (CUDA > XPU > MPS >
 DirectML > CPU, a device wins only if a small computation on it works); weights are fp16 on
@@ -23,14 +24,16 @@ import os
 import random
 import sys
 import time
-from typing import IO, Any, Dict, List, Tuple
+from typing import IO, Any, Dict, List, Sequence, Tuple
 
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .probe_layout import probe_weights
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
-from .torch_check import HALF_KINDS, build_probe_pipeline, fixed_prompt_embeds, pick_device
+from .torch_check import HALF_KINDS, build_probe_pipeline, engine_modules, fixed_prompt_embeds, pick_device
 from .worker_backend import WorkerBackend
+
+__all__ = ["TorchBackend", "ENGINE_MODULES", "SAMPLER_CLASSES", "SCHEDULE_CONFIG", "DTYPES", "CPU_GENERATOR_KINDS"]
 
 ENGINE_MODULES = ("diffusers", "transformers", "safetensors")  # imported here and in torch_check next to torch
 CPU_GENERATOR_KINDS = ("mps", "directml", "cpu")  # generators on these devices are unsupported or CPU anyway
@@ -60,10 +63,11 @@ class TorchBackend(WorkerBackend):
 
     name = "torch"
 
-    def __init__(self, log_stream: IO[str]) -> None:
-        super().__init__(log_stream)
+    def __init__(self, log_stream: IO[str], lib_dirs: Sequence[str] = (), preload: Sequence[str] = ()) -> None:
+        super().__init__(log_stream, lib_dirs, preload)
         self.torch: Any = None
         self.diffusers: Any = None
+        self.np: Any = None
         self.kind = ""
         self.device_obj: Any = None
         self.device_name = ""
@@ -81,10 +85,8 @@ class TorchBackend(WorkerBackend):
             raise ImportError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed next to torch "
                               f"(the torch worker needs {', '.join(ENGINE_MODULES)}); add them with: "
                               f"{sys.executable} -m pip install {' '.join(missing)}")
-        import diffusers
-        import safetensors  # type: ignore  # noqa: F401
-        import transformers  # noqa: F401
-        self.torch, self.diffusers = torch, diffusers
+        found = engine_modules()
+        self.torch, self.diffusers, self.np = torch, found.diffusers, found.numpy
         self.kind, self.device_obj, self.device_name, self.rejected = pick_device(torch)
         for kind, why in self.rejected.items():
             self.log("WARN", f"device {kind} not used: {why}")
@@ -233,8 +235,7 @@ class TorchBackend(WorkerBackend):
                     first = str(exc).splitlines()[0] if str(exc) else ""
                     self.log("ERROR", f"{type(exc).__name__}: {exc}")
                     raise GenerationError(f"diffusers failed on {self.kind}: {type(exc).__name__}: {first}") from None
-                import numpy as np  # diffusers depends on numpy
-
+                np = self.np
                 rgb = (np.clip(np.nan_to_num(image), 0.0, 1.0) * 255.0).round().astype(np.uint8)
                 h, w = rgb.shape[:2]
                 out.append(GeneratedImage(width=int(w), height=int(h), seed=seed + i,

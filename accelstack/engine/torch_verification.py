@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
+from ..settings import inherited_env
 from ..verdict import VerifyCheck, VerifyReport
 from . import torch_check
 from .protocol import DeviceInfo
@@ -121,7 +121,7 @@ def verify_torch(python: Optional[str] = None, env: Optional[Dict[str, str]] = N
     def alive(seconds: float) -> None:
         progress(ProgressEvent("advance", "verify", task=task, message=f"checking {what}", extra={"elapsed": round(seconds, 1)}))
 
-    data, seconds = _run_check(exe, cmd, {**os.environ, **(env or {})}, timeout, alive)
+    data, seconds = _run_check(exe, cmd, inherited_env(**(env or {})), timeout, alive)
     report = to_verify_report(data, python=exe, seconds=seconds, probe=probe)
     progress(ProgressEvent("end", "verify", task=task, ok=report.ok, message=report.reason or f"PASS in {seconds:.1f} s"))
     return report

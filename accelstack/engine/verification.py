@@ -26,14 +26,11 @@ stores it in receipts).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, List, Mapping, Optional, Tuple, Union
 
-from ..errors import AccelstackError
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..settings import Settings
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
 from .config import EngineOptions
 from .errors import EngineError
@@ -44,8 +41,8 @@ from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
-__all__ = ["verify", "pixel_stats", "image_diff",
-           "probe_request", "default_output", "DEFAULT_TOLERANCE", "DEFAULT_MAX_TOLERANCE"]
+__all__ = ["verify", "pixel_stats", "image_diff", "probe_request", "default_output", "DEFAULT_TOLERANCE",
+           "DEFAULT_MAX_TOLERANCE", "IDENTICAL", "PROBE_SEED"]
 
 log = logging.getLogger(__name__)
 
@@ -91,24 +88,23 @@ def probe_request(seed: int = PROBE_SEED) -> GenerateRequest:
                            cfg_scale=7.0, sampler="euler", scheduler="discrete", seed=seed)
 
 
-def default_output(backend: str, cache: Optional[Path] = None) -> Path:
-    """``verify-<backend>.png`` in ``<cache>/verify`` (``cache`` default: ``Settings.resolve().cache``)."""
-    folder = Path(cache) / "verify" if cache is not None else Settings.resolve().verify_dir
-    return folder / f"verify-{backend}.png"
+def default_output(backend: str, folder: Path) -> Path:
+    """``verify-<backend>.png`` in ``folder`` (the caller's ``Settings.verify_dir``)."""
+    return Path(folder) / f"verify-{backend}.png"
 
 
-def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options: Optional[EngineOptions] = None,
-           policy: Optional[SupervisorPolicy] = None, cpu_runtime: Optional[Runtime] = None,
-           tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED, seed: int = PROBE_SEED,
-           probe_cache: Optional[Path] = None, progress: ProgressCallback = null_progress,
-           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True,
-           records: Optional[Path] = None) -> VerifyReport:
+def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, records: Optional[Path],
+           options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
+           cpu_runtime: Optional[Runtime] = None, tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED,
+           seed: int = PROBE_SEED, progress: ProgressCallback = null_progress,
+           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True) -> VerifyReport:
     """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
     torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
 
-    ``output`` (the probe image) defaults to :func:`default_output`, ``probe_cache`` to
-    ``Settings.resolve().probe_cache``, ``records`` (where probe image records are kept and read,
-    :mod:`.probe_record`) to ``Settings.resolve().verify_dir``. A runtime that fails gives ``ok=False`` and the reason.
+    The caller names every path (the core passes its Settings'): ``output`` (the probe image, e.g.
+    :func:`default_output`), ``probe_cache`` (where the probe model is made) and ``records`` (where
+    probe image records are kept and read, :mod:`.probe_record`; None: none, so the image is
+    generated twice). A runtime that fails gives ``ok=False`` and the reason.
     A temporary probe stays for this process's next verify unless ``keep_probe`` is False (a
     command that verifies once: it is removed while the worker exits, not after).
     """
@@ -145,8 +141,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
     report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path,
                           probe_temporary=probe.temporary)
     request = probe_request(seed)
-    records = Path(records) if records is not None else _records_dir()
-    out = Path(output) if output is not None else default_output(runtime.backend)
+    out = Path(output)
 
     def check(name: str, ok: bool, detail: str) -> None:
         report.checks.append(VerifyCheck(name, ok, detail))
@@ -171,7 +166,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
             return fail(f"the runtime could not load the probe model: {exc.message}")
         report.device, report.load_seconds = st.device, st.load_seconds
         check("load", True, f"{st.load_seconds:.2f} s on {_device_name(st.device)}")
-        fell_back = _fell_back_to_cpu(runtime, st.device)
+        fell_back = _fell_back_to_cpu(runtime, st.device, sup.launch_env)
         if fell_back:
             # what the GPU backend itself printed about its devices ("ggml_vulkan: No devices found.")
             said = [line.strip() for line in sup.log_tail(400) if line.lstrip().startswith(_BACKEND_LOG_PREFIXES)]
@@ -186,7 +181,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
                          device=st.device, options=sup.options, env=runtime.env, request=request,
                          probe={"format": probe.format_version, "seed": probe.seed, "dtype": probe.dtype,
                                 "parameters": probe.parameters})
-        earlier = recall(records, key) if records is not None else None
+        earlier = recall(Path(records), key) if records is not None else None
         second: Optional[GenerateResult] = None
         try:
             first = sup.generate(request, label="probe generation" if earlier else "probe generation 1 of 2")
@@ -231,7 +226,7 @@ def verify(runtime: Runtime, output: Optional[Union[str, Path]] = None, options:
         return fail("; ".join(f"{c.name}: {c.detail}" for c in failed))
     report.ok = True
     if second is not None and records is not None:  # the repeat here passed: later verifies compare with this image
-        remember(records, key, image_digest(second.images[0].pixels))
+        remember(Path(records), key, image_digest(second.images[0].pixels))
     log.info("verify of %s: PASS", runtime.path)
     report.total_seconds = round(time.perf_counter() - start, 4)
     progress(ProgressEvent("end", "verify", task=task, ok=True, done=len(report.checks), total=len(report.checks),
@@ -243,27 +238,32 @@ _CHECKS = ("load", "size", "pixels", "deterministic")  # every runtime's; a GPU 
 
 
 def _gpu_engine(runtime: Runtime) -> bool:
-    """A GPU runtime of stable-diffusion.cpp: the one whose device is checked."""
-    return runtime.is_gpu and runtime.backend != "torch"
+    """A GPU runtime of a stack whose worker reports its device: the one whose device is checked."""
+    return runtime.is_gpu and runtime.traits.device_check
 
 
 _GPU_TEXT = {"cuda": "CUDA", "vulkan": "Vulkan", "rocm": "ROCm", "metal": "Metal", "sycl": "SYCL"}
 _BACKEND_LOG_PREFIXES = ("ggml_vulkan:", "ggml_cuda_init:", "ggml_metal_init:", "ggml_sycl_init:")
+# backend -> (the variable that selects its devices, what a fall-back says when it is not set)
+_DEVICE_SELECTORS = {"vulkan": ("GGML_VK_VISIBLE_DEVICES", "ggml-vulkan skips CPU-type devices such as lavapipe "
+                                "unless GGML_VK_VISIBLE_DEVICES names them")}
 
 
-def _fell_back_to_cpu(runtime: Runtime, device: Optional[DeviceInfo]) -> str:
+def _fell_back_to_cpu(runtime: Runtime, device: Optional[DeviceInfo], worker_env: Mapping[str, str]) -> str:
     """Why a GPU runtime ran on the CPU instead ("" when it did not): the worker reports the ggml
-    device stable-diffusion.cpp initialized for the model."""
-    if not runtime.is_gpu or runtime.backend == "torch" or device is None:
+    device stable-diffusion.cpp initialized for the model; ``worker_env`` is the environment it
+    was started with (what selects its devices)."""
+    if not _gpu_engine(runtime) or device is None:
         return ""
     if device.kind != "cpu" and device.name.upper() != "CPU":
         return ""
     text = _GPU_TEXT.get(runtime.backend, runtime.backend)
     reason = f"the {runtime.backend} runtime ran on the CPU: no {text} device was initialized"
-    if runtime.backend == "vulkan":
-        named = runtime.env.get("GGML_VK_VISIBLE_DEVICES", os.environ.get("GGML_VK_VISIBLE_DEVICES"))
-        reason += (" (ggml-vulkan skips CPU-type devices such as lavapipe unless GGML_VK_VISIBLE_DEVICES names them)"
-                   if named is None else f" (GGML_VK_VISIBLE_DEVICES={named})")
+    selector = _DEVICE_SELECTORS.get(runtime.backend)
+    if selector is not None:
+        var, unset = selector
+        named = worker_env.get(var)
+        reason += f" ({unset})" if named is None else f" ({var}={named})"
     return reason
 
 
@@ -271,16 +271,6 @@ def _device_name(device: Optional[DeviceInfo]) -> str:
     if device is None:
         return "unknown device"
     return f"{device.name} ({device.description})" if device.description and device.description != device.name else device.name
-
-
-def _records_dir() -> Optional[Path]:
-    """Where probe image records are kept; None (no records: two generations) when the settings
-    cannot be read, which a caller that names every path never needed before."""
-    try:
-        return Settings.resolve().verify_dir
-    except AccelstackError as exc:
-        log.info("no probe image records: %s", exc)
-        return None
 
 
 def _deterministic(report: VerifyReport, check: Callable[[str, bool, str], None], pixels: bytes,

@@ -26,7 +26,12 @@ import time
 from pathlib import Path
 from typing import List, Optional, Union
 
+import psutil
+
+from .. import fsio
 from ..limits import CRASH_LOG_KEEP_SECONDS, WORKER_DIR_STALE_SECONDS, MalformedInput, parse_json
+
+__all__ = ["PREFIX", "MARKER", "make", "mark_crashed", "clean_stale", "WORKER_DIR_STALE_SECONDS", "CRASH_LOG_KEEP_SECONDS"]
 
 PREFIX = "accelstack-worker-"
 MARKER = "accelstack-worker.json"
@@ -37,8 +42,6 @@ log = logging.getLogger(__name__)
 
 def _started(pid: int) -> Optional[float]:
     """When process ``pid`` started (None if there is none, or it cannot be told)."""
-    import psutil
-
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, OSError, ValueError):
@@ -47,9 +50,7 @@ def _started(pid: int) -> Optional[float]:
 
 def _write_marker(folder: Path, crashed: bool) -> None:
     data = {"pid": os.getpid(), "started": _started(os.getpid()), "created": time.time(), "crashed": crashed}
-    tmp = folder / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, folder / MARKER)
+    fsio.write_text(folder / MARKER, json.dumps(data), durable=False)
 
 
 def make(root: Optional[Union[str, Path]] = None) -> Path:

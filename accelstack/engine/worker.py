@@ -1,7 +1,8 @@
 """The generation worker: a child process that loads the stack and serves a tiny HTTP API.
 
-    python -m accelstack.engine.worker --ready-file F --parent-pid P [--model M] [--options JSON]
-                                       [--backend ggml|torch] [--await-model SECONDS]
+    python -m accelstack.engine.worker --ready-file F --parent-pid P --token-file T [--model M]
+                                       [--options JSON] [--backend ggml|torch] [--await-model SECONDS]
+                                       [--lib-dir DIR]... [--preload FILE]...
 
 ``--await-model`` is for a model still being written when the worker starts (``verify`` starts
 it while the probe is synthesized): the file appears whole, renamed into place, and the worker
@@ -9,11 +10,14 @@ waits up to SECONDS for it after importing the runtime, then loads it.
 
 ``--backend torch`` generates with torch/diffusers (:mod:`accelstack.engine.torch_engine`)
 instead of stable-diffusion.cpp; everything else (HTTP API, status, progress) is shared.
+``--lib-dir`` and ``--preload`` are the runtime's outside libraries (its note, read by the
+parent: :meth:`Runtime.worker_command`), loaded in order before the bindings.
 
 Launched by :mod:`accelstack.engine.supervisor` (through the bootstrap of
 :meth:`Runtime.worker_command`, which skips ``accelstack/__init__`` and its dependencies) with the
-runtime directory first on ``PYTHONPATH`` and the plan's environment applied; the token arrives in
-``ACCELSTACK_WORKER_TOKEN`` (never on the command line, where other users could read it).
+runtime directory first on ``PYTHONPATH`` and the plan's environment applied. Everything it is told
+comes from its options; the token is in the file ``--token-file`` names (in the supervisor's
+private folder, removed once read), never on the command line, where other users could read it.
 
 It binds 127.0.0.1 on a free port, writes ``{"port", "pid"}`` to the ready file (atomically),
 then loads the model. Every request must carry ``Authorization: Bearer <token>``.
@@ -49,22 +53,26 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Type
 
+from .. import fsio
 from ..serde import from_dict
 from .config import EngineOptions
 from .errors import ModelLoadError
 from .ggml_backend import GgmlBackend
-from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, TOKEN_ENV
+from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, MAX_TOKEN_BYTES
+from .torch_engine import TorchBackend
 from .worker_backend import WorkerBackend
 from .worker_server import make_server
-from .worker_state import STATUS_DELAY_ENV, WorkerState
+from .worker_state import WorkerState
 
-__all__ = ["main", "TOKEN_ENV", "STATUS_DELAY_ENV"]
+__all__ = ["main", "WORKER_BACKENDS", "read_token"]
 
 HEARTBEAT_INTERVAL = 1.0
 PARENT_POLL_INTERVAL = 0.5
 AWAIT_MODEL_POLL = 0.005  # a stat every 5 ms while verify writes the probe (about 0.3 s)
+# ``--backend`` -> the stack's side of the worker (a runtime's StackTraits.stack names one)
+WORKER_BACKENDS: Dict[str, Type[WorkerBackend]] = {cls.name: cls for cls in (GgmlBackend, TorchBackend)}
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -83,10 +91,25 @@ def _heartbeat(state: WorkerState) -> None:
 
 
 def _write_ready(path: str, payload: Dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh)
-    os.replace(tmp, path)
+    """The supervisor waits for this file: it appears whole (a file of this launch, so no fsync)."""
+    fsio.write_text(path, json.dumps(payload), durable=False)
+
+
+def read_token(path: str) -> str:
+    """The token in ``path``, which is removed (a token stays in the worker's memory only); "" when
+    there is none to read."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_TOKEN_BYTES + 1)
+    except OSError:
+        return ""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return "" if len(raw) > MAX_TOKEN_BYTES else raw.decode("ascii", "replace").strip()
 
 
 def _await_model(path: str, seconds: float) -> None:
@@ -104,23 +127,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--parent-pid", type=int, required=True)
     ap.add_argument("--model", default="")
     ap.add_argument("--options", default="{}")
-    ap.add_argument("--backend", default="ggml", help="ggml (stable-diffusion.cpp) or torch (diffusers)")
+    ap.add_argument("--token-file", default="", help="the file holding the token requests must carry (removed once read)")
+    ap.add_argument("--backend", default=GgmlBackend.name, choices=sorted(WORKER_BACKENDS),
+                    help="ggml (stable-diffusion.cpp) or torch (diffusers)")
     ap.add_argument("--await-model", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for the model file to appear before loading it")
+    ap.add_argument("--lib-dir", action="append", default=[], metavar="DIR", help="a folder of the runtime's outside libraries")
+    ap.add_argument("--preload", action="append", default=[], metavar="FILE",
+                    help="a library to load before the runtime (in the order given)")
     args = ap.parse_args(argv)
-    token = os.environ.pop(TOKEN_ENV, "")
+    token = read_token(args.token_file)
     if not token:
-        sys.stderr.write("accelstack worker: no token in the environment; refusing to serve\n")
+        sys.stderr.write("accelstack worker: no token (--token-file names none to read); refusing to serve\n")
         return 2
     threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
 
-    backend: WorkerBackend
-    if args.backend == "torch":
-        from .torch_engine import TorchBackend
-
-        backend = TorchBackend(sys.stderr)
-    else:
-        backend = GgmlBackend(sys.stderr)
+    backend = WORKER_BACKENDS[args.backend](sys.stderr, args.lib_dir, args.preload)
     state = WorkerState(backend, token)
     backend.on_progress = state.on_progress
     server = make_server(state)

@@ -10,26 +10,34 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
-from typing import IO, Any, Callable, Deque, List, Mapping, Optional, Tuple
+from typing import IO, Any, Callable, Deque, List, Mapping, Optional, Sequence, Tuple
 
 from .config import EngineOptions
 from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
 
-# Set by Runtime.worker_env from the runtime's library note (accelstack.engine.runtime): the
-# directories of the shared CUDA libraries, and the files to load from them first, in order.
+__all__ = ["WorkerBackend", "load_runtime_libraries", "libraries_in", "LIB_DIRS_ENV", "PRELOAD_ENV"]
+
+# Set by Runtime.worker_env from the runtime's library note (accelstack.engine.runtime), for a child
+# that starts the runtime without the worker's options (the core's import check): the directories of
+# the shared CUDA libraries, and the files to load from them first, in order. The worker itself gets
+# them as options (``--lib-dir``, ``--preload``).
 LIB_DIRS_ENV = "ACCELSTACK_LIB_DIRS"
 PRELOAD_ENV = "ACCELSTACK_PRELOAD_LIBS"
 _loaded: List[Any] = []  # the handles stay alive for the life of the worker
 
 
-def load_runtime_libraries(environ: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Load the runtime's shared libraries before its own (a CUDA build links ``libcudart.so.13``
-    by name; once a library of that name is loaded, the dynamic loader uses it). Windows: their
-    directories are also added to the DLL search path. Returns the files loaded; a file that does
+def libraries_in(environ: Mapping[str, str]) -> Tuple[List[str], List[str]]:
+    """(directories, files to preload) as :meth:`Runtime.worker_env` wrote them into ``environ``."""
+    dirs = [d for d in environ.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
+    files = [f for f in environ.get(PRELOAD_ENV, "").split(os.pathsep) if f]
+    return dirs, files
+
+
+def load_runtime_libraries(dirs: Sequence[str], files: Sequence[str]) -> List[str]:
+    """Load the runtime's shared libraries ``files`` before its own (a CUDA build links ``libcudart.so.13``
+    by name; once a library of that name is loaded, the dynamic loader uses it). Windows: ``dirs``
+    are also added to the DLL search path. Returns the files loaded; a file that does
     not load raises ImportError naming it (the worker reports it as a failed import)."""
-    env = os.environ if environ is None else environ
-    dirs = [d for d in env.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
-    files = [f for f in env.get(PRELOAD_ENV, "").split(os.pathsep) if f]
     if os.name == "nt":
         for d in dirs:
             try:
@@ -48,12 +56,15 @@ def load_runtime_libraries(environ: Optional[Mapping[str, str]] = None) -> List[
 
 class WorkerBackend:
     """One stack inside the worker. ``log_tail`` keeps the last (level, line) pairs the runtime
-    logged (they explain a failed load); ``on_progress(step, steps)`` is set by the worker."""
+    logged (they explain a failed load); ``on_progress(step, steps)`` is set by the worker.
+    ``lib_dirs`` and ``preload`` are the runtime's outside libraries (the worker's options), which
+    :meth:`import_runtime` loads first where the stack has them."""
 
     name = ""
 
-    def __init__(self, log_stream: IO[str]) -> None:
+    def __init__(self, log_stream: IO[str], lib_dirs: Sequence[str] = (), preload: Sequence[str] = ()) -> None:
         self.log_stream = log_stream
+        self.lib_dirs, self.preload = list(lib_dirs), list(preload)
         self.log_tail: Deque[Tuple[str, str]] = collections.deque(maxlen=200)
         self.sd: Any = None  # the loaded model (None until load)
         self.on_progress: Callable[[int, int], None] = lambda step, steps: None

@@ -43,6 +43,8 @@ from ..serde import from_dict, to_dict
 from .protocol import EXIT_CANCELLED, EXIT_OK, GenerateRequest
 from .worker_state import WorkerState
 
+__all__ = ["make_server", "make_handler", "WorkerHTTPServer", "exit_soon", "MAX_WAIT"]
+
 MAX_WAIT = 30.0  # longest a long-polling request may wait
 MAX_QUERY_FIELDS = 8
 _DIGITS = re.compile(r"[0-9]{1,12}")
@@ -253,8 +255,6 @@ def make_handler(state: WorkerState) -> Type[BaseHTTPRequestHandler]:
             if not self._authorized():
                 return
             url = urlparse(self.path)
-            if url.path in ("/ping", "/status") and state.status_delay and state.phase == "generating":
-                time.sleep(state.status_delay)
             query = self._query()
             if query is None:
                 return

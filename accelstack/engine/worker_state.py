@@ -17,9 +17,13 @@ from .errors import GenerationError
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult, WorkerStatus
 from .worker_backend import WorkerBackend
 
-# Fault injection for the supervisor's tests: while generating, make /ping and /status this many
-# seconds slow, as they are in a worker whose server thread cannot get the GIL during a heavy step.
-STATUS_DELAY_ENV = "ACCELSTACK_WORKER_TEST_STATUS_DELAY"
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
+__all__ = ["WorkerState", "LOAD_PROGRESS_INTERVAL"]
+
 LOAD_PROGRESS_INTERVAL = 0.2  # seconds between two status changes for the loading's progress
 
 
@@ -29,9 +33,9 @@ def _rss_bytes() -> Optional[int]:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError, AttributeError):
         pass
+    if resource is None:
+        return None
     try:
-        import resource
-
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
     except Exception:
@@ -63,7 +67,6 @@ class WorkerState:
         self.sampling: List[float] = []  # [start, end] of the sampling loop of the current image
         self.sampling_total = 0.0
         self.stop = threading.Event()
-        self.status_delay = float(os.environ.get(STATUS_DELAY_ENV, "0") or 0)
         self._load_changed = 0.0  # perf_counter of the last loading progress a reader was woken for
 
     def changed(self) -> None:

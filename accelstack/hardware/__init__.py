@@ -1,150 +1,25 @@
 """Detection: System -> HardwareReport. Reports facts and problems; never decides what to install.
 
-    report = detect()                                   # this machine
-    report = detect(ReplaySystem("captures/laptop"))    # a captured machine, on any OS
-    report = detect(home=Path("/data/accelstack"))      # measure free disk where runtimes will go
+    report = detect(home=Path("/data/accelstack"))      # this machine; free disk measured where runtimes go
+    report = detect(ReplaySystem("captures/laptop"), home=None)   # a captured machine, on any OS
+    report = detect(home=home, cache=settings.detect_cache)       # the Vulkan enumeration kept between runs
+
+``accelstack.detect`` (the core) passes the home, the cache folder and the timeout from ``Settings``;
+nothing here resolves a setting of its own.
 """
 from __future__ import annotations
 
-import logging
-import time
-from pathlib import Path
-from typing import Callable, List, Optional, Tuple, TypeVar
+from ..lazy import lazy_exports
 
-from ..errors import Action
-from ..settings import Settings
-from . import assess, linux, macos, windows
-from .capture import CapturingSystem
-from .common import Probe
-from .live import LiveSystem
-from .protocol import DEFAULT_TIMEOUT, PlatformFacts, System, SystemEnviron
-from .replay import ReplaySystem
-from .report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo, Problem
+__all__ = ["detect", "HomeRule", "HardwareReport", "GPU", "Problem", "System", "LiveSystem", "ReplaySystem",
+           "CapturingSystem"]
 
-__all__ = ["detect", "HardwareReport", "GPU", "Problem", "System", "LiveSystem", "ReplaySystem", "CapturingSystem"]
+# Loaded on first use: a command that only reads a saved report (``plan --hardware``) imports
+# ``accelstack.hardware.report`` without the probes, the Systems or their subprocess machinery.
+_EXPORTS = {
+    "detect": ".detection", "HomeRule": ".detection",
+    "HardwareReport": ".report", "GPU": ".report", "Problem": ".report",
+    "System": ".protocol", "LiveSystem": ".live", "ReplaySystem": ".replay", "CapturingSystem": ".capture",
+}
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "armv8": "arm64"}
-
-
-def default_home(system: System, facts: PlatformFacts) -> Path:
-    """Where runtimes go by default, so free disk is measured there: the rule of ``Settings.home``,
-    applied to the System's own environment and OS (a replayed Windows capture gets a Windows home;
-    on this machine it is exactly the home every other command uses)."""
-    if isinstance(system, LiveSystem):
-        return Settings.resolve_home()
-    return Settings.resolve_home(env=SystemEnviron(system), os_name=facts.os_name)
-
-
-def _stage(probe: Probe, what: str, fn: Callable[[], T], default: T) -> T:
-    """``fn()``, or ``default`` with a problem when it raises.
-
-    Probes parse what drivers and tools print, and a capture from a bug report may hold anything:
-    output no parser expected (JSON that is not an object, a version of a million digits) must
-    cost that one fact, not the whole detection.
-    """
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001 - any parser failure becomes a reported problem
-        log.debug("detection stage %s failed", what, exc_info=True)
-        detail = f"{type(exc).__name__}: {exc}"
-        if len(detail) > 200:
-            detail = detail[:197] + "..."
-        probe.problem(f"probe_failed_{what.replace(' ', '_')}", f"could not read {what}: {detail}",
-                      "detection went on without it; please report this with a capture of the machine",
-                      "warning", action=Action.REPORT_BUG)
-        return default
-
-
-def detect(system: Optional[System] = None, *, home: Optional[Path] = None, timeout: float = DEFAULT_TIMEOUT) -> HardwareReport:
-    """Look at the machine through ``system`` (default: this machine) and report what is there.
-
-    ``home`` is where runtimes will be installed; free disk is measured there (default: by the
-    rule of ``Settings.home``). ``timeout`` bounds each external command. Never raises on odd
-    machines: what cannot be read becomes a problem in the report."""
-    start = time.perf_counter()
-    system = LiveSystem() if system is None else system
-    facts = system.platform()
-    probe = Probe(system, timeout=timeout)
-    os_name = facts.os_name
-    arch = _ARCH.get(facts.machine.lower(), facts.machine.lower())
-    info = OSInfo(
-        name=os_name,
-        kernel=facts.release,
-        arch=arch,
-        python_version=facts.python_version,
-        libc=facts.libc,
-        libc_version=facts.libc_version,
-    )
-    report = HardwareReport(os=info, cpu=CPUInfo(), memory=MemoryInfo())
-    kfd_ok: Optional[bool] = None
-    icds: List[str] = []
-    level_zero = ""
-
-    if os_name == "linux":
-        _stage(probe, "os info", lambda: linux.os_info(probe, info), None)
-        report.cpu = _stage(probe, "cpu info", lambda: linux.cpu_info(probe, arch), report.cpu)
-        report.gpus = _stage(probe, "gpus", lambda: linux.gpus(probe, os_name, info.wsl), [])
-        if any(g.vendor == "amd" for g in report.gpus):
-            report.rocm_version = _stage(probe, "rocm version", lambda: linux.rocm_version(probe), "")
-            kfd_ok = _stage(probe, "kfd", lambda: _check_kfd(probe, report), False)
-        no_vulkan: Tuple[str, List[str]] = ("", [])
-        report.vulkan_loader, icds = _stage(probe, "vulkan", lambda: linux.vulkan(probe), no_vulkan)
-        report.vulkan_loader_version, report.vulkan_devices = _stage(
-            probe, "vulkan devices", lambda: linux.vulkan_devices(probe, report.vulkan_loader, report.gpus),
-            ("", report.vulkan_devices))
-        if any(g.vendor == "intel" for g in report.gpus):
-            level_zero = _stage(probe, "level zero", lambda: linux.level_zero(probe), "")
-        if report.gpus and not report.vulkan_loader and not info.wsl:
-            probe.problem(
-                "vulkan_loader_missing",
-                "no Vulkan loader (libvulkan.so.1) is installed",
-                "install your distribution's Vulkan loader and GPU driver package (e.g. libvulkan1 and mesa-vulkan-drivers) to use Vulkan builds",
-                "info",
-            )
-    elif os_name == "windows":
-        _stage(probe, "windows hardware", lambda: windows.probe(probe, report), None)
-    elif os_name == "macos":
-        _stage(probe, "macos hardware", lambda: macos.probe(probe, report), None)
-    else:
-        probe.problem("unknown_os", f"{facts.system} is not a platform accelstack knows", "only the CPU will be used", "warning")
-
-    if not (report.cpu.physical_cores and report.cpu.logical_cores):
-        physical, logical = system.cpu_count()
-        report.cpu.physical_cores = report.cpu.physical_cores or physical
-        report.cpu.logical_cores = report.cpu.logical_cores or logical
-    total, available = system.memory()
-    at: Optional[Path] = home if home is not None else _stage(probe, "runtime home", lambda: default_home(system, facts), None)
-    where = str(at) if at is not None else ""
-    report.memory = MemoryInfo(ram_total=total, ram_available=available, disk_path=where,
-                               disk_free=system.disk_free(where) if where else None)
-
-    report.problems = probe.problems  # the same list: the assessment reads what the probes found
-    _stage(probe, "accelerator APIs", lambda: assess.add_gpu_apis(report, kfd_ok=kfd_ok, vulkan_icds=icds,
-                                                                   level_zero=level_zero), None)
-    _stage(probe, "cpu features", lambda: assess.cpu_problems(report, probe.problem), None)
-    report.preference = _stage(probe, "preference", lambda: assess.order_preference(report), [])
-    for i, g in enumerate(report.gpus):
-        g.index = i
-    report.problems = probe.problems
-    report.duration_ms = round((time.perf_counter() - start) * 1000, 3)
-    return report
-
-
-def _check_kfd(probe: Probe, report: HardwareReport) -> bool:
-    """ROCm needs read-write access to /dev/kfd; say exactly how to get it when we lack it."""
-    if not probe.system.exists("/dev/kfd"):
-        if any(g.vendor == "amd" and g.driver == "amdgpu" for g in report.gpus):
-            msg = "/dev/kfd does not exist"
-            hint = "load the amdgpu driver with KFD support" + (" and pass --device /dev/kfd --device /dev/dri to the container" if report.os.container else "")
-            probe.problem("kfd_missing", msg, hint, "warning")
-        return False
-    if not probe.system.access("/dev/kfd", "rw"):
-        hint = "add your user to the render and video groups (sudo usermod -aG render,video $USER) and log in again"
-        if report.os.container:
-            hint = "start the container with --device /dev/kfd --device /dev/dri --group-add video --group-add render"
-        probe.problem("kfd_not_writable", "/dev/kfd is not readable and writable by this user, so ROCm cannot use the GPU", hint, "error")
-        return False
-    return True
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -11,6 +11,8 @@ from ..domain import ApiName
 from . import tables
 from .report import GPU, AcceleratorAPI, HardwareReport, Preference
 
+__all__ = ["add_gpu_apis", "cpu_problems", "order_preference"]
+
 GiB = 1024 ** 3
 
 

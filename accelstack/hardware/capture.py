@@ -13,6 +13,7 @@ Capture format, version 1 (a directory):
                         "dirs": {PATH: [names]|null},
                         "errors": {PATH: "ENOENT"|"EACCES"|...},
                         "memory": [total, available], "disk": {PATH: free},
+                        "stat": {PATH: [size, mtime_ns]|null},
                         "cpu_count": [physical, logical],
                         "commands": [{"argv": [...], "returncode": int, "stdout": "commands/N.out",
                                       "stderr": "commands/N.err", "timed_out": bool,
@@ -34,7 +35,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UsageError
-from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts, System
+from .protocol import DEFAULT_TIMEOUT, CommandResult, FileStamp, PlatformFacts, RunningCommand, System
+
+__all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "CapturingSystem", "relative_file_path"]
 
 CAPTURE_FORMAT = "accelstack-capture"
 CAPTURE_VERSION = 1
@@ -61,6 +64,7 @@ class CapturingSystem:
         self.exists_log: Dict[str, bool] = {}
         self._memory: Tuple[Optional[int], Optional[int]] = (None, None)
         self.disk: Dict[str, Optional[int]] = {}
+        self.stats: Dict[str, Optional[List[int]]] = {}
         self._cpu_count: Tuple[Optional[int], Optional[int]] = (None, None)
 
     def platform(self) -> PlatformFacts:
@@ -105,6 +109,14 @@ class CapturingSystem:
         result = self.inner.run(argv, timeout)
         self.commands.append(result)
         return result
+
+    def start(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> RunningCommand:
+        return _Recorded(self.inner.start(argv, timeout), self.commands)
+
+    def stat(self, path: str) -> Optional[FileStamp]:
+        stamp = self.inner.stat(path)
+        self.stats[path] = list(stamp) if stamp is not None else None
+        return stamp
 
     def which(self, name: str) -> Optional[str]:
         path = self.inner.which(name)
@@ -174,11 +186,26 @@ class CapturingSystem:
             "errors": self.errors,
             "memory": list(self._memory),
             "disk": self.disk,
+            "stat": self.stats,
             "cpu_count": list(self._cpu_count),
             "commands": commands,
         }
         (root / "capture.json").write_text(json.dumps(index, indent=2, sort_keys=True), encoding="utf-8")
         return root
+
+
+class _Recorded:
+    """A started command of the wrapped System, recorded when it is collected."""
+
+    def __init__(self, running: RunningCommand, log: List[CommandResult]) -> None:
+        self.running, self.log = running, log
+        self._result: Optional[CommandResult] = None
+
+    def result(self) -> CommandResult:
+        if self._result is None:
+            self._result = self.running.result()
+            self.log.append(self._result)
+        return self._result
 
 
 def relative_file_path(path: str) -> str:

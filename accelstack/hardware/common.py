@@ -8,8 +8,11 @@ from typing import Dict, List, Optional, Tuple
 from ..domain import GpuKind, Severity
 from ..errors import Action
 from . import tables
-from .protocol import DEFAULT_TIMEOUT, CommandResult, System
-from .report import GPU, Problem
+from .protocol import DEFAULT_TIMEOUT, CommandResult, RunningCommand, System
+from .report import GPU, Problem, Record
+
+__all__ = ["MIB", "NVIDIA_SMI_QUERY", "NVIDIA_SMI_QUERY_OLD", "Probe", "SmiGPU", "check_driver_age", "classify_kind",
+           "fill_nvidia", "newest_usable_branch", "norm_bus_id", "nvidia_driver_hint", "parse_smi_csv", "query_nvidia_smi"]
 
 NVIDIA_SMI_QUERY = [
     "nvidia-smi",
@@ -24,8 +27,8 @@ NVIDIA_SMI_QUERY_OLD = [  # drivers before ~510 reject the compute_cap field
 MIB = 1024 * 1024
 
 
-@dataclass
-class Probe:
+@dataclass(eq=False, repr=False)  # Record's == and repr
+class Probe(Record):
     """What a per-OS probe accumulates: the system to ask, and problems found on the way."""
 
     system: System
@@ -71,15 +74,30 @@ class Probe:
             return []
 
     def run(self, argv: List[str], what: str) -> CommandResult:
-        result = self.system.run(argv, self.timeout)
+        return self.checked(self.system.run(argv, self.timeout), what)
+
+    def start(self, argv: List[str], what: str) -> RunningCommand:
+        """:meth:`run`, collected later with ``result()`` (the problem of a hung command is said then)."""
+        return _Started(self, self.system.start(argv, self.timeout), what)
+
+    def checked(self, result: CommandResult, what: str) -> CommandResult:
+        """``result``, with a problem when the command did not answer in time."""
         if result.timed_out:
             self.problem(
                 f"{what}_hung",
-                f"`{' '.join(argv[:2])}` did not answer within {self.timeout:g} s",
+                f"`{' '.join(result.argv[:2])}` did not answer within {self.timeout:g} s",
                 "a wedged GPU or driver often causes this: reboot, or reload the driver",
                 "error",
             )
         return result
+
+
+class _Started:
+    def __init__(self, probe: Probe, running: RunningCommand, what: str) -> None:
+        self.probe, self.running, self.what = probe, running, what
+
+    def result(self) -> CommandResult:
+        return self.probe.checked(self.running.result(), self.what)
 
 
 def norm_bus_id(bus: str) -> str:
@@ -104,8 +122,10 @@ def _num(text: str) -> Optional[float]:
         return None
 
 
-@dataclass
-class SmiGPU:
+@dataclass(eq=False, repr=False)  # Record's == and repr
+class SmiGPU(Record):
+    """One row of ``nvidia-smi --query-gpu`` (sizes in bytes)."""
+
     index: int
     bus_id: str
     name: str

@@ -10,6 +10,8 @@ from typing import Dict, Iterable, List, Optional, Set
 
 from .report import CPUInfo
 
+__all__ = ["KEEP", "cpu_from_sysctl", "normalize_features", "parse_proc_cpuinfo", "parse_sysctl", "x86_64_level"]
+
 # /proc/cpuinfo and sysctl spellings -> our names. Flags not listed keep their own name
 # if they are in KEEP, and are dropped otherwise (the raw list is hundreds long).
 _ALIASES = {

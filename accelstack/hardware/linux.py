@@ -17,6 +17,10 @@ from .common import Probe, SmiGPU, check_driver_age, classify_kind, fill_nvidia,
 from .cpu import parse_proc_cpuinfo
 from .report import GPU, CPUInfo, OSInfo, VulkanDevice
 
+__all__ = ["GPU_CLASSES", "KFD_NODES", "LEVEL_ZERO_LOADERS", "PCI_ROOT", "TEGRA_RELEASE", "VULKAN_ICD_DIRS",
+           "VULKAN_LOADERS", "cpu_info", "gpus", "jetson_gpu", "kfd_targets", "level_zero", "nvidia_module_version",
+           "os_info", "os_release", "pci_gpus", "rocm_version", "vulkan", "vulkan_devices"]
+
 PCI_ROOT = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 TEGRA_RELEASE = "/etc/nv_tegra_release"  # "# R36 (release), REVISION: 3.0, ..." on every L4T system
@@ -37,9 +41,28 @@ LEVEL_ZERO_LOADERS = (
 )
 
 
+def os_release(text: str) -> Dict[str, str]:
+    """``KEY=value`` / ``KEY="value"`` lines of os-release; a line that is neither is skipped.
+
+    Parsed by hand, not with a regular expression: compiling one costs more than this whole parse,
+    on every detection."""
+    fields: Dict[str, str] = {}
+    for line in text.split("\n"):
+        key, sep, value = line.partition("=")
+        if not sep or not key or not all(c.isalnum() or c == "_" for c in key):
+            continue
+        if value.startswith('"'):
+            value = value[1:]
+        if value.endswith('"'):
+            value = value[:-1]
+        if '"' not in value:
+            fields[key] = value
+    return fields
+
+
 def os_info(probe: Probe, info: OSInfo) -> None:
     text = probe.read("/etc/os-release") or ""
-    fields = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', text, re.M))
+    fields = os_release(text)
     info.version = fields.get("PRETTY_NAME", "") or " ".join(filter(None, [fields.get("NAME"), fields.get("VERSION_ID")]))
     proc_version = probe.read_line("/proc/version")
     info.wsl = "microsoft" in proc_version.lower() or probe.system.exists("/dev/dxg")
@@ -124,7 +147,7 @@ def nvidia_module_version(probe: Probe) -> Tuple[str, str]:
     if version:
         return version, "/sys/module/nvidia/version"
     text = probe.read("/proc/driver/nvidia/version") or ""
-    m = re.search(r"Kernel Module(?: for \w+)?\s+([\d.]+)", text)
+    m = re.search(r"Kernel Module(?: for \w+)?\s+([\d.]+)", text) if text else None
     if m:
         return m.group(1), "/proc/driver/nvidia/version"
     return "", ""
@@ -229,8 +252,9 @@ def level_zero(probe: Probe) -> str:
     return next((p for p in LEVEL_ZERO_LOADERS if probe.system.exists(p)), "")
 
 
-def gpus(probe: Probe, os_name: str, wsl: bool) -> List[GPU]:
-    found = pci_gpus(probe)
+def gpus(probe: Probe, os_name: str, wsl: bool, pci: Optional[List[GPU]] = None) -> List[GPU]:
+    """Every GPU, completed from the drivers; ``pci`` is what :func:`pci_gpus` found (read again when None)."""
+    found = pci_gpus(probe) if pci is None else pci
     nvidia = [g for g in found if g.vendor == "nvidia"]
     driver, driver_src = nvidia_module_version(probe)
 

@@ -11,6 +11,8 @@ from .common import Probe, classify_kind
 from .cpu import cpu_from_sysctl, parse_sysctl
 from .report import GPU, HardwareReport
 
+__all__ = ["PROFILER_JSON", "PROFILER_TEXT", "SYSCTL", "gpus", "parse_profiler", "probe", "readable_chip_key"]
+
 SYSCTL = ["sysctl", "hw", "machdep.cpu", "sysctl.proc_translated"]
 PROFILER_JSON = ["system_profiler", "SPDisplaysDataType", "-json"]
 PROFILER_TEXT = ["system_profiler", "SPDisplaysDataType"]

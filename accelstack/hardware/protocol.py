@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..settings import Timeouts
+from .report import Record
+
+__all__ = ["DEFAULT_TIMEOUT", "CommandResult", "FileStamp", "Finished", "PlatformFacts", "RunningCommand", "System",
+           "SystemEnviron"]
 
 DEFAULT_TIMEOUT = Timeouts.detect  # seconds for one probe command; the one default is Settings'
 
 
-@dataclass
-class PlatformFacts:
+@dataclass(eq=False, repr=False)  # Record's == and repr
+class PlatformFacts(Record):
+    """What ``platform`` says about a machine (the strings it returns, as captures record them)."""
+
     system: str  # platform.system(): "Linux" | "Windows" | "Darwin"
     release: str = ""  # platform.release()
     version: str = ""  # platform.version()
@@ -33,8 +39,10 @@ class PlatformFacts:
         return {"darwin": "macos"}.get(system, system)
 
 
-@dataclass
-class CommandResult:
+@dataclass(eq=False, repr=False)  # Record's == and repr
+class CommandResult(Record):
+    """How one external command ended: its output, exit code, or that it hung or is not installed."""
+
     argv: List[str]
     returncode: Optional[int] = None
     stdout: str = ""
@@ -46,6 +54,27 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out and not self.missing
+
+
+#: (size in bytes, modification time in ns) of a file, as ``os.stat`` (following links) gives them.
+FileStamp = Tuple[int, int]
+
+
+class RunningCommand(Protocol):
+    """A command that was started and is collected later (``System.start``), so detection can read
+    sysfs while a slow child (the Vulkan enumeration) loads its drivers."""
+
+    def result(self) -> CommandResult: ...
+
+
+class Finished:
+    """A command already answered: what ``start`` gives where nothing runs in the background (a replay)."""
+
+    def __init__(self, result: CommandResult) -> None:
+        self._result = result
+
+    def result(self) -> CommandResult:
+        return self._result
 
 
 class System(Protocol):
@@ -64,6 +93,15 @@ class System(Protocol):
     def access(self, path: str, mode: str) -> bool: ...
 
     def run(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> CommandResult: ...
+
+    def start(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> RunningCommand:
+        """``run``, collected later: ``timeout`` counts from the start."""
+        ...
+
+    def stat(self, path: str) -> Optional[FileStamp]:
+        """(size, mtime in ns) of ``path`` (links followed), None when it cannot be read: what a
+        cached probe result is keyed by."""
+        ...
 
     def which(self, name: str) -> Optional[str]: ...
 

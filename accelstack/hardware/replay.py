@@ -32,7 +32,9 @@ from ..limits import (
     read_capped,
 )
 from .capture import CAPTURE_FORMAT, CAPTURE_VERSION, relative_file_path
-from .protocol import DEFAULT_TIMEOUT, CommandResult, PlatformFacts
+from .protocol import DEFAULT_TIMEOUT, CommandResult, FileStamp, Finished, PlatformFacts, RunningCommand
+
+__all__ = ["ReplaySystem"]
 
 _ERRNOS = {name: code for code, name in errno_mod.errorcode.items()}
 _PLATFORM_FIELDS = {f.name for f in dataclass_fields(PlatformFacts)}
@@ -96,6 +98,17 @@ class _Checker:
         self.text(where, value)
         if not value or value in (".", "..") or any(c in value for c in "/\\\x00") or len(value) > 255:
             raise self.fail(where, f"{value[:80]!r} is not a file name")
+
+    def stamp(self, where: str, value: Any) -> None:
+        """A file's ``[size, mtime_ns]``, or null (it could not be read)."""
+        if value is None:
+            return
+        if not isinstance(value, list) or len(value) != 2:
+            raise self.fail(where, f"expected [size, mtime_ns] or null, got {self.kind(value)}")
+        for i, item in enumerate(value):
+            if item is None:
+                raise self.fail(f"{where}[{i}]", "expected a whole number, got null")
+            self.count(f"{where}[{i}]", item, low=0 if i == 0 else -MAX_DOCUMENT_INT)
 
     def pair(self, index: Dict[str, Any], key: str) -> None:
         """``[a, b]`` of counts (memory, cpu_count); null or absent means unknown."""
@@ -163,6 +176,7 @@ class _Checker:
             self.mapping(index, key, self.flag)
         self.mapping(index, "errors", self.text)
         self.mapping(index, "disk", self.count)
+        self.mapping(index, "stat", self.stamp)
 
         def listing(where: str, names: Any) -> None:
             if names is None:
@@ -338,6 +352,14 @@ class ReplaySystem:
             missing=bool(c.get("missing", False)),
             duration_ms=float(c.get("duration_ms", 0.0)),
         )
+
+    def start(self, argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> RunningCommand:
+        """A replayed command is answered at once (through ``run``, so a subclass's ``run`` is used)."""
+        return Finished(self.run(argv, timeout))
+
+    def stat(self, path: str) -> Optional[FileStamp]:
+        stamp = self.index["stat"].get(path)
+        return (stamp[0], stamp[1]) if stamp is not None else None
 
     def _blob(self, rel: Optional[str]) -> str:
         """A recorded output (checked to exist when the capture was opened), capped like a live read."""

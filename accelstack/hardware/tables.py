@@ -6,24 +6,32 @@ driver speaks); they never say what to install — that is the resolver's job.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 import sqlite3
-from importlib import resources
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
-
-from packaging.version import InvalidVersion, Version
 
 from ..domain import GPU_KINDS, GpuKind, Vendor
 from ..limits import MAX_NAME_LENGTH
 
+__all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
+           "cuda_for_driver", "gfx_from_target_version", "gpu_kind", "intel_generation", "intel_generation_for",
+           "intel_is_discrete_id", "intel_platform", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
+           "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
+           "pretty_pci_name", "rocm_supports", "DriverVersion"]
+
 PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
+# The tables ship beside this module (package data of a directory install, as the Vulkan probe's
+# source is): read by path, without importlib.resources (2 ms of imports on every detect).
+DATA = Path(__file__).with_name("data")
+TORCHRUNTIME_PCI_DB = "gpu_pci_ids.db"
 
 
 @functools.cache
 def _data(name: str) -> dict:
-    text = resources.files("accelstack.hardware").joinpath("data").joinpath(name).read_text(encoding="utf-8")
-    return json.loads(text)
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
 
 
 @functools.cache
@@ -39,11 +47,59 @@ def _first(name: str, key: str, text: str) -> Optional[tuple]:
     return None
 
 
-def parse_version(text: str) -> Optional[Version]:
-    try:
-        return Version(text.strip())
-    except (InvalidVersion, AttributeError):
+class DriverVersion(Tuple[int, ...]):
+    """A driver or OS version, "550.54.14" or "10.0.19045": its numbers, compared as numbers with
+    trailing zeros ignored ("525.60" == "525.60.0"), as ``packaging.version`` compares releases.
+
+    Drivers and Windows write plain dotted numbers; this replaces ``packaging`` on the detection
+    path, whose import costs more than the whole detection on a machine without a GPU."""
+
+    @property
+    def major(self) -> int:
+        return self[0]
+
+    def _key(self) -> Tuple[int, ...]:
+        release = tuple(self)
+        while len(release) > 1 and release[-1] == 0:
+            release = release[:-1]
+        return release
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DriverVersion) and self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: Tuple[int, ...]) -> bool:
+        return self._key() < DriverVersion(other)._key()
+
+    def __le__(self, other: Tuple[int, ...]) -> bool:
+        return self._key() <= DriverVersion(other)._key()
+
+    def __gt__(self, other: Tuple[int, ...]) -> bool:
+        return self._key() > DriverVersion(other)._key()
+
+    def __ge__(self, other: Tuple[int, ...]) -> bool:
+        return self._key() >= DriverVersion(other)._key()
+
+
+def parse_version(text: str) -> Optional[DriverVersion]:
+    """``text`` as a :class:`DriverVersion` ("v550.1" too), None when it is not dotted numbers."""
+    if not isinstance(text, str):
         return None
+    m = re.fullmatch(r"\s*v?(\d+(?:\.\d+)*)\s*", text)
+    return DriverVersion(int(n) for n in m.group(1).split(".")) if m else None
+
+
+def _version(text: str) -> DriverVersion:
+    """A version written in the tables (always dotted numbers)."""
+    found = parse_version(text)
+    if found is None:
+        raise ValueError(f"not a version in a table: {text!r}")
+    return found
 
 
 def cuda_for_driver(driver_version: str, os_name: str) -> str:
@@ -53,7 +109,7 @@ def cuda_for_driver(driver_version: str, os_name: str) -> str:
         return ""
     table = _data("nvidia.json")["cuda_by_driver"]["windows" if os_name == "windows" else "linux"]
     for cuda, minimum in table:
-        if v >= Version(minimum):
+        if v >= _version(minimum):
             return cuda
     return ""
 
@@ -126,13 +182,14 @@ def intel_is_discrete_id(device_id: str) -> bool:
 def _pci_db() -> Dict[Tuple[str, str], Tuple[str, bool]]:
     """torchruntime's PCI-ID database (NVIDIA, AMD, discrete Intel), loaded once; {} if absent."""
     try:
-        path = resources.files("torchruntime").joinpath("gpu_pci_ids.db")
-        with resources.as_file(path) as db_path:
-            conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-            try:
-                rows = conn.execute("SELECT vendor_id, device_id, device_name, is_discrete FROM pci_ids").fetchall()
-            finally:
-                conn.close()
+        spec = importlib.util.find_spec("torchruntime")  # where it is, without importing it
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        db_path = next(p for p in (Path(f, TORCHRUNTIME_PCI_DB) for f in folders) if p.is_file())
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT vendor_id, device_id, device_name, is_discrete FROM pci_ids").fetchall()
+        finally:
+            conn.close()
     except Exception:  # torchruntime missing or its db unreadable: names fall back to ids
         return {}
     return {(v.lower(), d.lower()): (name, bool(disc)) for v, d, name, disc in rows}
@@ -247,6 +304,6 @@ def nvidia_os_limit(os_name: str, os_version: str) -> Optional[Tuple[str, str, s
     """(last driver branch, highest CUDA, why) when the OS itself caps NVIDIA's drivers (Windows 7/8.1: R470)."""
     v = parse_version(os_version.split(" ")[0]) if os_version else None
     for name, below, branch, cuda, why in _data("nvidia.json")["os_support"]["rules"]:
-        if os_name == name and v is not None and v < Version(below):
+        if os_name == name and v is not None and v < _version(below):
             return branch, cuda, why
     return None

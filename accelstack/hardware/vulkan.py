@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .common import Probe
+from .protocol import CommandResult
 from .report import GPU, VulkanDevice, VulkanHeap
+
+__all__ = ["DEVICE_TYPES", "PROBE_ARGV", "PROBE_SOURCE", "api_version", "driver_version", "enumerate_devices",
+           "interpret", "match_gpus", "parse", "probe_argv"]
 
 PROBE_SOURCE = (Path(__file__).with_name("_vulkan_probe.py")).read_text(encoding="utf-8")
 # "python3", not this interpreter's path: the command line must be the same on every machine for
@@ -89,7 +93,12 @@ def enumerate_devices(probe: Probe) -> Tuple[str, List[VulkanDevice]]:
 
     A missing ``python3`` (or a capture made before this probe existed) gives nothing, silently.
     """
-    result = probe.run(probe_argv(), "vulkan_probe")
+    return interpret(probe, probe.run(probe_argv(), "vulkan_probe"))
+
+
+def interpret(probe: Probe, result: CommandResult) -> Tuple[str, List[VulkanDevice]]:
+    """(loader version, devices) from the probe's ``result`` (run now, or kept from an earlier run);
+    a failed run becomes a problem."""
     if result.missing or result.timed_out:
         return "", []
     loader, devices, error = parse(result.stdout)

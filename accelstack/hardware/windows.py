@@ -16,6 +16,8 @@ from .common import Probe, check_driver_age, classify_kind, fill_nvidia, nvidia_
 from .cpu import normalize_features, x86_64_level
 from .report import GPU, HardwareReport
 
+__all__ = ["ADAPTER_RAM_CAP", "POWERSHELL", "SCRIPT", "VULKAN_DLL", "gpus", "nvidia_driver_from_windows", "probe"]
+
 SCRIPT = (
     "$ErrorActionPreference='SilentlyContinue';"
     "$o=[ordered]@{};"
@@ -34,7 +36,8 @@ VULKAN_DLL = "C:\\Windows\\System32\\vulkan-1.dll"
 # AdapterRAM is a uint32: a value this high means the field is full (4 GiB - 1 MiB, as drivers report it), not the size.
 ADAPTER_RAM_CAP = 0xFFF00000
 # The names Windows gives an adapter it drives itself, without the vendor's driver.
-_BASIC_ADAPTER = re.compile(r"Microsoft Basic (Display|Render) (Adapter|Driver)|Standard VGA Graphics Adapter|Video Controller \(VGA Compatible\)", re.I)
+# compiled on first use (re's cache), not when detection is imported on another OS
+_BASIC_ADAPTER = r"Microsoft Basic (Display|Render) (Adapter|Driver)|Standard VGA Graphics Adapter|Video Controller \(VGA Compatible\)"
 
 
 def probe(p: Probe, report: HardwareReport) -> None:
@@ -103,7 +106,7 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
         name = str(item.get("Name") or "").strip()
         known = tables.pci_lookup(vendor_id, device_id)
         # Windows' own driver names the adapter generically: the vendor's driver is not installed
-        basic = bool(_BASIC_ADAPTER.search(name)) or not name
+        basic = bool(re.search(_BASIC_ADAPTER, name, re.I)) or not name
         if basic:
             name = tables.pretty_pci_name(vendor, known[0]) if known else f"{vendor.upper() if vendor != 'other' else 'PCI'} device {vendor_id}:{device_id}"
         g = GPU(index=len(found), vendor=vendor, name=name, pci_vendor_id=vendor_id, pci_device_id=device_id, driver="wddm", sources=["Win32_VideoController"])

@@ -32,15 +32,19 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from .. import fsio
 from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
 from ..serde import to_dict
+from .errors import InstallError, StateError
 from .home import Home
-from .records import StateError, atomic_write
 from .recovery import readable_receipts
-from .wheel import InstallError, extract_wheel_files
+from .wheel import extract_wheel_files
+
+__all__ = ["SHARED", "LINK_FILE", "CONTENTS", "LibFetcher", "LibWheel", "parse_wheel_name", "LibLocation", "ProvidedLibs",
+           "shared_root", "torch_site_packages", "find_in_site", "provide", "write_links", "remove_unreferenced"]
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +132,14 @@ def _check_shared_root(home: Home) -> Path:
 
 # -- torch environments -----------------------------------------------------------------------
 def torch_site_packages(home: Home) -> List[Path]:
-    """site-packages of every torch environment this home installed into (from its receipts)."""
+    """site-packages of every torch environment this home installed into (from its receipts): the
+    receipts whose runtime is an interpreter (a file; a ggml runtime is a directory of the home)."""
     receipts, _ = readable_receipts(home)
     out: List[Path] = []
     for r in sorted(receipts.values(), key=lambda r: r.installed_at, reverse=True):  # the newest first
-        if r.stack != "torch" or not r.path:
+        if not r.path or not home.runtime_path(r).is_file():
             continue
-        env = Path(r.path).parent.parent  # <venv>/bin/python, <venv>/Scripts/python.exe
+        env = home.runtime_path(r).parent.parent  # <venv>/bin/python, <venv>/Scripts/python.exe
         for site in sorted(glob.glob(str(env / "lib" / "python3*" / "site-packages"))) + [str(env / "Lib" / "site-packages")]:
             p = Path(site)
             if p.is_dir() and p not in out:
@@ -214,7 +219,7 @@ def _unpack_shared(home: Home, ref: ArtifactRef, wheel_file: Path) -> Path:
         files = extract_wheel_files(wheel_file, stage, ref.name, _wanted)
         contents = {"name": ref.name, "sha256": ref.sha256,
                     "files": [{"path": f, "size": (stage / f).stat().st_size} for f in files]}
-        atomic_write(stage / CONTENTS, json.dumps(contents, indent=1))
+        fsio.write_text(stage / CONTENTS, json.dumps(contents, indent=1))
         if final.exists() or final.is_symlink():  # a damaged copy of ours: replaced; anything else: refused
             if not home.remove_owned(final):
                 raise StateError(f"{final} exists and was not made by accelstack", hint="move it out of the home",
@@ -295,7 +300,7 @@ def provide(home: Home, refs: Sequence[ArtifactRef], fetch: LibFetcher, *, torch
 def write_links(runtime_dir: Path, provided: ProvidedLibs) -> None:
     """The runtime's note of where its CUDA libraries are (read by :mod:`accelstack.engine.runtime`)."""
     doc = {"format": RUNTIME_LIBS_NOTE_FORMAT, "libraries": [to_dict(loc) for loc in provided.locations]}
-    atomic_write(runtime_dir / LINK_FILE, json.dumps(doc, indent=1))
+    fsio.write_text(runtime_dir / LINK_FILE, json.dumps(doc, indent=1))
 
 
 def remove_unreferenced(home: Home) -> List[str]:

@@ -18,10 +18,13 @@ from ..events import ProgressCallback, ProgressEvent
 from ..manifests.plan import Plan
 from ..refs import ArtifactRef
 from . import cuda_libs
+from .errors import InstallError
 from .home import Home
 from .records import InstalledFile, Receipt
 from .transaction import StagedRuntime
-from .wheel import InstallError, hash_tree, install_wheel
+from .wheel import hash_tree, install_wheel
+
+__all__ = ["STACK", "FetchedWheel", "runtime_id", "wheel_of", "GgmlDirectory"]
 
 log = logging.getLogger(__name__)
 STACK = "ggml"

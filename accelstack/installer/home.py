@@ -4,7 +4,7 @@ Invariants, enforced here:
 - a directory under ``runtimes/<stack>/`` is complete and never modified once renamed into place
   (it is built under ``staging/`` first); a forced reinstall builds a *new* directory and retires
   the old one only after the receipt points at the new one, so no instant has a half runtime;
-- ``active.json`` and receipts are only ever replaced whole (``atomic_write``);
+- ``active.json`` and receipts are only ever replaced whole (:func:`accelstack.fsio.write_text`);
 - accelstack deletes only directories it created and marked as its own (a marker file inside),
   that are real directories (never through a symlink) and that lie inside the home;
 - one process at a time changes the home (``install.lock``, an OS lock a killed holder cannot wedge).
@@ -21,11 +21,17 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from filelock import FileLock, Timeout
+
+from .. import fsio
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..serde import from_dict, to_dict
 from ..settings import check_directory
-from .records import Active, LockHeldError, Receipt, StateError, atomic_write, dump_receipt, load_receipt, now_iso
+from .errors import LockHeldError, StateError
+from .records import Active, Receipt, dump_receipt, load_receipt, now_iso
+
+__all__ = ["OWNER_MARK", "MAX_STATE_BYTES", "Home", "InstallLock"]
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +82,7 @@ class Home:
         try:
             for d in (self.root, self.staging, self.receipts, self.root / "runtimes"):
                 d.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".write-test-{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
+            fsio.write_bytes(self.root / f".write-test-{os.getpid()}", b"", durable=False).unlink()
         except OSError as exc:
             raise StateError(f"the runtime home {self.root} is not writable ({exc.strerror or exc})",
                              hint="choose a writable directory as the runtime home, or fix its permissions",
@@ -105,7 +109,7 @@ class Home:
                 break
             except FileExistsError:
                 path = parent / f"{name}.{uuid.uuid4().hex[:8]}"
-        (path / OWNER_MARK).write_text(json.dumps({"pid": os.getpid(), "created": now_iso()}))
+        fsio.write_text(path / OWNER_MARK, json.dumps({"pid": os.getpid(), "created": now_iso()}))
         return path
 
     def owns(self, path: Path) -> bool:
@@ -142,7 +146,7 @@ class Home:
         return self.receipts / f"{rid}.json"
 
     def write_receipt(self, receipt: Receipt) -> None:
-        atomic_write(self.receipt_path(receipt.id), dump_receipt(receipt))
+        fsio.write_text(self.receipt_path(receipt.id), dump_receipt(receipt))
 
     def read_receipt(self, rid: str) -> Receipt:
         path = self.receipt_path(rid)
@@ -192,7 +196,7 @@ class Home:
 
     def write_active(self, state: Active) -> None:
         state.changed_at = now_iso()
-        atomic_write(self.active_path, json.dumps(to_dict(state), indent=2))
+        fsio.write_text(self.active_path, json.dumps(to_dict(state), indent=2))
 
     def set_active(self, stack: str, rid: str) -> Active:
         state = self.read_active()
@@ -229,8 +233,6 @@ class InstallLock:
         self._lock: Optional[Any] = None
 
     def __enter__(self) -> InstallLock:
-        from filelock import FileLock, Timeout
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.path))
         try:
@@ -239,7 +241,7 @@ class InstallLock:
             raise LockHeldError(f"the runtime home {self.path.parent} is being changed by {self._who()}",
                                 hint="wait for it to finish, or allow a waiting time") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": now_iso()}
-        atomic_write(self.info_path, json.dumps(info))
+        fsio.write_text(self.info_path, json.dumps(info))
         return self
 
     def _who(self) -> str:
@@ -248,8 +250,6 @@ class InstallLock:
 
     def _acquire(self, lock: Any) -> None:
         """Take ``lock`` at once if free; else wait up to ``self.wait`` seconds with a tick each second."""
-        from filelock import Timeout
-
         try:
             lock.acquire(timeout=0)
             return

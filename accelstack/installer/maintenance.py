@@ -12,14 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
+from .. import fsio
 from ..artifacts.cache import Cache
 from ..domain import STACKS
 from ..errors import Action
 from . import cuda_libs
+from .errors import StateError
 from .home import Home
-from .records import Active, Receipt, StateError, atomic_write, now_iso
+from .records import Active, Receipt, now_iso
 from .recovery import active_or_rebuild, readable_receipts
 from .repair import missing_files
+
+__all__ = ["StatusProblem", "StackStatus", "local_status", "rollback", "uninstall", "remove_runtime", "GcReport", "gc",
+           "register_home", "blobs_of_other_homes", "referenced_blobs"]
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +128,13 @@ def uninstall(home: Home, stack: str) -> List[str]:
 
 
 def remove_runtime(home: Home, receipt: Receipt) -> None:
-    """Delete an inactive runtime: receipt first, so a crash leaves only a stray directory for gc."""
+    """Delete an inactive runtime: receipt first, so a crash leaves only a stray directory for gc.
+    Only a runtime directory goes (one the home made and marked: ggml's); a receipt that names an
+    interpreter (torch) leaves it, since that environment is the user's."""
     home.receipt_path(receipt.id).unlink(missing_ok=True)
-    if receipt.stack != "torch":
-        home.remove_owned(home.runtime_path(receipt))
+    where = home.runtime_path(receipt)
+    if where.is_dir():
+        home.remove_owned(where)
 
 
 @dataclass
@@ -193,7 +201,7 @@ def register_home(cache: Cache, home: Home, blobs: Set[str]) -> None:
     try:
         reg.mkdir(parents=True, exist_ok=True)
         key = hashlib.sha256(str(home.root.resolve()).encode()).hexdigest()[:16]
-        atomic_write(reg / f"{key}.json", json.dumps({"home": str(home.root.resolve()), "blobs": sorted(blobs), "updated": now_iso()}))
+        fsio.write_text(reg / f"{key}.json", json.dumps({"home": str(home.root.resolve()), "blobs": sorted(blobs), "updated": now_iso()}))
     except OSError as exc:
         log.warning("could not record this home in the cache registry %s: %s", reg, exc)
 

@@ -1,4 +1,4 @@
-"""What the home records on disk: receipts, the ``active`` pointer, and how they are written.
+"""What the home records on disk: receipts and the ``active`` pointer, and how a receipt reads.
 
 A receipt is everything needed to check, repair and explain one installed runtime. Paths in it
 are relative to the home (a copied or moved home keeps working); a torch receipt's ``path`` is
@@ -7,30 +7,19 @@ the target interpreter, which lives outside the home and stays absolute.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List
 
 from ..domain import Stack
-from ..errors import AccelstackError, Action
 from ..manifests.plan import Plan
 from ..refs import ArtifactRef
 from ..serde import from_dict, to_dict
 from ..verdict import VerifyReport
 
+__all__ = ["RECEIPT_FORMAT", "InstalledFile", "Receipt", "Active", "now_iso", "dump_receipt", "load_receipt"]
+
 RECEIPT_FORMAT = 2  # 2: typed plan/artifacts/verification, ggml paths relative to the home
-
-
-class StateError(AccelstackError):
-    """The runtime home is unusable (read-only, corrupt receipt, missing runtime)."""
-
-
-class LockHeldError(StateError):
-    """Another accelstack process is changing the runtime home."""
-
-    default_action = Action.WAIT
 
 
 @dataclass
@@ -95,31 +84,6 @@ def now_iso() -> str:
     """UTC with microseconds: receipts installed in the same second still sort in install order."""
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` whole: a crash leaves the old content or the new, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(str(path.parent), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def dump_receipt(receipt: Receipt) -> str:

@@ -11,8 +11,11 @@ import logging
 from typing import Dict, List, Tuple
 
 from ..domain import STACKS
+from .errors import StateError
 from .home import Home
-from .records import Active, Receipt, StateError
+from .records import Active, Receipt
+
+__all__ = ["recover", "readable_receipts", "rebuild_active", "active_or_rebuild"]
 
 log = logging.getLogger(__name__)
 

@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from .. import fsio
 from ..artifacts.cache import hash_file
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
 from ..verdict import VerifyReport
+from .errors import StateError
 from .home import Home
-from .records import Receipt, StateError, now_iso
+from .records import Receipt, now_iso
 from .transaction import StagedRuntime, Verifier
 from .wheel import install_wheel
+
+__all__ = ["RepairReport", "Fetcher", "audit", "missing_files", "repair_ggml", "unrepairable_error"]
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +114,7 @@ def _restore(home: Home, rid: str, root: Path, wheel: ArtifactRef, fetch_wheel: 
                 if not src.is_file() or hash_file(src).hexdigest() != expected[rel]:
                     report.unrepairable[rel] = "the wheel no longer produces this file"
                     continue
-                dest = root / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(f".{dest.name}.repair")
-                shutil.copy2(src, tmp)
-                os.replace(tmp, dest)
+                fsio.copy_file(src, root / rel, make_parents=True)  # streamed: a CUDA library is hundreds of MB
                 report.fixed.append(rel)
             except OSError as exc:
                 report.unrepairable[rel] = exc.strerror or str(exc)

@@ -2,7 +2,9 @@
 distributions it has, and the cheap post-install check of its torch build."""
 from __future__ import annotations
 
-_INSPECT = r"""
+__all__ = ["INSPECT_SCRIPT", "CHECK_SCRIPT", "ENGINE_SCRIPT"]
+
+INSPECT_SCRIPT = r"""
 import json, sys
 from importlib import metadata
 names = set(json.loads(sys.argv[1]))
@@ -15,7 +17,7 @@ for dist in metadata.distributions():
 print(json.dumps({"python": sys.version.split()[0], "prefix": sys.prefix, "dists": out}))
 """
 
-_CHECK = r"""
+CHECK_SCRIPT = r"""
 import json, sys
 want = json.loads(sys.argv[1])
 out = {"ok": False}
@@ -57,7 +59,7 @@ print(json.dumps(out))
 """
 
 # which of the torch engine's modules (JSON list) cannot be found: no import, so it answers in a blink
-_ENGINE = r"""
+ENGINE_SCRIPT = r"""
 import importlib.util, json, sys
 missing = [m for m in json.loads(sys.argv[1]) if importlib.util.find_spec(m) is None]
 print(json.dumps({"missing": missing, "python": sys.executable}))

@@ -18,25 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
-from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..manifests.plan import Plan
 from ..verdict import VerifyReport
+from .errors import VerifyFailed
 from .home import Home
 from .records import InstalledFile, Receipt, now_iso
-from .wheel import InstallError
+
+__all__ = ["StagedRuntime", "Verifier", "Destination", "Provenance", "InstallOutcome", "install"]
 
 log = logging.getLogger(__name__)
-
-
-class VerifyFailed(InstallError):
-    """The staged runtime did not pass its check, so it was not activated."""
-
-    default_action = Action.EXPLAIN_PLAN
-
-    def __init__(self, message: str, report: VerifyReport, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.report = report
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import shutil
 import stat
 import sys
@@ -19,23 +20,24 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator, List
 
+from installer import install
+from installer.destinations import SchemeDictionaryDestination
+from installer.sources import WheelFile
+
 from ..artifacts.cache import hash_file
-from ..errors import AccelstackError, Action
+from ..errors import Action
+from .errors import InstallError
 from .home import OWNER_MARK
 from .records import InstalledFile
 
+__all__ = ["checked_wheel", "install_wheel", "extract_wheel_files", "hash_tree"]
+
 log = logging.getLogger(__name__)
-
-
-class InstallError(AccelstackError):
-    """The install could not complete; the previous runtime is still active."""
 
 
 def _script_kind() -> str:
     if os.name != "nt":
         return "posix"
-    import platform
-
     return "win-arm64" if platform.machine().lower() in ("arm64", "aarch64") else "win-amd64"
 
 
@@ -70,10 +72,6 @@ def checked_wheel(wheel: Path, name: str, verb: str, changed: str, broken: str) 
 def install_wheel(wheel: Path, target: Path, name: str) -> None:
     """Install the wheel file ``wheel`` (stored under any name; ``name`` is its real file name)
     into ``target`` as a flat import root, like ``pip install --target --no-deps``."""
-    from installer import install
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.sources import WheelFile
-
     t = str(target)
     scheme = {"purelib": t, "platlib": t, "headers": os.path.join(t, "include"), "scripts": os.path.join(t, "bin"),
               "data": os.path.join(t, "data")}
@@ -92,8 +90,6 @@ def extract_wheel_files(wheel: Path, target: Path, name: str, wanted: Callable[[
 
     Why not :func:`install_wheel`: NVIDIA's runtime wheels carry headers and static archives
     (hundreds of MB for cuBLAS) that nothing loads; a shared copy keeps only the libraries."""
-    from installer.sources import WheelFile
-
     out: List[str] = []
     with checked_wheel(wheel, name, "unpack", "", "the published library wheel is broken") as link:
         with WheelFile.open(link) as source:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence
 
 from ..errors import AccelstackError, Action
+from ..fsio import write_bytes
 from ..limits import MAX_CONFIG_BYTES, MAX_TEXT_LENGTH, MalformedInput, parse_json, parse_yaml
 from ..settings import Channel, Settings
 from .errors import ManifestError
@@ -181,21 +180,11 @@ def read_user_channels(settings: Settings) -> List[Channel]:
 
 def write_user_channels(settings: Settings, channels: Sequence[Channel]) -> Path:
     """Replace ``channels.json`` atomically (a crash leaves the old file or the new one)."""
-    path = settings.channels_file
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": FORMAT, "version": FORMAT_VERSION,
            "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors), "keys": list(c.keys)} for c in channels]}
-    fd, tmp = tempfile.mkstemp(prefix=".channels-", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    # 0600: the user's own configuration, as it has always been written
+    return write_bytes(settings.channels_file, (json.dumps(doc, indent=2) + "\n").encode("utf-8"), mode=0o600,
+                       make_parents=True)
 
 
 def add_channel(settings: Settings, channel: Channel, *, replace: bool = False) -> Channel:

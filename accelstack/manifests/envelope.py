@@ -20,6 +20,9 @@ from ..limits import MAX_DATETIME_YEAR, MIN_DATETIME_YEAR
 from .errors import ExpiredManifestFormatError
 from .fields import check_id, describe, fail, get, get_str, quote
 
+__all__ = ["KINDS", "MANIFEST_FORMAT", "SUPPORTED_FORMAT_VERSIONS", "Envelope", "check_envelope", "is_expired",
+           "parse_expires", "utcnow"]
+
 MANIFEST_FORMAT = "accelstack-manifest"
 SUPPORTED_FORMAT_VERSIONS: Tuple[int, ...] = (1,)
 KINDS: Tuple[Stack, ...] = STACKS

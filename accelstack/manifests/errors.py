@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from ..errors import AccelstackError, Action
 
+__all__ = ["ExpiredManifestFormatError", "ManifestError", "ManifestExpiredError", "ManifestFormatError",
+           "ManifestKeyError", "ManifestRollbackError", "ManifestSignatureError", "ManifestStateError"]
+
 
 class ManifestError(AccelstackError):
     """Base of every manifest problem."""

@@ -19,6 +19,10 @@ from ..errors import Action
 from ..limits import MAX_DOCUMENT_INT, MAX_ID_LENGTH, MAX_JSON_BYTES, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MalformedInput, parse_json
 from .errors import ManifestFormatError
 
+__all__ = ["CC", "FEATURE", "GFX", "ID", "ID_RULE", "SHA256", "check_file_name", "check_id", "check_text", "decode",
+           "describe", "fail", "get", "get_str", "get_str_list", "get_str_map", "get_tiers", "get_version", "join",
+           "parse_version", "quote", "read_document"]
+
 # Every pattern ends in \Z, not $: "$" also matches before a trailing newline, so "<64 hex>\n"
 # would pass as a hash and then never equal a real digest. ASCII only: \d would match any digit.
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # exactly 64 lowercase hex digits, nothing around them

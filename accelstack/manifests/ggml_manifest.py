@@ -60,6 +60,9 @@ from .fields import (
     quote,
 )
 
+__all__ = ["ARCHS", "DEFAULT_GGML_TIERS", "GGML_BACKENDS", "MAX_CUDA_LIBS", "OS_NAMES", "GgmlManifest",
+           "GgmlRequirements", "GgmlTarget", "parse_artifact", "parse_ggml_manifest"]
+
 GGML_BACKENDS: Tuple[Backend, ...] = ("cpu", "cuda", "vulkan", "rocm", "metal", "sycl")
 OS_NAMES = ("linux", "windows", "macos")
 ARCHS = ("x86_64", "arm64")

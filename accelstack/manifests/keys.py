@@ -4,7 +4,8 @@
 file (``*.pub``) holds the base64 of the raw 32-byte key (lines starting with ``#`` are
 comments). A private key is PEM (PKCS#8), kept with mode 0600.
 
-``cryptography`` is imported only when a key is used, so reading a plan never loads it.
+``cryptography`` (9 ms to import) is imported in one place, :func:`_crypto`, when a key is first
+used, so reading or making a plan without a signed manifest never loads it.
 """
 from __future__ import annotations
 
@@ -18,14 +19,29 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 from .errors import ManifestFormatError, ManifestKeyError
 from .fields import read_document
 
+__all__ = ["MAX_KEY_FILE_BYTES", "PACKAGE_KEYS_DIR", "TrustStore", "TrustedKey", "generate_keypair", "keyid_of",
+           "load_private_key", "parse_public_key", "public_raw_of_private"]
+
 PACKAGE_KEYS_DIR = Path(__file__).resolve().parent / "keys"
 MAX_KEY_FILE_BYTES = 16 * 1024  # a .pub file is one base64 line and a few comments
 
 
-def _ed25519() -> Any:
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+def _crypto() -> Any:
+    """The ``cryptography`` package with its Ed25519, serialization and exceptions modules loaded:
+    the one import of a heavy library only signing and signature checks need."""
+    import cryptography.exceptions
+    import cryptography.hazmat.primitives.asymmetric.ed25519
+    import cryptography.hazmat.primitives.serialization
 
-    return ed25519
+    return cryptography
+
+
+def _ed25519() -> Any:
+    return _crypto().hazmat.primitives.asymmetric.ed25519
+
+
+def _serialization() -> Any:
+    return _crypto().hazmat.primitives.serialization
 
 
 def keyid_of(public_raw: bytes) -> str:
@@ -35,8 +51,7 @@ def keyid_of(public_raw: bytes) -> str:
 
 def generate_keypair() -> Tuple[bytes, str]:
     """A new Ed25519 key pair: (private key as PKCS#8 PEM, public key as base64 of the raw 32 bytes)."""
-    from cryptography.hazmat.primitives import serialization
-
+    serialization = _serialization()
     private = _ed25519().Ed25519PrivateKey.generate()
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -46,10 +61,8 @@ def generate_keypair() -> Tuple[bytes, str]:
 
 
 def load_private_key(private_pem: bytes) -> Any:
-    from cryptography.hazmat.primitives import serialization
-
     try:
-        key = serialization.load_pem_private_key(private_pem, password=None)
+        key = _serialization().load_pem_private_key(private_pem, password=None)
     except (ValueError, TypeError) as exc:
         raise ManifestKeyError(f"not an unencrypted PEM private key ({exc})") from None
     if not isinstance(key, _ed25519().Ed25519PrivateKey):
@@ -58,8 +71,7 @@ def load_private_key(private_pem: bytes) -> Any:
 
 
 def public_raw_of_private(private_pem: bytes) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
+    serialization = _serialization()
     return load_private_key(private_pem).public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
@@ -90,6 +102,14 @@ class TrustedKey:
 
     def verifier(self) -> Any:
         return _ed25519().Ed25519PublicKey.from_public_bytes(self.raw)
+
+    def verifies(self, signature: bytes, data: bytes) -> bool:
+        """Whether ``signature`` is this key's valid Ed25519 signature of ``data``."""
+        try:
+            self.verifier().verify(signature, data)
+        except _crypto().exceptions.InvalidSignature:
+            return False
+        return True
 
 
 class TrustStore:

@@ -13,8 +13,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ..hardware.report import GPU, HardwareReport, VulkanDevice
 from ..domain import ApiName
+from ..hardware.report import GPU, HardwareReport, VulkanDevice
+
+__all__ = ["Device", "GiB", "Machine", "cc_parts", "cuda_kernels_for", "gib", "is_jetson", "kind_rank", "l4t_of",
+           "machine_of", "slots", "sm_name", "version_of", "version_or_none", "visible_devices_env", "why_not_device",
+           "why_preferred"]
 
 GiB = 1024 ** 3
 _ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}

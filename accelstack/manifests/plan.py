@@ -15,6 +15,9 @@ from typing import Dict, List, Optional, Tuple
 from ..domain import Backend, PlanStatus, Stack
 from ..refs import ArtifactRef
 
+__all__ = ["PLAN_FORMAT", "PYTHON_PLACEHOLDER", "STACKS", "BuildSpec", "Candidate", "Command", "Plan", "Request",
+           "merge_identical_rejections"]
+
 PLAN_FORMAT = 1
 STACKS: Tuple[Stack, ...] = ("torch", "ggml")  # the order --help and error messages list them in
 PYTHON_PLACEHOLDER = "{python}"  # commands name the target environment's interpreter this way

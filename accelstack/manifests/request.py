@@ -16,7 +16,10 @@ from ..errors import UsageError
 from .hw_rules import CUDA_DRIVER_RULES
 from .plan import STACKS, Request
 
+__all__ = ["TORCH_FAMILY", "TORCH_PACKAGE", "Requirements", "check_request", "parse_requirements"]
+
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+TORCH_PACKAGE = TORCH_FAMILY[0]  # the package the matrix's releases are of; the others are its companions
 
 
 @dataclass

@@ -12,24 +12,30 @@ checked against the machine, the first accepted one chosen.
 """
 from __future__ import annotations
 
+from typing import Callable, Dict
+
 from ..hardware.report import HardwareReport
 from .ggml_resolve import resolve_ggml
 from .knowledge import Manifests
-from .machine import machine_of
+from .machine import Machine, machine_of
 from .plan import Plan, Request
-from .request import check_request
+from .request import Requirements, check_request
 from .torch_resolve import resolve_torch
 
-__all__ = ["Manifests", "resolve"]
+__all__ = ["Manifests", "RESOLVERS", "resolve"]
+
+Resolver = Callable[[Machine, Request, Requirements, Manifests], Plan]
+#: The resolver of each stack (``check_request`` has refused any other).
+RESOLVERS: Dict[str, Resolver] = {
+    "torch": lambda machine, request, reqs, manifests: resolve_torch(machine, request, reqs, manifests.torch),
+    "ggml": resolve_ggml,
+}
 
 
 def resolve(report: HardwareReport, request: Request, manifests: Manifests) -> Plan:
     """The plan for installing ``request.stack`` on the machine ``report`` describes."""
     reqs = check_request(request)
     machine = machine_of(report, request.python)
-    if request.stack == "torch":
-        plan = resolve_torch(machine, request, reqs, manifests.torch)
-    else:
-        plan = resolve_ggml(machine, request, reqs, manifests)
+    plan = RESOLVERS[request.stack](machine, request, reqs, manifests)
     plan.manifests = manifests.labels(request.stack)
     return plan

@@ -8,14 +8,15 @@ Only :class:`~accelstack.manifests.trust.TrustedManifests` decides when a versio
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
+from ..fsio import write_bytes
 from ..limits import MAX_SIGNATURE_BYTES, MalformedInput, parse_json
 from .errors import ManifestError, ManifestRollbackError, ManifestStateError
+
+__all__ = ["STATE_FORMAT", "RollbackStore"]
 
 STATE_FORMAT = "accelstack-manifest-versions"
 
@@ -58,24 +59,11 @@ class RollbackStore:
             ) from None
 
     def _write(self, versions: Dict[str, int]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": STATE_FORMAT, "sources": {s: {"version": v} for s, v in sorted(versions.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=".manifest-versions.", suffix=".tmp", dir=str(self.path.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_bytes(self.path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"), mode=0o600, make_parents=True)
 
     def _lock(self) -> Any:
+        # filelock takes ~10 ms to import and only recording a version needs it (plans never do)
         import filelock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)

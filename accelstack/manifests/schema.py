@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from ..errors import Action
 from ..limits import MAX_JSON_BYTES
@@ -25,7 +25,7 @@ from .torch_matrix import TorchMatrix, parse_torch_matrix
 
 AnyManifest = Union[GgmlManifest, TorchMatrix]
 
-__all__ = ["AnyManifest", "GGML_BACKENDS", "GgmlManifest", "GgmlTarget", "TorchMatrix",
+__all__ = ["AnyManifest", "BODIES", "GGML_BACKENDS", "GgmlManifest", "GgmlTarget", "TorchMatrix",
            "load_manifest", "load_manifest_file", "parse_body", "parse_manifest"]
 
 
@@ -34,13 +34,19 @@ def parse_manifest(doc: Any, *, now: Optional[datetime] = None, check_expiry: bo
     return parse_body(doc, check_envelope(doc, now=now, check_expiry=check_expiry))
 
 
-def parse_body(doc: dict, envelope: Envelope) -> AnyManifest:
-    """The body of a document whose ``envelope`` was checked, parsed as its kind says."""
-    if envelope.kind == "ggml":
-        return parse_ggml_manifest(doc, envelope)
+def _parse_torch(doc: dict, envelope: Envelope) -> TorchMatrix:
     matrix = parse_torch_matrix(doc, envelope)
     _check_variant_names(doc)
     return matrix
+
+
+#: The body parser of each manifest kind (``check_envelope`` has refused any other kind).
+BODIES: Dict[str, Callable[[dict, Envelope], AnyManifest]] = {"ggml": parse_ggml_manifest, "torch": _parse_torch}
+
+
+def parse_body(doc: dict, envelope: Envelope) -> AnyManifest:
+    """The body of a document whose ``envelope`` was checked, parsed as its kind says."""
+    return BODIES[envelope.kind](doc, envelope)
 
 
 def _check_variant_names(doc: dict) -> None:

@@ -20,8 +20,10 @@ from ..domain import Backend
 from .hw_rules import COMPAT_MARK, branch_note, cuda_driver_check, jetson_text
 from .machine import Device, Machine, cuda_kernels_for, kind_rank, sm_name, version_of
 from .plan import Candidate, Request
-from .request import Requirements
+from .request import TORCH_PACKAGE, Requirements
 from .torch_matrix import CudaToolkit, PlatformBuild, Release, TorchMatrix, Variant
+
+__all__ = ["BACKEND_TEXT", "REQUEST_CODES", "LineOk", "TorchChecks", "TorchEval", "format_range"]
 
 REQUEST_CODES = ("python", "requirement")
 BACKEND_TEXT = {"cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU", "mps": "MPS", "directml": "DirectML", "cpu": "CPU"}
@@ -264,7 +266,7 @@ class TorchChecks:
             return ("python", f"torch {{rng}} {_python_text(var.python or rel.python, m.python)}; the target environment has Python {m.python_text}"), env, how
         for name, s in self.reqs.specs.items():
             text = self.reqs.texts[name]
-            if name == "torch":
+            if name == TORCH_PACKAGE:
                 versions = (version_of(var.pins),) if var.pins else _line_versions(rel.torch, tuple(rel.versions))
                 if not _allows(s, versions):
                     if var.pins:

@@ -19,6 +19,8 @@ from .request import Requirements
 from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range
 from .torch_matrix import TorchMatrix
 
+__all__ = ["ENGINE_WHY", "engine_command", "resolve_torch", "without_engine"]
+
 _GPU_API: Dict[str, ApiName] = {"cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}
 ENGINE_WHY = "the torch engine's packages, for accelstack generate --backend torch"
 

@@ -36,6 +36,8 @@ from .rollback import RollbackStore
 from .schema import AnyManifest, parse_body
 from .signatures import verify_signature
 
+__all__ = ["Clock", "TrustedManifests", "VerifiedManifest"]
+
 Clock = Callable[[], datetime]
 
 
@@ -90,10 +92,10 @@ class TrustedManifests:
         self.clock = clock
 
     @classmethod
-    def from_settings(cls, settings: Optional[Settings] = None, *, clock: Clock = utcnow) -> TrustedManifests:
-        """Trust as ``settings`` say (default ``Settings.resolve()``): its extra keys, the user's
-        trusted-keys directory, the home's rollback state, and ``insecure_unsigned``."""
-        s = settings if settings is not None else Settings.resolve()
+    def from_settings(cls, settings: Settings, *, clock: Clock = utcnow) -> TrustedManifests:
+        """Trust as ``settings`` say (the caller's: nothing here resolves them): its extra keys, the
+        user's trusted-keys directory, the home's rollback state, and ``insecure_unsigned``."""
+        s = settings
         return cls(keys=s.trusted_keys, user_keys_dir=s.user_keys_dir, rollback_state=s.rollback_state,
                    insecure_unsigned=s.insecure_unsigned, clock=clock)
 

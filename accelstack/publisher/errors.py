@@ -10,6 +10,8 @@ from typing import Optional
 
 from ..errors import AccelstackError, Action, SubprocessTimeout
 
+__all__ = ["BuildError", "BuildTimeout", "CudaToolkitMissing", "PublishError"]
+
 
 class BuildError(AccelstackError):
     """A ggml build could not be made; the message names the missing tool or the failing step.

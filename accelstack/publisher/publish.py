@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import platform
 import re
 from datetime import datetime, timedelta, timezone
@@ -18,13 +17,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..artifacts.cache import hash_file
 from ..errors import Action
+from ..fsio import write_bytes
 from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json
 from ..manifests.signing import sign_manifest, signature_path
-from .build import BuildResult
+from .build_cache import BuildResult
 from .errors import PublishError
 from .sdist import SDIST_PACKAGE, SDIST_VERSION
 
-__all__ = ["MANIFEST_NAME", "PublishError", "build_manifest", "flat_assets", "flat_name", "target_for",
+__all__ = ["MANIFEST_NAME", "PublishError", "build_manifest", "flat_assets", "flat_name", "manifest_of", "target_for",
            "write_signed_manifest"]
 
 log = logging.getLogger(__name__)
@@ -254,9 +254,9 @@ def write_signed_manifest(directory: Path, doc: Dict[str, Any], private_pem: Opt
     path = Path(directory) / MANIFEST_NAME
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     sig = signature_path(path)
-    _replace(path, data)
+    write_bytes(path, data)
     if private_pem is not None:
-        _replace(sig, sign_manifest(data, private_pem))
+        write_bytes(sig, sign_manifest(data, private_pem))
     else:
         try:
             sig.unlink()
@@ -264,9 +264,3 @@ def write_signed_manifest(directory: Path, doc: Dict[str, Any], private_pem: Opt
             pass
     log.info("wrote %s (%d targets, %s)", path, len(doc.get("targets", [])), "signed" if private_pem else "unsigned")
     return path
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

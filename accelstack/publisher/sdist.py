@@ -8,9 +8,10 @@ from typing import Optional
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..settings import Settings
 from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
+
+__all__ = ["SDIST_PACKAGE", "SDIST_VERSION", "fetch_sdist", "sdist_name"]
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +24,12 @@ def sdist_name(version: str = SDIST_VERSION) -> str:
 
 
 def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress, *,
-                timeout: Optional[float] = None, python: Optional[str] = None) -> Path:
+                timeout: float, python: Optional[str] = None) -> Path:
     """The source distribution of ``version``, from the package index with ``python``'s pip (default:
     this interpreter), kept in ``dest``; a copy already there is used as is.
 
-    ``timeout`` (default: the pip time limit of :class:`Settings`) bounds the download; past it the
-    download is stopped and :class:`BuildTimeout` raised.
+    ``timeout`` (seconds: ``Settings.timeouts.pip``) bounds the download; past it the download is
+    stopped and :class:`BuildTimeout` raised.
     """
     dest = Path(dest)
     target = dest / sdist_name(version)
@@ -36,7 +37,7 @@ def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCall
         log.debug("source distribution %s already downloaded", target)
         return target
     dest.mkdir(parents=True, exist_ok=True)
-    limit = Settings.resolve().timeouts.pip if timeout is None else timeout
+    limit = timeout
     progress(ProgressEvent("message", "build", message=f"downloading {SDIST_PACKAGE}=={version} source"))
     log.info("downloading %s==%s into %s (time limit %.0f s)", SDIST_PACKAGE, version, dest, limit)
     cmd = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",

@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+__all__ = [
+    "CUDA12_HINT", "CUDA12_RUNTIME", "CUDA12_SM", "CUDA13_RUNTIME", "CUDA13_SM", "CUDA13_TOOLCHAIN", "CUDA13_VERSION",
+    "CUDA_ARCHS_ENV", "CUDA_SM", "CUDA_VARIANTS", "DEFAULT_TOOLCHAIN_HINT", "PROPERTIES", "ROCM_GFX", "TOOLCHAINS",
+    "TOOLCHAIN_HINTS", "TOOLKIT_ROOTS", "VARIANTS", "VULKAN_HEADERS_HINT", "VULKAN_HEADERS_MARK", "CudaToolkit",
+    "compiled_cuda_archs", "configured_cuda_archs", "cuda_architectures", "cuda_cmake_args", "cuda_targets",
+    "cuda_toolkit_candidates", "find_cuda_toolkit", "missing_toolchain", "nvcc_version", "parse_cuda_archs",
+    "properties_for", "vulkan_headers_ok",
+]
+
 # The GPU targets a CUDA and a ROCm build carry, written once: the CMake options compile for them
 # and the manifest properties are derived from those options (compiled_cuda_archs), so the two
 # cannot drift apart. CUDA 13 dropped Maxwell, Pascal and Volta (sm_75 is its oldest); the CUDA 12
@@ -19,7 +28,7 @@ CUDA12_SM = ["61", "70", "75", "80", "86", "89", "90"]
 CUDA_SM = CUDA13_SM  # the ``cuda`` variant's
 ROCM_GFX = ["gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"]
 CUDA_VARIANTS = ("cuda", "cuda12")
-CUDA_ARCHS_ENV = "ACCELSTACK_CUDA_ARCHS"  # "90" or "86,90": a publisher's test build for fewer GPUs
+CUDA_ARCHS_ENV = "ACCELSTACK_CUDA_ARCHS"  # Settings.cuda_archs: "90" or "86,90", a publisher's build for fewer GPUs
 
 
 def _arch_specific(sm: str) -> bool:
@@ -74,19 +83,20 @@ def parse_cuda_archs(raw: str, what: str = CUDA_ARCHS_ENV) -> List[str]:
     return archs
 
 
-def cuda_archs_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[List[str]]:
-    """The architectures ``ACCELSTACK_CUDA_ARCHS`` names ("90", "sm_86,sm_90"), or None when unset."""
-    raw = (os.environ if env is None else env).get(CUDA_ARCHS_ENV, "").strip()
+def configured_cuda_archs(value: str) -> Optional[List[str]]:
+    """The architectures ``Settings.cuda_archs`` (``ACCELSTACK_CUDA_ARCHS``) names ("90",
+    "sm_86,sm_90"), or None when it is empty; ValueError when it names something else."""
+    raw = (value or "").strip()
     return parse_cuda_archs(raw, CUDA_ARCHS_ENV) if raw else None
 
 
-def cuda_targets(variant: str, cuda_archs: Optional[Sequence[str]] = None) -> List[str]:
+def cuda_targets(variant: str, cuda_archs: Optional[Sequence[str]] = None, configured: str = "") -> List[str]:
     """The architectures a build of CUDA ``variant`` compiles: ``cuda_archs``, else what
-    ACCELSTACK_CUDA_ARCHS names, else every one the variant's toolkit supports."""
+    ``configured`` (``Settings.cuda_archs``) names, else every one the variant's toolkit supports."""
     if cuda_archs:
         return [str(a) for a in cuda_archs]
     try:
-        named = cuda_archs_from_env()
+        named = configured_cuda_archs(configured)
     except ValueError:  # the build itself says what is wrong with it
         named = None
     return named or list(CUDA13_SM if variant == "cuda" else CUDA12_SM)
@@ -218,11 +228,10 @@ def _toolkit_root(nvcc: Path) -> str:
 TOOLKIT_ROOTS = (Path("/usr/local"), Path("/opt"))  # where toolkits install themselves as cuda, cuda-12.8
 
 
-def cuda_toolkit_candidates(env: Optional[Mapping[str, str]] = None,
-                            roots: Sequence[Path] = TOOLKIT_ROOTS) -> List[Tuple[str, Path]]:
+def cuda_toolkit_candidates(env: Mapping[str, str], roots: Sequence[Path] = TOOLKIT_ROOTS) -> List[Tuple[str, Path]]:
     """Every nvcc a system may hold, with where it was found: CUDA_HOME, CUDA_PATH (and Windows'
-    CUDA_PATH_V12_8 style), nvcc on PATH, ``<root>/cuda*`` of ``roots``. Duplicates removed."""
-    env = os.environ if env is None else env
+    CUDA_PATH_V12_8 style), nvcc on PATH, ``<root>/cuda*`` of ``roots``. Duplicates removed.
+    ``env`` holds those variables (``Settings.cuda_env``)."""
     exe = "nvcc.exe" if os.name == "nt" else "nvcc"
     found: List[Tuple[str, Path]] = []
     for name in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] + sorted(k for k in env if k.startswith("CUDA_PATH_V")):
@@ -243,8 +252,7 @@ def cuda_toolkit_candidates(env: Optional[Mapping[str, str]] = None,
     return out
 
 
-def find_cuda_toolkit(major: int, env: Optional[Mapping[str, str]] = None,
-                      roots: Sequence[Path] = TOOLKIT_ROOTS) -> Tuple[Optional[CudaToolkit], List[str]]:
+def find_cuda_toolkit(major: int, env: Mapping[str, str], roots: Sequence[Path] = TOOLKIT_ROOTS) -> Tuple[Optional[CudaToolkit], List[str]]:
     """The newest system CUDA toolkit of ``major`` (by ``nvcc --version``), and a line for every
     other one seen (to say what was found when none fits)."""
     best: Optional[CudaToolkit] = None
@@ -266,6 +274,7 @@ def find_cuda_toolkit(major: int, env: Optional[Mapping[str, str]] = None,
 def missing_toolchain(variant: str) -> List[str]:
     """The tools ``variant`` needs that are not on PATH (empty: the build can start)."""
     return [tool for tool in TOOLCHAINS.get(variant, []) if shutil.which(tool) is None]
+
 
 # ggml-vulkan uses vk::LayerSettingEXT (Vulkan-Hpp 1.3.255+); Debian 12's libvulkan-dev is 1.3.239.
 VULKAN_HEADERS_MARK = "LayerSettingEXT"

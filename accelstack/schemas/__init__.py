@@ -24,10 +24,28 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Union
 
+# The result type of every command: this module is tooling over all of them (tests and
+# ``python -m accelstack.schemas`` import it; no command does), so it imports them all.
+from ..core.bundles import BundleSummary
+from ..core.results import InstallSummary
+from ..domain import EventKind
+from ..engine.generation import GenerateReport
+from ..hardware.report import HardwareReport
+from ..installer.maintenance import GcReport, StackStatus
+from ..installer.records import Active
+from ..installer.repair import RepairReport
+from ..manifests.plan import Plan
+from ..publisher.build_cache import BuildResult
+from ..service.server import Stopped
+from ..verdict import VerifyReport
+
 HERE = Path(__file__).resolve().parent
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 BASE_ID = "https://accelstack.invalid/schemas/"  # a name, not a location: nothing is fetched
 FORMAT_VERSION = 1  # keep equal to accelstack.commands.common.FORMAT_VERSION (checked by a test)
+
+__all__ = ["BASE_ID", "COMMANDS", "DRAFT", "FORMAT_VERSION", "HERE", "JSON", "any_of", "dataclass_schema", "dumps",
+           "expected_files", "line_schema", "list_of", "load", "obj", "result_schema", "write"]
 
 JSON = Dict[str, Any]
 
@@ -163,21 +181,15 @@ def _channel_row() -> JSON:
 
 
 def _results() -> Dict[str, Callable[[], JSON]]:
-    """command -> a function building the schema of its result (imports stay lazy)."""
+    """command -> a function building the schema of its result."""
 
     def detect() -> JSON:
-        from ..hardware.report import HardwareReport
-
         return dataclass_schema(HardwareReport)
 
     def plan() -> JSON:
-        from ..manifests.plan import Plan
-
         return dataclass_schema(Plan)
 
     def verify() -> JSON:
-        from ..verdict import VerifyReport
-
         ggml = dataclass_schema(VerifyReport, {"verdict": {"enum": ["PASS", "FAIL"]}})
         torch = obj({"verdict": {"enum": ["PASS", "FAIL"]}, "ok": B, "reason": S, "python": S, "seconds": N},
                     {"torch_version": NS, "device_kind": NS, "device_name": NS, "ops": {"type": "array"},
@@ -186,31 +198,21 @@ def _results() -> Dict[str, Callable[[], JSON]]:
         return any_of(ggml, torch)
 
     def generate() -> JSON:
-        from ..engine.generation import GenerateReport
-
         return dataclass_schema(GenerateReport, optional={"probe_model": {
             "type": "boolean", "description": "present and true when the model was the synthesized probe: its images are "
             "noise by design"}})
 
     def install() -> JSON:
-        from ..core.lifecycle import InstallSummary
-
         return dataclass_schema(InstallSummary)
 
     def status() -> JSON:
-        from ..installer.maintenance import StackStatus
-
         stacks = list_of(StackStatus)
         return _with_defs_from(stacks, obj({"home": S, "stacks": {k: v for k, v in stacks.items() if k != "$defs"}}))
 
     def repair() -> JSON:
-        from ..core.lifecycle import RepairReport
-
         return dataclass_schema(RepairReport)
 
     def rollback() -> JSON:
-        from ..installer.records import Active
-
         return dataclass_schema(Active)
 
     def uninstall() -> JSON:
@@ -218,13 +220,9 @@ def _results() -> Dict[str, Callable[[], JSON]]:
                    description="what uninstall removed, the space it freed, and the caches it kept")
 
     def gc() -> JSON:
-        from ..installer.maintenance import GcReport
-
         return dataclass_schema(GcReport)
 
     def build() -> JSON:
-        from ..publisher.build import BuildResult
-
         return dataclass_schema(BuildResult)
 
     def fetch() -> JSON:
@@ -246,13 +244,9 @@ def _results() -> Dict[str, Callable[[], JSON]]:
                       _channel_row())
 
     def bundle() -> JSON:
-        from ..core.bundles import BundleSummary
-
         return dataclass_schema(BundleSummary)
 
     def serve() -> JSON:
-        from ..service.server import Stopped
-
         return dataclass_schema(Stopped)
 
     def completion() -> JSON:
@@ -294,8 +288,6 @@ def result_schema(command: str) -> JSON:
 def line_schema() -> JSON:
     """Every line a ``--json`` command prints on stdout."""
     common: Dict[str, JSON] = {"event": S, "format_version": {"const": FORMAT_VERSION}, "command": S}
-    from ..domain import EventKind
-
     progress = obj({"event": {"const": "progress"}, "ts": S, "kind": {"enum": list(typing.get_args(EventKind))},
                     "stage": S, "stage_index": I, "task": S, "done": I, "total": {"type": ["integer", "null"]},
                     "ok": {"type": ["boolean", "null"]}, "message": S, "extra": {"type": "object"}},

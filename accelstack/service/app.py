@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import core
 from ..domain import STACKS
 from ..errors import AccelstackError, UsageError
 from ..limits import MalformedInput, parse_json
@@ -36,6 +37,9 @@ from .errors import BadRequest, NotFound, ServiceError
 from .jobs import Job, Jobs, now_iso
 
 log = logging.getLogger(__name__)
+
+__all__ = ["API", "KEEPALIVE_SECONDS", "JOB_ID", "MAX_BODY_DEPTH", "Hardware", "resource_bytes", "page_and_policy",
+           "error_response", "internal_error", "api", "build_app", "sse"]
 
 API = "/api/v1"
 KEEPALIVE_SECONDS = 15.0  # an SSE comment line this often keeps proxies and clients from timing out
@@ -120,8 +124,6 @@ def _flag(request: Request, name: str) -> bool:
 
 def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeout: float = 120.0) -> Starlette:
     """The application; the security guard wraps it in :mod:`accelstack.service.server`."""
-    from .. import core
-
     page, csp = page_and_policy()
     openapi = resource_bytes("openapi.json")
 

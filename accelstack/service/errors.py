@@ -9,6 +9,9 @@ from typing import Optional
 
 from ..errors import AccelstackError, Action, UsageError
 
+__all__ = ["ServiceError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished",
+           "PayloadTooLarge", "JobCancelled", "RemoteBindRefused"]
+
 
 class ServiceError(AccelstackError):
     """A request the service refuses; ``status`` is the HTTP status it is answered with."""

@@ -27,23 +27,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ..domain import BACKENDS, STACKS
+from .. import core
+from ..core.installing import install as install_runtime
 from ..errors import AccelstackError, Action
 from ..events import ProgressCallback, ProgressEvent
 from ..serde import to_dict
 from ..settings import Settings
 from .errors import BadRequest, JobCancelled, JobConflict, JobFinished, NotFound
+from .job_options import MAX_SHORT, MAX_TEXT, Options
 
 log = logging.getLogger(__name__)
+
+__all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_EVENTS", "now_iso", "Job", "Jobs"]
 
 KINDS = ("install", "repair", "upgrade", "verify", "generate")
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
 MAX_EVENTS = 20_000  # per job; past it only non-"advance" events are kept (counted in events_dropped)
-MAX_TEXT = 4_000  # a prompt
-MAX_SHORT = 256  # names, backends, requirements
-MAX_ITEMS = 32  # requirements
 
 Call = Callable[[ProgressCallback], Any]
 
@@ -284,8 +285,6 @@ class Jobs:
 
     def _prepare(self, job: Job) -> Call:
         """Check the options for ``job.kind`` and bind the core call (nothing runs yet)."""
-        from .. import core
-
         o = Options(job.kind, job.options)
         s = self.settings
         out = job.outdir
@@ -293,13 +292,14 @@ class Jobs:
             stack = o.stack()
             backend, force, dry_run, reqs = o.backend(), o.flag("force"), o.flag("dry_run"), o.strings("requirements")
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png") if stack == "ggml" else None
-            return lambda progress: core.plan_and_install(self.report(), stack, requirements=reqs, backend=backend, settings=s,
-                                                          verifier=verifier, force=force, dry_run=dry_run, on_progress=progress)
+            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
+            return lambda progress: install_runtime(None, stack=stack, requirements=reqs, backend=backend, report=self.report(),
+                                                    settings=s, verifier=verifier, force=force, dry_run=dry_run,
+                                                    on_progress=progress)
         if job.kind == "upgrade":
             stack, backend = o.stack(), o.backend()
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png") if stack == "ggml" else None
+            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
             return lambda progress: core.upgrade(stack=stack, report=self.report(), settings=s, backend=backend,
                                                  verifier=verifier, on_progress=progress)
         if job.kind == "repair":
@@ -313,14 +313,11 @@ class Jobs:
         return self._prepare_generate(o, out)
 
     def _prepare_generate(self, o: Options, out: Path) -> Call:
-        from .. import core
-        from ..engine.protocol import GenerateRequest
-
         stack = o.stack()
         model = self._model(o.text("model", MAX_SHORT, required=True))
         prompt = o.text("prompt", MAX_TEXT, required=True)
         request: Dict[str, Any] = {}
-        for f in dataclasses.fields(GenerateRequest):
+        for f in dataclasses.fields(core.GenerateRequest):
             if f.name == "prompt" or f.name not in o.data:
                 continue
             default = f.default
@@ -346,76 +343,6 @@ class Jobs:
             raise BadRequest(f"there is no model {name!r} in the service's models directory",
                              hint=f"choose one of: {', '.join(sorted(names)) or '(none)'}", code="bad-request")
         return names[name]
-
-
-class Options:
-    """Read a job's options one by one; unknown names and wrong types are a 400, never ignored."""
-
-    def __init__(self, kind: str, data: Dict[str, Any]) -> None:
-        self.kind, self.data = kind, data
-        self.seen: Set[str] = set()
-
-    def _get(self, name: str) -> Any:
-        self.seen.add(name)
-        return self.data.get(name)
-
-    def _bad(self, name: str, want: str) -> BadRequest:
-        return BadRequest(f"option {name!r} of a {self.kind} job must be {want}, got {self.data.get(name)!r}"[:400],
-                          code="bad-request")
-
-    def stack(self) -> str:
-        v = self._get("stack")
-        if v is None:
-            return "ggml"
-        if v not in STACKS:
-            raise self._bad("stack", f"one of {', '.join(STACKS)}")
-        return str(v)
-
-    def backend(self) -> Optional[str]:
-        v = self._get("backend")
-        if v is None or v == "":
-            return None
-        if v not in BACKENDS:
-            raise self._bad("backend", f"one of {', '.join(BACKENDS)}")
-        return str(v)
-
-    def flag(self, name: str) -> bool:
-        v = self._get(name)
-        if v is None:
-            return False
-        if not isinstance(v, bool):
-            raise self._bad(name, "true or false")
-        return v
-
-    def text(self, name: str, limit: int, *, required: bool = False) -> str:
-        v = self._get(name)
-        if v is None and not required:
-            return ""
-        if not isinstance(v, str) or len(v) > limit or (required and not v):
-            raise self._bad(name, f"a text of 1 to {limit} characters" if required else f"a text of at most {limit} characters")
-        return v
-
-    def strings(self, name: str) -> List[str]:
-        v = self._get(name)
-        if v is None:
-            return []
-        if not isinstance(v, list) or len(v) > MAX_ITEMS or not all(isinstance(x, str) and 0 < len(x) <= MAX_SHORT for x in v):
-            raise self._bad(name, f"a list of at most {MAX_ITEMS} texts")
-        return list(v)
-
-    def typed(self, name: str, tp: type) -> Any:
-        v = self._get(name)
-        if tp is float and isinstance(v, int) and not isinstance(v, bool):
-            return float(v)
-        if isinstance(v, bool) or not isinstance(v, tp) or (isinstance(v, str) and len(v) > MAX_TEXT):
-            raise self._bad(name, {int: "an integer", float: "a number", str: "a text"}.get(tp, tp.__name__))
-        return v
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            raise BadRequest(f"a {self.kind} job has no option {unknown[0]!r}", hint="see the API description for "
-                             "each kind's options", code="bad-request")
 
 
 def _images_of(result: Any, outdir: Path) -> List[Path]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, FrozenSet, List, MutableMapping, Optional, Tuple
 
+from ..fsio import write_bytes
 from .errors import Forbidden, PayloadTooLarge, RemoteBindRefused, ServiceError, Unauthorized
 
 Scope = MutableMapping[str, Any]
@@ -31,6 +32,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["PUBLIC_PATHS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
+           "url_host", "Policy", "normalize_origin", "error_body", "Guard"]
 
 PUBLIC_PATHS = frozenset({"/"})  # GET/HEAD only: the static page
 CORS_METHODS = "GET, POST, DELETE"
@@ -45,21 +49,14 @@ def new_token() -> str:
 def write_token_file(path: Path, token: str) -> Path:
     """Write ``token`` to ``path``, readable by this user only (0600 in a 0700 directory).
 
-    An old file is replaced, never written through (it could be a link planted by someone else)."""
+    An old file is replaced, never written through (it could be a link planted by someone else):
+    the new one is made beside it, 0600 from its creation, and renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.chmod(path.parent, 0o700)
     except OSError:
         pass  # a directory we do not own: the file's own mode still protects it
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(token + "\n")
-    return path
+    return write_bytes(path, (token + "\n").encode("ascii"), mode=0o600)
 
 
 def is_loopback(host: str) -> bool:

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
+import psutil
 import uvicorn
 
+from .. import core
 from ..errors import AccelstackError, Action, UsageError
 from ..settings import Settings
 from .app import Hardware, build_app
@@ -31,13 +33,19 @@ from .security import Guard, Policy, check_bind, new_token, url_host, write_toke
 
 log = logging.getLogger(__name__)
 
+__all__ = ["MAX_BODY", "PARENT_POLL_SECONDS", "ServiceConfig", "Ready", "Stopped", "token_file", "bind", "serve"]
+
 MAX_BODY = 64 * 1024  # job options are a few hundred bytes; a prompt at most a few KB
 PARENT_POLL_SECONDS = 0.5
 
 
 @dataclass
 class ServiceConfig:
-    """How to run the service; the CLI's ``accelstack serve`` fills it from its arguments."""
+    """How to run the service; the CLI's ``accelstack serve`` fills it from its arguments.
+
+    ``settings`` are resolved once by the caller, the documented way: ``Settings.resolve(...)`` in
+    an app, ``commands.common.settings_from_args`` (the same flags as every command) for
+    ``accelstack serve``; every job runs with them."""
 
     settings: Settings
     host: str = "127.0.0.1"
@@ -107,8 +115,6 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
         s = config.settings
         detector = config.detector
         if detector is None:
-            from .. import core
-
             detector = lambda: core.detect(settings=s)
         hardware = Hardware(detector)
         jobs = Jobs(s, lambda: hardware.get()[0], models_dir=config.models_dir)
@@ -175,8 +181,6 @@ class _Server(uvicorn.Server):
 def _parent(pid: Optional[int]) -> Any:
     if pid is None:
         return None
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         if proc.status() != psutil.STATUS_ZOMBIE:
@@ -188,8 +192,6 @@ def _parent(pid: Optional[int]) -> Any:
 
 def _watch_parent(proc: Any, server: Any) -> None:
     """Stop the service when the app that started it ends (a crash leaves no orphan service)."""
-    import psutil
-
     while not server.should_exit:
         time.sleep(PARENT_POLL_SECONDS)
         try:

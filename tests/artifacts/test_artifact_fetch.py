@@ -28,6 +28,7 @@ from accelstack.artifacts import (
     fetch_one,
 )
 from accelstack.errors import Action
+from accelstack.settings import Settings
 
 from artifact_helpers import (
     content_length,
@@ -49,7 +50,7 @@ SIZE = 300_000
 
 
 def _fetch(refs, cache, transport, retry, **kw):
-    return fetch(refs, cache=cache, transport=transport, retry=retry, **kw)
+    return fetch(refs, cache=cache, offline=False, transport=transport, retry=retry, **kw)
 
 
 def assert_nothing_final(cache: Cache, ref) -> None:
@@ -89,11 +90,11 @@ def test_cached_blob_is_not_downloaded_again(server, cache, transport, retry):
 def test_corrupted_cached_blob_is_fetched_again(server, cache, transport, retry):
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    path = fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    path = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     os.chmod(path, 0o644)
     with open(path, "r+b") as fh:
         fh.write(b"\0\0\0\0")
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert len(server.hits("/a.bin")) == 2
 
 
@@ -101,13 +102,13 @@ def test_default_cache_is_the_settings_cache(server, transport, retry, tmp_path,
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "envcache"))
     data = payload(1000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    path = fetch_one(ref, transport=transport, retry=retry)
+    path = fetch_one(ref, cache=Settings.resolve().cache, offline=False, transport=transport, retry=retry)
     assert path == tmp_path / "envcache" / "blobs" / "sha256" / ref.sha256
 
 
 def test_empty_file(server, cache, transport, retry):
     ref = ref_for("empty", b"", server.serve("/empty", b""))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == b""
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == b""
 
 
 def test_same_blob_twice_in_a_batch_downloads_once(server, cache, transport, retry):
@@ -139,7 +140,7 @@ def test_drops_at_random_offsets_resume_with_only_missing_bytes(server, cache, t
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     offsets = sorted(random.Random(seed).sample(range(1, SIZE), 3))
     server.fault("/a.bin", *(drop(at) for at in offsets))
-    path = fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    path = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert path.read_bytes() == data
     hits = server.hits("/a.bin")
     assert [h.range_start for h in hits] == [None] + offsets
@@ -151,7 +152,7 @@ def test_500_then_success_retries_with_backoff(server, cache, transport, retry, 
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", status(500), status(503))
     with caplog.at_level("INFO", logger="accelstack.artifacts"):
-        assert fetch_one(ref, cache=cache, transport=transport, retry=retry, progress=events).read_bytes() == data
+        assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, progress=events).read_bytes() == data
     assert [h.status for h in server.hits("/a.bin")] == [500, 503, 200]
     assert any("retrying" in e.message for e in events.of("a.bin", "message"))
     retries = [r for r in caplog.records if r.name == "accelstack.artifacts.download" and "retry" in r.getMessage()]
@@ -163,7 +164,7 @@ def test_persistent_500_gives_up_after_retries(server, cache, transport, retry):
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", status(500), always=True)
     with pytest.raises(FetchError, match="HTTP 500"):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert len(server.hits("/a.bin")) == retry.retries + 1
     assert_nothing_final(cache, ref)
 
@@ -176,7 +177,7 @@ def test_404_and_403_are_not_retried_and_next_mirror_is_used(server, cache, tran
     server.fault("/bad.bin", status(code), always=True)
     ref = ref_for("a.bin", data, server.url("/bad.bin"), good)
     with caplog.at_level("WARNING", logger="accelstack.artifacts"):
-        assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+        assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert any("next mirror" in r.getMessage() and str(code) in r.getMessage() for r in caplog.records)
     assert len(server.hits("/bad.bin")) == 1, "no retry on 404/403"
     assert len(server.hits("/good.bin")) == 1
@@ -186,7 +187,7 @@ def test_404_on_the_only_mirror_is_a_clear_error(server, cache, transport, retry
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.url("/missing.bin"))
     with pytest.raises(FetchError, match="404") as info:
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert info.value.status == 404
     assert len(server.hits("/missing.bin")) == 1
     assert_nothing_final(cache, ref)
@@ -197,7 +198,7 @@ def test_wrong_bytes_fail_with_both_hashes_and_delete_the_part(server, cache, tr
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", wrong_bytes(), always=True)
     with pytest.raises(HashMismatchError) as info:
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     bad = hashlib.sha256(bytes([data[0] ^ 0xFF]) + data[1:]).hexdigest()
     assert ref.sha256 in str(info.value) and bad in str(info.value)
     assert (info.value.expected, info.value.actual) == (ref.sha256, bad)
@@ -211,7 +212,7 @@ def test_wrong_bytes_then_good_mirror(server, cache, transport, retry):
     server.serve("/evil.bin", data)
     server.fault("/evil.bin", wrong_bytes(), always=True)
     ref = ref_for("a.bin", data, server.url("/evil.bin"), server.serve("/good.bin", data))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
 
 
 def test_all_mirrors_wrong_names_both_hashes(server, cache, transport, retry):
@@ -221,7 +222,7 @@ def test_all_mirrors_wrong_names_both_hashes(server, cache, transport, retry):
         server.fault(p, wrong_bytes(), always=True)
     ref = ref_for("a.bin", data, server.url("/m1"), server.url("/m2"))
     with pytest.raises(HashMismatchError) as info:
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert ref.sha256 in info.value.message and info.value.actual in info.value.message
     assert_nothing_final(cache, ref)
 
@@ -231,7 +232,7 @@ def test_content_length_larger_than_declared_is_refused_before_writing(server, c
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", content_length(SIZE + 10), always=True)
     with pytest.raises(SizeMismatchError, match=f"{SIZE + 10}"):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert cache.part_size(ref.sha256) == 0
     assert_nothing_final(cache, ref)
 
@@ -243,7 +244,7 @@ def test_content_length_shorter_than_body_then_resume(server, cache, transport, 
     server.serve("/short.bin", data)
     server.fault("/short.bin", content_length(SIZE // 2), always=True)
     ref = ref_for("a.bin", data, server.url("/short.bin"), server.serve("/good.bin", data))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert len(server.hits("/short.bin")) == 1
 
 
@@ -251,7 +252,7 @@ def test_truncated_body_with_correct_length_is_resumed(server, cache, transport,
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", drop(SIZE - 1))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert server.sent("/a.bin") == SIZE
 
 
@@ -268,7 +269,7 @@ def test_more_bytes_than_declared_are_never_written(server, cache, transport, re
 
     monkeypatch.setattr(partfile_module.PartFile, "write", spy)
     with pytest.raises(SizeMismatchError, match="more than the declared"):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert max(biggest, default=0) <= SIZE
     assert not cache.part_path(ref.sha256).exists() or cache.part_size(ref.sha256) == 0
     assert_nothing_final(cache, ref)
@@ -278,7 +279,7 @@ def test_server_without_range_support_restarts_cleanly(server, cache, transport,
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", drop(SIZE // 3), no_range())
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry, progress=events).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, progress=events).read_bytes() == data
     hits = server.hits("/a.bin")
     assert [h.range_start for h in hits] == [None, SIZE // 3]
     assert [h.status for h in hits] == [200, 200]
@@ -291,7 +292,7 @@ def test_slow_drip_trips_the_read_timeout_and_resumes(server, cache, transport, 
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", drip(at=100_000, stall=6.0))  # > the 2 s read timeout
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     hits = server.hits("/a.bin")
     assert [h.range_start for h in hits] == [None, 100_000]
     assert server.sent("/a.bin") == SIZE
@@ -301,7 +302,7 @@ def test_redirect_is_followed(server, cache, transport, retry):
     data = payload(SIZE)
     server.serve("/real.bin", data)
     ref = ref_for("a.bin", data, server.redirect("/moved.bin", "/real.bin"))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
 
 
 def test_redirect_loop_is_a_clear_error_without_retries(server, cache, transport, retry):
@@ -310,7 +311,7 @@ def test_redirect_loop_is_a_clear_error_without_retries(server, cache, transport
     server.redirect("/loop2", "/loop1")
     ref = ref_for("a.bin", data, server.url("/loop1"))
     with pytest.raises(FetchError, match="redirect loop"):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert len(server.hits("/loop1")) == 1 and len(server.hits("/loop2")) == 1
     assert_nothing_final(cache, ref)
 
@@ -319,7 +320,7 @@ def test_redirect_to_plain_http_elsewhere_is_refused(server, cache, transport, r
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.redirect("/x", "http://example.com/a.bin"))
     with pytest.raises(InsecureURLError):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
 
 
 def test_connection_refused_is_retried_then_next_mirror(server, cache, transport, retry):
@@ -331,7 +332,7 @@ def test_connection_refused_is_retried_then_next_mirror(server, cache, transport
     s.close()
     data = payload(SIZE)
     ref = ref_for("a.bin", data, dead, server.serve("/a.bin", data))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
 
 
 # -- resume across runs ------------------------------------------------------------------------
@@ -341,11 +342,11 @@ def test_resume_across_runs_fetches_only_the_missing_bytes(server, cache, transp
     # the connection drops, and the retry finds the server down: this run gives up
     server.fault("/a.bin", drop(120_000), status(503))
     with pytest.raises(FetchError, match="HTTP 503"):
-        fetch_one(ref, cache=cache, transport=transport, retry=RetryPolicy(retries=0, backoff_base=0.001))
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=RetryPolicy(retries=0, backoff_base=0.001))
     assert cache.part_size(ref.sha256) == 120_000
     assert_nothing_final(cache, ref)
     # next run
-    assert fetch_one(ref, cache=cache, transport=transport, progress=events).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, progress=events).read_bytes() == data
     hits = server.hits("/a.bin")
     assert hits[-1].range_start == 120_000 and hits[-1].sent == SIZE - 120_000
     assert server.sent("/a.bin") == SIZE
@@ -358,7 +359,7 @@ def test_corrupt_partial_from_an_earlier_run_is_restarted(server, cache, transpo
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     cache.ensure()
     cache.part_path(ref.sha256).write_bytes(b"garbage" * 1000)  # not a prefix of the file
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert [h.range_start for h in server.hits("/a.bin")] == [7000, None]
 
 
@@ -367,7 +368,7 @@ def test_complete_partial_is_placed_without_network(server, cache, transport, re
     ref = ref_for("a.bin", data, server.url("/nowhere"))
     cache.ensure()
     cache.part_path(ref.sha256).write_bytes(data)
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert server.hits("/nowhere") == []
 
 
@@ -377,7 +378,7 @@ def test_resume_from_one_mirror_and_finish_on_another(server, cache, transport, 
     server.fault("/m1", drop(100_000))
     server.fault("/m1", status(404), status(404), status(404), status(404))
     ref = ref_for("a.bin", data, server.url("/m1"), server.serve("/m2", data))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert server.hits("/m2")[0].range_start == 100_000
     assert server.sent("/m1") + server.sent("/m2") == SIZE
 
@@ -387,7 +388,7 @@ def test_only_https_loopback_http_and_file_urls(cache, transport, retry, tmp_pat
     data = b"x" * 10
     for url in ("http://example.com/a", "ftp://example.com/a", "http://10.0.0.1/a", "gopher://x", "a/relative"):
         with pytest.raises(InsecureURLError):
-            fetch_one(ref_for("a", data, url), cache=cache, transport=transport, retry=retry)
+            fetch_one(ref_for("a", data, url), cache=cache, offline=False, transport=transport, retry=retry)
     from accelstack.artifacts import check_url
 
     for url in ("https://example.com/a", "http://127.0.0.1:8/a", "http://localhost/a", "http://[::1]/a",
@@ -399,7 +400,7 @@ def test_insecure_mirror_is_refused_before_any_download(server, cache, transport
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data), "http://example.com/a.bin")
     with pytest.raises(InsecureURLError):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert server.hits("/a.bin") == []
 
 
@@ -411,7 +412,7 @@ def test_file_url_and_its_resume(cache, transport, retry, tmp_path):
     ref = ref_for("a.bin", data, src.as_uri())
     cache.ensure()
     cache.part_path(ref.sha256).write_bytes(data[:1234])
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
 
 
 def test_offline_serves_from_cache_or_fails_clearly(server, cache, transport, retry, monkeypatch):
@@ -420,12 +421,13 @@ def test_offline_serves_from_cache_or_fails_clearly(server, cache, transport, re
     with pytest.raises(OfflineError, match="a.bin"):
         fetch_one(ref, cache=cache, transport=transport, retry=retry, offline=True)
     assert server.hits("/a.bin") == []
-    fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     monkeypatch.setenv("ACCELSTACK_OFFLINE", "1")
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    offline = Settings.resolve().offline
+    assert fetch_one(ref, cache=cache, offline=offline, transport=transport, retry=retry).read_bytes() == data
     other = ref_for("b.bin", b"other", server.serve("/b.bin", b"other"))
     with pytest.raises(OfflineError, match="b.bin") as info:
-        fetch_one(other, cache=cache, transport=transport, retry=retry)
+        fetch_one(other, cache=cache, offline=offline, transport=transport, retry=retry)
     assert info.value.action is Action.GO_ONLINE and "offline mode" in info.value.hint
     assert "ACCELSTACK" not in info.value.hint and "--" not in info.value.hint
     assert len(server.hits("/a.bin")) == 1 and server.hits("/b.bin") == []
@@ -453,10 +455,10 @@ def test_disk_space_is_checked_for_the_whole_batch_first(server, cache, transpor
 
 def test_bad_refs_are_refused(cache, transport, retry):
     with pytest.raises(ArtifactError, match="sha256"):
-        fetch_one(ArtifactRef("a", "ABC", 1, ["https://example.com/a"]), cache=cache, transport=transport,
+        fetch_one(ArtifactRef("a", "ABC", 1, ["https://example.com/a"]), cache=cache, offline=False, transport=transport,
                   retry=retry)
     with pytest.raises(FetchError, match="no URL"):
-        fetch_one(ref_for("a", b"x"), cache=cache, transport=transport, retry=retry)
+        fetch_one(ref_for("a", b"x"), cache=cache, offline=False, transport=transport, retry=retry)
 
 
 def test_several_failures_are_reported_together(server, cache, transport, retry):
@@ -481,19 +483,19 @@ def test_hash_behind_with_drops_restart_and_mismatch(server, cache, transport, r
     data = payload(SIZE)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", drop(50_000), drop(150_000), no_range())
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert [h.range_start for h in server.hits("/a.bin")] == [None, 50_000, 150_000]
     other = payload(SIZE, seed=9)
     bad = ref_for("b.bin", other, server.serve("/b.bin", other))
     server.fault("/b.bin", wrong_bytes(), always=True)
     with pytest.raises(HashMismatchError):
-        fetch_one(bad, cache=cache, transport=transport, retry=retry)
+        fetch_one(bad, cache=cache, offline=False, transport=transport, retry=retry)
     assert_nothing_final(cache, bad)
     # a resumed part is hashed first, then the hash-behind thread continues from that state
     third = payload(SIZE, seed=10)
     ref3 = ref_for("c.bin", third, server.serve("/c.bin", third))
     cache.part_path(ref3.sha256).write_bytes(third[:77_777])
-    assert fetch_one(ref3, cache=cache, transport=transport, retry=retry).read_bytes() == third
+    assert fetch_one(ref3, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == third
     assert server.sent("/c.bin") == SIZE - 77_777
     import threading
 
@@ -530,14 +532,14 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            fetch(refs, cache=cache, transport=slow, retry=retry, max_workers=2)
+            fetch(refs, cache=cache, offline=False, transport=slow, retry=retry, max_workers=2)
         assert time.monotonic() - t0 < 10
     finally:
         release.set()
     for ref in refs:
         assert_nothing_final(cache, ref)
         assert cache.part_size(ref.sha256) == 100_000, "partial files are kept for the next run"
-    paths = fetch(refs, cache=cache, transport=slow, retry=retry)
+    paths = fetch(refs, cache=cache, offline=False, transport=slow, retry=retry)
     for i, ref in enumerate(refs):
         assert paths[ref.sha256].read_bytes() == payload(SIZE, seed=20 + i)
         assert server.hits(f"/f{i}")[-1].range_start == 100_000
@@ -556,7 +558,7 @@ def test_a_sha256_not_exactly_64_lowercase_hex_is_refused_before_any_file_is_mad
     good = ref_for("a.bin", data, server.serve("/a.bin", data))
     ref = ArtifactRef(good.name, shape(good.sha256), good.size, good.urls)
     with pytest.raises(ArtifactError, match="64 lowercase hex"):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert server.hits("/a.bin") == []
     left = sorted(p.name for p in cache.root.rglob("*") if p.is_file()) if cache.root.exists() else []
     assert left == [], f"stray files in the cache: {left}"
@@ -567,7 +569,7 @@ def test_a_hash_mismatch_leaves_only_the_blobs_own_lock_file(server, cache, tran
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     server.fault("/a.bin", wrong_bytes(), always=True)
     with pytest.raises(HashMismatchError):
-        fetch_one(ref, cache=cache, transport=transport, retry=retry)
+        fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     # The per-blob lock file is by design (see artifacts.cache); nothing else stays, nothing misnamed.
     assert sorted(p.name for p in cache.blob_dir.iterdir()) == [ref.sha256 + ".lock"]
 
@@ -604,7 +606,7 @@ def test_a_throttled_link_streams_with_rate_limited_progress(server, cache, tran
         if event.task == "a.bin" and event.kind == "advance":
             stamps.append((time.monotonic(), event.done))
 
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry, progress=progress).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, progress=progress).read_bytes() == data
     assert stamps[-1][1] == SIZE and [d for _t, d in stamps] == sorted(d for _t, d in stamps)
     gaps = [b[0] - a[0] for a, b in zip(stamps[:-2], stamps[1:-1])]
     assert all(g >= PROGRESS_INTERVAL * 0.99 for g in gaps), gaps

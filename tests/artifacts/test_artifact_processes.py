@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     def progress(event):
         print(event.to_json(), flush=True)
 
-    path = fetch_one(ArtifactRef(name, sha, int(size), [url]), cache=Cache(cache),
+    path = fetch_one(ArtifactRef(name, sha, int(size), [url]), cache=Cache(cache), offline=False,
                      transport=Transport(connect_timeout=5, read_timeout=30), progress=progress)
     print(json.dumps({"event": "result", "path": str(path)}), flush=True)
     """

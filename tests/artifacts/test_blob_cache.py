@@ -44,39 +44,39 @@ def _tamper(path, data: bytes, *, keep_mtime: bool) -> None:
 def test_a_blob_is_hashed_once_more_after_download_then_trusted_by_its_record(server, cache, transport, retry, hashes):
     data = payload(200_000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    blob = fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    blob = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert not cache.stamp_path(ref.sha256).exists()  # placed without a flush: no record yet
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry) == blob
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry) == blob
     assert hashes == [str(blob)]  # the first reuse reads it from disk, then records it
     record = json.loads(cache.stamp_path(ref.sha256).read_text())
     st = blob.stat()
     assert record == {"sha256": ref.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
                       "device": st.st_dev}
     for _ in range(3):
-        assert fetch_one(ref, cache=cache, transport=transport, retry=retry) == blob
+        assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry) == blob
     assert len(hashes) == 1 and len(server.hits("/a.bin")) == 1
     os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # touched: checked again
-    fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert len(hashes) == 2
 
 
 def test_a_flushed_download_is_recorded_at_once(server, cache, transport, retry, hashes):
     data = payload(100_000, seed=1)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    fetch_one(ref, cache=cache, transport=transport, retry=retry, fsync=True)
+    fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, fsync=True)
     assert cache.stamp_path(ref.sha256).exists()
-    fetch_one(ref, cache=cache, transport=transport, retry=retry)
+    fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
     assert hashes == []
 
 
 def test_a_rewritten_blob_with_a_new_mtime_is_caught_and_fetched_again(server, cache, transport, retry):
     data = payload(100_000, seed=2)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    blob = fetch_one(ref, cache=cache, transport=transport, retry=retry, fsync=True)
+    blob = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, fsync=True)
     os.utime(blob, ns=(0, 1_000_000_000))  # an mtime the rewrite below certainly changes
     cache.valid(ref.sha256, ref.size)  # re-recorded with that mtime
     _tamper(blob, b"X" * 10, keep_mtime=False)
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert len(server.hits("/a.bin")) == 2
 
 
@@ -85,16 +85,16 @@ def test_same_size_tamper_with_restored_mtime_needs_deep(server, cache, transpor
     deep mode (repair, verify --deep) is for."""
     data = payload(100_000, seed=3)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    blob = fetch_one(ref, cache=cache, transport=transport, retry=retry, fsync=True)
+    blob = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, fsync=True)
     _tamper(blob, b"evil", keep_mtime=True)
     # normal mode trusts the matching record: no read, no download
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes()[:4] == b"evil"
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes()[:4] == b"evil"
     assert hashes == [] and len(server.hits("/a.bin")) == 1
     assert cache.valid(ref.sha256, ref.size) is True
     # deep mode hashes it, finds the damage, and fetches the file again
     assert cache.valid(ref.sha256, ref.size, deep=True) is False
     assert not cache.stamp_path(ref.sha256).exists()
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry, deep=True, fsync=True).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, deep=True, fsync=True).read_bytes() == data
     assert len(server.hits("/a.bin")) == 2
     # offline, deep mode reports the damage instead of serving it
     _tamper(blob, b"evil", keep_mtime=True)
@@ -114,7 +114,7 @@ def test_same_size_tamper_with_restored_mtime_needs_deep(server, cache, transpor
 def test_a_record_that_does_not_match_or_parse_means_hashing(server, cache, transport, retry, hashes, record):
     data = payload(50_000, seed=4)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    blob = fetch_one(ref, cache=cache, transport=transport, retry=retry, fsync=True)
+    blob = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry, fsync=True)
     path = cache.stamp_path(ref.sha256)
     path.unlink()
     if record == "fifo":

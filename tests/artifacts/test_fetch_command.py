@@ -135,7 +135,7 @@ def test_renderer_on_a_real_resumed_fetch(server, tmp_path):
     server.fault("/a.bin", drop(40_000))
     tty = FakeTTY()
     r = ProgressRenderer("bars", stream=tty)
-    fetch_one(ref, cache=Cache(tmp_path / "c"), progress=r, transport=Transport(read_timeout=2),
+    fetch_one(ref, cache=Cache(tmp_path / "c"), offline=False, progress=r, transport=Transport(read_timeout=2),
               retry=RetryPolicy(backoff_base=0.001))
     r.close()
     assert "a.bin" in tty.getvalue()

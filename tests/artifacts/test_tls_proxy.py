@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from accelstack.artifacts import FetchError, Transport, fetch_one
-from accelstack.artifacts.transport import _trust_store_context
+from accelstack.artifacts.tls import trust_store_context as _trust_store_context
 
 from artifact_helpers import payload, ref_for, start_server
 
@@ -83,12 +83,12 @@ def test_https_is_verified_against_the_system_trust_store(https_server, cache, r
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     with Transport(connect_timeout=5, read_timeout=5) as transport:
         with pytest.raises(FetchError, match="certificate is not trusted") as caught:  # our CA is in no store yet
-            fetch_one(ref, cache=cache, transport=transport, retry=retry)
+            fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
         assert "trust store" in caught.value.hint
         assert len(server.hits("/a.bin")) == 0  # refused at the handshake, before any request
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))
     with Transport(connect_timeout=5, read_timeout=5) as transport:
-        assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+        assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
         adapter = transport._session().get_adapter(ref.urls[0])
         assert type(adapter).__name__ == "TrustStoreAdapter"
     import truststore
@@ -106,7 +106,7 @@ def test_no_proxy_sends_loopback_past_a_bogus_proxy(server, cache, transport, re
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     data = payload(40_000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
-    assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+    assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
     assert [h.target for h in server.hits("/a.bin")] == ["/a.bin"]  # asked directly, not as a proxy
 
 
@@ -121,7 +121,7 @@ def test_a_proxy_from_the_environment_carries_requests_to_other_hosts(server, ca
         monkeypatch.setenv("HTTP_PROXY", proxy.base)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # localhost is not excluded
         ref = ref_for("a.bin", data, origin_url)
-        assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+        assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
         assert [h.target for h in proxy.hits("/a.bin")] == [origin_url]  # the absolute URI: a proxy request
         assert server.hits("/a.bin") == []
     finally:
@@ -199,7 +199,7 @@ def test_https_through_an_https_proxy_tunnel_keeps_the_system_trust_store(https_
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the CA only the system store knows
         ref = ref_for("a.bin", data, url)
         with Transport(connect_timeout=5, read_timeout=5) as transport:
-            assert fetch_one(ref, cache=cache, transport=transport, retry=retry).read_bytes() == data
+            assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry).read_bytes() == data
             managers = transport._session().get_adapter(url).proxy_manager.values()
             assert [m.connection_pool_kw.get("ssl_context") for m in managers] == [_trust_store_context()]
         port = url.split(":")[2].split("/")[0]

@@ -13,10 +13,10 @@ from typing import List, Optional, Sequence
 
 import pytest
 
+from accelstack.errors import AccelstackError, Action, CaptureFormatError
 from accelstack.hardware import detect
 from accelstack.hardware.report import HardwareReport
 from accelstack.hardware.system import DEFAULT_TIMEOUT, CapturingSystem, CommandResult, LiveSystem, ReplaySystem
-from accelstack.errors import AccelstackError, Action, CaptureFormatError
 
 from .conftest import CAPTURES, TEST_HOME, make_fixture, replay
 from cli_helpers import error_of, result_of

@@ -5,9 +5,9 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from accelstack.hardware.report import HardwareReport
 from accelstack.domain import SEVERITIES
 from accelstack.errors import Action
+from accelstack.hardware.report import HardwareReport
 
 from .conftest import CAPTURES, fixture_names, make_fixture, replay
 

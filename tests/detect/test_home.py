@@ -1,11 +1,15 @@
 """Where detection measures free disk: the home every other command uses (``Settings.home``), found
-by the same rule on the machine being looked at, so a replayed Windows capture gets a Windows home."""
+by the same rule on the machine being looked at, so a replayed Windows capture gets a Windows home.
+
+The core (``accelstack.core.detection.detect``) applies the rule; ``accelstack.hardware.detect``
+is given the home (or the rule) and resolves nothing itself."""
 from __future__ import annotations
 
 import json
 
 import accelstack
-from accelstack.hardware import detect
+from accelstack.core.detection import detect
+from accelstack.hardware import detect as hardware_detect
 from accelstack.hardware.system import CapturingSystem, LiveSystem, ReplaySystem
 from accelstack.settings import Settings
 
@@ -49,7 +53,7 @@ def test_linux_capture_follows_xdg_then_accelstack_home(builder, tmp_path):
 def test_an_explicit_home_wins(builder, tmp_path):
     b = builder()
     b.env["ACCELSTACK_HOME"] = "/srv/runtimes"
-    r = detect(ReplaySystem(str(b.write(tmp_path / "c"))), home=TEST_HOME)
+    r = hardware_detect(ReplaySystem(str(b.write(tmp_path / "c"))), home=TEST_HOME)
     assert r.memory.disk_path == str(TEST_HOME)
 
 

@@ -4,9 +4,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List
+
+from accelstack.engine.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
+SLOW_STATUS_WORKER = Path(__file__).resolve().with_name("slow_status_worker.py")
+
+
+@dataclass
+class SlowStatusRuntime(Runtime):
+    """A runtime whose worker is tests/engine/slow_status_worker.py (its /ping and /status answer
+    ``delay`` seconds late while generating), with the runtime's own worker options."""
+
+    delay: float = 2.5
+
+    def worker_command(self) -> List[str]:
+        cmd = super().worker_command()  # [python, "-c", bootstrap, options...]
+        return [self.interpreter(), str(SLOW_STATUS_WORKER), str(self.delay)] + cmd[3:]
 
 
 def cli_env(cache: Path, tmp: Path, **extra: str) -> dict:

@@ -19,6 +19,7 @@ from accelstack.engine.protocol import DeviceInfo
 from accelstack.engine.torch_verification import TorchCheckDetails, TorchOp, to_verify_report, torch_details, verify_torch
 from accelstack.engine.verification import default_output
 from accelstack.serde import dumps, from_dict, loads, to_dict
+from accelstack.settings import Settings
 from accelstack.verdict import PixelStats, VerifyCheck, VerifyReport
 
 ENGINE_DIR = Path(engine.__file__).parent
@@ -113,15 +114,17 @@ def test_a_hanging_torch_check_is_killed_at_its_timeout(tmp_path):
 
 
 def test_default_paths_come_from_settings(tmp_path, monkeypatch):
+    # The engine resolves nothing itself: its callers pass their Settings' paths (the core and the
+    # commands do), so the defaults are the settings' own.
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("engine:\n  threads: 3\n")
     monkeypatch.setenv("ACCELSTACK_CONFIG", str(cfg))
-    assert load_config().threads == 3
+    assert load_config(Settings.resolve().config_file, missing_ok=True).threads == 3
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "c"))
-    assert default_output("cpu") == tmp_path / "c" / "verify" / "verify-cpu.png"
-    assert default_output("cpu", cache=tmp_path / "x") == tmp_path / "x" / "verify" / "verify-cpu.png"
+    assert default_output("cpu", Settings.resolve().verify_dir) == tmp_path / "c" / "verify" / "verify-cpu.png"
+    assert default_output("cpu", Settings.resolve(cache=tmp_path / "x").verify_dir) == tmp_path / "x" / "verify" / "verify-cpu.png"
     monkeypatch.setenv("ACCELSTACK_PROBE_CACHE", str(tmp_path / "probes"))
-    probe = ensure_probe_model(7, architecture=TINY)
+    probe = ensure_probe_model(7, Settings.resolve().probe_cache, architecture=TINY)
     assert Path(probe.path).parent == tmp_path / "probes" and not probe.cached
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from accelstack.domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, GenerationError, ModelLoadError, RuntimeNotFoundError
 from accelstack.engine.generation import output_paths
@@ -17,13 +18,14 @@ from accelstack.engine.modelfile import check_model
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
 from accelstack.errors import Action
+from accelstack.settings import Settings
 
 from engine_helpers import cli_env, run_cli
 
 
 # -- config.yaml ---------------------------------------------------------------------------------------
 def test_defaults_when_no_config_file(tmp_path):
-    assert load_config() == EngineOptions()  # ACCELSTACK_CONFIG points at a missing file
+    assert load_config(Settings.resolve().config_file, missing_ok=True) == EngineOptions()  # ACCELSTACK_CONFIG: a missing file
     opts = EngineOptions()
     assert opts.flash_attention and opts.offload_to_cpu and not opts.vae_tiling and opts.threads == 0
 
@@ -185,6 +187,24 @@ def test_runtime_checks(tmp_path):
     assert err.value.action == Action.INSTALL and err.value.hint and "accelstack" not in err.value.hint
     env = Runtime(tmp_path, env={"CUDA_VISIBLE_DEVICES": "1"}).worker_env({"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"].split(":")[:2] == [str(tmp_path), "/x"] and env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_the_worker_is_told_its_runtimes_libraries_and_stack_as_options(tmp_path):
+    # What the parent decides reaches the worker on its command line (the runtime's library note,
+    # read here, and its stack), not through variables the worker would read itself.
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "libcudart.so.13").write_bytes(b"")
+    (libs / "libcublas.so.13").write_bytes(b"")
+    rt = tmp_path / "rt"
+    (rt / "stable_diffusion_cpp").mkdir(parents=True)
+    (rt / RUNTIME_LIBS_NOTE).write_text(json.dumps({"format": RUNTIME_LIBS_NOTE_FORMAT, "libraries": [
+        {"dir": str(libs), "base": "absolute", "files": ["libcudart.so.13", "libcublas.so.13"]}]}))
+    cmd = Runtime(rt, backend="cuda").check().worker_command()
+    assert cmd[3:] == ["--backend", "ggml", "--lib-dir", str(libs), "--preload", str(libs / "libcudart.so.13"),
+                       "--preload", str(libs / "libcublas.so.13")]
+    assert Runtime(tmp_path, backend="torch").worker_command()[3:] == ["--backend", "torch"]  # no note is read
+    assert Runtime(rt, backend="torch").stack == "torch" and Runtime(rt, backend="vulkan").stack == "ggml"
 
 
 def test_verify_without_runtime_says_what_to_do(tmp_path):

@@ -17,6 +17,7 @@ from accelstack.engine.runtime import Runtime
 from accelstack.engine.supervisor import Supervisor
 from accelstack.engine.torch_verification import _run_check, verify_torch
 from accelstack.engine.verification import verify
+from accelstack.settings import Settings
 
 from cli_helpers import events_of, result_of
 from engine_helpers import cli_env, run_cli
@@ -34,7 +35,8 @@ def _json_events(buf: io.StringIO):
 def test_verify_advances_check_by_check_with_load_and_generations(cpu_runtime, probe_model, tmp_path):
     buf = io.StringIO()
     renderer = ProgressRenderer("json", json_stream=buf)
-    report = verify(cpu_runtime, output=tmp_path / "v.png", probe_cache=Path(probe_model.path).parent, progress=renderer)
+    report = verify(cpu_runtime, output=tmp_path / "v.png", probe_cache=Path(probe_model.path).parent,
+                    records=Settings.resolve().verify_dir, progress=renderer)
     assert report.ok, report.reason
     events = _json_events(buf)
     whole = [e for e in events if e["task"] == "cpu runtime"]
@@ -62,7 +64,7 @@ def test_verify_that_fails_to_load_ends_every_task_failed(probe_model, tmp_path)
     (pkg / "__init__.py").write_text("raise ImportError('GLIBC_2.38 not found')\n")
     events = []
     report = verify(Runtime(tmp_path / "rt"), output=tmp_path / "x.png", probe_cache=Path(probe_model.path).parent,
-                    progress=events.append)
+                    records=Settings.resolve().verify_dir, progress=events.append)
     assert not report.ok
     ends = {e.task: e for e in events if e.kind == "end"}
     assert not ends["loading the probe model"].ok and "GLIBC_2.38" in ends["loading the probe model"].message

@@ -51,7 +51,7 @@ def test_a_gpu_runtime_that_runs_on_the_cpu_fails_with_that_reason(cpu_runtime, 
     # finds no device: a FAIL, before any generation. (The real comparison: tests/engine/test_vulkan_e2e.py.)
     labelled = Runtime(path=cpu_runtime.path, backend="vulkan")
     report = verify(labelled, output=tmp_path / "v.png", cpu_runtime=cpu_runtime,
-                    probe_cache=Path(probe_model.path).parent)
+                    probe_cache=Path(probe_model.path).parent, records=Settings.resolve().verify_dir)
     assert not report.ok and report.reason.startswith("the vulkan runtime ran on the CPU: no Vulkan device was initialized")
     assert [(c.name, c.ok) for c in report.checks] == [("load", True), ("device", False)]
     assert report.device is not None and report.device.name == "CPU" and report.cpu_mean_diff is None
@@ -62,7 +62,7 @@ def test_a_later_verify_compares_with_the_earlier_image_instead_of_generating_tw
     def run():
         events: list = []
         report = verify(cpu_runtime, output=tmp_path / "v.png", probe_cache=Path(probe_model.path).parent,
-                        progress=events.append)
+                        records=Settings.resolve().verify_dir, progress=events.append)
         assert report.ok, report.reason
         detail = next(c.detail for c in report.checks if c.name == "deterministic")
         return report, detail, {e.task for e in events if e.stage == "generate"} - {"loading the probe model"}
@@ -111,7 +111,8 @@ def test_verify_reports_fail_with_the_reason(tmp_path, probe_model):
     pkg = tmp_path / "rt" / "stable_diffusion_cpp"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('GLIBC_2.38 not found (required by libstable-diffusion.so)')\n")
-    report = verify(Runtime(tmp_path / "rt"), output=tmp_path / "x.png", probe_cache=Path(probe_model.path).parent)
+    report = verify(Runtime(tmp_path / "rt"), output=tmp_path / "x.png", probe_cache=Path(probe_model.path).parent,
+                    records=Settings.resolve().verify_dir)
     assert not report.ok and report.verdict == "FAIL"
     assert "could not load the probe model" in report.reason and "GLIBC_2.38" in report.reason
     assert report.checks[0].name == "load" and not report.checks[0].ok
@@ -148,8 +149,9 @@ def test_the_installers_check_is_verify_and_a_fail_stops_the_install(tmp_path, p
     fails it raises with the reason, is undone, and never becomes active."""
     from accelstack.core.verifiers import default_verifier
     from accelstack.errors import Action
+    from accelstack.installer.errors import VerifyFailed
     from accelstack.installer.home import Home
-    from accelstack.installer.transaction import StagedRuntime, VerifyFailed, install
+    from accelstack.installer.transaction import StagedRuntime, install
     from accelstack.manifests.plan import Plan
     from accelstack.settings import Settings
 

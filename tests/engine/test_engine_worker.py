@@ -25,8 +25,9 @@ from accelstack.engine.errors import CancelledError, ModelLoadError, WorkerCrash
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.supervisor import Supervisor, SupervisorPolicy
-from accelstack.engine.worker import STATUS_DELAY_ENV
 from accelstack.errors import Action
+
+from engine_helpers import SlowStatusRuntime
 
 POLICY = SupervisorPolicy(startup_timeout=60, load_timeout=300, poll_interval=0.3, ping_timeout=1.0,
                           stall_timeout=60, backoff_initial=0.1, backoff_max=1.0, shutdown_grace=2.0)
@@ -166,7 +167,8 @@ def test_a_busy_worker_with_a_slow_ping_is_not_killed(cpu_runtime, probe_model):
     # /status answers 2.5 s late while generating, the ping timeout is 0.5 s and a stall is 2 s
     # without progress: only the CPU time shows the worker is alive, and that must be enough.
     policy = replace(POLICY, stall_timeout=2.0, ping_timeout=0.5, max_restarts=0)
-    with Supervisor(cpu_runtime, model=probe_model.path, policy=policy, extra_env={STATUS_DELAY_ENV: "2.5"}) as s:
+    slow = SlowStatusRuntime(path=cpu_runtime.path, backend=cpu_runtime.backend, delay=2.5)  # the test's own worker
+    with Supervisor(slow, model=probe_model.path, policy=policy) as s:
         pid = s.pid
         res = s.generate(request(steps=2))
         assert res.restarts == 0 and s.pid == pid and len(res.images) == 1

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
+from accelstack import fsio
 from accelstack.engine.config import EngineOptions
 from accelstack.engine.probe_record import (
     MAX_RECORD_BYTES,
     image_digest,
-    keep_file,
     recall,
     record_key,
     record_path,
@@ -110,18 +110,20 @@ def test_remember_replaces_a_record_and_never_writes_through_a_link(tmp_path):
 
 
 def test_keep_file_never_removes_what_it_did_not_create(tmp_path):
-    # Something already has the temporary file's name (a link planted there, a file left by a process
-    # with the same pid): O_EXCL refuses it, nothing is written through it, and it is left in place.
+    # Something already has a temporary file's name (a link planted at the name an earlier writer used,
+    # a file left by a process with the same pid): records and pools are written through
+    # fsio.try_write_bytes, whose temporary file is a new one with a random name (O_EXCL), so nothing is
+    # written through the link, and it is left in place.
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
     target = tmp_path / "verify" / "image-x.json"
     target.parent.mkdir()
     squatter = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     squatter.symlink_to(victim)
-    assert keep_file(target, b"data") is False
-    assert squatter.is_symlink() and victim.read_text() == "mine" and not target.exists()
+    assert fsio.try_write_bytes(target, b"data") is True and target.read_bytes() == b"data"
+    assert squatter.is_symlink() and victim.read_text() == "mine"
     squatter.unlink()
-    assert keep_file(target, b"data") is True and target.read_bytes() == b"data"
+    assert fsio.try_write_bytes(target, b"data") is True and target.read_bytes() == b"data"
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
 
 

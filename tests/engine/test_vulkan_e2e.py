@@ -44,6 +44,7 @@ from accelstack.engine import Runtime
 from accelstack.engine.config import EngineOptions
 from accelstack.engine.ggml_backend import initialized_backends
 from accelstack.engine.verification import verify
+from accelstack.settings import Settings
 
 CI = bool(os.environ.get("CI"))
 LOADER = any(Path(d, "libvulkan.so.1").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"))
@@ -55,7 +56,7 @@ def newer_lavapipe_env() -> Dict[str, str]:
     """The environment that points the Vulkan loader at the newest lavapipe scripts/vulkan-lavapipe.sh
     extracted into the build cache (its ``env`` file), or {} to use the system's (always, unless
     ACCELSTACK_NEWER_LAVAPIPE=1)."""
-    from accelstack.publisher.build import build_cache_dir
+    from accelstack.publisher.build_cache import build_cache_dir
 
     if os.environ.get("ACCELSTACK_NEWER_LAVAPIPE") != "1":
         return {}
@@ -63,7 +64,7 @@ def newer_lavapipe_env() -> Dict[str, str]:
     def version(p: Path):
         return [int(n) for n in re.findall(r"\d+", p.name)]
 
-    for folder in sorted(Path(build_cache_dir(), "vulkan-lavapipe").glob("*"), key=version, reverse=True):
+    for folder in sorted(Path(build_cache_dir(Settings.resolve()), "vulkan-lavapipe").glob("*"), key=version, reverse=True):
         try:
             lines = (folder / "env").read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -88,9 +89,9 @@ def lavapipe(monkeypatch) -> Dict[str, str]:
 
 def _cached_vulkan_build() -> bool:
     """A vulkan build is in the build cache (looked up by its record: no compile is started here)."""
-    from accelstack.publisher.build import build_cache_dir
+    from accelstack.publisher.build_cache import build_cache_dir
 
-    for record in Path(build_cache_dir()).glob("*/build.json"):
+    for record in Path(build_cache_dir(Settings.resolve())).glob("*/build.json"):
         try:
             data = json.loads(record.read_text())
         except (OSError, ValueError):
@@ -109,10 +110,12 @@ def _missing() -> str:
         return "ACCELSTACK_SKIP_VULKAN_BUILD is set"
     if _cached_vulkan_build():
         return ""
-    from accelstack.publisher.build import build_cache_dir, missing_toolchain, vulkan_include_dir
+    from accelstack.publisher.build import vulkan_include_dir
+    from accelstack.publisher.build_cache import build_cache_dir
+    from accelstack.publisher.variants import missing_toolchain
 
     missing = missing_toolchain("vulkan")
-    if vulkan_include_dir(build_cache_dir()) is None and not Path("/usr/include/vulkan/vulkan.hpp").exists():
+    if vulkan_include_dir(build_cache_dir(Settings.resolve())) is None and not Path("/usr/include/vulkan/vulkan.hpp").exists():
         missing.append("the Vulkan 1.4 headers")
     if missing:
         return f"no cached vulkan build, and it cannot be built here: {', '.join(missing)} not found (scripts/setup-vulkan.sh)"
@@ -146,7 +149,7 @@ def published(tmp_path_factory):
     from accelstack.serde import to_dict
 
     site = tmp_path_factory.mktemp("vulkan-site")
-    builds = {variant: build_ggml(variant) for variant in ("cpu", "vulkan")}  # cache lookups (CI: builds)
+    builds = {variant: build_ggml(variant, Settings.resolve()) for variant in ("cpu", "vulkan")}  # cache lookups (CI: builds)
     for variant, build in builds.items():
         wheel = Path(build.wheel)
         (site / variant).mkdir()
@@ -183,7 +186,7 @@ def test_install_backend_vulkan_verifies_on_lavapipe_against_the_cpu_build(publi
     from accelstack import core
     from accelstack.core.detection import detect
     from accelstack.core.verifiers import default_verifier
-    from accelstack.installer.transaction import VerifyFailed
+    from accelstack.installer.errors import VerifyFailed
     from accelstack.settings import Settings
 
     url, key, cpu_dir, _vk_dir = published
@@ -200,7 +203,7 @@ def test_install_backend_vulkan_verifies_on_lavapipe_against_the_cpu_build(publi
     verifier = default_verifier(s, cpu_runtime=Runtime(path=cpu_dir, backend="cpu"),
                                 options=EngineOptions(flash_attention=False))
     try:
-        summary = core.plan_and_install(report, "ggml", backend="vulkan", settings=s, verifier=verifier)
+        summary = core.install(None, stack="ggml", backend="vulkan", report=report, settings=s, verifier=verifier)
     except VerifyFailed as exc:
         v = exc.report
         # whatever happened next, the runtime was loaded onto lavapipe as the plan said
@@ -260,7 +263,7 @@ def test_a_vulkan_build_that_skips_lavapipe_falls_back_to_cpu_and_fails(publishe
     _url, _key, _cpu_dir, vk_dir = published
     monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES", raising=False)
     report = verify(Runtime(path=vk_dir, backend="vulkan"), output=tmp_path / "fallback.png",
-                    probe_cache=Path(probe_model.path).parent)
+                    probe_cache=Path(probe_model.path).parent, records=Settings.resolve().verify_dir)
     assert not report.ok and report.generate_seconds is None
     assert report.reason.startswith("the vulkan runtime ran on the CPU: no Vulkan device was initialized")
     assert "unless GGML_VK_VISIBLE_DEVICES names them" in report.reason
@@ -291,8 +294,8 @@ def test_install_falls_back_to_the_cpu_build_when_the_vulkan_build_fails_verify(
     for var in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"):
         monkeypatch.setenv(var, str(tmp_path / "no-driver.json"))
 
-    summary = core.plan_and_install(report, "ggml", settings=s)  # what `accelstack install` calls
-    assert core.plan_and_install(report, "ggml", settings=s).changed is False  # a second run: the CPU build stays
+    summary = core.install(None, stack="ggml", report=report, settings=s)  # what `accelstack install` calls
+    assert core.install(None, stack="ggml", report=report, settings=s).changed is False  # a second run: the CPU build stays
 
     assert summary.plan.backend == "cpu" and summary.receipt is not None and summary.receipt.verification.ok
     why = [n for n in summary.notes if "(vulkan) was abandoned: it failed verify on this machine: " in n]

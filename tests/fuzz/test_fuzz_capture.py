@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accelstack.errors import AccelstackError, CaptureFormatError
 from accelstack.hardware import detect
 from accelstack.hardware.replay import ReplaySystem
-from accelstack.errors import AccelstackError, CaptureFormatError
 from accelstack.limits import MAX_CAPTURE_FILE_BYTES
 
 from .fuzzing import Counter, bounded, fuzz, node_mutation

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
-import shutil
 import zipfile
 from pathlib import Path
 from typing import Dict
@@ -12,11 +10,8 @@ from typing import Dict
 import pytest
 
 from accelstack.manifests.signing import generate_keypair
-from accelstack.publisher.build import BuildResult
-from accelstack.publisher.publish import build_manifest, write_signed_manifest
-from accelstack.serde import to_dict
 
-from installer_helpers import Server  # noqa: F401 - the fixtures' server, importable by test modules
+from installer_helpers import Server, publish  # noqa: F401 - the fixtures' server, importable by test modules
 
 
 def repack_wheel(src: Path, dest: Path, marker: str) -> None:
@@ -31,18 +26,6 @@ def repack_wheel(src: Path, dest: Path, marker: str) -> None:
                 data = data.rstrip(b"\n") + f"\n{extra_name},sha256={digest},{len(extra)}\n".encode()
             zout.writestr(item, data)
         zout.writestr(extra_name, extra)
-
-
-def publish(build: BuildResult, wheel: Path, site: Path, sub: str, version: int, private_pem: bytes, base_url: str) -> Path:
-    """Lay out ``site/sub/`` with the wheel, its build record, and a signed manifest."""
-    d = site / sub
-    d.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(wheel, d / wheel.name)
-    data = wheel.read_bytes()
-    rec = BuildResult(**{**to_dict(build), "wheel": str(d / wheel.name), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
-    (d / f"{wheel.name}.build.json").write_text(json.dumps(to_dict(rec)))
-    doc = build_manifest(d, f"{base_url}/{sub}", source="test-channel", version=version)
-    return write_signed_manifest(d, doc, private_pem)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@ import base64
 import functools
 import hashlib
 import http.server
+import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -13,6 +15,10 @@ import time
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from accelstack.publisher.build_cache import BuildResult
+from accelstack.publisher.publish import build_manifest, write_signed_manifest
+from accelstack.serde import to_dict
 
 import cli_helpers
 
@@ -96,3 +102,15 @@ def write_wheel(path: Path, files: Dict[str, bytes], compression: int = zipfile.
             zf.writestr(name, data)
         zf.writestr(f"{info}/RECORD", "\n".join(rows + [f"{info}/RECORD,,"]) + "\n")
     return path
+
+
+def publish(build: BuildResult, wheel: Path, site: Path, sub: str, version: int, private_pem: bytes, base_url: str) -> Path:
+    """Lay out ``site/sub/`` with the wheel, its build record, and a signed manifest."""
+    d = site / sub
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(wheel, d / wheel.name)
+    data = wheel.read_bytes()
+    rec = BuildResult(**{**to_dict(build), "wheel": str(d / wheel.name), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+    (d / f"{wheel.name}.build.json").write_text(json.dumps(to_dict(rec)))
+    doc = build_manifest(d, f"{base_url}/{sub}", source="test-channel", version=version)
+    return write_signed_manifest(d, doc, private_pem)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import accelstack
-from accelstack.core.lifecycle import NoChannelError, compiler_instructions
+from accelstack.core.local_build import NoChannelError, compiler_instructions
 from accelstack.core.planning import active_channels, load_manifests
 from accelstack.core.verifiers import import_verifier
 from accelstack.manifests.channels import ChannelError, read_user_channels, remove_channel
@@ -148,7 +148,7 @@ def test_a_mirror_serves_when_the_channel_url_does_not(site, tmp_path, signing_k
 def test_a_trusted_key_given_at_install_is_remembered_for_status_and_upgrade(site, tmp_path, signing_key):
     first = _settings(tmp_path, manifests=[site["v1"]], trusted_keys=[signing_key[1]], allow_build=False)
     report = accelstack.detect(settings=first)
-    summary = accelstack.plan_and_install(report, settings=first, verifier=import_verifier())
+    summary = accelstack.install(None, report=report, settings=first, verifier=import_verifier())
     assert summary.changed and summary.receipt.manifest_source == "test-channel"
 
     later = _settings(tmp_path, allow_build=False)  # no --manifest, no --trusted-key
@@ -204,7 +204,7 @@ def test_no_channel_with_a_cached_build_says_so_once_and_installs_without_a_comp
     assert shutil.which("cmake") is None and shutil.which("c++") is None
     s = _settings(tmp_path)
     events = []
-    summary = accelstack.plan_and_install(settings=s, verifier=import_verifier(), on_progress=events.append)
+    summary = accelstack.install(None, settings=s, verifier=import_verifier(), on_progress=events.append)
     said = [e.message for e in events if e.kind == "message"]
     assert sum("no channel is configured" in m for m in said) == 1
     assert summary.notes == ["no channel is configured, so there is no published build to download"]
@@ -215,6 +215,6 @@ def test_no_channel_with_a_cached_build_says_so_once_and_installs_without_a_comp
 def test_no_channel_and_no_local_builds_is_a_typed_error_with_the_choices(tmp_path):
     s = _settings(tmp_path, allow_build=False)
     with pytest.raises(NoChannelError) as err:
-        accelstack.plan_and_install(settings=s, verifier=import_verifier())
+        accelstack.install(None, settings=s, verifier=import_verifier())
     assert err.value.action.value == "add-manifest"
     assert "configure a channel" in err.value.hint and "bundle" in err.value.hint

@@ -25,11 +25,10 @@ from accelstack.engine.errors import RuntimeNotFoundError
 from accelstack.engine.runtime import Runtime, runtime_libraries
 from accelstack.engine.worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
 from accelstack.installer import cuda_libs, transaction
+from accelstack.installer.errors import InstallError, StateError
 from accelstack.installer.ggml import FetchedWheel, GgmlDirectory
 from accelstack.installer.home import Home
 from accelstack.installer.maintenance import uninstall
-from accelstack.installer.records import StateError
-from accelstack.installer.wheel import InstallError
 from accelstack.manifests.plan import Plan
 from accelstack.refs import ArtifactRef
 from accelstack.verdict import VerifyReport
@@ -111,13 +110,13 @@ class Fetcher:
 
     def __call__(self, refs):
         self.asked += [r.name for r in refs]
-        return fetch(list(refs), cache=Cache(self.cache))
+        return fetch(list(refs), cache=Cache(self.cache), offline=False)
 
 
 LOAD = """
-import ctypes, json, sys
-from accelstack.engine.worker_backend import load_runtime_libraries
-loaded = load_runtime_libraries()
+import ctypes, json, os, sys
+from accelstack.engine.worker_backend import libraries_in, load_runtime_libraries
+loaded = load_runtime_libraries(*libraries_in(os.environ))
 cublas = ctypes.CDLL("libcublas.so.13")   # found by name: already loaded, or on the library path
 cudart = ctypes.CDLL("libcudart.so.13")
 print(json.dumps({"loaded": loaded, "cublas": cublas.cublas_version(), "cudart": cudart.cudart_version()}))
@@ -373,9 +372,9 @@ def test_the_plan_of_a_cuda_machine_names_the_shared_library_wheels(nvidia_wheel
     plan = accelstack.plan(report, "ggml", settings=cuda_channel)
     assert plan.backend == "cuda" and plan.variant == "linux-x86_64-cuda", plan.summary
     assert sorted(r.sha256 for r in plan.cuda_libs) == sorted(r.sha256 for r in refs.values())
-    from accelstack.core.lifecycle import plan_and_install
+    from accelstack.core.installing import install
 
-    summary = plan_and_install(report, "ggml", settings=cuda_channel, dry_run=True)
+    summary = install(None, stack="ggml", report=report, settings=cuda_channel, dry_run=True)
     assert any("nvidia_cuda_runtime, nvidia_cublas" in w for w in summary.would), summary.would
     assert not cuda_channel.home.exists()  # a dry run writes nothing
 

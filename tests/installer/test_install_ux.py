@@ -21,10 +21,10 @@ from typing import Dict, List
 import pytest
 
 import accelstack
-from accelstack.core.lifecycle import plan_and_install
+from accelstack.core.installing import install
 from accelstack.installer.home import Home
 from accelstack.manifests.signing import generate_keypair
-from accelstack.publisher.build import BuildResult
+from accelstack.publisher.build_cache import BuildResult
 from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
 
@@ -115,7 +115,7 @@ def _install(tmp_path: Path, site, manifest: str = "v1", force: bool = False):
 
     s = _settings(tmp_path, site, manifest)
     trusted = load_manifests(s, record=True)
-    return plan_and_install(None, "ggml", settings=s, verifier=_passing, force=force, trusted=trusted)
+    return install(None, stack="ggml", settings=s, verifier=_passing, force=force, trusted=trusted)
 
 
 def snapshot(root: Path) -> List[str]:
@@ -146,7 +146,8 @@ def test_dry_run_that_would_build_touches_nothing_and_says_so(tmp_path):
 def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
     import json
 
-    from accelstack.publisher.build import VARIANTS, cache_key
+    from accelstack.publisher.build import VARIANTS
+    from accelstack.publisher.build_cache import cache_key
     from accelstack.publisher.sdist import sdist_name
 
     env = _env(tmp_path)
@@ -166,7 +167,7 @@ def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
 
 
 def test_dry_run_names_the_build_line_of_the_issue(tmp_path):
-    from accelstack.core.lifecycle import build_sentence
+    from accelstack.core.local_build import build_sentence
 
     assert build_sentence("cpu").startswith(BUILD_LINE)
 
@@ -271,7 +272,7 @@ def test_status_names_the_channel_a_runtime_came_from(tmp_path, fake_site):
     s = Settings.resolve(home=env["ACCELSTACK_HOME"], cache=env["ACCELSTACK_CACHE"], probe_cache=env["ACCELSTACK_PROBE_CACHE"],
                          build_cache=env["ACCELSTACK_BUILD_CACHE"], config_dir=env["ACCELSTACK_CONFIG_DIR"],
                          config_file=env["ACCELSTACK_CONFIG"], allow_build=False)
-    summary = plan_and_install(None, "ggml", settings=s, verifier=_passing)
+    summary = install(None, stack="ggml", settings=s, verifier=_passing)
     assert summary.receipt.channel == "stable"
     rc, out, err = run_cli(["status", "--offline"], env)
     assert rc == 0 and f"from: channel stable, manifest test-channel v2, stable-diffusion-cpp-python {VERSION}" in out
@@ -417,7 +418,7 @@ def test_first_run_script_verifies_once():
 
 def test_library_dry_run_returns_the_steps(tmp_path, fake_site):
     s = _settings(tmp_path, fake_site)
-    summary = accelstack.core.plan_and_install(None, "ggml", settings=s, dry_run=True)
+    summary = accelstack.core.install(None, stack="ggml", settings=s, dry_run=True)
     assert summary.dry_run and summary.would and not Path(s.home).exists() and not Path(s.cache).exists()
 
 

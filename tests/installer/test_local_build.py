@@ -15,7 +15,7 @@ def test_a_cached_local_build_installs_on_a_machine_without_a_toolchain(ggml_cpu
     report = accelstack.detect(settings=s)
     plan = accelstack.plan(report, stack="ggml", settings=s)
     assert plan.status == "needs-build"
-    summary = accelstack.install_runtime(plan, report=report, settings=s, verifier=import_verifier())
+    summary = accelstack.install(plan, report=report, settings=s, verifier=import_verifier())
     assert summary.built_locally and summary.changed and summary.receipt is not None
     assert summary.receipt.manifest_source == "local-build"
     assert accelstack.status(settings=s)[0].healthy

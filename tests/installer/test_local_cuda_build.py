@@ -16,27 +16,22 @@ import pytest
 
 import accelstack
 from accelstack.core.detection import detect
-from accelstack.core.lifecycle import (
-    _build_locally,
-    _local_variant,
-    _replan,
+from accelstack.core.local_build import (
+    build_locally,
+    local_variant,
+    replan,
     build_sentence,
     cached_local_build,
     local_cuda_archs,
 )
 from accelstack.hardware.system import ReplaySystem
 from accelstack.manifests.resolve import Manifests
-from accelstack.publisher.build import (
-    PACKAGING_VERSION,
-    BuildResult,
-    build_ggml,
-    build_options,
-    cache_key,
-    sha256_file,
-)
+from accelstack.publisher.build import build_ggml, build_options
+from accelstack.publisher.build_cache import BuildResult, cache_key, sha256_file
 from accelstack.publisher.sdist import sdist_name
 from accelstack.publisher.variants import CUDA13_SM, find_cuda_toolkit, properties_for
-from accelstack.settings import Settings
+from accelstack.publisher.wheel_repack import PACKAGING_VERSION
+from accelstack.settings import Settings, cuda_env
 
 from cli_helpers import REPO, error_of, result_of, run_cli
 from installer_helpers import write_wheel
@@ -78,7 +73,7 @@ def _machine(name: str, tmp_path: Path):
 def test_the_local_build_is_the_variant_and_architectures_of_this_machine(capture, variant, archs, why, tmp_path):
     report, plan = _machine(capture, tmp_path)
     assert plan.build is not None and plan.build.properties.get(why[0]) == why[1]
-    assert _local_variant(plan, report) == variant
+    assert local_variant(plan, report) == variant
     assert local_cuda_archs(plan, report) == archs
 
 
@@ -95,14 +90,14 @@ def test_an_unknown_compute_capability_builds_every_architecture_and_says_so(tmp
     s = _settings(tmp_path)
     plan = accelstack.plan(report, "ggml", settings=s, manifests=Manifests())
     assert plan.build is not None and plan.build.properties["sm"] == "unknown"
-    assert _local_variant(plan, report) == "cuda" and local_cuda_archs(plan, report) is None
+    assert local_variant(plan, report) == "cuda" and local_cuda_archs(plan, report) is None
     said = build_sentence("cuda", None)
     assert said.startswith("would build cuda from source for every architecture the cuda variant supports (sm_75, ")
     assert "this GPU's compute capability is unknown" in said and "about 9-10 h on 2 cores" in said
     # an install builds (here: finds in the build cache) the variant's full build, and says why
     full = cached_cuda_build(s.build_cache, "cuda", None)
     messages: List[str] = []
-    manifests = _build_locally(report, plan, Manifests(), s, lambda e: messages.append(e.message), channels=False)
+    manifests = build_locally(report, plan, Manifests(), s, lambda e: messages.append(e.message), channels=False)
     assert any(m.startswith("the compute capability of this machine's NVIDIA GPU is unknown, so the cuda build "
                             "compiles sm_75, sm_80") and m.endswith("about 9-10 h on 2 cores, less with more cores")
                for m in messages), messages
@@ -117,7 +112,7 @@ def test_the_build_sentence_names_the_architectures_the_time_and_the_toolkit():
     said = build_sentence("cuda12", ["61"])
     assert said.startswith("would build cuda12 from source for sm_61 (about 1-2 h on 2 cores")
     assert "a system CUDA 12 toolkit with nvcc 12.x" in said
-    if find_cuda_toolkit(12)[0] is None:
+    if find_cuda_toolkit(12, cuda_env())[0] is None:
         assert said.endswith("a CUDA 12 toolkit")  # "not found here: ..., a CUDA 12 toolkit"
 
 
@@ -139,7 +134,7 @@ def cached_cuda_build(builds: Path, variant: str, archs: Optional[Sequence[str]]
     if not sdist.is_file():
         sdist.parent.mkdir(parents=True, exist_ok=True)
         sdist.write_bytes(b"a stand-in source distribution")
-    cmake_args, toolkit = build_options(variant, archs)
+    cmake_args, toolkit = build_options(variant, archs, cuda_env=cuda_env())
     assert toolkit is not None
     source = sha256_file(sdist)
     key = cache_key(source, variant, cmake_args, toolkit)
@@ -164,7 +159,7 @@ def test_a_cached_cuda_build_is_found_for_its_architectures_only(tmp_path):
     assert cached_local_build("cuda", builds) == full.wheel and full.properties["sm"][0] == "7.5"
     assert len(full.properties["sm"]) == len(CUDA13_SM)
     # build_ggml keys the build the same way: a cache hit, with nothing downloaded or compiled
-    hit = build_ggml("cuda", cache_dir=builds, cuda_archs=["86"])
+    hit = build_ggml("cuda", Settings.resolve(build_cache=builds), cuda_archs=["86"])
     assert hit.cache_hit and hit.wheel == made.wheel and hit.properties["sm"] == ["8.6"]
 
 
@@ -200,10 +195,10 @@ def test_an_install_reuses_the_cached_build_of_this_gpu_and_plans_it(tmp_path):
     s = _settings(tmp_path)
     made = cached_cuda_build(s.build_cache, "cuda", ["86"])
     said: List[str] = []
-    manifests = _build_locally(report, plan, Manifests(), s, lambda e: said.append(e.message), channels=False)
+    manifests = build_locally(report, plan, Manifests(), s, lambda e: said.append(e.message), channels=False)
     assert "compiling cuda only for this machine's GPU: sm_86" in said
     assert "reusing cached build " + made.key in said
-    new = _replan(report, plan, manifests, s)
+    new = replan(report, plan, manifests, s)
     assert new.ok and new.backend == "cuda" and [a.sha256 for a in new.artifacts] == [made.sha256], new.summary
 
 

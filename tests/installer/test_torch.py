@@ -14,7 +14,7 @@ import pytest
 
 import accelstack
 from accelstack.core.verifiers import import_verifier
-from accelstack.installer.torch import TorchInstallError
+from accelstack.installer.errors import TorchInstallError
 from accelstack.manifests.torch_resolve import without_engine
 from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
@@ -40,7 +40,7 @@ def installed(torch_wheel, tmp_path_factory):
     report = accelstack.detect(settings=s)
     plan = without_engine(accelstack.plan(report, stack="torch", requirements=[PIN], settings=s))
     events = []
-    receipt = accelstack.install(plan, report=report, settings=s, on_progress=events.append)
+    receipt = accelstack.install(plan, report=report, settings=s, on_progress=events.append).receipt
     return venv, s, receipt, events
 
 
@@ -105,7 +105,7 @@ def test_the_import_check_fails_when_the_engines_packages_do_not_import(installe
     cheap check says which ones do not import, instead of passing until `generate` fails."""
     from types import SimpleNamespace
 
-    from accelstack.installer.torch import import_check
+    from accelstack.installer.torch_check import import_check
     from accelstack.installer.transaction import StagedRuntime
 
     venv, s, _, _ = installed

@@ -21,8 +21,9 @@ import pytest
 from accelstack.artifacts import HashMismatchError
 from accelstack.core.bundles import BundleError, install_bundle
 from accelstack.core.verifiers import import_verifier
+from accelstack.installer.errors import TorchInstallError
 from accelstack.installer.home import Home
-from accelstack.installer.torch import TorchInstallError, download_commands, hashed_requirements, local_install_command
+from accelstack.installer.pip_commands import download_commands, hashed_requirements, local_install_command
 from accelstack.manifests.plan import PYTHON_PLACEHOLDER
 from accelstack.settings import Settings
 

@@ -11,7 +11,7 @@ import pytest
 import accelstack
 from accelstack.errors import SubprocessTimeout
 from accelstack.installer.home import Home
-from accelstack.installer.torch import PipCommands, TorchEnvironment
+from accelstack.installer.torch_destination import PipCommands, TorchEnvironment
 from accelstack.manifests.plan import Command
 from accelstack.settings import Settings
 

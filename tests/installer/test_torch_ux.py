@@ -20,26 +20,21 @@ import pytest
 from accelstack.commands.progress import ProgressRenderer
 from accelstack.errors import Action
 from accelstack.events import ProgressEvent
-from accelstack.installer.home import Home
-from accelstack.installer.torch import (
-    PipCommands,
+from accelstack.installer.errors import (
     PipConflictError,
     PipDiskFullError,
     PipError,
     PipHashMismatchError,
     PipNetworkError,
     PipNotFoundError,
-    PipOutput,
     TorchEngineMissingError,
-    TorchEnvironment,
-    check_engine,
-    download_commands,
-    engine_modules,
-    pip_failure,
-    redact,
-    run_pip,
-    with_indexes,
 )
+from accelstack.installer.home import Home
+from accelstack.installer.pip_commands import download_commands, with_indexes
+from accelstack.installer.pip_output import PipOutput, pip_failure, redact
+from accelstack.installer.pip_runner import run_pip
+from accelstack.installer.torch_check import check_engine, engine_modules
+from accelstack.installer.torch_destination import PipCommands, TorchEnvironment
 from accelstack.manifests.knowledge import Manifests
 from accelstack.manifests.plan import PYTHON_PLACEHOLDER, Command, Plan, Request
 from accelstack.manifests.resolve import resolve
@@ -161,7 +156,7 @@ def new_pip_python(tmp_path_factory) -> str:
 
 def _install(python: str, *args: str) -> List[ProgressEvent]:
     events: List[ProgressEvent] = []
-    run_pip([python, "-m", "pip", "install", "--force-reinstall", *args], 300, events.append, "nothing changed")
+    run_pip([python, "-m", "pip", "install", "--force-reinstall", *args], 300, events.append, "nothing changed", proxied=False)
     return events
 
 
@@ -296,7 +291,8 @@ def test_a_real_conflict_is_reported_as_one(index, venv_python, pip_env):
 def test_pip_causes_pip_prints_are_classified(line, kind, cls):
     lines = [line, "ERROR: Cannot install torch==2.14.0 because these package versions have conflicting dependencies.",
              "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io"]
-    err = pip_failure(lines, ["python", "-m", "pip", "install", "torch", "--index-url", "https://h/simple"], "restored")
+    err = pip_failure(lines, ["python", "-m", "pip", "install", "torch", "--index-url", "https://h/simple"], "restored",
+                      proxied=False)
     assert type(err) is cls and err.kind == kind and line.strip()[:40] in (err.cause + err.message)
     assert err.hint.endswith("restored")
 

@@ -33,7 +33,7 @@ def _settings(tmp_path: Path, site, manifest: str = "v1", **kw) -> Settings:
 
 def _install(s: Settings, force: bool = False):
     plan = accelstack.plan(stack="ggml", settings=s)
-    return accelstack.install(plan, settings=s, verifier=import_verifier(), force=force)
+    return accelstack.install(plan, settings=s, verifier=import_verifier(), force=force).receipt
 
 
 # -- cleanup deletes only what accelstack made ----------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 
 from accelstack.hardware.cpu import KEEP, normalize_features
 from accelstack.manifests import Manifests
-from accelstack.manifests.ggml_resolve import BUILD_FEATURES, _feature
+from accelstack.manifests.ggml_checks import _feature
+from accelstack.manifests.ggml_resolve import BUILD_FEATURES
 from accelstack.publisher.variants import PROPERTIES
 
 from ._factory import EXAMPLE_GGML, machine, plan_of

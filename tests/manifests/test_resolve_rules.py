@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from accelstack.hardware.report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo
 from accelstack.errors import UsageError
+from accelstack.hardware.report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo
 from accelstack.manifests import Manifests, Plan, Request, load_manifest, resolve
 from accelstack.manifests.torch_matrix import builtin_torch_matrix
 from accelstack.serde import from_dict, to_dict

@@ -13,21 +13,14 @@ from pathlib import Path
 import pytest
 
 from accelstack.errors import Action, SubprocessTimeout
-from accelstack.publisher.build import (
-    PACKAGING_VERSION,
-    VARIANTS,
-    BuildError,
-    BuildResult,
-    BuildTimeout,
-    build_cache_dir,
-    build_ggml,
-    cache_key,
-    cached_sha256,
-    missing_toolchain,
-    sha256_file,
-)
+from accelstack.publisher.build import VARIANTS, build_ggml
+from accelstack.publisher.build_cache import BuildResult, build_cache_dir, cache_key, cached_sha256, sha256_file
+from accelstack.publisher.errors import BuildError, BuildTimeout
 from accelstack.publisher.publish import PublishError, build_manifest
 from accelstack.publisher.sdist import fetch_sdist
+from accelstack.publisher.variants import missing_toolchain
+from accelstack.publisher.wheel_repack import PACKAGING_VERSION
+from accelstack.settings import Settings
 from accelstack.subprocesses import run_logged
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="the fake commands are shell scripts")
@@ -53,6 +46,11 @@ def _wait_dead(pid: int, seconds: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _settings(build_cache: Path) -> Settings:
+    """The caller's settings, with the build cache at ``build_cache``."""
+    return Settings.resolve(build_cache=build_cache)
 
 
 def _script(path: Path, body: str) -> Path:
@@ -140,7 +138,7 @@ def test_a_compile_past_its_limit_is_a_typed_timeout_and_stops_the_compiler(tmp_
     pidfile = tmp_path / "backend.pid"
     events = []
     with pytest.raises(BuildTimeout) as info:
-        build_ggml("cpu", sdist=_slow_sdist(tmp_path, pidfile), cache_dir=tmp_path / "cache", compile_timeout=20,
+        build_ggml("cpu", _settings(tmp_path / "cache"), sdist=_slow_sdist(tmp_path, pidfile), compile_timeout=20,
                    progress=events.append)
     err = info.value
     assert err.action is Action.RETRY and "within 20 s" in err.message
@@ -167,7 +165,7 @@ def test_a_cache_hit_writes_nothing_beside_a_given_source(tmp_path):
     record = BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=11, cmake_args=VARIANTS["cpu"],
                          source_sha256=sha256_file(sdist), key=key, packaging=PACKAGING_VERSION)
     (wheel.parent / "build.json").write_text(json.dumps(asdict(record)))
-    result = build_ggml("cpu", sdist=sdist, cache_dir=cache)
+    result = build_ggml("cpu", _settings(cache), sdist=sdist)
     assert result.cache_hit and result.wheel == str(wheel) and result.key == key
     assert sorted(p.name for p in sdist.parent.iterdir()) == [sdist.name]
     assert (wheel.parent / (wheel.name + ".sha256")).read_text().split()[0] == record.sha256
@@ -177,10 +175,10 @@ def test_a_cache_hit_writes_nothing_beside_a_given_source(tmp_path):
 
 def test_input_errors_carry_an_action_and_no_command_line(tmp_path):
     with pytest.raises(BuildError) as info:
-        build_ggml("tpu", cache_dir=tmp_path)
+        build_ggml("tpu", _settings(tmp_path))
     assert info.value.action is Action.FIX_INPUT and "cpu" in info.value.hint
     with pytest.raises(BuildError) as info:
-        build_ggml("cpu", sdist=tmp_path / "missing.tar.gz", cache_dir=tmp_path)
+        build_ggml("cpu", _settings(tmp_path), sdist=tmp_path / "missing.tar.gz")
     assert info.value.action is Action.FIX_INPUT and "--" not in info.value.hint
     (tmp_path / "empty").mkdir()
     with pytest.raises(PublishError) as pinfo:
@@ -190,7 +188,7 @@ def test_input_errors_carry_an_action_and_no_command_line(tmp_path):
 
 def test_the_build_cache_is_the_settings_one(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELSTACK_BUILD_CACHE", str(tmp_path / "builds"))
-    assert build_cache_dir() == tmp_path / "builds"
+    assert build_cache_dir(Settings.resolve()) == tmp_path / "builds"
     monkeypatch.delenv("ACCELSTACK_BUILD_CACHE")
     monkeypatch.setenv("ACCELSTACK_CACHE", str(tmp_path / "cache"))
-    assert build_cache_dir() == tmp_path / "cache" / "builds"
+    assert build_cache_dir(Settings.resolve()) == tmp_path / "cache" / "builds"

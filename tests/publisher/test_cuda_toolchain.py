@@ -20,19 +20,13 @@ from typing import Dict, Iterator
 import pytest
 
 from accelstack.errors import Action
-from accelstack.publisher.build import (
-    BuildError,
-    CudaToolchain,
-    build_ggml,
-    check_cuda_compiler,
-    cuda13_toolchain,
-    cuda_build_env,
-    driver_stub,
-    published_url,
-    require_cuda_toolkit,
-)
-from accelstack.publisher.errors import CudaToolkitMissing
+from accelstack.publisher.build import build_ggml
+from accelstack.publisher.cuda_isolation import CudaToolchain, check_cuda_compiler, cuda_build_env
+from accelstack.publisher.cuda_toolchain import cuda13_toolchain, driver_stub, require_cuda_toolkit
+from accelstack.publisher.errors import BuildError, CudaToolkitMissing
+from accelstack.publisher.pypi_index import published_url
 from accelstack.publisher.variants import CudaToolkit, find_cuda_toolkit, nvcc_version
+from accelstack.settings import Settings, cuda_env
 from tests.cli_helpers import error_of, run_cli
 
 CC = shutil.which("cc") or shutil.which("c++")
@@ -92,12 +86,12 @@ def test_no_cuda12_toolkit_is_a_typed_error_saying_what_was_found_and_where_to_g
         require_cuda_toolkit(12, {"PATH": str(tmp_path / "empty")}, roots=[])
 
 
-@pytest.mark.skipif(find_cuda_toolkit(12)[0] is not None, reason="this machine has a CUDA 12 toolkit")
+@pytest.mark.skipif(find_cuda_toolkit(12, cuda_env())[0] is not None, reason="this machine has a CUDA 12 toolkit")
 def test_build_cuda12_without_a_cuda12_toolkit_says_so_before_anything_else(tmp_path):
     sdist = tmp_path / "stable_diffusion_cpp_python-0.4.7.tar.gz"
     sdist.write_bytes(b"not read: the toolkit is checked first")
     with pytest.raises(CudaToolkitMissing):  # before the source download: nothing fetched, nothing made
-        build_ggml("cuda12", cache_dir=tmp_path / "cache")
+        build_ggml("cuda12", Settings.resolve(build_cache=tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()
     fake13 = _nvcc(tmp_path / "bin13", "13.0")
     rc, out, _err = run_cli(["build", "ggml", "--backend", "cuda12", "--sdist", str(sdist), "--json"],
@@ -291,7 +285,7 @@ def test_the_pypi_toolchain_becomes_a_toolkit_in_a_build_only_venv(tmp_path, ind
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     cache = tmp_path / "cache"
-    toolchain = cuda13_toolchain(cache, packages=PINS, index_url=index)
+    toolchain = cuda13_toolchain(Settings.resolve(build_cache=cache, index_url=index), packages=PINS)
 
     root = Path(toolchain.kit.root)
     venv = next(p for p in root.parents if p.name == "venv")
@@ -319,5 +313,5 @@ def test_the_pypi_toolchain_becomes_a_toolkit_in_a_build_only_venv(tmp_path, ind
     # made once: a second call needs neither pip nor the index
     shutil.rmtree(wheels)
     _Index.pages.clear()
-    again = cuda13_toolchain(cache, packages=PINS, index_url=index)
+    again = cuda13_toolchain(Settings.resolve(build_cache=cache, index_url=index), packages=PINS)
     assert again.kit == toolchain.kit and again.runtime == toolchain.runtime

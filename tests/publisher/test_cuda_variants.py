@@ -15,7 +15,7 @@ import pytest
 from accelstack.manifests.ggml_manifest import GgmlTarget
 from accelstack.manifests.machine import cuda_kernels_for
 from accelstack.manifests.schema import parse_manifest
-from accelstack.publisher.build import BuildResult, is_nvidia_runtime, lean_wheel
+from accelstack.publisher.build_cache import BuildResult
 from accelstack.publisher.errors import PublishError
 from accelstack.publisher.publish import build_manifest, target_for
 from accelstack.publisher.variants import (
@@ -24,11 +24,13 @@ from accelstack.publisher.variants import (
     CUDA_ARCHS_ENV,
     VARIANTS,
     compiled_cuda_archs,
+    configured_cuda_archs,
     cuda_architectures,
-    cuda_archs_from_env,
     cuda_cmake_args,
     properties_for,
 )
+from accelstack.publisher.wheel_repack import is_nvidia_runtime, lean_wheel
+from accelstack.settings import Settings
 from tests.cli_helpers import result_of, run_cli
 
 NAME = "stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl"
@@ -85,16 +87,16 @@ def test_cmake_architecture_syntax_is_read_as_cmake_and_ggml_read_it():
 
 def test_a_single_architecture_build_promises_only_that_architecture(monkeypatch):
     monkeypatch.setenv(CUDA_ARCHS_ENV, "sm_90")
-    args = cuda_cmake_args("cuda", cuda_archs_from_env())
+    args = cuda_cmake_args("cuda", configured_cuda_archs(Settings.resolve().cuda_archs))
     assert _arch_value(args) == "90"
     assert properties_for("cuda", args, "13.0") == {"backend": "cuda", "sm": ["9.0"], "ptx": ["9.0"], "cuda": "13.0"}
     monkeypatch.setenv(CUDA_ARCHS_ENV, "8.6, 90")
-    assert cuda_archs_from_env() == ["86", "90"]
+    assert configured_cuda_archs(Settings.resolve().cuda_archs) == ["86", "90"]
     monkeypatch.setenv(CUDA_ARCHS_ENV, "hopper")
     with pytest.raises(ValueError):
-        cuda_archs_from_env()
+        configured_cuda_archs(Settings.resolve().cuda_archs)
     monkeypatch.delenv(CUDA_ARCHS_ENV)
-    assert cuda_archs_from_env() is None
+    assert configured_cuda_archs(Settings.resolve().cuda_archs) is None
 
 
 RUNTIME = [
@@ -222,4 +224,4 @@ def test_a_cuda_compile_gets_four_hours_for_each_architecture_it_compiles(monkey
     assert compile_timeout_for("cuda12", ["61", "70"]) == 2 * 4 * 3600
     assert compile_timeout_for("cuda12") == len(CUDA12_SM) * 4 * 3600
     monkeypatch.setenv("ACCELSTACK_CUDA_ARCHS", "86,89")
-    assert compile_timeout_for("cuda") == 2 * 4 * 3600
+    assert compile_timeout_for("cuda", configured=Settings.resolve().cuda_archs) == 2 * 4 * 3600

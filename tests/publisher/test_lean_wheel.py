@@ -16,17 +16,11 @@ import pytest
 
 from accelstack.errors import Action
 from accelstack.publisher import build as build_mod
-from accelstack.publisher.build import (
-    PACKAGING_VERSION,
-    VARIANTS,
-    BuildError,
-    BuildResult,
-    build_ggml,
-    cache_key,
-    lean_wheel,
-    sha256_file,
-    vulkan_include_dir,
-)
+from accelstack.publisher.build import VARIANTS, build_ggml, vulkan_include_dir
+from accelstack.publisher.build_cache import BuildResult, cache_key, sha256_file
+from accelstack.publisher.errors import BuildError
+from accelstack.publisher.wheel_repack import PACKAGING_VERSION, lean_wheel
+from accelstack.settings import Settings
 
 NAME = "stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl"
 DIST = "stable_diffusion_cpp_python-0.4.7.dist-info"
@@ -115,14 +109,14 @@ def test_a_cached_compile_is_repackaged_not_compiled_and_keeps_its_key(tmp_path)
     cache = tmp_path / "cache"
     fat = _cached_compile(cache, sdist)
     fat_bytes = fat.read_bytes()
-    result = build_ggml("cpu", sdist=sdist, cache_dir=cache)
+    result = build_ggml("cpu", Settings.resolve(build_cache=cache), sdist=sdist)
     assert result.cache_hit and result.packaging == PACKAGING_VERSION and result.key == fat.parent.name
     assert result.compiled_wheel == str(fat) and fat.read_bytes() == fat_bytes, "the compiled wheel stays as it was"
     assert Path(result.wheel) != fat and result.size == Path(result.wheel).stat().st_size < fat.stat().st_size
     assert result.installed_size < 2 * len(LIB)
     record = json.loads((fat.parent / "build.json").read_text())
     assert record["packaging"] == PACKAGING_VERSION and record["wheel"] == result.wheel
-    again = build_ggml("cpu", sdist=sdist, cache_dir=cache)
+    again = build_ggml("cpu", Settings.resolve(build_cache=cache), sdist=sdist)
     assert again.wheel == result.wheel and again.sha256 == result.sha256
 
 
@@ -147,7 +141,7 @@ def test_a_vulkan_build_without_new_enough_headers_says_what_to_install(tmp_path
     sdist = tmp_path / "s.tar.gz"
     sdist.write_bytes(b"source")
     with pytest.raises(BuildError) as info:
-        build_ggml("vulkan", sdist=sdist, cache_dir=tmp_path / "cache")
+        build_ggml("vulkan", Settings.resolve(build_cache=tmp_path / "cache"), sdist=sdist)
     err = info.value
     assert err.action is Action.INSTALL_TOOLCHAIN and "LayerSettingEXT" in err.message
     assert "setup-vulkan.sh" in err.hint and "--" not in err.hint
@@ -174,5 +168,5 @@ def test_a_cached_wheel_that_is_no_wheel_is_built_again_not_a_crash(tmp_path, mo
     monkeypatch.setattr(build_mod, "_compile", fake_compile)
     monkeypatch.setattr(build_mod, "missing_toolchain", lambda variant: [])
     with pytest.raises(BuildError, match="compiled again"):
-        build_ggml("cpu", sdist=sdist, cache_dir=cache)
+        build_ggml("cpu", Settings.resolve(build_cache=cache), sdist=sdist)
     assert compiled == ["cpu"]

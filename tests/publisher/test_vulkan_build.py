@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.publisher.build import PACKAGING_VERSION, build_cache_dir, build_ggml, missing_toolchain, vulkan_include_dir
+from accelstack.publisher.build import build_ggml, vulkan_include_dir
+from accelstack.publisher.build_cache import build_cache_dir
+from accelstack.publisher.variants import missing_toolchain
+from accelstack.publisher.wheel_repack import PACKAGING_VERSION
+from accelstack.settings import Settings
 
 LAVAPIPE = any(Path(d, "lvp_icd.x86_64.json").exists() for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"))
 pytestmark = [
@@ -23,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("ACCELSTACK_SKIP_VULKAN_BUILD")), reason="ACCELSTACK_SKIP_VULKAN_BUILD is set"),
     pytest.mark.skipif(bool(missing_toolchain("vulkan")) or not LAVAPIPE,
                        reason="no Vulkan toolchain or lavapipe here (scripts/setup-vulkan.sh installs them)"),
-    pytest.mark.skipif(vulkan_include_dir(build_cache_dir()) is None and not Path("/usr/include/vulkan/vulkan.hpp").exists(),
+    pytest.mark.skipif(vulkan_include_dir(build_cache_dir(Settings.resolve())) is None and not Path("/usr/include/vulkan/vulkan.hpp").exists(),
                        reason="no Vulkan headers (scripts/setup-vulkan.sh puts new enough ones into the build cache)"),
 ]
 
@@ -42,7 +46,7 @@ if count:
 
 @pytest.fixture(scope="module")
 def vulkan_runtime(tmp_path_factory):
-    result = build_ggml("vulkan")
+    result = build_ggml("vulkan", Settings.resolve())
     target = tmp_path_factory.mktemp("ggml-vulkan-runtime")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                     "--no-index", "--target", str(target), result.wheel], check=True)

@@ -43,6 +43,6 @@ def installed_home(tmp_path_factory, ggml_cpu_build, probe_model) -> Path:
 
     root = tmp_path_factory.mktemp("installed")
     s = Settings.resolve(home=root / "home", cache=root / "cache", manifests=[])
-    summary = accelstack.plan_and_install(accelstack.detect(settings=s), "ggml", settings=s, verifier=import_verifier())
+    summary = accelstack.install(None, stack="ggml", report=accelstack.detect(settings=s), settings=s, verifier=import_verifier())
     assert summary.receipt is not None
     return root

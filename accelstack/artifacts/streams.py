@@ -1,0 +1,248 @@
+"""The bytes of one response: what :meth:`~accelstack.artifacts.transport.Transport.open` hands back.
+
+A :class:`Stream` reads a body from a byte offset, raising
+:class:`~accelstack.artifacts.errors.FetchError` (``transient`` set) when a read fails part way, so
+the caller can resume from what it kept. ``file://`` URLs are a :class:`FileStream`; HTTP bodies an
+:class:`HTTPStream`, which reads straight from the socket into the caller's buffer.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator, Optional
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+
+from .errors import FetchError
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "FileStream", "HTTPStream", "Stream", "describe_error", "redact_url"]
+
+DEFAULT_CHUNK_SIZE = 1 << 20
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password, for messages."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return parts._replace(netloc=netloc).geturl()
+    return url
+
+
+class Stream:
+    """The body of one response, from byte ``start`` of the file.
+
+    ``status`` is 200 (the whole file, ``start`` is 0) or 206 (from ``start``). ``length`` is
+    the number of body bytes announced (Content-Length), ``total`` the size of the whole file
+    where the server says it (Content-Range, or Content-Length of a 200); both may be ``None``.
+    """
+
+    url: str
+    status: int
+    start: int
+    length: Optional[int]
+    total: Optional[int]
+    content_type: str = ""  # the server's Content-Type ("" for a file:// URL)
+
+    def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def readinto(self, view: memoryview) -> int:  # pragma: no cover - interface
+        """Read the next bytes into ``view``: at most one network read (what it gave, up to
+        ``len(view)``), so a caller filling a buffer loses nothing already received when the
+        next read fails. 0 at the end of the body."""
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        pass
+
+    def abort(self) -> None:
+        """Close from another thread, waking a reader blocked on the network."""
+        self.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FileStream(Stream):
+    """A ``file://`` URL's bytes (a local mirror)."""
+
+    def __init__(self, url: str, path: Path, offset: int) -> None:
+        self.url = url
+        try:
+            self._fh: BinaryIO = open(path, "rb")
+            size = os.fstat(self._fh.fileno()).st_size
+        except FileNotFoundError:
+            raise FetchError(f"{url}: no such file", status=404, url=url) from None
+        except OSError as exc:
+            raise FetchError(f"{url}: cannot read ({exc})", url=url) from None
+        if offset > size:
+            self._fh.close()
+            raise FetchError(f"{url}: file has {size} bytes, cannot resume at {offset}", status=416, url=url)
+        self._fh.seek(offset)
+        self.status = 206 if offset else 200
+        self.start = offset
+        self.length = size - offset
+        self.total = size
+
+    def readinto(self, view: memoryview) -> int:
+        try:
+            return self._fh.readinto(view)  # type: ignore[attr-defined]  # a BufferedReader
+        except OSError as exc:
+            raise FetchError(f"{self.url}: read failed ({exc})", transient=True, url=self.url) from None
+
+    def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
+        while True:
+            try:
+                data = self._fh.read(size)
+            except OSError as exc:
+                raise FetchError(f"{self.url}: read failed ({exc})", transient=True, url=self.url) from None
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+
+
+class HTTPStream(Stream):
+    """The body of one ``requests`` response, read straight from its socket where it can be."""
+
+    def __init__(self, url: str, response: Any) -> None:  # response: requests.Response
+        self.url = url
+        self._resp = response
+        self.status = response.status_code
+        self.content_type = str(response.headers.get("Content-Type", ""))
+        length = response.headers.get("Content-Length")
+        try:
+            self.length = int(length) if length is not None else None
+        except ValueError:
+            self.length = None
+        self.total = None
+        self.start = 0
+        if self.status == 206:
+            match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+            if not match:
+                response.close()
+                raise FetchError(
+                    f"{redact_url(url)}: 206 reply without a valid Content-Range "
+                    f"({response.headers.get('Content-Range')!r})",
+                    transient=True,
+                    url=url,
+                )
+            self.start = int(match.group(1))
+            end = int(match.group(2))
+            if match.group(3) != "*":
+                self.total = int(match.group(3))
+            if self.length is None:
+                self.length = end - self.start + 1
+        else:
+            self.total = self.length
+        # The fast path: straight from the socket's buffered reader into the caller's buffer, with
+        # the body's length counted here (http.client's own reads would copy each read into a new
+        # bytes object first). Only for a plain body; a chunked one goes through http.client.
+        self._reader: Optional[Any] = None
+        self._left: Optional[int] = None
+        fp = getattr(response.raw, "_fp", None)  # urllib3 -> http.client.HTTPResponse
+        sockfile = getattr(fp, "fp", None)
+        if (isinstance(fp, http.client.HTTPResponse) and fp.chunked is False and sockfile is not None
+                and hasattr(sockfile, "readinto1")):
+            self._reader = sockfile.readinto1
+            self._left = fp.length
+
+    def readinto(self, view: memoryview) -> int:
+        reader = self._reader
+        if reader is None:
+            data = self._read_some(len(view))
+            view[: len(data)] = data
+            return len(data)
+        left = self._left
+        if left is not None:
+            if left <= 0:
+                return 0
+            if len(view) > left:
+                view = view[:left]
+        try:
+            n = reader(view) or 0
+        except (OSError, ValueError) as exc:
+            raise FetchError(
+                f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
+            ) from None
+        if left is not None:
+            self._left = left - n
+        return n
+
+    def _read_some(self, size: int) -> bytes:
+        raw = self._resp.raw
+        try:
+            if hasattr(raw, "read1"):  # urllib3 >= 2
+                return bytes(raw.read1(size, decode_content=False))
+            return bytes(raw.read(size, decode_content=False))
+        except (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError,
+                ValueError) as exc:
+            raise FetchError(
+                f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
+            ) from None
+
+    def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
+        raw = self._resp.raw
+        read1 = hasattr(raw, "read1")  # urllib3 >= 2
+        while True:
+            try:
+                # read1: whatever one socket read gives (at most ``size``), so that a timeout
+                # or a dropped connection loses as little as possible of what already arrived.
+                # decode_content=False: the bytes as served. A file is hashed as stored; a server
+                # that gzips a .tar.gz "for transport" must not turn it into a .tar.
+                data = raw.read1(size, decode_content=False) if read1 else raw.read(size, decode_content=False)
+            except (
+                requests.RequestException,
+                urllib3.exceptions.HTTPError,
+                http.client.HTTPException,
+                OSError,
+                ValueError,
+            ) as exc:
+                raise FetchError(
+                    f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
+                ) from None
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        self._resp.close()
+
+    def abort(self) -> None:
+        # close() alone does not wake a recv() blocked in another thread; shutdown() does.
+        raw = self._resp.raw
+        sock = getattr(getattr(raw, "_connection", None), "sock", None)
+        if sock is None:  # the response owns the socket: urllib3 -> http.client -> SocketIO
+            fp = getattr(getattr(raw, "_fp", None), "fp", None)
+            sock = getattr(getattr(fp, "raw", None), "_sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.close()
+
+
+def describe_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc)
+    # urllib3 messages nest the pool description; keep them short.
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{name}: {text}" if text else name

@@ -1,0 +1,52 @@
+"""One install job's inputs, handed from the install flow to a stack driver, and the home's lock."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Tuple
+
+from ..events import ProgressCallback, null_progress
+from ..hardware.report import HardwareReport
+from ..installer.errors import StateError
+from ..installer.home import Home, InstallLock
+from ..installer.transaction import Verifier
+from ..settings import Settings
+from .options import Fetcher, InstallOptions, Services
+
+__all__ = ["InstallJob", "home_of", "prepare_home", "active_id"]
+
+
+def home_of(settings: Settings) -> Home:
+    return Home(settings.home)
+
+
+def prepare_home(settings: Settings, command: str, progress: ProgressCallback = null_progress) -> Tuple[Home, InstallLock]:
+    """The home, made if missing, and its lock for ``command`` (not yet taken: ``with lock:``)."""
+    home = home_of(settings)
+    home.ensure()
+    return home, home.lock(command, wait=settings.timeouts.lock_wait, progress=progress)
+
+
+def active_id(home: Home, stack: str) -> str:
+    """The id of ``stack``'s active runtime ("" when none, or the pointer cannot be read)."""
+    try:
+        return home.read_active().active.get(stack, "")
+    except StateError:
+        return ""
+
+
+@dataclass
+class InstallJob:
+    """Everything a stack driver needs to install one plan."""
+
+    report: HardwareReport
+    settings: Settings
+    options: InstallOptions = field(default_factory=InstallOptions)
+    services: Services = field(default_factory=Services)
+    progress: ProgressCallback = null_progress
+
+    @property
+    def fetcher(self) -> Fetcher:
+        return self.services.fetcher_for(self.settings)
+
+    def verifier(self, default: Verifier) -> Verifier:
+        return self.options.verifier or default

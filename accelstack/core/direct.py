@@ -1,0 +1,74 @@
+"""The engine on a runtime the caller names (``--runtime DIR``), without a receipt: the check
+``accelstack verify`` runs and the images ``accelstack generate`` makes, with the paths of the
+caller's settings.
+
+The installed runtime goes through :func:`accelstack.core.verify` / :func:`~accelstack.core.generate`
+instead, which find it from its receipt and record the verdict there.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Union
+
+from ..engine.config import EngineOptions, apply_overrides, load_config, shown
+from ..engine.errors import RuntimeNotFoundError
+from ..engine.generation import GenerateReport, check_outputs, output_paths
+from ..engine.generation import generate as _generate
+from ..engine.modelfile import check_model
+from ..engine.probe_layout import probe_weights
+from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
+from ..engine.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
+from ..engine.runtime import Runtime
+from ..engine.torch_verification import TorchCheckDetails, torch_details, verify_torch
+from ..engine.verification import DEFAULT_TOLERANCE, IDENTICAL, default_output
+from ..engine.verification import verify as _verify
+from ..events import ProgressCallback, null_progress
+from ..installer.torch_check import check_engine
+from ..settings import Settings
+from ..verdict import VerifyReport
+
+__all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "IDENTICAL", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
+           "GenerateRequest", "Runtime", "RuntimeNotFoundError", "TorchCheckDetails", "check_engine", "check_model",
+           "check_outputs", "engine_options", "generate", "is_probe_model", "output_paths", "shown", "torch_details",
+           "verify", "verify_torch_runtime"]
+
+
+def engine_options(settings: Settings, config: Optional[str], overrides: Mapping[str, Any]) -> EngineOptions:
+    """The engine's options: ``config`` (a config.yaml that must exist) or the settings' own
+    config file (the defaults when it is absent), with ``overrides`` (None: not given) on top."""
+    base = load_config(config) if config is not None else load_config(settings.config_file, missing_ok=True)
+    return apply_overrides(base, overrides)
+
+
+def verify(runtime: Runtime, settings: Settings, *, output: Optional[Union[str, Path]] = None,
+           progress: ProgressCallback = null_progress, **engine: Any) -> VerifyReport:
+    """The engine's check of ``runtime`` (the probe image goes to ``output``, default
+    ``verify-<backend>.png`` in the settings' verify folder); ``engine``: options, cpu_runtime,
+    tolerance, probe_seed, keep_probe."""
+    out = Path(output) if output is not None else default_output(runtime.backend, settings.verify_dir)
+    return _verify(runtime, out, probe_cache=settings.probe_cache, records=settings.verify_dir, progress=progress,
+                   **engine)
+
+
+def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict[str, str],
+                         probe_seed: Optional[int], progress: ProgressCallback = null_progress) -> VerifyReport:
+    """The torch check of the interpreter ``python`` (None: this one) with ``env``; with a
+    ``probe_seed``, also one diffusers step on the probe model of that seed."""
+    probe = None
+    if probe_seed is not None:
+        probe = ensure_probe_model(probe_seed, settings.probe_cache, progress=progress).path
+    return verify_torch(python=python, env=env, probe=probe, progress=progress)
+
+
+def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest, output: Union[str, Path], *,
+             options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress) -> GenerateReport:
+    """Generate ``request`` with ``model`` on ``runtime``; the PNG(s) go to ``output``."""
+    return _generate(runtime, model, request, output, options=options, progress=progress)
+
+
+def is_probe_model(model: Union[str, Path]) -> bool:
+    """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
+    try:
+        return probe_weights(str(model)) is not None
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,249 @@
+"""Local builds: when no published ggml build fits, which variant this machine compiles, for
+which GPU architectures, how long it takes and what it needs, and the build itself.
+
+The install flow asks here only after the plan said ``needs-build``; a dry run uses the same
+rules from reads alone (``build_sentence``, ``cached_local_build``) and never compiles.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence
+
+from ..errors import AccelstackError, Action
+from ..events import ProgressCallback, ProgressEvent
+from ..hardware.report import HardwareReport
+from ..manifests.hw_rules import hw_rules
+from ..manifests.machine import cc_parts, version_or_none
+from ..manifests.plan import Plan
+from ..manifests.resolve import Manifests
+from ..manifests.schema import parse_manifest
+from ..publisher.build import build_ggml, build_options
+from ..publisher.build_cache import cache_key, sha256_file
+from ..publisher.errors import BuildError
+from ..publisher.publish import manifest_of
+from ..publisher.sdist import sdist_name
+from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, cuda_targets, find_cuda_toolkit
+from ..settings import Settings, cuda_env
+from .options import Builder
+from .planning import LOCAL_SOURCE, TrustedSet, plan
+
+__all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "build_locally", "build_sentence", "cached_local_build",
+           "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant", "needs_cuda12",
+           "no_channel_choices", "replan", "require_buildable"]
+
+
+# -- what a dry run says ---------------------------------------------------------------------
+# A local CUDA build, timed (docs/builds.md, scripts/build-cuda.sh): the cuda variant for sm_90 alone
+# compiled in 5656 s on 2 loaded cores, about 20 min of it the C++ files and the rest ggml-cuda's
+# files, which every further architecture compiles again.
+CUDA_HOST_MINUTES = 20
+
+
+CUDA_ARCH_MINUTES = 75
+
+
+def cuda_build_time(archs: int) -> str:
+    """How long a local CUDA build of ``archs`` architectures takes, from the measured figures above."""
+    hours = (CUDA_HOST_MINUTES + CUDA_ARCH_MINUTES * max(1, archs)) / 60
+    low = max(1, int(hours))
+    return f"about {low}-{low + 1} h on 2 cores, less with more cores"
+
+
+BUILD_NEEDS = {  # how long, and what it needs (a CUDA build's time is for one architecture: see build_sentence)
+    "cpu": ("~4 min", ["cmake", "a C++ compiler"]),
+    "cpu-noavx2": ("~4 min", ["cmake", "a C++ compiler"]),
+    "vulkan": ("~8 min", ["cmake", "a C++ compiler", "the Vulkan headers and glslc"]),
+    "cuda": (cuda_build_time(1),
+             ["cmake", "a C++ compiler", "NVIDIA's CUDA 13 compiler, about 500 MB downloaded once from PyPI "
+                                         "into the build cache"]),
+    "cuda12": (cuda_build_time(1),
+               ["cmake", "a C++ compiler", "a system CUDA 12 toolkit with nvcc 12.x"]),
+    "rocm": ("~15 min", ["cmake", "a C++ compiler", "ROCm (hipcc)"]),
+    "metal": ("~4 min", ["cmake", "Xcode's command line tools"]),
+}
+
+
+def build_sentence(variant: str, cuda_archs: Optional[Sequence[str]] = None, *, configured: str = "",
+                   env: Optional[Mapping[str, str]] = None) -> str:
+    """"would build cpu from source (~4 min, needs cmake and a C++ compiler)", and what is missing.
+
+    A CUDA build names the architectures it compiles (``cuda_archs``; none: ``configured``, the
+    settings' ``cuda_archs``, else all of the variant's), since each one costs more than an hour on
+    a small machine; ``env`` is where a CUDA toolkit is looked for (the settings' ``cuda_env``)."""
+    took, needs = BUILD_NEEDS.get(variant, ("several minutes", ["cmake", "a C++ compiler"]))
+    target, sep = "", ", "
+    if variant in CUDA_VARIANTS:
+        archs = cuda_targets(variant, cuda_archs, configured)
+        named = ", ".join(f"sm_{a}" for a in archs)
+        target = f" for {named}" if cuda_archs or configured else \
+            f" for every architecture the {variant} variant supports ({named}), as this GPU's compute capability is unknown"
+        took, sep = cuda_build_time(len(archs)), "; "
+    text = f"would build {variant} from source{target} ({took}{sep}needs {', '.join(needs[:-1])} and {needs[-1]})"
+    missing = [] if shutil.which("cmake") else ["cmake"]
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
+        missing.append("a C++ compiler")
+    if variant == "cuda12" and find_cuda_toolkit(12, cuda_env() if env is None else env)[0] is None:
+        missing.append("a CUDA 12 toolkit")
+    if missing:
+        text += f"; not found here: {', '.join(missing)}"
+    return text
+
+
+def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Sequence[str]] = None, *,
+                       configured: str = "", env: Optional[Mapping[str, str]] = None) -> str:
+    """The wheel a local build of ``variant`` (for ``cuda_archs``) would reuse from the build cache
+    ("" when it would compile), found by reading only: the pinned source's digest, then the cache
+    slot it keys, with the options and toolkit key ``build_ggml`` itself would use."""
+    sdist = build_cache / "sdist" / sdist_name()
+    if variant == "vulkan" or not sdist.is_file():
+        return ""  # a Vulkan build's key also names the headers it was given
+    try:
+        cmake_args, toolkit = build_options(variant, cuda_archs, cuda_env=cuda_env() if env is None else env,
+                                            configured=configured)
+    except BuildError:  # an unknown variant, bad architectures, cuda12 without a toolkit: nothing to find
+        return ""
+    try:
+        st = sdist.stat()
+        try:  # the digest build_ggml remembered beside it, while size and mtime still match
+            digest, stamp = (sdist.with_name(sdist.name + ".sha256").read_text().split(" ", 1) + [""])[:2]
+        except OSError:
+            digest, stamp = "", ""
+        if stamp.strip() != f"{st.st_size} {st.st_mtime_ns}" or len(digest) != 64:
+            digest = sha256_file(sdist)
+        record = json.loads((build_cache / cache_key(digest, variant, cmake_args, toolkit) / "build.json").read_text())
+        wheel = str(record.get("wheel", "")) if isinstance(record, dict) else ""
+    except (OSError, ValueError):
+        return ""
+    return wheel if wheel and Path(wheel).is_file() else ""
+
+
+NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
+
+
+class NoChannelError(AccelstackError):
+    """No channel is configured and no runtime can be built here: the ways forward, in words."""
+
+    default_action = Action.ADD_MANIFEST
+
+
+def compiler_instructions(os_name: str) -> str:
+    """How to get CMake and a C++ compiler on ``os_name`` ("c++" is not a name anyone can install on Windows)."""
+    if os_name == "windows":
+        return ("install Visual Studio Build Tools (the 'Desktop development with C++' workload) and CMake, "
+                "e.g. winget install Microsoft.VisualStudio.2022.BuildTools Kitware.CMake")
+    if os_name == "macos":
+        return "run xcode-select --install, then brew install cmake"
+    return "install CMake and a C++ compiler: sudo apt install cmake g++ (Debian, Ubuntu) or sudo dnf install cmake gcc-c++ (Fedora, RHEL)"
+
+
+def no_channel_choices(report: HardwareReport) -> str:
+    return ("configure a channel (a manifest URL and its publisher's key), install from an offline bundle made "
+            f"on a machine with network access, or build from source: {compiler_instructions(report.os.name)}")
+
+
+def require_buildable(plan: Plan, s: Settings, report: HardwareReport, trusted: Optional[TrustedSet]) -> None:
+    if plan.status == "needs-build" and not plan.artifacts:
+        if s.allow_build:
+            return
+        if trusted is not None and not trusted.channels:
+            raise NoChannelError(f"{NO_CHANNEL_LINE}, and local builds are turned off", no_channel_choices(report))
+        raise AccelstackError(f"nothing to install: {plan.summary}", hint="name a manifest with a build for this machine, "
+                              "or allow a local build from source", action=Action.ADD_MANIFEST)
+    raise AccelstackError(f"nothing to install: {plan.summary}", hint="; ".join(plan.conflicts) or
+                          "the plan's candidates say why each build was rejected", action=Action.EXPLAIN_PLAN)
+
+
+def local_variant(plan: Plan, report: HardwareReport) -> str:
+    """The publisher variant a local build for this plan compiles: an x86-64 CPU without AVX2 gets
+    the SSE4.2 build, a GPU or driver that CUDA 13 leaves out the CUDA 12 build, the others their
+    backend's."""
+    backend = plan.build.backend if plan.build else (plan.backend or "cpu")
+    if backend == "cpu" and report.os.arch == "x86_64" and not report.cpu.has("avx2"):
+        return "cpu-noavx2"
+    if backend == "cuda" and needs_cuda12(plan, report):
+        return "cuda12"
+    return backend
+
+
+def needs_cuda12(plan: Plan, report: HardwareReport) -> bool:
+    """Whether the CUDA 13 build cannot serve this plan's GPU: the build spec says its last toolkit
+    is CUDA 12 (Maxwell, Pascal, Volta: ``cuda_toolkit`` "12.x"), or its driver's CUDA is older than
+    the 13.0 the ``cuda`` variant needs (``cuda_max``; without one, a driver below CUDA 13's family
+    floor, R580)."""
+    props = plan.build.properties if plan.build else {}
+    toolkit = re.match(r"^(\d+)", props.get("cuda_toolkit", ""))
+    cuda13 = version_or_none(CUDA13_VERSION)
+    if toolkit is not None and cuda13 is not None and int(toolkit.group(1)) < cuda13.major:
+        return True
+    cuda_max = version_or_none(props.get("cuda_max", ""))
+    if cuda_max is not None and cuda13 is not None:
+        return cuda_max < cuda13
+    driver = version_or_none(props.get("nvidia_driver", ""))
+    driver_os = "windows" if report.os.name == "windows" or report.os.wsl else "linux"  # WSL2: the host's driver
+    floor = version_or_none(hw_rules().floor(cuda13.major if cuda13 else 13, driver_os))
+    # a number below 100 is an L4T release (Jetson), not a desktop driver the floor describes
+    return driver is not None and driver.major >= 100 and floor is not None and driver < floor
+
+
+def local_cuda_archs(plan: Plan, report: HardwareReport) -> Optional[List[str]]:
+    """The CMake architectures ("86") of the NVIDIA GPUs a local build for ``plan`` serves: a local
+    CUDA build compiles only these, as each one costs more than an hour on a small machine. None
+    when a compute capability is unknown (the build then compiles every architecture of its variant)."""
+    build = plan.build
+    indexes = set(build.gpus if build is not None and build.gpus else plan.gpus)
+    ccs = [g.compute_capability for g in report.gpus if g.index in indexes and g.vendor == "nvidia"]
+    if not ccs and build is not None:
+        ccs = [build.properties.get("sm", "")]
+    archs: List[str] = []
+    for cc in ccs:
+        parts = cc_parts(cc)
+        if parts is None:
+            return None
+        arch = f"{parts[0]}{parts[1]}"
+        if arch not in archs:
+            archs.append(arch)
+    return sorted(archs, key=int) or None
+
+
+def build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
+                  progress: ProgressCallback, channels: bool = True, builder: Builder = build_ggml) -> Manifests:
+    """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
+    without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
+    progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
+    variant = local_variant(plan, report)
+    archs: Optional[List[str]] = None
+    if variant in CUDA_VARIANTS:
+        archs = local_cuda_archs(plan, report)
+        if archs:
+            said = f"compiling {variant} only for this machine's GPU: {', '.join('sm_' + a for a in archs)}"
+        else:
+            every = cuda_targets(variant, None, s.cuda_archs)
+            said = (f"the compute capability of this machine's NVIDIA GPU is unknown, so the {variant} build compiles "
+                    f"{', '.join('sm_' + a for a in every)}: {cuda_build_time(len(every))}")
+        progress(ProgressEvent("message", "build", task=variant, message=said))
+    try:
+        result = builder(variant, s, progress=progress, cuda_archs=archs)
+    except BuildError as exc:
+        if exc.action is Action.INSTALL_TOOLCHAIN and not channels:  # the choices, not only the compiler
+            needs = "" if exc.hint.startswith("install CMake and a C++ compiler") else f" (this variant: {exc.hint})"
+            raise NoChannelError(f"{NO_CHANNEL_LINE}, and {exc.message}", no_channel_choices(report) + needs) from None
+        if exc.action is Action.INSTALL_TOOLCHAIN:  # say why a build was wanted at all
+            exc.message = f"no published ggml build fits this machine, and {exc.message}"
+            exc.args = (exc.message,)
+            exc.hint = f"{exc.hint} ({compiler_instructions(report.os.name)}); or use a channel with a build for this machine"
+        raise
+    doc = manifest_of([(result, Path(result.wheel).as_uri())], source=LOCAL_SOURCE, version=1)
+    extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
+    extended.add(parse_manifest(doc))
+    return extended
+
+
+def replan(report: HardwareReport, old: Plan, manifests: Manifests, s: Settings) -> Plan:
+    new = plan(report, old.stack, requirements=old.request.requirements, backend=old.request.backend, settings=s, manifests=manifests)
+    new.notes.append("built locally from the stable-diffusion-cpp-python source (no published build fits this machine)")
+    if not new.ok:
+        raise AccelstackError(f"the local build does not fit this machine: {new.summary}", action=Action.REPORT_BUG)
+    return new

@@ -1,0 +1,52 @@
+"""Reading a model file's headers safely, and the typed failure every format check gives.
+
+The format checks (:mod:`~accelstack.engine.safetensors_check`, :mod:`~accelstack.engine.gguf_check`,
+:mod:`~accelstack.engine.ckpt_check`) open files only through :func:`open_regular` (a FIFO, a device
+or a socket is refused without blocking) and report with :func:`fail` and :func:`damaged`.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO, Tuple
+
+from .errors import ModelLoadError
+
+__all__ = ["fail", "damaged", "open_regular", "is_int", "INT64_MAX"]
+
+INT64_MAX = 2 ** 63 - 1
+
+
+def fail(path: Path, reason: str, hint: str = "") -> ModelLoadError:
+    return ModelLoadError(f"cannot load model {path}: {reason}",
+                          hint=hint or "check the file (re-download it if it is damaged) and pass a .safetensors, "
+                          ".gguf or .ckpt file or a diffusers folder")
+
+
+def damaged(path: Path, kind: str, reason: str) -> ModelLoadError:
+    return fail(path, f"damaged {kind} file: {reason}")
+
+
+def open_regular(path: Path) -> Tuple[BinaryIO, int]:
+    """Open ``path`` for reading only if it is a regular file; (file, size). ``O_NONBLOCK`` makes
+    opening a FIFO that replaced the file since the stat return at once; fstat then refuses it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise fail(path, f"cannot read it: {exc.strerror or exc}", hint="check the file's permissions") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise fail(path, "it is not a regular file", hint="pass a model file, not a pipe, device or socket")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,82 @@
+"""The safetensors check: its JSON header, each tensor as stable-diffusion.cpp will read it.
+
+stable-diffusion.cpp converts the header's JSON values with exceptions nobody catches (a shape that
+is not a list, a dtype that is not text), so every entry is checked here against the file's size,
+reading the header only (at most ``MAX_MODEL_HEADER_BYTES``).
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json
+from .model_io import INT64_MAX, damaged, fail, is_int, open_regular
+
+__all__ = ["safetensors_tensors", "MAX_HEADER", "SAFETENSORS_DTYPES", "SD_MAX_DIMS"]
+
+MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB (we read at most MAX_MODEL_HEADER_BYTES)
+
+# safetensors dtypes stable-diffusion.cpp reads (U8 tensors it skips), with their item sizes.
+SAFETENSORS_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "I32": 4, "I64": 8,
+                      "U8": 1}
+SD_MAX_DIMS = 5  # stable-diffusion.cpp folds a 5-dim safetensors tensor into 4
+
+
+def safetensors_tensors(path: Path) -> int:
+    fh, size = open_regular(path)
+    with fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise fail(path, f"not a safetensors file: only {size} bytes")
+        (n,) = struct.unpack("<Q", head)
+        if n == 0 or n > MAX_HEADER or 8 + n > size:
+            raise fail(path, f"not a valid safetensors file: header length {n} does not fit a {size}-byte file "
+                        "(the file is truncated or not safetensors)")
+        if n > MAX_MODEL_HEADER_BYTES:
+            raise fail(path, f"its safetensors header is {n} bytes, more than the {MAX_MODEL_HEADER_BYTES} accepted")
+        raw = fh.read(n)
+    if raw[:1] != b"{":
+        raise fail(path, "not a valid safetensors file: its header is not JSON")
+    try:
+        header = parse_json(raw, what="its safetensors header", max_bytes=MAX_MODEL_HEADER_BYTES, max_depth=4)
+    except MalformedInput:
+        raise fail(path, "not a valid safetensors file: its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise fail(path, "not a valid safetensors file: its header is not a JSON object")
+    data_len = size - 8 - n
+    count = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        _check_safetensor(path, name, info, data_len)
+        count += 1
+    if count == 0:
+        raise fail(path, "the safetensors file holds no tensors")
+    return count
+
+
+def _check_safetensor(path: Path, name: str, info: object, data_len: int) -> None:
+    """One tensor entry, as stable-diffusion.cpp will read it (it throws on wrong JSON types)."""
+    shown = repr(name[:60])
+    if not isinstance(info, dict):
+        raise damaged(path, "safetensors", f"the entry of tensor {shown} is not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise damaged(path, "safetensors", f"tensor {shown} has dtype {str(dtype)[:20]!r}, which stable-diffusion.cpp "
+                       f"does not read (it reads {', '.join(SAFETENSORS_DTYPES)})")
+    if (not isinstance(shape, list) or len(shape) > SD_MAX_DIMS
+            or not all(is_int(d) and 0 <= d <= INT64_MAX for d in shape)):
+        raise damaged(path, "safetensors", f"tensor {shown} has an invalid shape (it must be a list of at most "
+                       f"{SD_MAX_DIMS} non-negative integers)")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_len):
+        raise damaged(path, "safetensors", f"tensor {shown} lies outside the file ({data_len} data bytes); "
+                       "the file is probably truncated")
+    elements = 1
+    for d in shape:
+        elements *= d
+        if elements > data_len:  # stays small: no product of huge dimensions is ever formed
+            break
+    if elements * SAFETENSORS_DTYPES[dtype] != offsets[1] - offsets[0]:
+        raise damaged(path, "safetensors", f"tensor {shown} has shape {shape[:SD_MAX_DIMS]} of {dtype} but "
+                       f"{offsets[1] - offsets[0]} bytes of data")

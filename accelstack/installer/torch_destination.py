@@ -1,0 +1,178 @@
+"""The torch destination: a Python environment that gets the planned torch, checked there, or undone.
+
+The plan gives exact pip/uv commands (``{python}`` stands for the target interpreter). Before
+running them, the distributions the plan will replace are moved aside (a rename within the same
+site-packages, so it costs nothing for a multi-GB CUDA torch); if pip fails or the verifier says
+FAIL, the new ones are uninstalled and the old ones moved back. The receipt lives in the home;
+the environment itself is the user's and is never deleted.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from ..errors import Action
+from ..events import ProgressCallback
+from ..manifests.plan import PYTHON_PLACEHOLDER, Command, Plan
+from ..settings import Settings
+from .errors import TorchInstallError
+from .home import Home
+from .pip_commands import with_indexes
+from .pip_runner import run_json, run_pip
+from .records import InstalledFile, Receipt
+from .torch_scripts import INSPECT_SCRIPT
+from .transaction import StagedRuntime
+
+__all__ = ["STACK", "receipt_id", "package_names", "PipCommands", "TorchEnvironment"]
+
+log = logging.getLogger(__name__)
+
+STACK = "torch"
+
+
+def receipt_id(plan: Plan, python: str) -> str:
+    """One receipt per target environment: the same interpreter path always gets the same id."""
+    return f"{STACK}-{plan.variant}-{hashlib.sha256(str(Path(python).absolute()).encode()).hexdigest()[:10]}"
+
+
+def package_names(plan: Plan) -> List[str]:
+    names = []
+    for spec in plan.packages:
+        try:
+            names.append(Requirement(spec).name.lower().replace("_", "-"))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+class _Backup:
+    """Moves installed distributions aside and back: the undo log of a torch install."""
+
+    def __init__(self, python: str, names: List[str], prefix: Path, timeout: float) -> None:
+        self.python = python
+        self.names = names
+        # a fresh directory this install creates, so discarding it can never remove anything else
+        self.where = Path(tempfile.mkdtemp(prefix=".accelstack-backup-", dir=prefix))
+        self.timeout = timeout
+        self.moved: List[Tuple[Path, Path]] = []
+        self.previous: Dict[str, str] = {}
+
+    def stash(self) -> None:
+        info = run_json(self.python, INSPECT_SCRIPT, self.names, self.timeout)
+        dists = info.get("dists", [])
+        for dist in dists if isinstance(dists, list) else []:
+            self.previous[dist["name"]] = dist["version"]
+            location = Path(dist["location"])
+            tops = sorted({Path(f).parts[0] for f in dist["files"] if not f.startswith("..") and Path(f).parts})
+            for top in tops:
+                src = location / top
+                if src.exists() and not any(src == m[0] for m in self.moved):
+                    dest = self.where / f"{len(self.moved)}-{top}"
+                    os.replace(src, dest)
+                    self.moved.append((src, dest))
+
+    def restore(self) -> None:
+        for src, dest in reversed(self.moved):
+            if src.exists():
+                shutil.rmtree(src) if src.is_dir() else src.unlink()
+            os.replace(dest, src)
+        self.moved.clear()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.where, ignore_errors=True)
+        self.moved.clear()
+
+
+@dataclass
+class _Undo:
+    plan: Plan
+    backup: _Backup
+    names: List[str]
+
+
+@dataclass
+class PipCommands:
+    """A source: the plan's commands, run with pip (or uv when asked and on PATH)."""
+
+    commands: List[Command]
+    use_uv: bool = False
+    proxied: bool = False  # pip goes through a proxy (Settings.proxied): its failures are not checked directly
+
+    @classmethod
+    def for_plan(cls, plan: Plan, settings: Settings) -> PipCommands:
+        """The plan's commands with the settings' package indexes (a mirror), uv choice and proxy applied."""
+        return cls(with_indexes(plan.commands, settings.index_url, settings.extra_index_urls), settings.use_uv,
+                   settings.proxied)
+
+
+class TorchEnvironment:
+    """Destination for torch runtimes: the interpreter ``python`` (a venv's or any other)."""
+
+    stack = STACK
+
+    def __init__(self, home: Home, python: str, pip_timeout: float, probe_timeout: float) -> None:
+        self.home = home
+        self.python = python
+        self.pip_timeout = pip_timeout
+        self.probe_timeout = probe_timeout
+
+    def stage(self, plan: Plan, source: PipCommands, progress: ProgressCallback) -> StagedRuntime:
+        if plan.stack != self.stack or not plan.ok or not source.commands:
+            raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", action=Action.EXPLAIN_PLAN)
+        names = package_names(plan)
+        info = run_json(self.python, INSPECT_SCRIPT, names, self.probe_timeout)
+        backup = _Backup(self.python, names, Path(str(info.get("prefix", ""))), self.probe_timeout)
+        try:
+            backup.stash()
+        except BaseException:
+            backup.restore()
+            backup.discard()
+            raise
+        staged = StagedRuntime(stack=self.stack, backend=plan.backend, path=Path(self.python), env=dict(plan.env),
+                               python=self.python, handle=_Undo(plan, backup, names))
+        try:
+            for cmd in source.commands:
+                self._run(cmd, source, progress)
+        except BaseException:
+            self.abort(staged)
+            raise
+        return staged
+
+    def _run(self, cmd: Command, source: PipCommands, progress: ProgressCallback) -> None:
+        argv = [a.replace(PYTHON_PLACEHOLDER, self.python) for a in cmd.argv]
+        if source.use_uv and cmd.tool == "pip" and shutil.which("uv"):
+            argv = ["uv", "pip"] + argv[argv.index("pip") + 1:] + ["--python", self.python]
+        run_pip(argv, self.pip_timeout, progress, "the previous torch (if any) has been restored", proxied=source.proxied)
+
+    def files(self, staged: StagedRuntime) -> List[InstalledFile]:
+        return []  # the environment is the user's; its files are pip's to track
+
+    def commit(self, staged: StagedRuntime, receipt: Receipt) -> Optional[Path]:
+        undo: _Undo = staged.handle
+        receipt.path = self.python
+        receipt.verification.details.setdefault("previous", dict(undo.backup.previous))
+        self.home.write_receipt(receipt)
+        undo.backup.discard()
+        return None
+
+    def abort(self, staged: StagedRuntime) -> None:
+        undo: _Undo = staged.handle
+        try:
+            subprocess.run([self.python, "-m", "pip", "uninstall", "-y", "-q", *undo.names], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=self.pip_timeout)
+        except (subprocess.TimeoutExpired, OSError):
+            log.warning("pip uninstall in %s did not finish; restoring the previous files anyway", self.python)
+        undo.backup.restore()
+        undo.backup.discard()
+
+    def retire(self, old: Path) -> None:  # never: the environment is the user's
+        return None
