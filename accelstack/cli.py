@@ -15,7 +15,7 @@ import argparse
 import importlib
 import sys
 from types import ModuleType
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from . import __version__
 from .errors import AccelstackError, Interrupted, UsageError
@@ -111,7 +111,8 @@ class Parser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         if self._printing:
             return super()._get_formatter()
-        return self.formatter_class(prog=self.prog, width=BUILD_WIDTH)
+        make = cast("Callable[..., argparse.HelpFormatter]", self.formatter_class)  # typeshed's names prog alone
+        return make(prog=self.prog, width=BUILD_WIDTH)
 
     def format_help(self) -> str:
         self._printing = True

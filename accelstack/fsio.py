@@ -111,7 +111,7 @@ def write_bytes(path: PathLike, data: bytes, *, mode: int = 0o644, durable: bool
 
 def write_text(path: PathLike, text: str, *, encoding: str = "utf-8", **kw: bool) -> Path:
     """:func:`write_bytes` for text (``\\n`` line ends on every OS: the files are read back by us)."""
-    return write_bytes(path, text.encode(encoding), **kw)  # type: ignore[arg-type]
+    return write_bytes(path, text.encode(encoding), **kw)
 
 
 def try_write_bytes(path: PathLike, data: bytes, *, durable: bool = False) -> bool:
@@ -213,7 +213,7 @@ def staging_dir(parent: PathLike, prefix: str = ".staging-", *, keep: bool = Fal
     """A new private folder under ``parent`` (same filesystem, so a finished one renames into place
     atomically). It is removed when the block raises, and at its end unless ``keep`` (the caller
     renamed it, or wants it); what the block renamed out of it is not touched."""
-    root = Path(parent)
+    root = Path(os.path.abspath(parent))  # as tempfile.mkdtemp answered: the caller may chdir
     root.mkdir(parents=True, exist_ok=True)
     for _ in range(_TRIES):
         folder = root / f"{prefix}{_random()}"

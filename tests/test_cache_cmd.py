@@ -75,7 +75,7 @@ def test_list_on_a_fresh_machine_creates_nothing(tmp_path):
     rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe", "verify"]
+    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe", "verify", "detect"]
     assert all(c["exists"] is False and c["size"] == 0 and c["count"] == 0 for c in res["caches"])
     assert not (tmp_path / "cache").exists() and not (tmp_path / "home").exists()
 
@@ -130,6 +130,28 @@ def test_purge_all_removes_only_accelstacks_entries(tmp_path):
     assert any("in use by a running verify" in k for k in res["kept"])
     rc, out, _ = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
     assert rc == 0 and result_of(out)["bytes_freed"] == 0, "a second purge finds nothing"
+
+
+def test_the_detect_cache_lists_and_purges_only_its_answers(tmp_path):
+    """Detection's kept Vulkan enumeration (``<cache>/detect``) is a cache like the others: listed,
+    purged, and nothing else in its folder is touched."""
+    folder = tmp_path / "cache" / "detect"
+    answer = _write(folder / ("vulkan-" + "0123abcd" * 2 + ".json"), b"a" * 120)
+    unfinished = _write(folder / (".vulkan-" + "0123abcd" * 2 + ".json.4242.1f2e3d4c.tmp"), b"t" * 10)
+    mine = _write(folder / "vulkan-notes.json", b"mine")
+    outside = _write(tmp_path / "outside" / "precious.json", b"p")
+    (folder / ("vulkan-" + "f" * 16 + ".json")).symlink_to(outside)
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    info = next(c for c in result_of(out)["caches"] if c["name"] == "detect")
+    assert {e["name"]: e["kind"] for e in info["entries"]} == {answer.name: "vulkan enumeration",
+                                                              unfinished.name: "unfinished write"}
+    assert info["size"] == 130 and set(info["other"]) == {mine.name, "vulkan-" + "f" * 16 + ".json"}
+    rc, out, err = run_cli(["cache", "purge", "detect", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    assert result_of(out)["bytes_freed"] == 130
+    assert not answer.exists() and not unfinished.exists()
+    assert mine.read_bytes() == b"mine" and outside.read_bytes() == b"p" and (folder / ("vulkan-" + "f" * 16 + ".json")).is_symlink()
 
 
 def test_purge_one_cache_leaves_the_others(tmp_path):

@@ -122,9 +122,6 @@ def test_plan_from_a_saved_report_imports_no_install_engine_or_service_code(tmp_
 
 # core/planning.py reaches the documents through the artifacts package's lazy names, so requests, urllib3, ssl
 # and truststore (~45 ms of CPU here) are loaded only when a manifest is fetched.
-@pytest.mark.xfail(strict=False, reason="accelstack/installer/pip_output.py imports socket at module level (its "
-                   "package-index reachability check, ~1.6 ms), and the plan path loads it through "
-                   "installer.pip_runner for a venv's Python version")
 def test_plan_from_a_saved_report_loads_no_network_stack(tmp_path, monkeypatch):
     loaded = _modules(["plan", "--hardware", str(_report_file(tmp_path)), "--json"], tmp_path, monkeypatch)
     network = sorted(m for m in loaded if m in NETWORK or m.split(".")[0] in NETWORK)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         SizeMismatchError,
         UnsafeArchiveError,
     )
+    from .reach import host_problem
     from .retry import RetryPolicy
     from .transport import Transport, check_url
 
@@ -50,6 +51,7 @@ _EXPORTS = {
     "check_disk_space": "accelstack.artifacts.batch",
     "RetryPolicy": "accelstack.artifacts.retry",
     "Transport": "accelstack.artifacts.transport",
+    "host_problem": "accelstack.artifacts.reach",
     "check_url": "accelstack.artifacts.transport",
     "unpack": "accelstack.artifacts.archive",
     "detect_format": "accelstack.artifacts.archive",
@@ -62,7 +64,7 @@ __all__ = [
     "ArchiveFormatError", "ArtifactError", "ArtifactRef", "Cache", "CacheError", "DiskSpaceError", "FetchCancelled",
     "FetchError", "HashMismatchError", "InsecureURLError", "OfflineError", "Page", "RetryPolicy", "SizeMismatchError",
     "Transport", "UnsafeArchiveError", "check_disk_space", "check_url", "detect_format", "fetch", "fetch_document",
-    "fetch_one", "fetch_optional_document", "fetch_page", "unpack",
+    "fetch_one", "fetch_optional_document", "fetch_page", "host_problem", "unpack",
 ]
 
 

@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         epilog="examples:\n  accelstack cache purge --dry-run\n  accelstack cache purge downloads --yes\n"
         "  accelstack cache purge all --yes --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    pg.add_argument("which", nargs="?", default="all", choices=["downloads", "builds", "probe", "verify", "all"],
+    pg.add_argument("which", nargs="?", default="all", choices=[*CACHES, "all"],
                     help="the cache to purge (default: all)")
     pg.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when not on a terminal)")
     pg.add_argument("--dry-run", action="store_true", help="say what would be removed and how much it frees; remove nothing")

@@ -1,27 +1,9 @@
 """Offline bundles: one file that installs a ggml runtime (or a torch build) on a machine with no network.
 
-``create_bundle`` (on a machine with network access) reads a channel's signed manifest, fetches
-the artifacts of the chosen targets, and writes one tar file::
-
-    accelstack-bundle.json        what is inside: stack, channel, the artifacts by sha256
-    ggml-manifest.json            the channel's manifest, byte for byte as signed
-    ggml-manifest.json.sig        its signature
-    artifacts/<sha256>            each chosen target's files
-
-``install_bundle`` treats the file as hostile input, read once as a stream: only regular members
-with exactly those names, each size-capped (documents as online, artifacts as manifests allow,
-the whole within ``MAX_BUNDLE_BYTES``), no duplicates, at most ``MAX_BUNDLE_MEMBERS``. Then the
-same checks as online: the manifest's signature by the channel's keys (the bundle carries no
-trust of its own: the key comes from the configured channel or ``--trusted-key``), envelope,
-expiry and rollback; each artifact is taken into the download cache through the same verified
-fetch (sha256 and size) as a download; the install itself runs offline.
-
-A torch bundle holds no manifest: its index names the torch plan it was made from and each wheel
-``pip download`` fetched for it (file name, sha256, size), stored as ``artifacts/<sha256>``. The
-install plans torch again for this machine (it must choose the bundle's variant), checks every
-wheel's sha256 before pip runs, then installs with ``pip --no-index --require-hashes``, so pip can
-install those bytes or nothing. The hashes prove the wheels are the ones the index names, not who
-made the bundle: compare the bundle's sha256 (printed by ``bundle create``) out of band.
+``create_bundle`` (on a machine with network access) and ``install_bundle`` (on the offline one)
+dispatch to the bundle's stack driver; the file itself, what it holds and how it is read as
+hostile input, is :mod:`accelstack.core.bundle_file`. The bundle carries no trust of its own:
+its manifest is checked with the configured channel's keys (or ``--trusted-key``), as online.
 """
 from __future__ import annotations
 

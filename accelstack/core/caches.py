@@ -47,12 +47,13 @@ __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "p
 
 log = logging.getLogger(__name__)
 
-CACHES = ("downloads", "builds", "probe", "verify")
+CACHES = ("downloads", "builds", "probe", "verify", "detect")
 DESCRIPTIONS = {
     "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
     "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
     "probe": "the verify probe model's value pools (and any kept probe); made again when needed (seconds)",
     "verify": "verify's last probe images and its records of them; without a record the next verify generates twice",
+    "detect": "detection's kept Vulkan enumeration; without it the next detect starts the Vulkan drivers again (~0.2 s)",
 }
 
 _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
@@ -63,8 +64,9 @@ _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
 _POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
 _IMAGE_RECORD = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
+_VULKAN_ANSWER = re.compile(r"^vulkan-[0-9a-f]{16}\.json\Z")  # hardware.vulkan_cache
 # a pools file or record being written, or left by a process killed while writing it (accelstack.fsio.try_write_bytes)
-_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json)\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
+_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json|vulkan-[0-9a-f]{16}\.json)\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
 
 
 @dataclass
@@ -219,8 +221,23 @@ def _verify(s: Settings) -> CacheInfo:
     return info
 
 
+def _detect(s: Settings) -> CacheInfo:
+    root = s.detect_cache
+    info = CacheInfo("detect", str(root), DESCRIPTIONS["detect"], exists=_real_dir(root))
+    for name, st in _children(root):
+        if not stat.S_ISREG(st.st_mode):
+            info.other.append(name)
+        elif _VULKAN_ANSWER.match(name):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "vulkan enumeration"))
+        elif _UNFINISHED.match(name):
+            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "unfinished write"))
+        else:
+            info.other.append(name)
+    return info
+
+
 _READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,
-                                                        "verify": _verify}
+                                                        "verify": _verify, "detect": _detect}
 
 
 def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] = None) -> List[CacheInfo]:

@@ -9,16 +9,16 @@ the cause; :class:`PipOutput` turns the lines into progress events and keeps the
 from __future__ import annotations
 
 import re
-import socket
 import time
 import urllib.parse
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
+from .. import artifacts  # its network probe, loaded when pip failed without saying why
 from ..events import ProgressCallback, ProgressEvent
 from .errors import PipConflictError, PipDiskFullError, PipError, PipHashMismatchError, PipNetworkError, PipNotFoundError
 
-__all__ = ["PipOutput", "pip_failure", "searched_indexes", "index_problem", "redact"]
+__all__ = ["PipOutput", "pip_failure", "searched_indexes", "redact"]
 
 # -- pip's output: download progress -----------------------------------------------------------------
 
@@ -187,39 +187,13 @@ def searched_indexes(lines: Sequence[str], argv: Sequence[str]) -> List[str]:
     return urls if any(a in ("--index-url", "-i") for a in argv) else ["https://pypi.org/simple", *urls]
 
 
-def index_problem(url: str, timeout: float = 5.0) -> Tuple[str, str]:
-    """``(kind, cause)`` when the index at ``url`` cannot be reached at all (its host does not
-    resolve, or refuses or drops the connection), else ``("", "")``. Asked only when pip failed
-    without saying why (``PIP_RETRIES=0`` hides connection errors), and not behind a proxy, where
-    a direct connection proves nothing (:func:`pip_failure`'s ``proxied``)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "", ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        return "dns", f"{parts.hostname}: {exc.strerror or exc}"
-    except OSError:
-        return "", ""
-    try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
-    except ConnectionRefusedError as exc:
-        return "connection-refused", f"{parts.hostname}:{port}: {exc.strerror or exc}"
-    except socket.timeout:
-        return "timeout", f"{parts.hostname}:{port}: no answer within {timeout:.0f} s"
-    except OSError as exc:
-        return "unreachable", f"{parts.hostname}:{port}: {exc.strerror or exc}"
-    return "", ""
-
-
 def _unreachable(indexes: Sequence[str], where: str, then: str, after: str, proxied: bool) -> Optional[PipNetworkError]:
     """The network error for the first of ``indexes`` that cannot be reached at all, if any (none
     is tried behind a proxy)."""
     if proxied:
         return None
     for url in indexes:
-        kind, why = index_problem(url)
+        kind, why = artifacts.host_problem(url)
         if kind:
             what, hint = next((w, h) for k, w, h, _ in _NETWORK if k == kind)
             return PipNetworkError(f"pip failed: {what}: {redact([why])[0]}; indexes searched: {where}{then}",

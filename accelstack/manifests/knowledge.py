@@ -41,7 +41,7 @@ class Manifests:
     def backend_choices(self, stack: str) -> List[str]:
         """What a request for ``stack`` may force: its backends, then the variants (torch) or
         target ids (ggml) of the manifests held."""
-        names = list(_BACKENDS.get(stack, ()))
+        names: List[str] = list(_BACKENDS.get(stack, ()))
         for m in self.documents():
             if m.envelope.kind == stack:
                 names += sorted({v.name for r in m.releases for v in r.variants} if isinstance(m, TorchMatrix)

@@ -18,11 +18,11 @@ import accelstack
 from accelstack.core.detection import detect
 from accelstack.core.local_build import (
     build_locally,
-    local_variant,
-    replan,
     build_sentence,
     cached_local_build,
     local_cuda_archs,
+    local_variant,
+    replan,
 )
 from accelstack.hardware.system import ReplaySystem
 from accelstack.manifests.resolve import Manifests
