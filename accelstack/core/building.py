@@ -6,12 +6,10 @@ CUDA architectures), so nothing below looks them up.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..fsio import staging_dir
+from ..fsio import copy_file
 from ..publisher.build import COMPILE_TIMEOUT, CUDA_COMPILE_TIMEOUT_PER_ARCH, VARIANTS, build_ggml
 from ..publisher.build_cache import BuildResult
 from ..publisher.publish import build_manifest, flat_assets, write_signed_manifest
@@ -40,8 +38,6 @@ def write_manifest_dir(directory: Path, doc: Dict[str, Any], key: Optional[bytes
     if flat:
         for wheel, name in flat_assets(directory):
             target = directory / name
-            with staging_dir(directory, prefix=".flat-") as stage:  # the copy appears whole, or not at all
-                shutil.copyfile(wheel, stage / name)
-                os.replace(stage / name, target)
+            copy_file(wheel, target)  # the copy appears whole, or not at all
             assets.append(str(target))
     return path, assets

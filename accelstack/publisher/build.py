@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..fsio import staging_dir
+from ..fsio import copy_file
 from ..settings import Settings, inherited_env
 from ..subprocesses import run_logged
 from .build_cache import BuildResult, build_lock, cache_key, cached_sha256, read_record, sha256_file, write_record
@@ -222,9 +222,7 @@ def _export(result: BuildResult, out_dir: Optional[Path]) -> BuildResult:
     out.mkdir(parents=True, exist_ok=True)
     dest = out / Path(result.wheel).name
     if not dest.is_file() or sha256_file(dest) != result.sha256:
-        with staging_dir(out, prefix=f".{dest.name}.") as stage:  # the copy appears whole, or not at all
-            shutil.copyfile(result.wheel, stage / dest.name)
-            os.replace(stage / dest.name, dest)
+        copy_file(result.wheel, dest)  # the copy appears whole, or not at all
     exported = BuildResult(**{**asdict(result), "wheel": str(dest)})
     write_record(out / f"{dest.name}.build.json", exported)
     log.info("exported %s to %s", result.variant, dest)
