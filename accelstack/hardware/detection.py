@@ -6,13 +6,14 @@ fails becomes a problem in the report, never an exception.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, TypeVar, Union
 
 from ..errors import Action
-from . import assess, linux, macos, vulkan_cache, windows
+from . import assess, linux, vulkan_cache
 from .common import Probe
 from .live import LiveSystem
 from .protocol import DEFAULT_TIMEOUT, PlatformFacts, System
@@ -21,6 +22,9 @@ from .report import GPU, CPUInfo, HardwareReport, MemoryInfo, OSInfo
 __all__ = ["detect", "HomeRule"]
 
 log = logging.getLogger(__name__)
+
+# the probes of the other systems detection knows, by ``PlatformFacts.os_name``
+OTHER_OS_PROBES = {"windows": "accelstack.hardware.windows", "macos": "accelstack.hardware.macos"}
 T = TypeVar("T")
 #: Where runtimes go on the machine a System looks at (the core's rule for a replayed machine).
 HomeRule = Callable[[System, PlatformFacts], Path]
@@ -104,10 +108,9 @@ def detect(system: Optional[System] = None, *, home: Union[Path, HomeRule, None]
                 "install your distribution's Vulkan loader and GPU driver package (e.g. libvulkan1 and mesa-vulkan-drivers) to use Vulkan builds",
                 "info",
             )
-    elif os_name == "windows":
-        _stage(probe, "windows hardware", lambda: windows.probe(probe, report), None)
-    elif os_name == "macos":
-        _stage(probe, "macos hardware", lambda: macos.probe(probe, report), None)
+    elif os_name in OTHER_OS_PROBES:  # imported for their own OS only: a Linux detect pays for neither
+        other = importlib.import_module(OTHER_OS_PROBES[os_name])
+        _stage(probe, f"{os_name} hardware", lambda: other.probe(probe, report), None)
     else:
         probe.problem("unknown_os", f"{facts.system} is not a platform accelstack knows", "only the CPU will be used", "warning")
 
