@@ -35,7 +35,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -204,36 +204,27 @@ def _probe(s: Settings) -> CacheInfo:
     return info
 
 
-def _verify(s: Settings) -> CacheInfo:
-    root = s.verify_dir
-    info = CacheInfo("verify", str(root), DESCRIPTIONS["verify"], exists=_real_dir(root))
-    for name, st in _children(root):
-        if not stat.S_ISREG(st.st_mode):
-            info.other.append(name)
-        elif _VERIFY_IMAGE.match(name):
-            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "verify image"))
-        elif _IMAGE_RECORD.match(name):
-            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "probe image record"))
-        elif _UNFINISHED.match(name):
-            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "unfinished write"))
+def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str]]) -> CacheInfo:
+    """A cache of regular files recognised by name: each matching file is an entry of its kind;
+    anything else (a link, a folder, a file of the user's) is left alone."""
+    info = CacheInfo(name, str(root), DESCRIPTIONS[name], exists=_real_dir(root))
+    for entry, st in _children(root):
+        kind = next((k for pattern, k in kinds if pattern.match(entry)), None) if stat.S_ISREG(st.st_mode) else None
+        if kind is None:
+            info.other.append(entry)
         else:
-            info.other.append(name)
+            info.entries.append(CacheEntry(entry, str(root / entry), st.st_size, kind))
     return info
+
+
+def _verify(s: Settings) -> CacheInfo:
+    return _named_files("verify", s.verify_dir, [(_VERIFY_IMAGE, "verify image"), (_IMAGE_RECORD, "probe image record"),
+                                                 (_UNFINISHED, "unfinished write")])
 
 
 def _detect(s: Settings) -> CacheInfo:
-    root = s.detect_cache
-    info = CacheInfo("detect", str(root), DESCRIPTIONS["detect"], exists=_real_dir(root))
-    for name, st in _children(root):
-        if not stat.S_ISREG(st.st_mode):
-            info.other.append(name)
-        elif _VULKAN_ANSWER.match(name):
-            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "vulkan enumeration"))
-        elif _UNFINISHED.match(name):
-            info.entries.append(CacheEntry(name, str(root / name), st.st_size, "unfinished write"))
-        else:
-            info.other.append(name)
-    return info
+    return _named_files("detect", s.detect_cache, [(_VULKAN_ANSWER, "vulkan enumeration"),
+                                                   (_UNFINISHED, "unfinished write")])
 
 
 _READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,
