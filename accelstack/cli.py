@@ -6,13 +6,15 @@ line in :data:`COMMAND_TABLE`. Only this layer prints; errors become messages wi
 exit code, never tracebacks (``--debug`` or ``ACCELSTACK_DEBUG=1`` shows them).
 
 Exit codes, the same for every command (docs/json.md): 0 ok, 1 failure, 2 usage error,
-3 cannot be done on this machine, 130 interrupted. With ``--json`` (before or after the
-subcommand) stdout holds JSON Lines only: events, then one ``result`` or ``error`` line.
+3 cannot be done on this machine, 130 interrupted, 141 the reader closed the pipe. With
+``--json`` (before or after the subcommand) stdout holds JSON Lines only: events, then one
+``result`` or ``error`` line.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 from typing import Callable, Dict, List, Optional, Tuple, cast
@@ -217,7 +219,25 @@ def _print_error(args_json: bool, command: str, exc: AccelstackError) -> None:
         print(f"  {'run: ' if run.startswith('accelstack') else ''}{run}", file=sys.stderr)
 
 
+# what a shell reports for a command whose reader went away (128 + SIGPIPE): `accelstack plan | head -1`
+CLOSED_PIPE = 141
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run one command; its exit code. A reader that closed the pipe early ends it quietly
+    (:data:`CLOSED_PIPE`), as `yes | head -1` does: no traceback, no complaint at exit."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # what is still buffered fails here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the exit's own flush has nowhere to fail now
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     command = first if first in COMMANDS else ""

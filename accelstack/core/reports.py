@@ -5,13 +5,13 @@ saved report is read (and refused) one way.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import UsageError
 from ..hardware.report import HardwareReport
 from ..hardware.system import ReplaySystem
-from ..serde import loads
+from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json, read_capped
+from ..serde import from_dict
 from ..settings import Settings
 from .detection import detect
 
@@ -19,13 +19,38 @@ __all__ = ["saved_report", "report_for"]
 
 
 def saved_report(path: str) -> HardwareReport:
-    """A HardwareReport written by ``accelstack detect --json``; a usage error when unreadable."""
+    """A HardwareReport saved from ``accelstack detect --json``: its JSON Lines output (the result
+    line, after any progress lines) or the bare report; a usage error when it is neither. The file
+    is read as someone else's input: size- and depth-capped, a regular file only. A document that
+    is not a report is a failure naming the field (exit 1), as before."""
+    hint = "write one with `accelstack detect --json > report.json`"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_capped(path, MAX_JSON_BYTES + 1)
     except OSError as exc:
-        raise UsageError(f"cannot read {path} ({exc.strerror or exc})",
-                         "write one with `accelstack detect --json > report.json`") from None
-    return loads(HardwareReport, text, what=path)
+        raise UsageError(f"cannot read {path} ({exc.strerror or exc})", hint) from None
+    return from_dict(HardwareReport, _report_document(data, path))
+
+
+def _report_document(data: bytes, path: str) -> Any:
+    """The report inside ``data``: the whole file as one JSON document, else its last JSON line;
+    a result line (``{"event": "result", ...}``) is unwrapped, and must be detect's."""
+    try:
+        doc = parse_json(data, what=path)
+    except MalformedInput:
+        lines = [line for line in data.splitlines() if line.strip()]
+        if len(lines) < 2:
+            raise
+        doc = parse_json(lines[-1], what=f"{path}, its last line")
+    if not isinstance(doc, dict) or "event" not in doc:
+        return doc  # a bare report (or not one: loading it says which field is wrong)
+    command = str(doc.get("command", "?"))[:40]
+    if doc.get("event") == "error":
+        raise UsageError(f"{path} holds the error line of `accelstack {command}`, not a hardware report",
+                         "run `accelstack detect --json > report.json` again and check that it succeeds")
+    if doc.get("event") != "result" or command != "detect":
+        raise UsageError(f"{path} holds the output of `accelstack {command}`, not of `accelstack detect`",
+                         "write one with `accelstack detect --json > report.json`")
+    return doc.get("result")
 
 
 def report_for(settings: Optional[Settings], *, hardware: Optional[str] = None,

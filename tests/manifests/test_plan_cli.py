@@ -111,3 +111,37 @@ def test_torch_plan_carries_the_engine_packages_unless_told_not_to(report_file, 
     assert main(["plan", "--stack", "torch", "--hardware", str(report_file), "--json", "--no-engine"]) == 0
     alone = result_of(capsys.readouterr().out)
     assert not any("diffusers" in " ".join(c["argv"]) for c in alone["commands"]) and alone["request"]["engine"] is False
+
+
+@NEEDS_CAPTURES
+def test_the_documented_round_trip_detect_json_then_plan_hardware(tmp_path):
+    """`accelstack detect --json > report.json; accelstack plan --hardware report.json` (README,
+    docs/resolve.md): the file holds detect's JSON Lines result, which --hardware reads as well as
+    a bare report (issue 25)."""
+    from cli_helpers import error_of, run_cli
+
+    capture = CAPTURES / "linux-nvidia-rtx4070-550"
+    rc, out, err = run_cli(["detect", "--replay", capture, "--json"])
+    assert rc == 0, err
+    report = tmp_path / "report.json"
+    report.write_text(out)
+    rc, out, err = run_cli(["plan", "--hardware", report, "--json"])
+    assert rc == 0, err
+    assert result_of(out)["stack"] == "ggml"
+    events = tmp_path / "with-events.jsonl"  # progress lines before the result, as a GUI might keep them
+    events.write_text(json.dumps({"event": "progress", "stage": "detect"}) + "\n" + report.read_text())
+    rc, out, err = run_cli(["plan", "--hardware", events, "--json"])
+    assert rc == 0, err
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(json.loads(report.read_text())["result"], indent=2))
+    rc, _, err = run_cli(["plan", "--hardware", bare])
+    assert rc == 0, err
+    # another command's result, or detect's error line, is a usage error that says what the file is
+    other = tmp_path / "plan.json"
+    other.write_text(json.dumps({"event": "result", "command": "plan", "ok": True, "result": {}}) + "\n")
+    rc, out, _ = run_cli(["plan", "--hardware", other, "--json"])
+    assert rc == 2 and "plan" in error_of(out)["message"] and "detect" in error_of(out)["message"]
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"event": "error", "command": "detect", "ok": False, "message": "boom"}) + "\n")
+    rc, out, _ = run_cli(["plan", "--hardware", failed, "--json"])
+    assert rc == 2 and "error" in error_of(out)["message"]
