@@ -87,10 +87,10 @@ def replacing(path: PathLike, *, mode: int = 0o644, durable: bool = True,
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
+            if mode != 0o600:  # on the open file: a name swapped for a link meanwhile changes nothing
+                _set_mode(fh.fileno(), tmp, mode)
             if durable:
                 os.fsync(fh.fileno())
-        if mode != 0o600:
-            os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -98,6 +98,13 @@ def replacing(path: PathLike, *, mode: int = 0o644, durable: bool = True,
         raise
     if durable:
         fsync_dir(target.parent)
+
+
+def _set_mode(fd: int, path: str, mode: int) -> None:
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, mode)
+    else:  # Windows: no fchmod; only the read-only bit means anything there
+        os.chmod(path, mode)
 
 
 def write_bytes(path: PathLike, data: bytes, *, mode: int = 0o644, durable: bool = True,
@@ -127,9 +134,17 @@ def try_write_bytes(path: PathLike, data: bytes, *, durable: bool = False) -> bo
 def copy_file(src: PathLike, dest: PathLike, *, mode: Optional[int] = None, durable: bool = True,
               make_parents: bool = False) -> Path:
     """Replace ``dest`` with a copy of ``src``, streamed (a restored CUDA library is hundreds of
-    MB, never read whole), as atomically as :func:`write_bytes`; ``mode`` None keeps ``src``'s."""
-    with open(src, "rb") as reader:
-        keep = stat.S_IMODE(os.fstat(reader.fileno()).st_mode) if mode is None else mode
+    MB, never read whole), as atomically as :func:`write_bytes`; ``mode`` None keeps ``src``'s
+    permission bits (never setuid, setgid or sticky). ``src`` must be a regular file, opened without
+    following a link or waiting on a FIFO; anything else is an ``OSError``."""
+    fd = os.open(os.fspath(src), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_BINARY", 0))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError(f"{src} is not a regular file")
+    with os.fdopen(fd, "rb") as reader:
+        keep = stat.S_IMODE(st.st_mode) & 0o777 if mode is None else mode
         with replacing(dest, mode=keep, durable=durable, make_parents=make_parents) as writer:
             while True:
                 chunk = reader.read(_CHUNK)

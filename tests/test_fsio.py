@@ -7,6 +7,7 @@ links are replaced or removed, never followed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -72,7 +73,7 @@ def test_temporary_names_are_what_cache_list_recognizes(tmp_path):
     match = fsio.TEMP_NAME.match(name)
     assert match and match["name"] == target.name and match["pid"] == str(os.getpid())
     assert caches._UNFINISHED.match(name)
-    assert len(name.split(".")[-2]) == 8 and int(name.split(".")[-2], 16) >= 0  # 8 random hex digits
+    assert re.fullmatch(r"[0-9a-f]{8}", name.split(".")[-2]), name  # 8 random hex digits
 
 
 @pytest.mark.skipif(not POSIX, reason="symlinks need privileges on Windows")

@@ -26,7 +26,7 @@ class InterruptWatch:
         self.blobs: Dict[str, int] = {}  # sha256 -> size, from the fetch stage's events
 
     def _active(self) -> str:
-        return disk_state.active_id(self.s, self.stack)
+        return disk_state.active_runtime_id(self.s, self.stack)
 
     def progress(self, inner: Callable[[Any], None]) -> Callable[[Any], None]:
         """``inner`` that also notes every artifact the fetch stage starts on."""

@@ -6,13 +6,12 @@ from typing import Tuple
 
 from ..events import ProgressCallback, null_progress
 from ..hardware.report import HardwareReport
-from ..installer.errors import StateError
 from ..installer.home import Home, InstallLock
 from ..installer.transaction import Verifier
 from ..settings import Settings
 from .options import Fetcher, InstallOptions, Services
 
-__all__ = ["InstallJob", "home_of", "prepare_home", "active_id"]
+__all__ = ["InstallJob", "home_of", "prepare_home"]
 
 
 def home_of(settings: Settings) -> Home:
@@ -24,14 +23,6 @@ def prepare_home(settings: Settings, command: str, progress: ProgressCallback = 
     home = home_of(settings)
     home.ensure()
     return home, home.lock(command, wait=settings.timeouts.lock_wait, progress=progress)
-
-
-def active_id(home: Home, stack: str) -> str:
-    """The id of ``stack``'s active runtime ("" when none, or the pointer cannot be read)."""
-    try:
-        return home.read_active().active.get(stack, "")
-    except StateError:
-        return ""
 
 
 @dataclass

@@ -19,16 +19,15 @@ from ..engine.probe_layout import probe_weights
 from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
 from ..engine.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..engine.runtime import Runtime
-from ..engine.torch_verification import TorchCheckDetails, torch_details, verify_torch
+from ..engine.torch_verification import torch_details, verify_torch
 from ..engine.verification import DEFAULT_TOLERANCE, IDENTICAL, default_output
 from ..engine.verification import verify as _verify
 from ..events import ProgressCallback, null_progress
-from ..installer.torch_check import check_engine
 from ..settings import Settings
 from ..verdict import VerifyReport
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "IDENTICAL", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
-           "GenerateRequest", "Runtime", "RuntimeNotFoundError", "TorchCheckDetails", "check_engine", "check_model",
+           "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model",
            "check_outputs", "engine_options", "generate", "is_probe_model", "output_paths", "shown", "torch_details",
            "verify", "verify_torch_runtime"]
 

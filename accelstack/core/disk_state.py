@@ -12,18 +12,27 @@ from typing import Mapping, Tuple
 
 from ..artifacts.cache import Cache
 from ..errors import AccelstackError
+from ..installer.errors import StateError
 from ..installer.home import Home
 from ..installer.records import Receipt
 from ..settings import Settings
 
-__all__ = ["active_id", "runtime_path", "kept_downloads"]
+__all__ = ["active_id", "active_runtime_id", "runtime_path", "kept_downloads"]
 
 
-def active_id(settings: Settings, stack: str) -> str:
+def active_id(home: Home, stack: str) -> str:
+    """The id of ``stack``'s active runtime ("" when none, or the pointer cannot be read)."""
+    try:
+        return home.read_active().active.get(stack, "")
+    except StateError:
+        return ""
+
+
+def active_runtime_id(settings: Settings, stack: str) -> str:
     """The id of ``stack``'s active runtime; "" when none is, or the pointer cannot be read."""
     home = Home(settings.home)
     try:
-        return home.read_active().active.get(stack, "") if home.active_path.is_file() else ""
+        return active_id(home, stack) if home.active_path.is_file() else ""
     except (AccelstackError, OSError):
         return ""
 

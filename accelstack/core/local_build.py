@@ -21,7 +21,7 @@ from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..manifests.schema import parse_manifest
 from ..publisher.build import build_ggml, build_options
-from ..publisher.build_cache import cache_key, sha256_file
+from ..publisher.build_cache import cache_key, remembered_sha256, sha256_file
 from ..publisher.errors import BuildError
 from ..publisher.publish import manifest_of
 from ..publisher.sdist import sdist_name
@@ -106,13 +106,7 @@ def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Seq
     except BuildError:  # an unknown variant, bad architectures, cuda12 without a toolkit: nothing to find
         return ""
     try:
-        st = sdist.stat()
-        try:  # the digest build_ggml remembered beside it, while size and mtime still match
-            digest, stamp = (sdist.with_name(sdist.name + ".sha256").read_text().split(" ", 1) + [""])[:2]
-        except OSError:
-            digest, stamp = "", ""
-        if stamp.strip() != f"{st.st_size} {st.st_mtime_ns}" or len(digest) != 64:
-            digest = sha256_file(sdist)
+        digest = remembered_sha256(sdist) or sha256_file(sdist)  # what build_ggml remembered, read only
         record = json.loads((build_cache / cache_key(digest, variant, cmake_args, toolkit) / "build.json").read_text())
         wheel = str(record.get("wheel", "")) if isinstance(record, dict) else ""
     except (OSError, ValueError):

@@ -12,14 +12,13 @@ from typing import Any, Callable, Dict, Optional, Protocol, Sequence
 
 from ..artifacts.batch import fetch
 from ..artifacts.cache import Cache
-from ..artifacts.documents import fetch_document, fetch_optional_document
 from ..events import ProgressCallback, null_progress
 from ..hardware.protocol import System
 from ..installer.transaction import Verifier
 from ..publisher.build import build_ggml
 from ..refs import ArtifactRef
 from ..settings import Settings
-from .planning import TrustedSet
+from .planning import NetworkDocuments, TrustedSet
 
 __all__ = ["Fetcher", "NetworkFetcher", "Builder", "Services", "InstallOptions"]
 
@@ -39,7 +38,7 @@ class Fetcher(Protocol):
 
 
 @dataclass
-class NetworkFetcher:
+class NetworkFetcher(NetworkDocuments):
     """The real fetcher: accelstack.artifacts (the OS trust store, https only, size limits,
     resumable, content-addressed cache at ``settings.cache``), offline as the settings say."""
 
@@ -49,12 +48,6 @@ class NetworkFetcher:
               deep: bool = False, offline: Optional[bool] = None) -> Dict[str, Path]:
         off = self.settings.offline if offline is None else offline
         return fetch(list(refs), cache=Cache(self.settings.cache), progress=progress, offline=off, deep=deep)
-
-    def document(self, url: str) -> bytes:
-        return fetch_document(url)
-
-    def optional_document(self, url: str) -> Optional[bytes]:
-        return fetch_optional_document(url)
 
 
 Builder = Callable[..., Any]

@@ -31,7 +31,7 @@ from ..settings import Channel, Settings
 from .detection import detect
 from .stacks import stack_info
 
-__all__ = ["LOCAL_SOURCE", "DocumentFetcher", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
+__all__ = ["LOCAL_SOURCE", "DocumentFetcher", "NetworkDocuments", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
            "configured_channels", "fetch_channel", "hardware_fingerprint", "load_manifests", "plan", "remember_channels",
            "remembered_channels", "target_interpreter", "target_version", "with_keys"]
 
@@ -76,7 +76,10 @@ class DocumentFetcher(Protocol):
     def optional_document(self, url: str) -> Optional[bytes]: ...
 
 
-class _Network:
+class NetworkDocuments:
+    """Documents over the network (accelstack.artifacts, loaded on first use so that planning
+    from a saved report never imports the HTTP stack); :class:`~.options.NetworkFetcher` adds files."""
+
     def document(self, url: str) -> bytes:
         return artifacts.fetch_document(url)
 
@@ -84,7 +87,7 @@ class _Network:
         return artifacts.fetch_optional_document(url)
 
 
-_NETWORK = _Network()
+_NETWORK = NetworkDocuments()
 
 
 def _channel_of(item: object, i: int) -> Optional[Channel]:

@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 
 from ..engine import GenerateRequest
 from ..engine import generate as engine_generate
-from ..engine.config import EngineOptions, load_config
+from ..engine.config import load_config
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
 from ..installer.errors import StateError
@@ -18,10 +18,11 @@ from ..installer.home import Home
 from ..installer.records import Receipt, now_iso
 from ..settings import Settings
 from ..verdict import VerifyReport
+from .disk_state import runtime_path
 from .stacks import driver
 from .verifiers import default_verifier
 
-__all__ = ["NoRuntimeError", "active_receipt", "active_runtime_path", "verify", "generate"]
+__all__ = ["NoRuntimeError", "active_receipt", "verify", "generate"]
 
 
 class NoRuntimeError(StateError):
@@ -37,11 +38,6 @@ def active_receipt(stack: str = "ggml", settings: Optional[Settings] = None) -> 
     if not rid:
         raise NoRuntimeError(f"no {stack} runtime is active", hint="install one first")
     return home.read_receipt(rid)
-
-
-def active_runtime_path(receipt: Receipt, settings: Settings) -> Path:
-    """Where the runtime of ``receipt`` is in the settings' home (a torch receipt's is its interpreter)."""
-    return Home(settings.home).runtime_path(receipt)
 
 
 def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: Optional[Settings] = None,
@@ -78,8 +74,8 @@ def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, 
     Returns the engine's ``GenerateReport`` with the saved PNG paths."""
     s = settings or Settings.resolve()
     receipt = receipt if receipt is not None else active_receipt(stack, s)
-    runtime = driver(receipt.stack).engine_runtime(receipt, active_runtime_path(receipt, s))
+    runtime = driver(receipt.stack).engine_runtime(receipt, runtime_path(s, receipt))
     if options is None:
-        options = load_config(s.config_file) if s.config_file.exists() else EngineOptions()
+        options = load_config(s.config_file, missing_ok=True)
     return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
                            progress=on_progress or null_progress)

@@ -12,6 +12,10 @@ inputs it was made from:
   named by ``VK_ICD_FILENAMES``/``VK_DRIVER_FILES``/``VK_ADD_DRIVER_FILES`` and the layer
   variables, and the ``vulkan/icd.d`` and ``vulkan/implicit_layer.d`` folders of the XDG config and
   data directories and /etc; each manifest with its size and mtime;
+- the library each driver manifest names (``ICD.library_path``), stamped when it is a path: a driver
+  rebuilt in place keeps its manifest. A library named bare is found by the dynamic linker and not
+  stamped, nor is a loader picked up through ``LD_LIBRARY_PATH`` (its value is in the key, not the
+  file it finds): ``accelstack detect --refresh`` after such a change;
 - the GPUs on the PCI bus with the driver bound to each, the GPU kernel modules' versions and the
   kernel release: the driver versions detection reads anyway (a new NVIDIA driver rewrites its
   ICD manifest too); under WSL2, the folders the Windows host's drivers are mapped into;
@@ -41,7 +45,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..fsio import try_write_bytes
 from ..limits import (
-    MAX_CAPTURE_FILE_BYTES,
     MAX_DETECT_CACHE_BYTES,
     MAX_DETECT_CACHE_ENTRIES,
     MalformedInput,
@@ -59,6 +62,7 @@ __all__ = ["CACHE_FORMAT", "CACHE_VERSION", "ENV_VARS", "HOST_DRIVER_FOLDERS", "
 CACHE_FORMAT = "accelstack-detect-cache"
 CACHE_VERSION = 1
 PREFIX, SUFFIX = "vulkan-", ".json"
+MAX_MANIFEST_BYTES = 64 * 1024  # a driver or layer manifest is a few hundred bytes
 
 # What the Vulkan loader (LoaderInterfaceArchitecture.md: driver and layer discovery, filters) and
 # Mesa's device-select layer read from the environment; XDG_* and HOME place the search folders.
@@ -97,7 +101,7 @@ def _stamp(probe: Probe, path: str) -> Optional[List[int]]:
 
 
 def _quiet_line(probe: Probe, path: str) -> str:
-    """The first line of ``path``, "" when it cannot be read (the key is no place for problems)."""
+    """The text of ``path``, stripped; "" when it cannot be read (the key is no place for problems)."""
     try:
         return probe.system.read_text(path).strip()
     except OSError:
@@ -108,6 +112,26 @@ def _manifests(probe: Probe, folder: str, found: Dict[str, Optional[List[int]]])
     for name in probe.list_dir(folder):
         if name.endswith(".json"):
             found[f"{folder}/{name}"] = _stamp(probe, f"{folder}/{name}")
+
+
+def _driver_libraries(probe: Probe, manifests: Dict[str, Optional[List[int]]]) -> Dict[str, Any]:
+    """Each driver manifest's ``ICD.library_path`` and, when it is a path, that library's stamp: a
+    driver rebuilt in place (``ninja install`` into /opt) keeps its manifest and changes its library."""
+    out: Dict[str, Any] = {}
+    for path, stamp in manifests.items():
+        # read only what has bytes to read and is small: a FIFO (size 0) is never opened, so never waited on
+        if not path.endswith(".json") or stamp is None or not 0 < stamp[0] <= MAX_MANIFEST_BYTES:
+            continue
+        try:
+            doc = parse_json(probe.system.read_text(path), what=path, max_bytes=MAX_MANIFEST_BYTES)
+        except (OSError, MalformedInput):
+            continue
+        icd = doc.get("ICD") if isinstance(doc, dict) else None
+        lib = icd.get("library_path") if isinstance(icd, dict) else None
+        if isinstance(lib, str) and lib:
+            where = lib if lib.startswith("/") else f"{path.rsplit('/', 1)[0]}/{lib}" if "/" in lib else ""
+            out[path] = [lib, _stamp(probe, where) if where else None]
+    return out
 
 
 def inputs(probe: Probe, loader: str, facts: PlatformFacts, gpus: List[GPU]) -> Dict[str, Any]:
@@ -125,6 +149,7 @@ def inputs(probe: Probe, loader: str, facts: PlatformFacts, gpus: List[GPU]) -> 
         "probe": zlib.crc32(vulkan.PROBE_SOURCE.encode("utf-8")),
         "loader": [loader, probe.system.readlink(loader), _stamp(probe, loader)],
         "manifests": found,
+        "drivers": _driver_libraries(probe, found),
         "gpus": [[g.bus_id, g.pci_vendor_id, g.pci_device_id, g.driver] for g in gpus],
         "modules": {path: _quiet_line(probe, path) for path in MODULE_VERSIONS},
         "host_drivers": {path: _stamp(probe, path) for path in HOST_DRIVER_FOLDERS},
@@ -149,7 +174,7 @@ def load(path: Path, key_inputs: Dict[str, Any]) -> Optional[CommandResult]:
         return None
     stdout, stderr = data.get("stdout"), data.get("stderr")
     if data.get("inputs") != key_inputs or data.get("returncode") != 0 or not isinstance(stdout, str) \
-            or not isinstance(stderr, str) or len(stdout) + len(stderr) > MAX_CAPTURE_FILE_BYTES:
+            or not isinstance(stderr, str):
         return None
     return CommandResult(vulkan.probe_argv(), returncode=0, stdout=stdout, stderr=stderr)
 

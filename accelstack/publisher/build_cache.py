@@ -24,7 +24,7 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import try_write_bytes, write_text
 from ..settings import Settings
 
-__all__ = ["BUILDER_VERSION", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256",
+__all__ = ["BUILDER_VERSION", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "remembered_sha256",
            "read_record", "sha256_file", "write_json", "write_record"]
 
 log = logging.getLogger(__name__)
@@ -64,23 +64,30 @@ def sha256_file(path: Path) -> str:
     return hash_file(path).hexdigest()
 
 
+def remembered_sha256(path: Path) -> str:
+    """The sha256 :func:`cached_sha256` remembered for ``path`` while its size and mtime still
+    match, else "": reads only (a dry run asks this)."""
+    try:
+        st = path.stat()
+        digest, seen = (path.with_name(path.name + ".sha256").read_text().split(" ", 1) + [""])[:2]
+    except OSError:
+        return ""
+    return digest if seen.strip() == f"{st.st_size} {st.st_mtime_ns}" and len(digest) == 64 else ""
+
+
 def cached_sha256(path: Path) -> str:
     """sha256 of a build-cache file, remembered in ``<file>.sha256`` with its size and mtime.
 
     A cache hit is on the path of every install that builds locally; re-hashing the 20 MB source
     and the 19 MB wheel each time would dominate a no-op run.
     """
+    digest = remembered_sha256(path)
+    if digest:
+        return digest
     st = path.stat()
-    stamp = f"{st.st_size} {st.st_mtime_ns}"
-    side = path.with_name(path.name + ".sha256")
-    try:
-        digest, seen = side.read_text().split(" ", 1)
-        if seen.strip() == stamp and len(digest) == 64:
-            return digest
-    except (OSError, ValueError):
-        pass
     digest = sha256_file(path)
-    try_write_bytes(side, f"{digest} {stamp}\n".encode())  # a read-only cache still works, only slower
+    side = path.with_name(path.name + ".sha256")
+    try_write_bytes(side, f"{digest} {st.st_size} {st.st_mtime_ns}\n".encode())  # a read-only cache still works, only slower
     return digest
 
 

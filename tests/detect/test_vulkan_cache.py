@@ -341,3 +341,25 @@ def test_the_key_names_what_the_enumeration_depends_on(builder, tmp_path):
     assert inputs["env"] == {"HOME": "/home/ann", "VK_ADD_DRIVER_FILES": "/opt/icd/extra.json"}
     assert inputs["loader"][0] == "/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
     assert probe.problems == []
+
+
+def test_a_driver_library_rebuilt_in_place_is_a_new_key(tmp_path):
+    """A driver manifest names its library; rebuilding that library (``ninja install`` into /opt)
+    keeps the manifest as it was, and must still make the kept answer stale."""
+    from accelstack.hardware.common import Probe
+    from accelstack.hardware.live import LiveSystem
+    from accelstack.hardware.vulkan_cache import _driver_libraries
+
+    lib = tmp_path / "libvulkan_test.so"
+    lib.write_bytes(b"one")
+    manifest = tmp_path / "test_icd.json"
+    manifest.write_text('{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}' % lib)
+    fifo = tmp_path / "fifo_icd.json"
+    os.mkfifo(fifo)  # never opened: a FIFO has no size to read
+    probe = Probe(LiveSystem(), timeout=5)
+    stamps = {str(p): list(LiveSystem().stat(str(p)) or []) or None for p in (manifest, fifo)}
+    before = _driver_libraries(probe, stamps)
+    lib.write_bytes(b"two, longer")
+    after = _driver_libraries(probe, stamps)
+    assert before[str(manifest)][0] == str(lib) and before != after
+    assert str(fifo) not in before

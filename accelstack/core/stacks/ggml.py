@@ -32,7 +32,8 @@ from ...manifests.resolve import Manifests
 from ...publisher.variants import CUDA_VARIANTS
 from ...settings import Settings
 from ...verdict import DeviceInfo, VerifyCheck, VerifyReport
-from ..context import InstallJob, active_id, prepare_home
+from ..context import InstallJob, prepare_home
+from ..disk_state import active_id
 from ..local_build import (
     build_locally,
     build_sentence,

@@ -17,19 +17,18 @@ from ...installer.home import Home
 from ...installer.maintenance import StackStatus
 from ...installer.pip_commands import with_indexes
 from ...installer.records import Receipt
-from ...installer.recovery import recover
 from ...installer.torch_check import check_engine, import_check
-from ...installer.torch_destination import PipCommands, TorchEnvironment, receipt_id
+from ...installer.torch_destination import PipCommands, receipt_id
 from ...installer.transaction import Provenance, StagedRuntime, Verifier
-from ...installer.transaction import install as run_transaction
 from ...manifests.plan import Plan
 from ...settings import Settings, inherited_env
 from ...verdict import VerifyReport
-from ..context import InstallJob, prepare_home
+from ..context import InstallJob
 from ..planning import hardware_fingerprint, target_interpreter
 from ..results import InstallSummary
 from . import torch_bundle
 from .ggml import not_possible
+from .torch_pip import pip_transaction
 
 __all__ = ["TorchDriver", "DRIVER"]
 
@@ -55,19 +54,11 @@ class TorchDriver:
 
     def install(self, plan: Plan, job: InstallJob) -> InstallSummary:
         self._ready(plan)
-        s, progress = job.settings, job.progress
-        python = target_interpreter(s, create=True)
-        home, lock = prepare_home(s, "install torch", progress)
-        with lock:
-            recovered = recover(home)
-            rid = receipt_id(plan, python)
-            dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
-            outcome = run_transaction(plan, PipCommands.for_plan(plan, s), dest, job.verifier(self.verifier(s, None, {})),
-                                      home=home, runtime_id=rid,
-                                      provenance=Provenance("builtin", 0, hardware_fingerprint(job.report), package="torch",
-                                                            package_version=plan.torch_version),
-                                      progress=progress)
-        return InstallSummary(self.name, rid, True, plan, outcome.receipt, outcome.previous, outcome.timings, recovered)
+        s = job.settings
+        provenance = Provenance("builtin", 0, hardware_fingerprint(job.report), package="torch",
+                                package_version=plan.torch_version)
+        return pip_transaction(plan, PipCommands.for_plan(plan, s), s, job.verifier(self.verifier(s, None, {})),
+                               provenance, job.progress, {})
 
     def dry_run(self, plan: Plan, job: InstallJob) -> InstallSummary:
         self._ready(plan)

@@ -22,10 +22,8 @@ from ...hardware.report import HardwareReport
 from ...installer.errors import TorchInstallError
 from ...installer.pip_commands import download_commands, hashed_requirements, local_install_command, wheel_pin
 from ...installer.pip_runner import run_pip
-from ...installer.recovery import recover
-from ...installer.torch_destination import PipCommands, TorchEnvironment, receipt_id
+from ...installer.torch_destination import PipCommands
 from ...installer.transaction import Provenance, Verifier
-from ...installer.transaction import install as run_transaction
 from ...settings import Settings
 from ..bundle_file import (
     FORMAT,
@@ -38,10 +36,10 @@ from ..bundle_file import (
     sha256_of,
     write_tar,
 )
-from ..context import prepare_home
 from ..detection import detect
-from ..planning import hardware_fingerprint, plan, target_interpreter, target_version
+from ..planning import hardware_fingerprint, plan, target_version
 from ..results import InstallSummary
+from .torch_pip import pip_transaction
 
 __all__ = ["create", "install_from", "read_index"]
 
@@ -179,14 +177,6 @@ def install_from(opened: OpenedBundle, what: str, report: HardwareReport, s: Set
     p = dataclasses.replace(p, commands=[command], uv_commands=[],
                             notes=[*p.notes, f"installed from the offline bundle {what}"])
     checked = time.perf_counter() - t0
-    python = target_interpreter(s, create=True)
-    home, lock = prepare_home(s, "install torch", progress)
-    with lock:
-        recovered = recover(home)
-        rid = receipt_id(p, python)
-        dest = TorchEnvironment(home, python, s.timeouts.pip, s.timeouts.probe)
-        outcome = run_transaction(p, PipCommands([command]), dest, verifier, home=home,
-                                  runtime_id=rid, provenance=Provenance(f"bundle:{Path(what).name}", 0,
-                                                                        hardware_fingerprint(report)), progress=progress)
-    timings = {"bundle read": read_seconds, "bundle check": checked, **outcome.timings}
-    return InstallSummary(STACK, rid, True, p, outcome.receipt, outcome.previous, timings, recovered)
+    provenance = Provenance(f"bundle:{Path(what).name}", 0, hardware_fingerprint(report))
+    return pip_transaction(p, PipCommands([command]), s, verifier, provenance, progress,
+                           {"bundle read": read_seconds, "bundle check": checked})
