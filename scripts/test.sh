@@ -18,12 +18,13 @@ if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && comm
     && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
     || echo "   could not install them: the browser test will be skipped"
 fi
-# zsh and fish check the completion scripts `accelstack completion` generates (tests/test_completion.py)
-if ! { command -v zsh && command -v fish; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+# zsh and fish check the completion scripts `accelstack completion` generates (tests/test_completion.py);
+# and the linter ShellCheck checks the project's own shell scripts (tests/test_workflows.py)
+if ! { command -v zsh && command -v fish && command -v shellcheck; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo -n"; fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null 2>&1 \
-    || echo "   could not install zsh and fish: their completion checks will be skipped"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish shellcheck >/dev/null 2>&1 \
+    || echo "   could not install zsh, fish and shellcheck: their checks will be skipped"
 fi
 # Vulkan on lavapipe (Mesa's CPU Vulkan driver): loader, driver, glslc and Vulkan 1.4 headers for the
 # vulkan variant, which the Vulkan tests build once and cache (docs/builds.md). Where the system's
