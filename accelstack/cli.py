@@ -6,21 +6,24 @@ line in :data:`COMMAND_TABLE`. Only this layer prints; errors become messages wi
 exit code, never tracebacks (``--debug`` or ``ACCELSTACK_DEBUG=1`` shows them).
 
 Exit codes, the same for every command (docs/json.md): 0 ok, 1 failure, 2 usage error,
-3 cannot be done on this machine, 130 interrupted, 141 the reader closed the pipe. With
+3 cannot be done on this machine, 130 interrupted (Ctrl-C), 141 the reader closed the pipe, 143
+terminated (SIGTERM, handled like Ctrl-C: cleaned up, the state said). With
 ``--json`` (before or after the subcommand) stdout holds JSON Lines only: events, then one
 ``result`` or ``error`` line.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from types import ModuleType
-from typing import Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 from . import __version__
-from .errors import AccelstackError, Interrupted, UsageError
+from .errors import SIGTERM_EXIT, AccelstackError, Interrupted, Terminated, UsageError
 
 __all__ = ["BUILD_WIDTH", "COMMAND_TABLE", "COMMANDS", "COMMAND_MODULES", "EPILOG", "GLOBAL_FLAGS", "ParseError", "Parser",
            "build_parser", "subparsers_of", "main"]
@@ -52,7 +55,7 @@ COMMAND_TABLE: Tuple[Tuple[str, str, str], ...] = (
     ("cache", "cache", "list and purge the download, build, probe and verify caches"),
     ("doctor", "doctor", "everything a support request needs: versions, paths, channels, runtimes, caches, tools, "
      "hardware"),
-    ("completion", "completion", "print a shell completion script (bash, zsh or fish)"),
+    ("completion", "completion", "print a shell completion script (bash, zsh, fish or PowerShell)"),
 )
 # Which module registers each command, and each module once, in the order of the table.
 COMMANDS: Dict[str, str] = {name: f"accelstack.commands.{module}" for name, module, _ in COMMAND_TABLE}
@@ -67,8 +70,9 @@ first run on a new machine:
   accelstack verify            check the installed runtime again
 
 every command accepts --json (JSON Lines for apps, docs/json.md), -q, -v and --debug;
-see `accelstack COMMAND --help`. Shell completion: `accelstack completion bash|zsh|fish`.
-exit codes: 0 ok, 1 failure, 2 usage error, 3 cannot be done on this machine, 130 interrupted.
+see `accelstack COMMAND --help`. Shell completion: `accelstack completion bash|zsh|fish|powershell`.
+exit codes: 0 ok, 1 failure, 2 usage error, 3 cannot be done on this machine, 130 interrupted,
+143 terminated (SIGTERM).
 """
 
 # Flags every command accepts, before or after its name. The top-level copies have their own
@@ -205,31 +209,63 @@ def _shared() -> ModuleType:
     return common
 
 
-def _print_error(args_json: bool, command: str, exc: AccelstackError) -> None:
+def _print_error(args_json: bool, command: str, exc: AccelstackError, argv: Optional[List[str]] = None,
+                 parser: Optional[argparse.ArgumentParser] = None) -> None:
+    """The error, with ``run`` the command line as typed plus the flag its action adds, where the
+    command takes it (``argv`` and ``parser``)."""
     common = _shared()
     if args_json:
-        sys.stdout.write(common.error_line(command, exc) + "\n")
+        sys.stdout.write(common.error_line(command, exc, argv, parser) + "\n")
         sys.stdout.flush()
         return
-    run = common.render_action(exc.action.value)
+    hint, run = common.hint_of(exc, argv, parser), common.run_command(exc.action.value, argv, parser)
     print(f"accelstack: error: {exc.message}", file=sys.stderr)
-    if exc.hint:
-        print(f"  what to do: {exc.hint}", file=sys.stderr)
+    if hint:
+        print(f"  what to do: {hint}", file=sys.stderr)
     if run:
-        print(f"  {'run: ' if run.startswith('accelstack') else ''}{run}", file=sys.stderr)
+        print(f"  run: {run}", file=sys.stderr)
 
 
 # what a shell reports for a command whose reader went away (128 + SIGPIPE): `accelstack plan | head -1`
 CLOSED_PIPE = 141
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM becomes :class:`Terminated` where the program is, as SIGINT becomes KeyboardInterrupt;
+    a second one ends the process at once, as the default would."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_like_ctrl_c() -> Iterator[None]:
+    """While a command runs, SIGTERM cleans up and reports like Ctrl-C (an app's installer stops
+    accelstack with ``Popen.terminate()``). A handler someone else set (an embedding app) is kept."""
+    mine = False
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _terminated)
+            mine = True
+    except ValueError:  # not the main thread: signals are not this thread's to handle
+        pass
+    try:
+        yield
+    finally:
+        if mine:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one command; its exit code. A reader that closed the pipe early ends it quietly
-    (:data:`CLOSED_PIPE`), as `yes | head -1` does: no traceback, no complaint at exit."""
+    (:data:`CLOSED_PIPE`), as `yes | head -1` does: no traceback, no complaint at exit. SIGTERM
+    is handled like Ctrl-C, with its own status (:data:`~accelstack.errors.SIGTERM_EXIT`)."""
     try:
-        code = _main(argv)
+        with _sigterm_like_ctrl_c():
+            code = _main(argv)
         sys.stdout.flush()  # what is still buffered fails here, not at interpreter exit
         return code
+    except Terminated:  # before a command ran (or after it said its last line)
+        return SIGTERM_EXIT
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)  # the exit's own flush has nowhere to fail now
         os.dup2(devnull, sys.stdout.fileno())
@@ -268,8 +304,9 @@ def _main(argv: Optional[List[str]] = None) -> int:
     except AccelstackError as exc:
         if args.debug:
             raise
-        _print_error(args.json, str(args.command or ""), exc)
+        _print_error(args.json, str(args.command or ""), exc, argv, parser)
         return exc.exit_code
-    except KeyboardInterrupt:
-        _print_error(args.json, str(args.command or ""), Interrupted("interrupted"))
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C (130), or SIGTERM (Terminated, 143)
+        err = Interrupted.by(exc)
+        _print_error(args.json, str(args.command or ""), err)
+        return err.exit_code

@@ -15,8 +15,13 @@ import enum
 import re
 from typing import Optional
 
-__all__ = ["Action", "AccelstackError", "UsageError", "NotPossibleHere", "Interrupted", "CaptureFormatError",
-           "SerializationError", "SubprocessTimeout"]
+__all__ = ["Action", "AccelstackError", "UsageError", "NotPossibleHere", "Interrupted", "Terminated", "CaptureFormatError",
+           "SerializationError", "SubprocessTimeout", "SIGINT_EXIT", "SIGTERM_EXIT"]
+
+# The conventional statuses of a command ended by a signal (128 + its number), kept when it is
+# turned into an error line: a shell, a service manager or an app's installer reads them.
+SIGINT_EXIT = 130
+SIGTERM_EXIT = 143
 
 
 class Action(str, enum.Enum):
@@ -96,11 +101,28 @@ class NotPossibleHere(AccelstackError):
     default_action = Action.EXPLAIN_PLAN
 
 
-class Interrupted(AccelstackError):
-    """The user interrupted (Ctrl-C); ``message`` says what state the machine was left in."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``Popen.terminate()``, ``kill`` and service managers send), raised where Ctrl-C
+    would be, so every cleanup a Ctrl-C runs (staging, the lock, child processes) runs for it too."""
 
-    exit_code = 130
+
+class Interrupted(AccelstackError):
+    """The user interrupted (Ctrl-C) or the process was terminated (SIGTERM); ``message`` says what
+    state the machine was left in."""
+
+    exit_code = SIGINT_EXIT
     default_action = Action.NONE
+
+    @classmethod
+    def by(cls, signal: BaseException, state: str = "", *, action: Optional[Action] = None) -> Interrupted:
+        """The error for ``signal`` (a KeyboardInterrupt, or :class:`Terminated`): "interrupted: STATE"
+        with exit 130, or "terminated: STATE" with exit 143."""
+        terminated = isinstance(signal, Terminated)
+        word = "terminated" if terminated else "interrupted"
+        err = cls(f"{word}: {state}" if state else word, action=action)
+        if terminated:
+            err.exit_code = SIGTERM_EXIT
+        return err
 
 
 class CaptureFormatError(AccelstackError):

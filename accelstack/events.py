@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .domain import EventKind
 
-__all__ = ["STAGE_ORDER", "iso_utc", "ProgressEvent", "default_stage_index", "ProgressCallback", "null_progress"]
+__all__ = ["STAGE_ORDER", "iso_utc", "as_utc_z", "ProgressEvent", "default_stage_index", "ProgressCallback", "null_progress"]
 
 # The order in which a full run (``accelstack install`` then ``generate``) meets the stages: the
 # ``stage_index`` of a stage no renderer has counted (see :meth:`ProgressEvent.to_json`).
@@ -25,6 +25,21 @@ STAGE_ORDER = ("detect", "plan", "fetch", "download", "build", "install", "probe
 def iso_utc(ts: float) -> str:
     """``ts`` (seconds since the epoch) as ISO-8601 UTC with milliseconds: ``2026-12-02T01:08:38.123Z``."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def as_utc_z(text: str) -> str:
+    """An ISO-8601 time with any zone (``+02:00``, ``+00:00``, ``Z``) in the one form --json prints:
+    UTC ending in ``Z``, seconds (and a fraction when it has one). Text that is not such a time is
+    returned as it is (the caller's checks report it)."""
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except (TypeError, ValueError):
+        return text
+    if when.tzinfo is None:
+        return text
+    when = when.astimezone(timezone.utc)
+    fraction = f".{when.microsecond:06d}".rstrip("0") if when.microsecond else ""
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 @dataclass

@@ -17,11 +17,29 @@ from typing import Any, Dict, Type, TypeVar, Union
 
 from .errors import SerializationError
 
-__all__ = ["T", "to_dict", "from_dict", "dumps", "loads"]
+__all__ = ["T", "to_dict", "from_dict", "dumps", "loads", "size_text", "plural"]
 
 T = TypeVar("T")
 
 _HINTS: Dict[type, Dict[str, Any]] = {}
+
+
+def size_text(n: float) -> str:
+    """A number of bytes for people, in the one unit family messages use (binary: ``512 B``,
+    ``3.4 KiB``, ``79 MiB``, ``4.1 GiB``); JSON keeps the byte counts themselves."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{value:.0f} B"
+            return f"{value:.1f} {unit}" if abs(value) < 100 else f"{value:.0f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """``1 file``, ``2 files`` (``many`` for words that do not just take an s)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def _hints(cls: type) -> Dict[str, Any]:

@@ -44,7 +44,7 @@ def test_bash_completes_commands_subcommands_options_and_choices(bash_script):
     assert complete(bash_script, "channel", "") == ["list", "add", "remove"]
     assert complete(bash_script, "install", "--stack", "") == ["ggml", "torch"]
     assert "--dry-run" in complete(bash_script, "install", "--d")
-    assert complete(bash_script, "completion", "") == ["bash", "zsh", "fish"]
+    assert complete(bash_script, "completion", "") == ["bash", "zsh", "fish", "powershell"]
     assert complete(bash_script, "--json", "cache", "") == ["list", "purge"]
     # global flags complete on every command
     for command in ("detect", "channel list", "manifest keygen"):
@@ -56,11 +56,11 @@ def test_every_command_and_option_is_in_every_script():
     nodes = tree(build_parser())
     paths = {n.path for n in nodes}
     assert {"install", "channel add", "manifest sign", "cache purge"} <= paths
-    for shell in ("zsh", "fish"):
+    for shell in ("zsh", "fish", "powershell"):
         text = script(shell, build_parser())
         for command in COMMANDS:
             assert command in text, (shell, command)
-        flag = "'--dry-run[]'" if shell == "zsh" else "-l dry-run"  # how each shell's script names an option
+        flag = {"zsh": "'--dry-run[]'", "fish": "-l dry-run", "powershell": "'--dry-run'"}[shell]  # how each names an option
         assert flag in text, (shell, flag)
 
 
@@ -113,3 +113,59 @@ def test_top_level_help_lists_every_command_without_importing_one():
         assert help_line.split()[0] in out.stdout, name
     rc, stdout, _ = run_cli(["--help"])
     assert rc == 0 and stdout == out.stdout
+
+
+def _ps_tables(text: str):
+    """The hashtables of the PowerShell script: name -> {key: [values]} (its single-quoted strings read back)."""
+    import re
+
+    def strings(src: str):
+        return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", src)]
+
+    tables, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*\$(\w+) = @\{$", line)
+        if m:
+            name, tables[m.group(1)] = m.group(1), []
+        elif name and line.strip() == "}":
+            name = None
+        elif name:
+            key, _, rest = line.partition(" = ")
+            tables[name].append((strings(key)[0], strings(rest)))
+    return tables
+
+
+def test_powershell_script_registers_a_native_completer_with_every_command_and_option():
+    text = script("powershell", build_parser())
+    assert text.count("Register-ArgumentCompleter -Native -CommandName accelstack -ScriptBlock {") == 1
+    assert text.count("{") == text.count("}") and text.count("(") == text.count(")")
+    assert all(line.count("'") % 2 == 0 for line in text.splitlines()), "an unbalanced quote"
+    tables = _ps_tables(text)
+    assert set(tables) == {"children", "help", "options", "positionals", "choices"}
+    for name, rows in tables.items():  # PowerShell's hashtable keys ignore case: a duplicate is a parse error
+        keys = [k.lower() for k, _ in rows]
+        assert len(keys) == len(set(keys)), name
+    options = dict(tables["options"])
+    children = dict(tables["children"])
+    nodes = tree(build_parser())
+    for n in nodes:  # the same parser data as bash, zsh and fish
+        assert options[n.path] == n.options, n.path
+        if n.children:
+            assert children[n.path] == n.children, n.path
+    assert set(children[""]) == set(COMMANDS)
+    assert dict(tables["choices"])["install|--stack"] == ["ggml", "torch"]
+    assert dict(tables["positionals"])["completion"] == ["bash", "zsh", "fish", "powershell"]
+    rc, out, err = run_cli(["completion", "powershell"])
+    assert rc == 0 and out == text, err
+
+
+@pytest.mark.skipif(shutil.which("pwsh") is None, reason="pwsh is not installed")
+def test_pwsh_loads_the_script_and_completes(tmp_path):
+    path = tmp_path / "accelstack.ps1"
+    path.write_text(script("powershell", build_parser()))
+    code = (f". '{path}'; (TabExpansion2 -inputScript 'accelstack channel ' -cursorColumn 19).CompletionMatches |"
+            " ForEach-Object { $_.CompletionText }")
+    res = subprocess.run(["pwsh", "-NoProfile", "-NonInteractive", "-Command", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["list", "add", "remove"]

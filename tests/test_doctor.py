@@ -135,3 +135,56 @@ def test_a_bundle_that_cannot_be_written_is_a_usage_error(tmp_path):
     blocker.write_text("")
     rc, out, _ = run_cli(["doctor", "--bundle", str(blocker / "r.zip"), "--json"], env=_env(tmp_path))
     assert rc == 2 and "cannot write the bundle" in json.loads(out.strip().splitlines()[-1])["message"]
+
+
+# What nvcc 12.4 prints for --version (CUDA 12.4.1), word for word: its second line is the copyright.
+NVCC_VERSION = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2024 NVIDIA Corporation
+Built on Thu_Mar_28_02:18:24_PDT_2024
+Cuda compilation tools, release 12.4, V12.4.131
+Build cuda_12.4.r12.4/compiler.34097967_0
+"""
+
+
+def test_nvcc_s_version_is_its_release_line_not_its_copyright(tmp_path):
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text("#!/bin/sh\ncat <<'EOF'\n" + NVCC_VERSION + "EOF\n")
+    nvcc.chmod(0o755)
+    env = {**_env(tmp_path), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    rc, out, err = run_cli(["doctor", "--json"], env=env)
+    assert rc == 0, err
+    tools = {t["name"]: t for t in result_of(out)["report"]["toolchain"]}
+    assert tools["nvcc"]["path"] == str(nvcc)
+    assert tools["nvcc"]["version"] == "Cuda compilation tools, release 12.4, V12.4.131"
+    rc, out, err = run_cli(["doctor"], env=env)
+    assert "release 12.4, V12.4.131" in out and "Copyright" not in out
+
+
+def test_the_config_path_is_the_one_the_settings_use(tmp_path):
+    env = {**_env(tmp_path), "ACCELSTACK_CONFIG": "relative.yaml"}
+    rc, out, err = run_cli(["doctor", "--json"], env=env, cwd=tmp_path)
+    assert rc == 0, err
+    paths = {p["name"]: p for p in result_of(out)["report"]["paths"]}
+    assert paths["config_file"]["path"] == str(tmp_path / "relative.yaml")  # where it is, not as typed
+    assert paths["config_file"]["origin"] == "ACCELSTACK_CONFIG"
+    assert paths["config_dir"] == {"name": "config_dir", "path": str(tmp_path / "config"), "origin": "ACCELSTACK_CONFIG_DIR",
+                                   "exists": False}
+
+
+def test_a_bundle_name_that_is_not_an_archive_s_is_refused_before_any_work(tmp_path):
+    for name in ("report.txt", "report", "report.zip.bak"):
+        rc, out, err = run_cli(["doctor", "--bundle", str(tmp_path / name), "--json"], env=_env(tmp_path))
+        e = json.loads(out.strip().splitlines()[-1])
+        assert rc == 2 and e["event"] == "error" and ".zip" in e["message"], (name, out)
+        assert not (tmp_path / name).exists()
+    rc, out, err = run_cli(["doctor", "--bundle", str(tmp_path / "r.txt")], env=_env(tmp_path))
+    assert rc == 2 and "must end in .zip" in err and not out
+    rc, out, _ = run_cli(["doctor", "--help"], env=_env(tmp_path))
+    assert "another name is refused" in " ".join(out.split())
+    bundle = tmp_path / "Report.ZIP"
+    rc, out, err = run_cli(["doctor", "--bundle", str(bundle), "--json"], env=_env(tmp_path))
+    assert rc == 0 and zipfile.is_zipfile(bundle), err

@@ -38,6 +38,7 @@ import psutil
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent
 from ..refs import ArtifactRef
+from ..serde import plural, size_text
 from .cache import Cache, check_sha256
 from .download import STAGE, Downloader
 from .errors import ArtifactError, DiskSpaceError, FetchError, OfflineError
@@ -49,14 +50,6 @@ __all__ = ["DISK_HEADROOM", "check_disk_space", "fetch", "fetch_one"]
 DISK_HEADROOM = 16 << 20  # keep this much free beyond what the batch needs
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _validate(ref: ArtifactRef, need_urls: bool) -> None:
     try:
         check_sha256(ref.sha256)
@@ -66,8 +59,8 @@ def _validate(ref: ArtifactRef, need_urls: bool) -> None:
         raise ArtifactError(f"{ref.name}: size must be a non-negative integer, got {ref.size!r}")
     if need_urls:
         if not ref.urls:
-            raise FetchError(f"{ref.name}: no URL to download it from", "the manifest lists no mirror for this file",
-                             action=Action.REPORT_BUG)
+            raise FetchError(f"{ref.name}: no URL to download it from", "the manifest lists no mirror for this file: report it to its publisher",
+                             action=Action.NONE)
         for url in ref.urls:
             check_url(url)
 
@@ -82,9 +75,9 @@ def check_disk_space(cache: Cache, needed: int, *, headroom: Optional[int] = Non
     free = psutil.disk_usage(str(cache.root)).free
     if free < needed + headroom:
         raise DiskSpaceError(
-            f"not enough free disk space in {cache.root}: the download needs {_fmt_bytes(needed)} "
-            f"({needed} bytes), {_fmt_bytes(free)} is free",
-            f"free at least {_fmt_bytes(needed + headroom - free)}, or use a download cache on a bigger disk",
+            f"not enough free disk space in {cache.root}: the download needs {size_text(needed)} "
+            f"({needed} bytes), {size_text(free)} is free",
+            f"free at least {size_text(needed + headroom - free)}, or use a download cache on a bigger disk",
         )
 
 
@@ -163,7 +156,7 @@ def fetch(
         if own_transport:
             transport.close()
     batch.emit("end", "", done=total, total=total, ok=not errors,
-               message="" if not errors else f"{len(errors)} file(s) failed")
+               message="" if not errors else f"{plural(len(errors), 'file')} failed")
     if errors:
         raise _batch_error([errors[r.sha256] for r in todo if r.sha256 in errors],
                            [tasks[r.sha256] for r in todo if r.sha256 in errors])
@@ -202,7 +195,8 @@ def _from_cache_only(store: Cache, unique: Dict[str, ArtifactRef], tasks: Dict[s
     if missing:
         listed = ", ".join(r.name for r in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise OfflineError(
-            f"offline mode: {len(missing)} file(s) are not in the cache ({store.root}): {listed}",
+            f"offline mode: {plural(len(missing), 'file')} {'is' if len(missing) == 1 else 'are'} not in the cache "
+            f"({store.root}): {listed}",
             "connect to the network once to download them, or leave offline mode",
         )
     result = {}

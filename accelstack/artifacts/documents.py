@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..limits import MAX_JSON_BYTES
+from ..serde import size_text
 from .errors import FetchError
 from .streams import Stream
 from .transport import Transport
@@ -45,7 +46,7 @@ def fetch_document(location: str, *, transport: Optional[Transport] = None, max_
         except OSError as exc:
             raise FetchError(f"cannot read {p} ({exc.strerror or exc})", url=location) from None
         if len(data) > max_bytes:
-            raise FetchError(f"{p} is larger than {max_bytes} bytes; not a manifest", url=location)
+            raise FetchError(f"{p} is larger than {size_text(max_bytes)}; not a manifest", url=location)
         return data
     own = transport is None
     transport = transport or Transport()
@@ -89,7 +90,7 @@ def _read_bounded(stream: Stream, location: str, max_bytes: int, what: str) -> b
     for chunk in stream.chunks():
         size += len(chunk)
         if size > max_bytes:
-            raise FetchError(f"{location} is larger than {max_bytes} bytes; {what}", url=location)
+            raise FetchError(f"{location} is larger than {size_text(max_bytes)}; {what}", url=location)
         parts.append(chunk)
     return b"".join(parts)
 

@@ -20,6 +20,7 @@ from ..domain import EventKind
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent
 from ..refs import ArtifactRef
+from ..serde import size_text
 from .cache import Cache, remove_file
 from .errors import (
     ArtifactError,
@@ -245,20 +246,20 @@ class Downloader:
                 )
             if stream.total is not None and stream.total != size:
                 raise SizeMismatchError(
-                    f"{task}: {url} serves {stream.total} bytes, expected {size}",
+                    f"{task}: {url} serves {_exact(stream.total)}, expected {_exact(size)}",
                     "the mirror has another file under this name; report it to the publisher",
                     url=url,
                 )
             if stream.length is not None and part.offset + stream.length != size:
                 raise SizeMismatchError(
-                    f"{task}: {url} announces {part.offset + stream.length} bytes, expected {size}",
+                    f"{task}: {url} announces {_exact(part.offset + stream.length)}, expected {_exact(size)}",
                     "the mirror has another file under this name; report it to the publisher",
                     url=url,
                 )
             self._stream_into(stream, ref, url, part, task)
             if part.offset < size:
                 raise FetchError(
-                    f"{url}: connection closed after {part.offset} of {size} bytes", transient=True, url=url
+                    f"{url}: connection closed after {size_text(part.offset)} of {size_text(size)}", transient=True, url=url
                 )
             self.emit("advance", task, done=part.offset, total=size)
             return restarted
@@ -307,7 +308,7 @@ class Downloader:
                     part.reset()
                     self.emit("advance", task, done=0, total=size)
                     raise SizeMismatchError(
-                        f"{task}: {url} sent more than the declared {size} bytes",
+                        f"{task}: {url} sent more than the declared {_exact(size)}",
                         "the mirror has another file under this name; report it to the publisher",
                         url=url,
                     )
@@ -331,6 +332,11 @@ class Downloader:
                 return
 
 
+def _exact(n: int) -> str:
+    """A size where the exact count matters (two sizes that differ by a byte): both forms."""
+    return f"{size_text(n)} ({n} bytes)" if n >= 1024 else f"{n} bytes"
+
+
 def write_error(exc: OSError, path: Path) -> ArtifactError:
     if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         return DiskSpaceError(
@@ -342,8 +348,8 @@ def write_error(exc: OSError, path: Path) -> ArtifactError:
 
 def final_error(ref: ArtifactRef, failures: Sequence[FetchError]) -> FetchError:
     if not failures:
-        return FetchError(f"{ref.name}: no URL to download it from", "the manifest lists no mirror for this file",
-                          action=Action.REPORT_BUG)
+        return FetchError(f"{ref.name}: no URL to download it from", "the manifest lists no mirror for this file: report it to its publisher",
+                          action=Action.NONE)
     mismatches = [f for f in failures if isinstance(f, HashMismatchError)]
     if len(failures) == 1:
         return failures[0]

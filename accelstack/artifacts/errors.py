@@ -45,20 +45,23 @@ class FetchError(ArtifactError):
 
 
 class HashMismatchError(FetchError):
-    """The bytes served do not hash to the expected sha256."""
+    """The bytes served do not hash to the expected sha256: the file, not this machine, is at fault,
+    so it suggests another try (a proxy or a cut connection) and the publisher, never a hardware capture."""
 
-    default_action = Action.REPORT_BUG
+    default_action = Action.RETRY
+    default_hint = "try again; if it repeats, the file changed on its mirror or was altered on the way: report it to the publisher"
 
     def __init__(self, message: str, *, expected: str, actual: str, hint: Optional[str] = None, url: Optional[str] = None) -> None:
-        super().__init__(message, hint, url=url)
+        super().__init__(message, hint or self.default_hint, url=url)
         self.expected = expected
         self.actual = actual
 
 
 class SizeMismatchError(FetchError):
-    """A mirror serves (or announces) a different number of bytes than the reference declares."""
+    """A mirror serves (or announces) a different number of bytes than the reference declares: the
+    publisher's to fix (the hint says so), nothing to run here."""
 
-    default_action = Action.REPORT_BUG
+    default_action = Action.NONE
 
 
 class InsecureURLError(FetchError):

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Callable, List, NoReturn, Optional, Set, Tuple, Type, TypeVar
 
+from ..serde import plural, size_text
 from .errors import ArchiveFormatError, ArtifactError, DiskSpaceError, UnsafeArchiveError
 
 try:  # optional: only .tar.zst archives need it (unpack says so when it is missing)
@@ -81,16 +82,16 @@ class Extractor:
         self.count += 1
         if self.count > self.max_files:
             raise UnsafeArchiveError(
-                f"{self.archive}: more than {self.max_files} members (archive bomb?)",
-                "if the archive is genuine, raise max_files",
+                f"{self.archive}: more than {plural(self.max_files, 'member')} (archive bomb?)",
+                "accelstack refuses archives with this many files as likely archive bombs; if it is genuine, report it to its publisher",
             )
 
     def add_bytes(self, n: int) -> None:
         self.total += n
         if self.total > self.max_bytes:
             raise UnsafeArchiveError(
-                f"{self.archive}: expands to more than {self.max_bytes} bytes (archive bomb?)",
-                "if the archive is genuine, raise max_bytes",
+                f"{self.archive}: expands to more than {size_text(self.max_bytes)} (archive bomb?)",
+                "accelstack refuses archives this large as likely archive bombs; if it is genuine, report it to its publisher",
             )
 
     def _parent(self, rel: str) -> Path:
@@ -207,7 +208,7 @@ class Extractor:
     def refuse_count(self, n: int) -> NoReturn:
         raise UnsafeArchiveError(
             f"{self.archive}: {n} members, more than the limit of {self.max_files} (archive bomb?)",
-            "if the archive is genuine, raise max_files",
+            "accelstack refuses archives with this many files as likely archive bombs; if it is genuine, report it to its publisher",
         )
 
     def guard(self, fn: Callable[[], T], corrupt: Tuple[Type[BaseException], ...]) -> T:

@@ -239,10 +239,49 @@ class HTTPStream(Stream):
         self.close()
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: requests wraps urllib3's errors (in ``args`` or ``reason``),
+    which wrap the socket's ``OSError`` (as ``__cause__`` or ``__context__``)."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        reason = getattr(e, "reason", None)
+        todo += [x for x in (reason, e.__cause__, e.__context__, *e.args) if isinstance(x, BaseException)]
+
+
+# The root causes people meet, in their words (the first in the chain that matches wins).
+_WORDS = (
+    (socket.gaierror, "cannot find the host (its name does not resolve)"),
+    (ConnectionRefusedError, "connection refused"),
+    (ConnectionResetError, "the connection was reset"),
+    (ConnectionAbortedError, "the connection was aborted"),
+    (requests.exceptions.ConnectTimeout, "no answer within the connect timeout"),
+    (urllib3.exceptions.ConnectTimeoutError, "no answer within the connect timeout"),
+    (requests.exceptions.ReadTimeout, "the server stopped sending (read timeout)"),
+    (urllib3.exceptions.ReadTimeoutError, "the server stopped sending (read timeout)"),
+    (socket.timeout, "timed out"),
+    (urllib3.exceptions.ProxyError, "the proxy refused the connection"),
+    (http.client.IncompleteRead, "the connection closed before the whole response came"),
+)
+# What urllib3 wraps around a cause: the pool, the retries, the class names.
+_NOISE = re.compile(r"HTTPS?Connection(Pool)?\([^)]*\):\s*|Max retries exceeded with url: \S+\s*|\(Caused by \w+\(|"
+                    r"<[^>]*>:?\s*|\[Errno -?\d+\]\s*|[\"')]+$")
+
+
 def describe_error(exc: BaseException) -> str:
-    name = type(exc).__name__
-    text = str(exc)
-    # urllib3 messages nest the pool description; keep them short.
+    """What went wrong, in one short line of words (``connection refused``), never a library's repr."""
+    causes = list(_causes(exc))
+    for kind, words in _WORDS:
+        if any(isinstance(e, kind) for e in causes):
+            return words
+    for e in reversed(causes):  # the innermost cause that explains itself
+        if isinstance(e, OSError) and e.strerror:
+            return str(e.strerror)[:1].lower() + str(e.strerror)[1:]
+    text = " ".join(_NOISE.sub("", str(causes[-1])).split()) or " ".join(_NOISE.sub("", str(exc)).split())
     if len(text) > 200:
-        text = text[:200] + "..."
-    return f"{name}: {text}" if text else name
+        text = text[:199] + "…"
+    return text or type(exc).__name__

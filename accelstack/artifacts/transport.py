@@ -171,7 +171,7 @@ class Transport:
                 ) from None
             except (requests.RequestException, OSError, ValueError) as exc:
                 raise FetchError(
-                    f"{redact_url(current)}: {describe_error(exc)}", transient=True, url=current
+                    f"cannot reach {redact_url(current)}: {describe_error(exc)}", transient=True, url=current
                 ) from None
             status = resp.status_code
             if status in (301, 302, 303, 307, 308):

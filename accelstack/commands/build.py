@@ -15,6 +15,7 @@ from ..core.building import (
     parse_cuda_archs,
 )
 from ..errors import UsageError
+from ..serde import size_text
 from .common import emit, settings_from_args
 from .progress import progress_renderer
 
@@ -70,6 +71,6 @@ def run(args: argparse.Namespace) -> int:
                             out_dir=Path(args.out) if args.out else None, jobs=args.jobs or None, progress=progress,
                             compile_timeout=args.timeout, cuda_archs=archs)
     how = "reused from the build cache" if result.cache_hit else f"compiled in {result.seconds:.0f} s"
-    emit(args, result, f"{result.variant}: {result.wheel} ({result.size / 1e6:.1f} MB, {how})\n"
+    emit(args, result, f"{result.variant}: {result.wheel} ({size_text(result.size)}, {how})\n"
          f"  sha256 {result.sha256}\n  cmake {' '.join(result.cmake_args)}")
     return 0

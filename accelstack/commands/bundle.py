@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from .. import core
@@ -76,10 +77,11 @@ def run_create(args: argparse.Namespace) -> int:
     if summary.python:  # a torch bundle: wheels for one Python
         text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): torch {summary.targets[0]} "
                 f"for Python {summary.python}, {len(summary.artifacts)} wheels\n"
-                f"  install it offline: accelstack install --bundle {summary.path} --venv DIR")
+                f"  install it offline: accelstack install --bundle {shlex.quote(summary.path)} --venv DIR")
     else:
         text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): channel {summary.channel} "
                 f"({summary.source} version {summary.version}), target(s) {', '.join(summary.targets)}\n"
-                f"  install it offline: accelstack install --bundle {summary.path} --offline")
+                f"  install it offline: accelstack install --bundle {shlex.quote(summary.path)} --offline"
+                + "".join(f" --trusted-key {shlex.quote(k)}" for k in summary.trusted_keys))
     emit(args, summary, text)
     return 0

@@ -7,9 +7,10 @@ from typing import List
 
 from ..core.caches import CACHES, cache_infos, purge
 from ..errors import UsageError
+from ..serde import plural, size_text
 from .common import emit, settings_from_args
 
-__all__ = ["register", "size_text", "run_list", "run_purge"]
+__all__ = ["register", "run_list", "run_purge"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,19 +62,12 @@ def _usage(p: argparse.ArgumentParser) -> int:
                      "see `accelstack cache --help`")
 
 
-def size_text(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def run_list(args: argparse.Namespace) -> int:
     infos = cache_infos(settings_from_args(args))
     lines: List[str] = []
     for info in infos:
         state = "" if info.exists else " (not created yet)"
-        lines.append(f"{info.name:<10} {size_text(info.size):>9}  {info.count} entries  {info.path}{state}")
+        lines.append(f"{info.name:<10} {size_text(info.size):>9}  {plural(info.count, 'entry', 'entries')}  {info.path}{state}")
         lines.append(f"{'':<10} {info.description}")
         if getattr(args, "verbosity", 0) > 0:
             lines += [f"{'':<12}{e.name}  {size_text(e.size)}  ({e.kind})" for e in info.entries]

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add = csub.add_parser("add", help="add a channel to the user's channels file",
                           description="Add a named channel: the URL of a signed ggml-manifest.json (its .sig beside "
-                          "it) and the public key(s) that must sign it. The URL is checked now (https, or a local path).",
+                          "it) and the public key(s) that must sign it. The URL is checked now (https, or a local path) and read "
+                          "once: an unreachable one is refused, and --no-check adds it anyway (offline: not read).",
                           epilog="examples:\n  accelstack channel add stable https://host/ggml-manifest.json --key release.pub\n"
                           "  accelstack channel add stable URL --mirror https://mirror/ggml-manifest.json --key release.pub --replace",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--key-id", action="append", default=[], metavar="ID",
                      help="an already trusted key (shipped, or in the trusted-keys directory) by its id")
     add.add_argument("--replace", action="store_true", help="replace a channel of the same name")
+    add.add_argument("--no-check", dest="check", action="store_false",
+                     help="add it without trying its URL first (by default the manifest is read once, and an "
+                          "unreachable URL is refused)")
     add.add_argument("--json", action="store_true", help="print the result as JSON")
     add.set_defaults(func=run_add)
 
@@ -80,7 +84,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_add(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
     channel = channels.add(s, args.name, args.url, mirrors=args.mirror, key_files=args.key, key_ids=args.key_id,
-                           replace=args.replace)
+                           replace=args.replace, check=args.check and not s.offline)
     row = _row(channel, f"user ({s.channels_file})")
     emit(args, row, f"added channel {channel.name}: {channel.url}, signed by {row['trust']}\n  in {s.channels_file}")
     return 0

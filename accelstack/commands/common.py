@@ -10,20 +10,24 @@ import argparse
 import importlib
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from .. import core
 from ..errors import Action, UsageError
 from ..serde import to_dict
 from ..settings import Settings, Timeouts, debug_requested, log_level
 
-__all__ = ["ACTION_COMMANDS", "FORMAT_VERSION", "render_action", "add_home_arguments", "add_engine_package_argument",
+__all__ = ["ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
            "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
            "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "configure_output"]
 
-# How the CLI says each action: the library names the step, the command line says how.
+# How the CLI says each action: the library names the step, the command line says how. An error
+# line's ``run`` is a command a person can paste (docs/json.md): a fixed one (``ACTION_COMMANDS``),
+# or the command as typed with one more flag (``ACTION_FLAGS``); the steps that are words to follow
+# (``ACTION_WORDS``) go in its hint. tests/test_issue25_words.py holds every action to that.
 ACTION_COMMANDS: Dict[str, str] = {
     Action.INSTALL.value: "accelstack install",
     Action.REINSTALL.value: "accelstack install --force",
@@ -32,22 +36,80 @@ ACTION_COMMANDS: Dict[str, str] = {
     Action.VERIFY.value: "accelstack verify",
     Action.EXPLAIN_PLAN.value: "accelstack plan",
     Action.STATUS.value: "accelstack status",
+    Action.ADD_MANIFEST.value: "accelstack channel add NAME URL --key FILE",
+    Action.REPORT_BUG.value: "accelstack detect --capture DIR",
+}
+ACTION_FLAGS: Dict[str, str] = {
+    Action.WAIT.value: "--wait 60",
+    Action.CHOOSE_HOME.value: "--home DIR",
+    Action.TRUST_KEY.value: "--trusted-key KEY",
+    Action.ALLOW_UNSIGNED.value: "--insecure-unsigned",
+    Action.GIVE_SOURCE.value: "--sdist PATH",
+}
+ACTION_WORDS: Dict[str, str] = {
     Action.WAIT.value: "retry later, or pass --wait SECONDS",
     Action.RETRY.value: "run the same command again",
     Action.CHOOSE_HOME.value: "pass --home DIR (or set ACCELSTACK_HOME) to a writable directory on one disk",
-    Action.ADD_MANIFEST.value: "accelstack channel add NAME URL --key FILE (or pass --manifest URL, or install --bundle FILE)",
+    Action.ADD_MANIFEST.value: "or pass --manifest URL, or install --bundle FILE",
     Action.INSTALL_TOOLCHAIN.value: "install the compiler named above, then run the same command again",
     Action.TRUST_KEY.value: "pass --trusted-key KEY (the publisher's public key)",
     Action.ALLOW_UNSIGNED.value: "pass --insecure-unsigned only for a mirror you control",
     Action.GIVE_SOURCE.value: "pass --sdist PATH of a local source distribution",
     Action.GO_ONLINE.value: "run without --offline (and unset ACCELSTACK_OFFLINE)",
-    Action.FIX_CONFIG.value: "fix the file, or pass --config PATH",
-    Action.REPORT_BUG.value: "accelstack detect --capture DIR",
+    Action.FIX_CONFIG.value: "fix the file named above (or set ACCELSTACK_CONFIG to another)",
 }
 
 
+def _value(action: Any) -> str:
+    return str(getattr(action, "value", action) or "")
+
+
 def render_action(action: str) -> str:
-    return ACTION_COMMANDS.get(str(getattr(action, "value", action)), "")
+    """The action for people: ``run `COMMAND` `` (with the words that go with it), else the words
+    to follow ("" for none)."""
+    value = _value(action)
+    run = run_command(value)
+    words = ACTION_WORDS.get(value, "")
+    if not run:
+        return words
+    return f"run `{run}`" + (f", {words}" if value in ACTION_COMMANDS and words else "")
+
+
+def run_command(action: str, argv: Optional[Sequence[str]] = None,
+                parser: Optional[argparse.ArgumentParser] = None) -> str:
+    """The command that takes ``action``, or "" when it is words to follow: a fixed command, or
+    ``argv`` (the command line as typed, without ``accelstack``) with the flag the action adds,
+    when ``parser`` (the whole command line's) shows that command takes it and it was not given."""
+    value = _value(action)
+    if value in ACTION_COMMANDS:
+        return ACTION_COMMANDS[value]
+    flag = ACTION_FLAGS.get(value)
+    name = flag.split()[0] if flag else ""
+    if not flag or not argv or parser is None or name not in _parser_of(parser, argv)._option_string_actions:
+        return ""
+    if any(a == name or a.startswith(name + "=") for a in argv):
+        return ""
+    return " ".join(["accelstack", shlex.join(list(argv)), flag])
+
+
+def _parser_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub)parser that read ``argv``: ``channel add ...`` -> the one of ``channel add``."""
+    words = [a for a in argv if not a.startswith("-")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and words and words[0] in action.choices:
+            return _parser_of(action.choices[words[0]], words[1:])
+    return parser
+
+
+def hint_of(exc: Any, argv: Optional[Sequence[str]] = None, parser: Optional[argparse.ArgumentParser] = None) -> str:
+    """An error's hint with the words of its action when they say more than its ``run`` does."""
+    action = _value(exc.action)
+    run = run_command(action, argv, parser)
+    words = ACTION_WORDS.get(action, "") if not run or action in ACTION_COMMANDS else ""
+    hint = str(exc.hint or "")
+    if not words or words in hint:
+        return hint
+    return f"{hint}; {words}" if hint else words
 
 
 def add_home_arguments(p: argparse.ArgumentParser) -> None:
@@ -139,13 +201,18 @@ def result_line(command: str, data: Any, ok: bool = True) -> str:
                        "ok": bool(ok), "result": result}, separators=(",", ":"), default=str)
 
 
-def error_line(command: str, exc: Any) -> str:
-    """The one final line of a ``--json`` command that failed with an :class:`AccelstackError`."""
-    action = getattr(exc.action, "value", exc.action)
-    return json.dumps({"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
-                       "error": type(exc).__name__, "code": exc.code, "message": exc.message,
-                       "hint": exc.hint, "action": action, "run": render_action(action)},
-                      separators=(",", ":"), default=str)
+def error_line(command: str, exc: Any, argv: Optional[Sequence[str]] = None,
+               parser: Optional[argparse.ArgumentParser] = None) -> str:
+    """The one final line of a ``--json`` command that failed with an :class:`AccelstackError`:
+    ``run`` only when there is a command to run (:func:`run_command`), words to follow in the hint."""
+    action = _value(exc.action)
+    line: Dict[str, Any] = {"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
+                            "error": type(exc).__name__, "code": exc.code, "message": exc.message,
+                            "hint": hint_of(exc, argv, parser), "action": action}
+    run = run_command(action, argv, parser)
+    if run:
+        line["run"] = run
+    return json.dumps(line, separators=(",", ":"), default=str)
 
 
 def emit(args: argparse.Namespace, data: Any, text: str, ok: bool = True) -> None:
@@ -173,8 +240,7 @@ def needs_subcommand(p: argparse.ArgumentParser):
 
 def what_to_do(hint: str, action: str) -> str:
     """A hint with its action as the command to run (or the words to follow), for people."""
-    cmd = render_action(action)
-    said = f"run `{cmd}`" if cmd.startswith("accelstack") else cmd
+    said = render_action(action)
     return f"{hint} ({said})" if hint and said else hint or said
 
 

@@ -10,10 +10,14 @@ from typing import Any, List
 from .. import core
 from ..core.doctor import doctor, write_bundle
 from ..errors import UsageError
-from .cache import size_text
+from ..serde import plural, size_text
 from .common import emit, what_to_do
 
-__all__ = ["register", "render", "run"]
+__all__ = ["BUNDLE_SUFFIXES", "register", "render", "run"]
+
+# What --bundle writes, by the name it is given (accelstack.core.doctor.write_bundle): any other
+# name is refused, so a file is never a zip under another name.
+BUNDLE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,8 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--home", metavar="DIR", help="runtime home (default: ACCELSTACK_HOME or the user data dir)")
-    p.add_argument("--bundle", metavar="FILE", help="also write the report and a detection capture into FILE "
-                   "(.zip, or .tar.gz / .tgz)")
+    p.add_argument("--bundle", metavar="FILE", help="also write the report and a detection capture into FILE, "
+                   f"a zip archive (or a gzipped tar): its name must end in {' or '.join(BUNDLE_SUFFIXES)}, "
+                   "another name is refused (exit 2)")
     p.set_defaults(func=run)
 
 
@@ -60,7 +65,7 @@ def render(r: Any) -> str:
     if not active:
         lines.append("  none installed (accelstack install)")
     lines += ["", "caches:"]
-    lines += [f"  {c['name']:<10} {size_text(c['size']):>9}  {c['entries']} entries  {c['path']}" for c in r.caches]
+    lines += [f"  {c['name']:<10} {size_text(c['size']):>9}  {plural(c['entries'], 'entry', 'entries')}  {c['path']}" for c in r.caches]
     lines += ["", "tools:"]
     for t in r.toolchain:
         lines.append(f"  {t.name:<13} {t.version or 'found' if t.found else 'not found'}" + (f"  ({t.path})" if t.found else ""))
@@ -71,7 +76,7 @@ def render(r: Any) -> str:
         cpu, mem = hw.get("cpu", {}), hw.get("memory", {})
         lines += ["", "hardware:", f"  cpu         {cpu.get('model') or cpu.get('vendor') or '?'} "
                   f"({cpu.get('physical_cores') or '?'} cores)"
-                  + (f", {mem['ram_total'] / 2 ** 30:.1f} GiB RAM" if mem.get("ram_total") else "")]
+                  + (f", {size_text(mem['ram_total'])} RAM" if mem.get("ram_total") else "")]
         lines += [f"  gpu         {g.get('name')} ({g.get('vendor')}, {g.get('kind')})" for g in hw.get("gpus", [])] \
             or ["  gpu         none found"]
         usable = [api["name"] for api in hw.get("apis", []) if api.get("usable")]
@@ -86,6 +91,9 @@ def render(r: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     given = {"home": args.home}  # the core resolves the Settings itself, to say where each path came from
+    if args.bundle and not Path(args.bundle).expanduser().is_dir() and not args.bundle.lower().endswith(BUNDLE_SUFFIXES):
+        raise UsageError(f"--bundle {args.bundle}: the name must end in {' or '.join(BUNDLE_SUFFIXES)} (the file is an "
+                         "archive of that kind)", f"for example --bundle {Path(args.bundle).stem or 'report'}.zip")
     if args.bundle:
         capturing = core.CapturingSystem(core.LiveSystem())
         report = doctor(None, given=given, system=capturing)

@@ -16,6 +16,7 @@ from .verify import (
     PROBE_NOISE,
     add_engine_arguments,
     add_runtime_arguments,
+    check_given_dirs,
     engine_options,
     no_runtime_says_what_to_do,
     runtime_from_args,
@@ -62,6 +63,7 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None) -> Tu
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count).validate()
     options = engine_options(args, settings)
     direct.check_outputs(direct.output_paths(args.output, request.batch_count))
+    check_given_dirs(args, "--runtime")
     direct.check_model(args.model)  # a missing or damaged model is reported before anything else starts
     return request, options
 

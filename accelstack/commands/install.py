@@ -26,11 +26,11 @@ from .common import (
 )
 from .interrupts import interruptible
 from .progress import progress_renderer
+from .progress_format import amount
 
 __all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
            "run_rollback", "run_uninstall", "run_gc", "TIMING_LABELS"]
 
-MiB = 1024 * 1024
 RAW = argparse.RawDescriptionHelpFormatter
 
 # How the summary names each timing: what was measured, not the step that happened to hold it.
@@ -108,14 +108,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status", help="what is installed and active, and whether it still fits this machine",
         description=_para("List the installed runtimes per stack: the active one and the previous one (for rollback), "
-        "where each came from (channel, manifest version, package version), whether its files are all there, "
-        "whether it still fits this machine's hardware and driver, and whether a newer build is published. "
+        "where each came from (channel, manifest version, package version), whether its files are unchanged since "
+        "install (their size, mtime and inode compared with the receipt, not re-hashed; --deep re-hashes every "
+        "file), whether it still fits this machine's hardware and driver, and whether a newer build is published. "
         "Reads only."),
         epilog="examples:\n"
         "  accelstack status\n"
+        "  accelstack status --deep                          re-hash every installed file against its receipt\n"
         "  accelstack status --json                          one result line for an app\n"
         "  accelstack status --offline                       without checking the channels for upgrades",
         formatter_class=RAW)
+    p.add_argument("--deep", action="store_true", help="re-hash every file of the active runtimes against their "
+                   "receipts (slower: reads every byte) instead of comparing size, mtime and inode")
     add_home_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run_status)
@@ -234,9 +238,34 @@ def _install_text(summary) -> str:
     return "\n".join(lines)
 
 
+def _health(st) -> str:
+    """The status badge: what the file check that ran can vouch for, and no more."""
+    if st.missing_files or st.changed_files or st.corrupt_files:
+        return "[damaged: run `accelstack repair`]"
+    if not st.healthy:
+        return "[needs attention]"
+    if not st.files:
+        return "[present; no file list to check]"
+    return {"hashes": "[healthy, re-hashed]", "metadata": "[healthy, not re-hashed]"}.get(st.checked, "[files present, not re-hashed]")
+
+
+def _files_line(st) -> str:
+    damage = [f"{n} {what}" for n, what in ((st.missing_files, "missing"), (st.changed_files, "changed since install"),
+                                            (st.corrupt_files, "different when re-hashed")) if n]
+    if damage:
+        return f"  files: {', '.join(damage)}, of {st.files}"
+    if st.checked in ("hashes", "metadata"):
+        return f"  files: all {st.files} re-hashed and matching the receipt" if st.checked == "hashes" else (
+            f"  files: all {st.files} match the receipt's size, mtime and inode (not re-hashed; "
+            "`accelstack status --deep` re-hashes them)")
+    return (f"  files: all {st.files} present, not re-hashed (this receipt recorded no mtimes or inodes to compare; "
+            "`accelstack status --deep` re-hashes them)")
+
+
 def run_status(args) -> int:
     s = settings_from_args(args)
-    stats = core.status(report=report_from(args, s), settings=s)
+    with progress_renderer(json_mode=args.json) as progress:  # only --deep reports progress (the hashing)
+        stats = core.status(report=report_from(args, s), settings=s, deep=args.deep, on_progress=progress)
     lines = [f"runtime home: {s.home}"]
     for st in stats:
         if not st.installed and not st.active:
@@ -244,9 +273,11 @@ def run_status(args) -> int:
             lines += problem_lines(st.problems)
             continue
         lines.append(f"{st.stack}: active {st.active or '(none)'}" + (f", previous {st.previous}" if st.previous else "")
-                     + ("" if not st.active else "  [healthy]" if st.healthy else "  [needs attention]"))
+                     + (f"  {_health(st)}" if st.active else ""))
         if st.receipt:
             r = st.receipt
+            if st.files:
+                lines.append(_files_line(st))
             lines.append(f"  from: {r.origin}")
             lines.append(f"  backend {r.backend}, installed {r.installed_at}, verified {r.verified_at} "
                          f"({r.verification.verdict}), at {st.runtime_path}")
@@ -267,14 +298,12 @@ def run_repair(args) -> int:
         rep = core.repair(settings=s, on_progress=watch.progress(progress))
     v = rep.verification
     verdict = f"check {v.verdict}" + (f": {v.reason}" if v is not None and not v.ok else "") if v is not None else "not checked"
-    lines = []
-    if rep.pointer_rebuilt:
-        lines.append("active.json was damaged: rebuilt from the receipts")
+    lines = [f"active runtime: {rep.active or rep.runtime} ({rep.active_reason})"] if rep.active_reason else []
     if rep.healthy:
         lines.append(f"runtime {rep.runtime}: all {rep.checked} files intact; {verdict}")
     else:
-        lines.append(f"runtime {rep.runtime}: {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} files; "
-                     f"restored {len(rep.fixed)}; {verdict}")
+        lines.append(f"runtime {rep.runtime}: found {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} "
+                     f"files; restored {len(rep.fixed)}; {verdict}")
         lines += [f"  fixed {f}" for f in rep.fixed]
     ok = v is None or v.ok
     emit(args, rep, "\n".join(lines), ok=ok)
@@ -299,13 +328,14 @@ def run_upgrade(args) -> int:
 
 
 def run_rollback(args) -> int:
-    state = core.rollback(settings=settings_from_args(args))
+    with progress_renderer(json_mode=args.json) as progress:  # a wait for the lock is shown
+        state = core.rollback(settings=settings_from_args(args), on_progress=progress)
     emit(args, state, f"active ggml runtime is now {state.active.get('ggml')} (previous: {state.previous.get('ggml', '-')})")
     return 0
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+    return amount(n, "B")  # the progress lines' units (KiB, MiB, GiB): one family everywhere
 
 
 def _uninstall_listing(preview) -> List[str]:
@@ -317,8 +347,14 @@ def _uninstall_listing(preview) -> List[str]:
     kept = [c for c in preview.kept if c.bytes]
     if kept:
         lines.append("these stay (`accelstack cache purge` removes them):")
-        lines += [f"  {c.name} cache  {_size(c.bytes)}  {c.path}" for c in kept]
+        lines += [f"  {c.name} cache  {_size(c.bytes)}  {c.path}" + (f"  ({c.note})" if c.note else "") for c in kept]
+    lines.append("not touched either: models you generate with, and torch runtimes (their environments are yours)")
     return lines
+
+
+def _question(preview) -> str:
+    """The confirmation, naming exactly what goes: each runtime id, and the space."""
+    return f"remove {', '.join(r.name for r in preview.runtimes)} ({_size(preview.bytes)}), keeping the caches? [y/N] "
 
 
 def run_uninstall(args) -> int:
@@ -332,14 +368,15 @@ def run_uninstall(args) -> int:
                              "pass --yes to remove them without a question")
         out = sys.stderr if args.json else sys.stdout
         print("\n".join(listing), file=out)
-        out.write("remove them? [y/N] ")
+        out.write(_question(preview))
         out.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             result = {"removed": [], "bytes_freed": 0, "cancelled": True, "kept": preview.kept}
             emit(args, result, "nothing removed", ok=False)
             return 1
         listing = []  # already shown
-    removed = core.uninstall(settings=s) if preview.runtimes else []  # nothing there: nothing created either
+    with progress_renderer(json_mode=args.json) as progress:  # a wait for the lock is shown
+        removed = core.uninstall(settings=s, on_progress=progress) if preview.runtimes else []  # nothing there: nothing created
     freed = sum(r.bytes for r in preview.runtimes if r.name in removed or r.note.startswith("left over"))
     done = [f"removed {len(removed)} runtime(s), freed {_size(freed)}"] + [f"  {r}" for r in removed] if removed else []
     text = "\n".join(listing + done)
@@ -349,8 +386,9 @@ def run_uninstall(args) -> int:
 
 def run_gc(args) -> int:
     s = settings_from_args(args)
-    rep = core.gc(settings=s)
-    text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {rep.bytes_freed / MiB:.1f} MiB"
+    with progress_renderer(json_mode=args.json) as progress:  # a wait for the lock is shown
+        rep = core.gc(settings=s, on_progress=progress)
+    text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {_size(rep.bytes_freed)}"
     if rep.blobs_kept_shared:
         text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
     left = [c for c in core.cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []

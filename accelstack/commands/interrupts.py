@@ -1,4 +1,4 @@
-"""Ctrl-C during `install`, `upgrade` or `repair`: say what state it left, not a traceback.
+"""Ctrl-C (or SIGTERM) during `install`, `upgrade` or `repair`: say what state it left, not a traceback.
 
 The previous runtime stays active until the new one has passed its check, and a partial
 download is resumed by the next run; the message says which of these happened.
@@ -37,7 +37,7 @@ class InterruptWatch:
             inner(event)
         return callback
 
-    def message(self) -> str:
+    def state(self) -> str:
         now = self._active()
         if now == self.before:
             state = f"nothing changed, previous runtime {now} still active" if now else "nothing changed, no runtime is active"
@@ -49,14 +49,18 @@ class InterruptWatch:
             state += f"; downloaded {round(partial / 1e6)} MB kept, re-run to resume"
         elif done:
             state += f"; the download ({round(done / 1e6)} MB) is kept in the cache for the next run"
-        return f"interrupted: {state}"
+        return state
+
+    def message(self) -> str:
+        return f"interrupted: {self.state()}"
 
 
 @contextlib.contextmanager
 def interruptible(settings: Settings, stack: str = "ggml") -> Iterator[InterruptWatch]:
-    """Turn Ctrl-C into :class:`~accelstack.errors.Interrupted` saying what state the machine is in."""
+    """Turn Ctrl-C (exit 130) or SIGTERM (:class:`~accelstack.errors.Terminated`, exit 143) into
+    :class:`~accelstack.errors.Interrupted` saying what state the machine is in."""
     watch = InterruptWatch(settings, stack)
     try:
         yield watch
-    except KeyboardInterrupt:
-        raise Interrupted(watch.message(), action=Action.RETRY) from None  # RETRY renders as "run the same command again"
+    except KeyboardInterrupt as exc:  # RETRY renders as "run the same command again"
+        raise Interrupted.by(exc, watch.state(), action=Action.RETRY) from None

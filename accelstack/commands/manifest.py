@@ -9,6 +9,7 @@ from typing import List
 from .. import core
 from ..core import manifest_tools
 from ..errors import AccelstackError, UsageError
+from ..events import as_utc_z
 from ..limits import MAX_DOCUMENT_INT
 from .common import emit, needs_subcommand, settings_from_args
 
@@ -157,7 +158,7 @@ def run_sign(args: argparse.Namespace) -> int:
     _emit(
         args,
         {"manifest": str(signed.manifest), "signature": str(signed.signature), "keyid": signed.keyid,
-         "source": envelope.source, "version": envelope.version, "expires": envelope.expires},
+         "source": envelope.source, "version": envelope.version, "expires": as_utc_z(envelope.expires)},
         f"signed {signed.manifest} ({envelope.source} version {envelope.version}, expires {envelope.expires}) "
         f"with key {signed.keyid}\n  signature: {signed.signature}",
     )
@@ -172,7 +173,7 @@ def run_verify(args: argparse.Namespace) -> int:
     _emit(
         args,
         {"ok": True, "manifest": str(manifest), "source": env.source, "version": env.version,
-         "kind": env.kind, "expires": env.expires, "signed": result.signed, "keyid": result.keyid},
+         "kind": env.kind, "expires": as_utc_z(env.expires), "signed": result.signed, "keyid": result.keyid},
         f"OK: {manifest}: {env.source} version {env.version} ({env.kind}), expires {env.expires}, "
         f"signed by {checked.signer}",
     )

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  accelstack plan --stack torch 'torch<2.7'         with a pin (says so when it cannot be met)\n"
         "  accelstack plan --stack torch --python 3.9        for a Python 3.9 environment\n"
         "  accelstack plan --hardware report.json --json     for a report from `accelstack detect --json`\n"
-        "  accelstack plan --stack ggml --manifest m.json    against a ggml variant manifest\n"
+        "  accelstack plan --stack ggml --manifest m.json    against a ggml variant manifest (in place of the channels)\n"
         f"  {BACKEND_ENV}=vulkan accelstack plan             force a backend\n"
         "exit status: 0 a plan was made as asked; 3 the request cannot be met here (see conflicts); "
         "1/2 errors.",
@@ -49,12 +49,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    manifests = manifests_with(args.manifest_files)  # --manifest: files to plan against, not Settings.manifests
     settings = settings_from_args(args, backend=args.backend)  # the option over $ACCELSTACK_BACKEND
+    notes = []
+    if args.manifest_files:  # --manifest: files to plan against, in place of the channels
+        manifests = manifests_with(args.manifest_files)
+    else:  # the channels `install` reads, verified as it verifies them (nothing is recorded)
+        trusted = core.plan_sources(settings, args.stack)
+        manifests = trusted.manifests
+        if core.stack_info(args.stack).reads_channels and not trusted.channels:
+            notes.append(core.NO_CHANNEL_LINE)
     check_backend(settings.backend, manifests, args.stack, option=args.backend is not None)
     report = report_from(args)  # a replayed machine's disk is measured at its own home, as `detect --replay` does
     plan = core.plan(report, args.stack, requirements=args.requirements, backend=settings.backend,
                      python=args.python, manifests=manifests, settings=settings)
+    plan.notes += notes
     if args.manifest_files:
         plan.notes.append(f"planned with {', '.join(args.manifest_files)} as given: signatures are checked when a manifest is installed from")
     ok = plan.status in ("ready", "needs-build") and not plan.conflicts

@@ -28,6 +28,8 @@ for a time estimate (verify's checks). The renderer is thread-safe; any command 
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import sys
 import threading
 import time
@@ -270,6 +272,8 @@ class ProgressRenderer:
             elif event.kind == "end" and total_bar is not None:
                 if event.ok and total_bar.total is not None:
                     total_bar.n = total_bar.total
+                if event.ok is False:
+                    total_bar.leave = False  # a failed stage leaves its words, not a bar that looks current
                 total_bar.refresh()
                 total_bar.close()
                 del self._totals[event.stage]
@@ -282,7 +286,7 @@ class ProgressRenderer:
             return
         if event.kind == "message":
             if event.message:
-                self._write(f"{event.task}: {event.message}")
+                self._write(f"{short(event.task)}: {event.message}")
             return
         bar = self._bars.get(key)
         if event.kind == "start" or (event.kind == "advance" and bar is None):
@@ -308,9 +312,9 @@ class ProgressRenderer:
             else:
                 took = 0.0
             if event.ok is False:  # the reason's first line: the command itself reports the error in full
-                self._write(f"{event.task}: failed after {duration(took)}" + (f": {first_line(event.message)}" if event.message else ""))
+                self._write(f"{short(event.task)}: failed after {duration(took)}" + (f": {first_line(event.message)}" if event.message else ""))
             elif took >= SHOW_DURATION or (event.message and self.verbosity >= 1):
-                self._write(f"{event.task}: done in {duration(took)}" + (f" ({event.message})" if event.message else ""))
+                self._write(f"{short(event.task)}: done in {duration(took)}" + (f" ({event.message})" if event.message else ""))
 
     def _advance(self, bar: Any, event: ProgressEvent, key: tuple) -> None:
         if event.extra.get("unit") and not bar.accelstack_unit:
@@ -338,19 +342,35 @@ class ProgressRenderer:
             total_bar.refresh()
 
     def _write(self, text: str) -> None:
+        """A line above the bars, cut to the terminal's width (COLUMNS-1) so it never wraps: the
+        command reports an error in full itself."""
+        width = _columns(self.stream)
+        if width:
+            text = "\n".join(line if len(line) < width else line[:width - 2] + "…" for line in text.splitlines())
         _tqdm().write(text, file=self.stream)
 
     def close(self) -> None:
+        """Stop; the bars still open (an error or Ctrl-C ends the work under them) are erased, so
+        what the command prints next is not under a step that no longer runs."""
         self._closed.set()
         with self._lock:
             for bar in list(self._bars.values()) + list(self._totals.values()):
                 try:
+                    bar.leave = False
                     bar.close()
                 except Exception:
                     pass
             self._bars.clear()
             self._totals.clear()
             self._tasks.clear()
+
+
+def _columns(stream: Any) -> int:
+    """The terminal's width (0: not a terminal, or it does not say), asked each time: a window resizes."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
 
 
 def _tqdm() -> Any:

@@ -1,27 +1,35 @@
 """`accelstack serve`: the library as a local HTTP service for apps, with a status page.
 
 The command parses its arguments into one ``Settings`` and a ``ServiceConfig``, announces where
-the service listens, and blocks until it is stopped; the service itself is
-:mod:`accelstack.service`'s.
+the service listens, logs each job's start and end on stderr (a line for people, or with
+``--json`` a JSON line: stdout keeps only the ``ready`` and ``result`` lines, so an app that reads
+one line never has to drain it), and blocks until it is stopped; the service itself is
+:mod:`accelstack.service`'s. Errors go over the wire as the CLI's own error line.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
+from typing import Any, Dict, Optional
 
+from ..events import iso_utc
+from ..service.jobs import Job
 from ..service.server import Ready, ServiceConfig, serve
 from .common import (
     FORMAT_VERSION,
     add_home_arguments,
     add_manifest_arguments,
     emit,
+    error_line,
     optional_path,
     report_from,
     settings_from_args,
 )
+from .progress_format import duration
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "job_log", "job_log_line"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
     config = ServiceConfig(settings=s, host=args.host, port=args.port, allow_remote=args.allow_remote,
                            cors_origins=list(args.cors_origin), parent_pid=args.parent_pid,
-                           models_dir=optional_path(args.models_dir), detector=lambda: report_from(args, s))
+                           models_dir=optional_path(args.models_dir), detector=lambda: report_from(args, s),
+                           describe=lambda command, exc: json.loads(error_line(command, exc)),
+                           on_job=lambda job: _log(job_log(job), bool(args.json)))
 
     def announce(ready: Ready) -> None:
         if args.json:  # an event line (the result line comes when the service stops)
@@ -73,3 +83,50 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, stopped, "")
     return 0
+
+
+def job_log(job: Job) -> Dict[str, Any]:
+    """What the serve log says of a job that started or ended: the JSON line of ``serve --json``."""
+    info = job.summary()
+    seconds = _seconds(info["started_at"], info["finished_at"]) if info["finished_at"] else None
+    error = info.get("error") or {}
+    return {"event": "job", "command": "serve", "ts": iso_utc(datetime.now(timezone.utc).timestamp()), "job": job.id,
+            "kind": job.kind, "state": info["state"], "seconds": seconds, "verdict": _verdict(info.get("result")),
+            "code": error.get("code"), "message": error.get("message"), "hint": error.get("hint")}
+
+
+def job_log_line(entry: Dict[str, Any]) -> str:
+    """The same for people: ``<time>  job <id>  <kind> started``, then ``<kind> <state> in <duration>:
+    <verdict, or the error and its hint>``."""
+    state = "started" if entry["state"] == "running" else entry["state"]
+    head = f"{entry['ts']}  job {entry['job']}  {entry['kind']} {state}"
+    if entry["seconds"] is not None:
+        head += f" {'after' if entry['state'] == 'cancelled' else 'in'} {duration(entry['seconds'])}"
+    if entry["verdict"]:
+        head += f": {entry['verdict']}"
+    elif entry["message"] and entry["state"] != "cancelled":
+        head += f": {entry['message']}" + (f" ({entry['hint']})" if entry["hint"] else "")
+    return head
+
+
+def _log(entry: Dict[str, Any], as_json: bool) -> None:
+    text = json.dumps(entry, separators=(",", ":")) if as_json else job_log_line(entry)
+    print(text, file=sys.stderr, flush=True)
+
+
+def _seconds(start: str, end: str) -> Optional[float]:
+    try:
+        a, b = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ") for t in (start, end))
+    except ValueError:  # cancelled before it started: no start time
+        return None
+    return round((b - a).total_seconds(), 3)
+
+
+def _verdict(result: Any) -> Optional[str]:
+    """The verify verdict a job's result carries: verify's own, or that of an install's check."""
+    if not isinstance(result, dict):
+        return None
+    for holder in (result, result.get("verification"), (result.get("receipt") or {}).get("verification")):
+        if isinstance(holder, dict) and isinstance(holder.get("verdict"), str):
+            return str(holder["verdict"])
+    return None

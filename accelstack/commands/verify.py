@@ -17,7 +17,7 @@ from ..settings import Settings
 from .common import emit, settings_from_args
 from .progress import progress_renderer
 
-__all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options",
+__all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options", "check_given_dirs",
            "active_runtime", "no_runtime_says_what_to_do", "runtime_from_args", "register", "run", "render"]
 
 # The probe model's weights are random by design (nothing is downloaded): its image proves the
@@ -67,6 +67,26 @@ def engine_options(args: argparse.Namespace, settings: Optional[Settings] = None
         "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,
         "weight_type": args.weight_type, "memory_check": args.memory_check,
     })
+
+
+def check_given_dirs(args: argparse.Namespace, *flags: str) -> None:
+    """A folder named on the command line (``--runtime``, ``--cpu-runtime``) that is not there is
+    a usage error (exit 2), said before any work, like any other missing input."""
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value and not Path(value).expanduser().is_dir():
+            what = "does not exist" if not Path(value).expanduser().exists() else "is not a folder"
+            raise UsageError(f"{flag} {value} {what}", "name the folder a runtime is installed in "
+                             "(`accelstack status` shows the installed ones)")
+
+
+def _check_verify_args(args: argparse.Namespace) -> None:
+    """Everything verify can refuse without work: the output image, the folders, the tolerance."""
+    if args.output:
+        direct.check_outputs([Path(args.output)])  # the path as it will be written
+    check_given_dirs(args, "--runtime", "--cpu-runtime")
+    if args.tolerance is not None and not 0 <= args.tolerance <= 255:  # NaN fails both
+        raise UsageError(f"--tolerance must be from 0 to 255 (a mean difference of pixel values), got {args.tolerance:g}")
 
 
 def active_runtime(stack: str = "ggml"):
@@ -131,6 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_verify_args(args)
     named = core.stack_for_backend(args.backend)
     if named is not None:  # a stack's environment (torch): its own check, no probe generation on the engine
         return _run_stack_check(args, named.name)

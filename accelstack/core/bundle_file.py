@@ -93,6 +93,8 @@ class BundleSummary:
     timings: Dict[str, float] = field(default_factory=dict)
     sha256: str = ""  # of the bundle file: compare it on the other side when the copy is not trusted
     python: str = ""  # torch: the target's Python version the wheels are for
+    # ggml: the public keys (base64) that verify its manifest, each a --trusted-key of the offline install
+    trusted_keys: List[str] = field(default_factory=list)
 
 
 def sha256_of(path: Path) -> str:
@@ -155,7 +157,9 @@ def read_bundle(path: Path, root: Path) -> OpenedBundle:
     try:
         fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
-        raise BundleError(f"cannot open the bundle {path} ({exc.strerror or exc})", "give the path of a bundle file") from None
+        err = BundleError(f"cannot open the bundle {path} ({exc.strerror or exc})", "give the path of a bundle file")
+        err.exit_code = 2  # a missing input file is a usage error, as everywhere
+        raise err from None
     with os.fdopen(fd, "rb") as raw:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise BundleError(f"{path} is not a regular file; not a bundle")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from .caches import cache_infos
 from .detection import detect
 from .planning import hardware_fingerprint, remembered_channels
 
-__all__ = ["DoctorReport", "PathInfo", "Tool", "doctor", "write_bundle", "TOOLS", "path_origins"]
+__all__ = ["DoctorReport", "PathInfo", "Tool", "doctor", "write_bundle", "TOOLS", "path_origins", "version_line"]
 
 # Tools a build or a GPU check may need: (name shown, executables tried in order, version flag).
 TOOLS = [
@@ -111,7 +112,7 @@ def path_origins(settings: Settings, given: Mapping[str, Any], env: Optional[Map
             origin = "default"
             if name in ("build_cache", "probe_cache") and value.parent == settings.cache and settings.cache != dirs["cache"]:
                 origin = "default (inside the cache)"
-        out.append(PathInfo(name, str(value), origin, value.exists()))
+        out.append(PathInfo(name, str(value.absolute()), origin, value.exists()))  # a relative one: where it really is
     out.append(PathInfo("state", str(settings.state_dir), "inside the home", settings.state_dir.exists()))
     return out
 
@@ -133,8 +134,17 @@ def _version(cmd: List[str]) -> str:
     lines = [line.strip() for line in (done.stdout or done.stderr).splitlines() if line.strip()]
     if not lines:
         return f"(exit {done.returncode}, no output)"
-    with_number = [line for line in lines if any(ch.isdigit() for ch in line)]  # nvcc: the "release" line
-    return (with_number or lines)[0][:200]
+    return version_line(lines)[:200]
+
+
+def version_line(lines: List[str]) -> str:
+    """The line of a ``--version`` output that gives the version: one saying ``release`` or
+    ``version`` with a number (nvcc's "Cuda compilation tools, release 12.4, V12.4.131", not its
+    "Copyright (c) 2005-2024" or "Built on" lines), else the first with a dotted number."""
+    dotted = re.compile(r"\d+\.\d+")
+    named = [line for line in lines if re.search(r"(?i)\b(release|version)\b", line) and dotted.search(line)]
+    numbered = [line for line in lines if dotted.search(line) and not re.match(r"(?i)(copyright|built on)\b", line)]
+    return (named or numbered or lines)[0]
 
 
 def toolchain() -> List[Tool]:
@@ -261,7 +271,7 @@ def write_bundle(path: Path, report: DoctorReport, capture_dir: Optional[Path], 
         members.append(("doctor.txt", text.encode()))
     files = sorted(p for p in capture_dir.rglob("*") if p.is_file() and not p.is_symlink()) if capture_dir else []
     with replacing(path, mode=0o600, make_parents=True) as fh:  # what a machine showed: for its owner's eyes
-        if path.name.endswith((".tar.gz", ".tgz")):
+        if path.name.lower().endswith((".tar.gz", ".tgz")):
             with tarfile.open(fileobj=fh, mode="w:gz") as tar:
                 for name, data in members:
                     info = tarfile.TarInfo(name)

@@ -14,7 +14,7 @@ progress only through ``on_progress``. How it runs is :class:`~.options.InstallO
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
@@ -23,9 +23,8 @@ from ..settings import Settings
 from .context import InstallJob, home_of
 from .detection import detect
 from .fallback import install_with_fallback
-from .local_build import NO_CHANNEL_LINE
 from .options import InstallOptions, Services
-from .planning import load_manifests
+from .planning import NO_CHANNEL_LINE, DocumentFetcher, plan_sources
 from .planning import plan as make_plan
 from .results import InstallSummary
 from .stacks import default_stack, driver, stack_info
@@ -56,27 +55,30 @@ def install(plan: Optional[Plan] = None, *, stack: Optional[str] = None, require
     name = stack or default_stack()
     d, known = driver(name), stack_info(name)
     d.check_request(report, s.backend if backend is None else backend, s)  # before any download or build
+    trusted = opts.trusted
+    docs = _KeptDocuments(job.fetcher)  # read once: for the request's check, then for the install
+    if trusted is None:  # the sources `plan` reads too; nothing is written until the request is known good
+        trusted = plan_sources(s, name, record=False, progress=progress, prefer_remembered=opts.prefer_remembered,
+                               fetcher=docs)
+    notes = []
+    if known.reads_channels and not trusted.channels:  # said once: the result's notes show it, the log too
+        notes.append(NO_CHANNEL_LINE)
+        progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE, extra={"level": "debug"}))
+    p = make_plan(report, name, requirements=requirements, backend=backend, settings=s,
+                  manifests=trusted.manifests, on_progress=progress)
+    if p.status == "unsatisfiable":  # a refused request (a bogus --backend) leaves no home behind
+        raise d.unsatisfiable(p, trusted)
     if not opts.dry_run:
         home_of(s).ensure()  # an unusable home is said plainly before any manifest version is recorded in it
-    trusted = opts.trusted
-    if trusted is None and known.reads_channels:
-        trusted = load_manifests(s, record=not opts.dry_run, progress=progress, prefer_remembered=opts.prefer_remembered,
-                                 fetcher=job.fetcher)
-        job = dataclasses.replace(job, options=dataclasses.replace(opts, trusted=trusted))
-    notes = []
-    if known.reads_channels and trusted is not None and not trusted.channels:
-        notes.append(NO_CHANNEL_LINE)
-        progress(ProgressEvent("message", "plan", message=NO_CHANNEL_LINE))
-    p = make_plan(report, name, requirements=requirements, backend=backend, settings=s,
-                  manifests=trusted.manifests if trusted is not None else None, on_progress=progress)
-    if p.status == "unsatisfiable":
-        raise d.unsatisfiable(p, trusted)
+        if opts.trusted is None:  # the same documents verified again, their versions recorded now
+            trusted = plan_sources(s, name, record=True, prefer_remembered=opts.prefer_remembered, fetcher=docs)
+    job = dataclasses.replace(job, options=dataclasses.replace(opts, trusted=trusted))
     if opts.dry_run or not (opts.fallback and d.retries_candidates and p.ok):
         summary = _install_plan(p, job)
     else:  # a build that fails verify here gives way to the plan's next candidate (issue 12)
         summary = install_with_fallback(p, lambda candidate: _install_plan(candidate, job),
                                         lambda variant: make_plan(report, name, requirements=requirements, backend=variant,
-                                                                  settings=s, manifests=trusted.manifests if trusted else None,
+                                                                  settings=s, manifests=trusted.manifests,
                                                                   on_progress=progress),
                                         progress)
     summary.notes = notes + summary.notes
@@ -86,3 +88,24 @@ def install(plan: Optional[Plan] = None, *, stack: Optional[str] = None, require
 def _install_plan(plan: Plan, job: InstallJob) -> InstallSummary:
     d = driver(plan.stack)
     return d.dry_run(plan, job) if job.options.dry_run else d.install(plan, job)
+
+
+class _KeptDocuments:
+    """The documents of ``fetcher``, each read from it once (an install verifies the channels'
+    manifests before and after it knows the request is good, from the same bytes)."""
+
+    def __init__(self, fetcher: DocumentFetcher) -> None:
+        self.fetcher = fetcher
+        self.kept: Dict[str, Optional[bytes]] = {}
+
+    def document(self, url: str) -> bytes:
+        if url not in self.kept:
+            self.kept[url] = self.fetcher.document(url)
+        found = self.kept[url]
+        assert found is not None
+        return found
+
+    def optional_document(self, url: str) -> Optional[bytes]:
+        if url not in self.kept:
+            self.kept[url] = self.fetcher.optional_document(url)
+        return self.kept[url]

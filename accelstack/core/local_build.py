@@ -21,14 +21,14 @@ from ..manifests.plan import Plan
 from ..manifests.resolve import Manifests
 from ..manifests.schema import parse_manifest
 from ..publisher.build import build_ggml, build_options
-from ..publisher.build_cache import cache_key, remembered_sha256, sha256_file
+from ..publisher.build_cache import cache_key, in_cache, remembered_sha256, sha256_file
 from ..publisher.errors import BuildError
 from ..publisher.publish import manifest_of
-from ..publisher.sdist import sdist_name
+from ..publisher.sdist import offline_source_error, sdist_name
 from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, cuda_targets, find_cuda_toolkit
 from ..settings import Settings, cuda_env
 from .options import Builder
-from .planning import LOCAL_SOURCE, TrustedSet, plan
+from .planning import LOCAL_SOURCE, NO_CHANNEL_LINE, TrustedSet, plan
 
 __all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "build_locally", "build_sentence", "cached_local_build",
            "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant", "needs_cuda12",
@@ -107,14 +107,12 @@ def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Seq
         return ""
     try:
         digest = remembered_sha256(sdist) or sha256_file(sdist)  # what build_ggml remembered, read only
-        record = json.loads((build_cache / cache_key(digest, variant, cmake_args, toolkit) / "build.json").read_text())
-        wheel = str(record.get("wheel", "")) if isinstance(record, dict) else ""
+        key = cache_key(digest, variant, cmake_args, toolkit)
+        record = json.loads((build_cache / key / "build.json").read_text())
+        wheel = in_cache(str(record.get("wheel", "")), build_cache, key) if isinstance(record, dict) else ""
     except (OSError, ValueError):
         return ""
     return wheel if wheel and Path(wheel).is_file() else ""
-
-
-NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
 
 
 class NoChannelError(AccelstackError):
@@ -205,12 +203,19 @@ def local_cuda_archs(plan: Plan, report: HardwareReport) -> Optional[List[str]]:
 def build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
                   progress: ProgressCallback, channels: bool = True, builder: Builder = build_ggml) -> Manifests:
     """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
-    without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver."""
-    progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
+    without one fails in ``build_ggml`` naming what is missing) and offer it to the resolver.
+    Offline, a miss without the source in the build cache is an ``OfflineError`` before any work."""
     variant = local_variant(plan, report)
-    archs: Optional[List[str]] = None
-    if variant in CUDA_VARIANTS:
-        archs = local_cuda_archs(plan, report)
+    archs = local_cuda_archs(plan, report) if variant in CUDA_VARIANTS else None
+    cached = cached_local_build(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
+    if cached:  # a cache hit compiles nothing: it is not "building from source"
+        progress(ProgressEvent("message", "plan", message=f"no published build fits; reusing the {variant} build "
+                                                          f"already in the build cache: {cached}"))
+    else:
+        if s.offline and not (s.build_cache / "sdist" / sdist_name()).is_file():
+            raise offline_source_error(s.build_cache / "sdist")  # before the lock's wait, a download or a compile
+        progress(ProgressEvent("message", "plan", message="no published build fits; building one from source"))
+    if variant in CUDA_VARIANTS and not cached:
         if archs:
             said = f"compiling {variant} only for this machine's GPU: {', '.join('sm_' + a for a in archs)}"
         else:

@@ -58,8 +58,9 @@ def active_backend_request(s: Settings, stack: str) -> str:
 
 def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier: Optional[Verifier] = None,
            services: Optional[Services] = None, on_progress: Optional[ProgressCallback] = None) -> RepairReport:
-    """Rebuild a damaged ``active.json`` from the receipts, restore the active runtime's missing or
-    corrupt files (package metadata included) and verify it again."""
+    """Rebuild a damaged ``active.json`` (from its last good copy, else the receipts), restore the
+    active runtime's missing or corrupt files (package metadata included) and verify it again. The
+    report names the runtime now active and why (``active``, ``active_reason``)."""
     d = driver(stack)
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
@@ -68,28 +69,37 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
         return d.repair(s, verifier, svc.fetcher_for(s), progress)  # it says how that stack is repaired instead
     home, lock = prepare_home(s, "repair", progress)
     with lock:
-        _, rebuilt = active_or_rebuild(home)
-        recover(home)
+        _, why = active_or_rebuild(home)
+        recovered = [line for line in recover(home) if line.startswith(f"{stack}:")]
         rep = d.repair(s, verifier, svc.fetcher_for(s), progress)
-        rep.pointer_rebuilt = rebuilt
+        rep.pointer_rebuilt = why is not None
+        rep.active = rep.runtime
+        if recovered:  # the pointer named an incomplete runtime: recover went back to the previous one
+            rep.active_reason = recovered[-1].split(": ", 1)[1]
+        elif why is not None:
+            rep.active_reason = f"active.json was damaged and has been rebuilt: {why.get(stack, 'no runtime is named')}"
+        else:
+            rep.active_reason = "active.json names it; repair did not change which runtime is active"
     if rep.unrepairable:
         raise unrepairable_error(rep)
     return rep
 
 
-def rollback(*, stack: str = "ggml", settings: Optional[Settings] = None) -> Active:
-    """Switch back to the previous runtime of ``stack``."""
+def rollback(*, stack: str = "ggml", settings: Optional[Settings] = None,
+             on_progress: Optional[ProgressCallback] = None) -> Active:
+    """Switch back to the previous runtime of ``stack`` (``on_progress`` hears a wait for the lock)."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "rollback")
+    home, lock = prepare_home(s, "rollback", on_progress or null_progress)
     with lock:
         recover(home)
         return maintenance.rollback(home, stack)
 
 
-def uninstall(*, stack: str = "ggml", settings: Optional[Settings] = None) -> List[str]:
+def uninstall(*, stack: str = "ggml", settings: Optional[Settings] = None,
+              on_progress: Optional[ProgressCallback] = None) -> List[str]:
     """Remove every runtime of ``stack`` (a torch environment itself is never touched)."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "uninstall")
+    home, lock = prepare_home(s, "uninstall", on_progress or null_progress)
     with lock:
         recover(home)
         return maintenance.uninstall(home, stack)
@@ -170,23 +180,26 @@ def uninstall_preview(*, stack: str = "ggml", settings: Optional[Settings] = Non
     return out
 
 
-def gc(*, settings: Optional[Settings] = None) -> maintenance.GcReport:
+def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None) -> maintenance.GcReport:
     """Remove inactive runtimes (keeping the previous one) and downloads no home needs any more."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "gc")
+    home, lock = prepare_home(s, "gc", on_progress or null_progress)
     with lock:
         recover(home)
         return maintenance.gc(home, Cache(s.cache))
 
 
 def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
-           check_upgrades: bool = True) -> List[maintenance.StackStatus]:
-    """What is installed and active, whether its files are all there, whether it still fits this
-    machine, and (from the manifests) whether a newer build would be chosen now. Reads only."""
+           check_upgrades: bool = True, deep: bool = False,
+           on_progress: Optional[ProgressCallback] = None) -> List[maintenance.StackStatus]:
+    """What is installed and active, whether its files are there and unchanged since install (size,
+    mtime and inode against the receipt; ``deep``: every file re-hashed, with progress), whether it
+    still fits this machine, and (from the manifests) whether a newer build would be chosen now.
+    Each stack's ``checked`` says which file check ran. Reads only."""
     s = settings or Settings.resolve()
     home = home_of(s)
     report = report if report is not None else detect(settings=s)
-    out = maintenance.local_status(home, hardware_fingerprint(report))
+    out = maintenance.local_status(home, hardware_fingerprint(report), deep=deep, progress=on_progress or null_progress)
     for st in out:
         if st.receipt is None or not check_upgrades:
             continue

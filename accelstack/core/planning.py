@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import List, Optional, Protocol, Sequence, Tuple, cast
 
 from .. import artifacts  # the documents on first use: a plan from a saved report loads no HTTP stack
-from ..artifacts.errors import FetchError
+from ..artifacts.errors import FetchError, OfflineError
 from ..domain import Stack
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..fsio import write_text
+from ..fsio import write_bytes, write_text
 from ..hardware.report import HardwareReport
 from ..installer.pip_runner import ensure_venv, python_version, venv_python
 from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json
@@ -31,12 +31,13 @@ from ..settings import Channel, Settings
 from .detection import detect
 from .stacks import stack_info
 
-__all__ = ["LOCAL_SOURCE", "DocumentFetcher", "NetworkDocuments", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
-           "configured_channels", "fetch_channel", "hardware_fingerprint", "load_manifests", "plan", "remember_channels",
-           "remembered_channels", "target_interpreter", "target_version", "with_keys"]
+__all__ = ["LOCAL_SOURCE", "NO_CHANNEL_LINE", "DocumentFetcher", "NetworkDocuments", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
+           "configured_channels", "fetch_channel", "hardware_fingerprint", "load_manifests", "plan", "plan_sources", "remember_channels",
+           "remembered_channels", "save_manifest", "saved_manifest", "target_interpreter", "target_version", "with_keys"]
 
 log = logging.getLogger(__name__)
 LOCAL_SOURCE = "local-build"
+NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
 
 
 def hardware_fingerprint(report: HardwareReport) -> str:
@@ -65,7 +66,7 @@ class TrustedSet:
     manifests: Manifests
     loaded: List[LoadedManifest]
     channels: List[Channel] = field(default_factory=list)
-    remember: bool = True  # an install remembers ``channels`` for status and upgrade (not a bundle's)
+    remember: bool = True  # an install remembers ``channels`` for status and upgrade (a bundle its own channel)
 
 
 class DocumentFetcher(Protocol):
@@ -177,17 +178,67 @@ def load_manifests(settings: Settings, *, record: bool = True, progress: Progres
     mirrors are tried in turn when its URL cannot be fetched.
 
     ``record=False`` checks rollback without raising the watermark (status, dry runs); ``fetcher``
-    reads the documents (default: accelstack.artifacts over the network)."""
+    reads the documents (default: accelstack.artifacts over the network). Offline
+    (``settings.offline``) each channel's manifest is the copy an install (or a bundle) verified
+    last in this home, verified again: an :class:`OfflineError` names a channel without one."""
     manifests = Manifests.builtin()
     loaded: List[LoadedManifest] = []
     chosen = list(channels) if channels is not None else active_channels(settings, prefer_remembered=prefer_remembered)
     for channel in chosen:
         trusted = trust_for(channel, settings)  # a check with record=False only reads
-        data, sig, url = fetch_channel(channel, progress, fetcher)
+        if settings.offline:  # never the network: the copy this home verified last, checked again
+            data, sig, url = saved_manifest(settings, channel)
+        else:
+            data, sig, url = fetch_channel(channel, progress, fetcher)
         verified = trusted.verify(data, sig, url, expect="ggml", record=record)
+        if record and not settings.offline:
+            save_manifest(settings, channel.name, data, sig)
         manifests.add(verified.manifest)
         loaded.append(LoadedManifest(url, verified.envelope.source, verified.envelope.version, channel.name))
     return TrustedSet(manifests, loaded, chosen)
+
+
+def _saved_path(settings: Settings, name: str) -> Path:
+    return settings.state_dir / "manifests" / f"{name}.json"
+
+
+def save_manifest(settings: Settings, name: str, data: bytes, signature: Optional[bytes]) -> None:
+    """Keep the manifest (and signature) of channel ``name`` an install verified, for offline runs."""
+    path = _saved_path(settings, name)
+    write_bytes(path, data, make_parents=True)
+    sig = path.with_name(path.name + ".sig")
+    if signature is not None:
+        write_bytes(sig, signature, make_parents=True)
+    else:
+        sig.unlink(missing_ok=True)
+
+
+def saved_manifest(settings: Settings, channel: Channel) -> Tuple[bytes, Optional[bytes], str]:
+    """The manifest of ``channel`` kept by :func:`save_manifest` (offline mode reads only this)."""
+    path = _saved_path(settings, channel.name)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise OfflineError(f"offline mode: the manifest of channel {channel.name} ({channel.url}) has not been read "
+                           "by an install in this home, and offline it is not fetched",
+                           "install from an offline bundle made on a machine with network access "
+                           "(`accelstack bundle create`), or run once without --offline") from None
+    try:
+        sig: Optional[bytes] = path.with_name(path.name + ".sig").read_bytes()
+    except OSError:
+        sig = None
+    return data, sig, channel.url
+
+
+def plan_sources(settings: Settings, stack: str, *, record: bool = False, progress: ProgressCallback = null_progress,
+                 prefer_remembered: bool = False, fetcher: Optional[DocumentFetcher] = None) -> TrustedSet:
+    """What a plan for ``stack`` is made from, one answer for `plan` and `install`: the builtin
+    knowledge, and for a stack that reads channels the active channels' verified manifests
+    (:func:`load_manifests`; no ``channels``: none is configured)."""
+    if not stack_info(stack).reads_channels:
+        return TrustedSet(Manifests.builtin(), [], [])
+    return load_manifests(settings, record=record, progress=progress, prefer_remembered=prefer_remembered,
+                          fetcher=fetcher)
 
 
 def fetch_channel(channel: Channel, progress: ProgressCallback,
@@ -238,7 +289,7 @@ def plan(report: Optional[HardwareReport] = None, stack: str = "ggml", *, requir
     if known.needs_python and python is None:
         python = target_version(s)
     if manifests is None:
-        manifests = load_manifests(s, record=False, progress=progress).manifests if known.reads_channels else Manifests.builtin()
+        manifests = plan_sources(s, known.name, progress=progress).manifests
     request = Request(stack=cast(Stack, known.name), requirements=list(requirements), backend=s.backend if backend is None else backend,
                       python=python or "", engine=s.torch_engine)
     return resolve(report, request, manifests)

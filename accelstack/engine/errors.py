@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..errors import AccelstackError, Action
+from ..errors import AccelstackError, Action, NotPossibleHere
 
 __all__ = ["EngineError", "ConfigError", "ProbeModelError", "RuntimeNotFoundError", "WorkerStartError", "WorkerCrashedError",
-           "ModelLoadError", "GenerationError", "InvalidRequestError", "InsufficientMemoryError", "CancelledError"]
+           "ModelLoadError", "ModelNotFoundError", "GenerationError", "InvalidRequestError", "OutputPathError",
+           "OutputWriteError", "InsufficientMemoryError", "CancelledError"]
 
 
 class EngineError(AccelstackError):
@@ -60,6 +61,12 @@ class ModelLoadError(EngineError):
     default_action = Action.FIX_INPUT
 
 
+class ModelNotFoundError(ModelLoadError):
+    """The model path names nothing: a missing input file, a usage error (exit 2) like a bad value."""
+
+    exit_code = 2
+
+
 class GenerationError(EngineError):
     """A generation request was invalid or failed inside the worker."""
 
@@ -72,9 +79,24 @@ class InvalidRequestError(GenerationError):
     exit_code = 2
 
 
-class InsufficientMemoryError(GenerationError):
-    """The estimate of a generation's memory exceeds what the machine has (nothing was started)."""
+class OutputPathError(GenerationError):
+    """An output path an image cannot be written to (a folder, a FIFO, a link, a folder that cannot
+    be written): a usage error (exit 2), refused before any work starts."""
 
+    exit_code = 2
+
+
+class OutputWriteError(GenerationError):
+    """Writing an image failed after the work (the disk filled up, the folder went away)."""
+
+    default_action = Action.FREE_DISK
+
+
+class InsufficientMemoryError(GenerationError, NotPossibleHere):
+    """The estimate of a generation's memory exceeds what the machine has (nothing was started):
+    this size cannot be done on this machine (exit 3), whatever is retried."""
+
+    exit_code = 3
     default_action = Action.FIX_INPUT
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Union
 
-from .. import __version__
+from .. import __version__, fsio
 from ..events import ProgressCallback, null_progress
 from ..hardware.live import LiveSystem
 from .config import EngineOptions
-from .errors import GenerationError
+from .errors import GenerationError, OutputPathError
 from .memory import UNET_SHARE, MemoryEstimate, check, estimate
 from .modelfile import check_model
 from .png import parameters_text, write_png
@@ -72,7 +72,7 @@ NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, A
 
 
 def _output_error(path: Path, reason: str, hint: str) -> GenerationError:
-    return GenerationError(f"cannot write the image to {path}: {reason}", hint=hint)
+    return OutputPathError(f"cannot write the image to {path}: {reason}", hint=hint)
 
 
 def check_outputs(paths: List[Path]) -> List[Path]:
@@ -89,13 +89,15 @@ def check_outputs(paths: List[Path]) -> List[Path]:
             if len(os.fsencode(part)) > NAME_MAX:
                 raise _output_error(path, f"a name in it is longer than {NAME_MAX} bytes", "use a shorter file name")
         try:
-            st = os.stat(path)
+            st = os.lstat(path)  # a link is refused, not followed: the image would land where it points
         except FileNotFoundError:
             st = None
         except NotADirectoryError:
             raise _output_error(path, "a part of the path is a file, not a folder", "choose a path inside a folder") from None
         except OSError as exc:
             raise _output_error(path, exc.strerror or str(exc), "choose another output path") from None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise _output_error(path, "it is a symbolic link", "name the file itself, not a link to it")
         if st is not None and stat.S_ISDIR(st.st_mode):
             raise _output_error(path, "it is an existing folder", f"name a file, such as {path / 'image.png'}")
         if st is not None and not stat.S_ISREG(st.st_mode):
@@ -115,6 +117,11 @@ def check_outputs(paths: List[Path]) -> List[Path]:
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise _output_error(path, f"the folder {ancestor} is not writable",
                                 "choose a folder you can write to")
+        try:  # what access() cannot tell (/proc, a read-only mount, root): write a file there and remove it
+            fsio.write_bytes(ancestor / f".accelstack-write-test-{os.getpid()}", b"", durable=False).unlink()
+        except OSError as exc:
+            raise _output_error(path, f"the folder {ancestor} cannot be written to ({exc.strerror or exc})",
+                                "choose a folder you can write to") from None
     return paths
 
 

@@ -127,17 +127,19 @@ def check(est: MemoryEstimate, request: GenerateRequest, options: EngineOptions,
         ways = []
         side = largest_side(have, fixed, options, request.batch_count)
         if side and side < max(request.width, request.height):
-            ways.append(f"a smaller image (about {side}x{side} fits)")
+            ways.append(f"a smaller image (about {side}x{side} fits: --width {side} --height {side})")
         if not options.vae_tiling:
-            ways.append("VAE tiling (the engine option vae_tiling)")
+            ways.append("VAE tiling (--vae-tiling)")
         if not options.flash_attention:
-            ways.append("flash attention (the engine option flash_attention)")
+            ways.append("flash attention (--flash-attention)")
         if request.batch_count > 1:
-            ways.append("a smaller batch")
+            ways.append("a smaller batch (--batch-count)")
+        if what == "GPU memory" and not options.offload_to_cpu:
+            ways.append("weights kept in RAM until needed (--offload-to-cpu)")
         if est.weights > have // 2:
             ways.append("a smaller (quantized) model")
         raise InsufficientMemoryError(
             f"a {size} generation needs about {_gib(need)} of {what} ({est.describe()}), "
             f"but {_gib(have)} is available",
             hint="use " + (", or ".join(ways) if ways else "a machine with more memory")
-            + "; the memory check can be turned off (the engine option memory_check) if the estimate is wrong")
+            + "; if the estimate is wrong, --no-memory-check turns the check off (memory_check: false in config.yaml)")

@@ -23,7 +23,7 @@ from typing import BinaryIO, Union
 
 from ..limits import MAX_CKPT_PICKLE_BYTES
 from .ckpt_check import TORCH_LEGACY_PICKLES, check_pickles, zip_checkpoint
-from .errors import ModelLoadError
+from .errors import ModelLoadError, ModelNotFoundError
 from .gguf_check import gguf_tensors
 from .model_io import fail, open_regular
 from .probe_layout import probe_weights
@@ -49,7 +49,7 @@ def _stat(path: Path) -> os.stat_result:
     try:
         return os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
-        raise ModelLoadError(f"model {path} does not exist",
+        raise ModelNotFoundError(f"model {path} does not exist",
                              hint="check the path (use an absolute path if in doubt)") from None
     except ValueError:
         raise ModelLoadError("the model path contains a NUL character", hint="check the path") from None

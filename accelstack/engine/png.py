@@ -7,11 +7,15 @@ so other tools show them. Writing needs only zlib; the reader exists so that tes
 """
 from __future__ import annotations
 
+import errno
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Union
+
+from .. import fsio
+from .errors import OutputPathError, OutputWriteError
 
 __all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "parameters_text", "SIGNATURE"]
 
@@ -64,13 +68,20 @@ def encode_png(width: int, height: int, rgb: bytes, text: Union[Dict[str, str], 
 
 def write_png(path: Union[str, Path], width: int, height: int, rgb: bytes,
               text: Union[Dict[str, str], None] = None) -> Path:
-    """Write atomically (a temporary file renamed into place)."""
+    """Write atomically (a temporary file renamed into place), making missing folders. An OSError is
+    a typed error naming the path: :class:`OutputWriteError` when the disk is full,
+    :class:`OutputPathError` (a usage error) for a path that cannot take a file."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".part")
-    tmp.write_bytes(encode_png(width, height, rgb, text))
-    tmp.replace(target)
-    return target
+    data = encode_png(width, height, rgb, text)
+    try:
+        return fsio.write_bytes(target, data, make_parents=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise OutputWriteError(f"cannot write the image to {target}: {reason}",
+                                   hint="free some space or choose another output path") from None
+        raise OutputPathError(f"cannot write the image to {target}: {reason}",
+                              hint="choose an output path in a folder you can write to") from None
 
 
 def _paeth(a: int, b: int, c: int) -> int:

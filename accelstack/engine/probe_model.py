@@ -77,6 +77,7 @@ from .. import fsio
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..limits import read_capped
+from ..serde import size_text
 from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
@@ -320,8 +321,8 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
     need = DTYPES[DTYPE] * total + (1 << 20)
     if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
-            f"not enough disk space for the probe model at {root}: {need / 1e9:.1f} GB needed, "
-            f"{free / 1e9:.1f} GB free", hint="free disk space or use a cache directory on a bigger disk",
+            f"not enough disk space for the probe model at {root}: {size_text(need)} needed, "
+            f"{size_text(free)} free", hint="free disk space or use a cache directory on a bigger disk",
             action=Action.FREE_DISK)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{name}-", dir=root))
     tmp.chmod(0o755)  # mkdtemp makes it private; the probe is a shareable cache entry
@@ -334,7 +335,7 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
     done = [0]
     task = f"probe model (seed {seed})"
     progress(ProgressEvent("start", "probe", task=task, total=total,
-                           message=f"synthesizing the probe model ({need / 1e9:.1f} GB, removed after)"))
+                           message=f"synthesizing the probe model ({size_text(need)}, removed after)"))
 
     def tick(n: int) -> None:
         done[0] += n

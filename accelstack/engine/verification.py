@@ -34,6 +34,7 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
 from .config import EngineOptions
 from .errors import EngineError
+from .generation import check_outputs
 from .png import parameters_text, write_png
 from .probe_model import DEFAULT_SEED, ensure_probe_model
 from .probe_record import ImageRecord, image_digest, recall, record_key, remember
@@ -109,6 +110,7 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
     command that verifies once: it is removed while the worker exits, not after).
     """
     start = time.perf_counter()
+    check_outputs([Path(output)])  # an image that could not be written is refused before any work
     runtime.check()
     if cpu_runtime is not None:
         cpu_runtime.check()

@@ -61,6 +61,11 @@ class Home:
     def active_path(self) -> Path:
         return self.root / "active.json"
 
+    @property
+    def last_good_active_path(self) -> Path:
+        """A copy of ``active.json`` written with it on every change: what repair rebuilds a damaged one from."""
+        return self.root / "active.last-good.json"
+
     def runtime_path(self, receipt: Receipt) -> Path:
         """Where a receipt's runtime lives (ggml: under the home; torch: the interpreter)."""
         return self.root / receipt.path  # an absolute path (torch, format-1 receipts) stays as it is
@@ -192,11 +197,13 @@ class Home:
             return Active()
         except Exception as exc:  # garbage, truncated, wrong types, not UTF-8
             raise StateError(f"{self.active_path} is damaged ({str(exc)[:200]})",
-                             hint="repair rebuilds it from the receipts", action=Action.REPAIR) from None
+                             hint="repair rebuilds it from its last good copy (else the receipts)", action=Action.REPAIR) from None
 
     def write_active(self, state: Active) -> None:
         state.changed_at = now_iso()
-        fsio.write_text(self.active_path, json.dumps(to_dict(state), indent=2))
+        text = json.dumps(to_dict(state), indent=2)
+        fsio.write_text(self.active_path, text)
+        fsio.write_text(self.last_good_active_path, text)
 
     def set_active(self, stack: str, rid: str) -> Active:
         state = self.read_active()
@@ -244,9 +251,11 @@ class InstallLock:
         fsio.write_text(self.info_path, json.dumps(info))
         return self
 
-    def _who(self) -> str:
-        holder = self.holder()
-        return f"process {holder.get('pid')} ({holder.get('command')}, since {holder.get('since')})" if holder else "another process"
+    def _who(self, holder: Optional[Dict[str, Any]] = None) -> str:
+        holder = self.holder() if holder is None else holder
+        since = str(holder.get("since") or "")
+        since = since[:19] + "Z" if len(since) > 20 and since.endswith("Z") else since  # whole seconds: a person reads it
+        return f"process {holder.get('pid')} ({holder.get('command')}, since {since})" if holder else "another process"
 
     def _acquire(self, lock: Any) -> None:
         """Take ``lock`` at once if free; else wait up to ``self.wait`` seconds with a tick each second."""
@@ -256,9 +265,12 @@ class InstallLock:
         except Timeout:
             if self.wait <= 0:
                 raise
-        who, start, ok = self._who(), time.monotonic(), False
+        holder, start, ok = self.holder(), time.monotonic(), False
+        who = self._who(holder)
         task = f"runtime home {self.path.parent}"
-        self.progress(ProgressEvent("start", "lock", task=task, message=f"waiting up to {self.wait:.0f} s for {who} to finish"))
+        said = {k: holder[k] for k in ("pid", "host", "command", "since") if k in holder}  # for an app to show
+        self.progress(ProgressEvent("start", "lock", task=task, message=f"waiting up to {self.wait:.0f} s for {who} to finish",
+                                    extra={"unit": "s", "holder": said, "wait": self.wait}))
         try:
             while True:
                 left = self.wait - (time.monotonic() - start)
@@ -269,8 +281,10 @@ class InstallLock:
                     ok = True
                     return
                 except Timeout:
-                    self.progress(ProgressEvent("advance", "lock", task=task, done=int(time.monotonic() - start),
-                                                message=f"waiting for {who}", extra={"unit": "s"}))
+                    waited = int(time.monotonic() - start)
+                    self.progress(ProgressEvent("advance", "lock", task=task, done=waited,
+                                                message=f"waiting up to {self.wait:.0f} s for {who}",
+                                                extra={"unit": "s", "holder": said}))
         finally:
             self.progress(ProgressEvent("end", "lock", task=task, ok=ok,
                                         message="the other process finished" if ok else "gave up waiting"))

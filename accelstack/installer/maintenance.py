@@ -16,12 +16,13 @@ from .. import fsio
 from ..artifacts.cache import Cache
 from ..domain import STACKS
 from ..errors import Action
+from ..events import ProgressCallback, null_progress
 from . import cuda_libs
 from .errors import StateError
 from .home import Home
 from .records import Active, Receipt, now_iso
 from .recovery import active_or_rebuild, readable_receipts
-from .repair import missing_files
+from .repair import check_files
 
 __all__ = ["StatusProblem", "StackStatus", "local_status", "rollback", "uninstall", "remove_runtime", "GcReport", "gc",
            "register_home", "blobs_of_other_homes", "referenced_blobs"]
@@ -45,6 +46,10 @@ class StackStatus:
     installed: List[str] = field(default_factory=list)
     hardware_matches: Optional[bool] = None
     missing_files: int = 0
+    checked: str = ""  # how the files were checked: "hashes" (--deep), "metadata" (size, mtime, inode), "presence"
+    files: int = 0  # how many files the receipt lists
+    changed_files: int = 0  # size, mtime or inode differ from the receipt: not re-hashed, repair checks them
+    corrupt_files: int = 0  # re-hashed (--deep) and different from the receipt
     upgrade_available: str = ""  # runtime id the current plan would install, when different
     problems: List[StatusProblem] = field(default_factory=list)
 
@@ -52,11 +57,15 @@ class StackStatus:
 
     @property
     def healthy(self) -> bool:
-        return bool(self.active) and self.receipt is not None and not self.missing_files and self.hardware_matches is not False
+        """No damage found by the check that ran (``checked`` says which: only ``hashes`` proves the content)."""
+        return (bool(self.active) and self.receipt is not None and not self.missing_files and not self.changed_files
+                and not self.corrupt_files and self.hardware_matches is not False)
 
 
-def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
-    """What is installed and active, whether its files are there, whether it still fits."""
+def local_status(home: Home, fingerprint: Optional[str], *, deep: bool = False,
+                 progress: ProgressCallback = null_progress) -> List[StackStatus]:
+    """What is installed and active, whether its files are there and unchanged (``deep``: re-hashed),
+    whether it still fits."""
     out: List[StackStatus] = []
     try:
         state = home.read_active()
@@ -67,7 +76,7 @@ def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
     for stack in STACKS:
         st = StackStatus(stack=stack, active=state.active.get(stack, ""), previous=state.previous.get(stack, ""))
         if damaged:
-            st.problems.append(StatusProblem(damaged + "; repair rebuilds it from the receipts", Action.REPAIR.value))
+            st.problems.append(StatusProblem(damaged + "; repair rebuilds it from its last good copy (else the receipts)", Action.REPAIR.value))
         st.problems += [StatusProblem(m, Action.REINSTALL.value) for m in unreadable]
         st.installed = sorted(rid for rid, r in receipts.items() if r.stack == stack)
         st.receipt = receipts.get(st.active) if st.active else None
@@ -77,13 +86,10 @@ def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
             where = home.runtime_path(st.receipt)
             st.runtime_path = str(where)
             if not where.exists():
-                st.missing_files = max(1, len(st.receipt.files))
+                st.missing_files, st.files, st.checked = max(1, len(st.receipt.files)), len(st.receipt.files), "presence"
                 st.problems.append(StatusProblem(f"the active runtime's files are gone ({where})", Action.REINSTALL.value))
             else:
-                st.missing_files = len(missing_files(home, st.receipt))
-                if st.missing_files:
-                    st.problems.append(StatusProblem(f"{st.missing_files} file(s) of the active runtime are missing; "
-                                                     "repair restores them", Action.REPAIR.value))
+                _check_files(home, st, deep, progress)
             if fingerprint is not None:
                 st.hardware_matches = st.receipt.hardware_fingerprint == fingerprint
                 if not st.hardware_matches:
@@ -91,6 +97,29 @@ def local_status(home: Home, fingerprint: Optional[str]) -> List[StackStatus]:
                                                      "upgrading re-plans for it", Action.UPGRADE.value))
         out.append(st)
     return out
+
+
+def _check_files(home: Home, st: StackStatus, deep: bool, progress: ProgressCallback) -> None:
+    assert st.receipt is not None
+    found = check_files(home, st.receipt, deep=deep, progress=progress)
+    st.checked, st.files = found.checked, found.files
+    st.missing_files, st.changed_files, st.corrupt_files = len(found.missing), len(found.changed), len(found.corrupt)
+    if found.missing:
+        st.problems.append(StatusProblem(f"{_n(found.missing)} missing (first: {found.missing[0]}); "
+                                         "repair restores them", Action.REPAIR.value))
+    if found.changed:
+        st.problems.append(StatusProblem(f"{_n(found.changed, False)} changed since install (size, time "
+                                         f"or inode differ from the receipt; first: {found.changed[0]}); "
+                                         "repair re-hashes them and restores what differs", Action.REPAIR.value))
+    if found.corrupt:
+        st.problems.append(StatusProblem(f"{_n(found.corrupt, False)} {'differs' if len(found.corrupt) == 1 else 'differ'} from the receipt when "
+                                         f"re-hashed (first: {found.corrupt[0]}); repair restores them",
+                                         Action.REPAIR.value))
+
+
+def _n(paths: List[str], verb: bool = True) -> str:
+    """"1 of the active runtime's files is" / "3 of ... files are" (``verb``: with the verb)."""
+    return f"{len(paths)} of the active runtime's files" + ((" is" if len(paths) == 1 else " are") if verb else "")
 
 
 def rollback(home: Home, stack: str) -> Active:

@@ -7,9 +7,11 @@ the target interpreter, which lives outside the home and stays absolute.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List
+from pathlib import Path
+from typing import Dict, List, Optional
 
 from ..domain import Stack
 from ..manifests.plan import Plan
@@ -17,16 +19,36 @@ from ..refs import ArtifactRef
 from ..serde import from_dict, to_dict
 from ..verdict import VerifyReport
 
-__all__ = ["RECEIPT_FORMAT", "InstalledFile", "Receipt", "Active", "now_iso", "dump_receipt", "load_receipt"]
+__all__ = ["RECEIPT_FORMAT", "InstalledFile", "Receipt", "Active", "now_iso", "dump_receipt", "load_receipt",
+           "stamp_files"]
 
 RECEIPT_FORMAT = 2  # 2: typed plan/artifacts/verification, ggml paths relative to the home
 
 
 @dataclass
 class InstalledFile:
+    """One installed file and, as the verified-blob cache keeps them, its mtime and inode when it
+    was last hashed: ``status`` compares those instead of re-hashing (0: not recorded, a receipt
+    written before they were; ``repair`` records them)."""
+
     path: str  # relative to the runtime directory, '/'-separated
     sha256: str
     size: int
+    mtime_ns: int = 0
+    inode: int = 0
+
+    def stamp(self, st: os.stat_result) -> None:
+        """Record the stat of the file just hashed to ``sha256`` (not if its size says it changed since)."""
+        if st.st_size == self.size:
+            self.mtime_ns, self.inode = st.st_mtime_ns, st.st_ino
+
+    def stat_matches(self, st: os.stat_result) -> Optional[bool]:
+        """Whether ``st`` is the file as hashed (size, mtime, inode); None when none were recorded."""
+        if st.st_size != self.size:
+            return False
+        if not self.mtime_ns and not self.inode:
+            return None
+        return st.st_mtime_ns == self.mtime_ns and st.st_ino == self.inode
 
 
 @dataclass
@@ -78,6 +100,17 @@ class Active:
     active: Dict[str, str] = field(default_factory=dict)  # stack -> runtime id
     previous: Dict[str, str] = field(default_factory=dict)
     changed_at: str = ""
+
+
+def stamp_files(root: Path, files: List[InstalledFile]) -> List[InstalledFile]:
+    """Record each file's stat under ``root`` right after it was hashed (a file that went away
+    keeps no stamp: the check that finds it missing says so)."""
+    for f in files:
+        try:
+            f.stamp(os.stat(root / f.path))
+        except OSError:
+            pass
+    return files
 
 
 def now_iso() -> str:

@@ -1,4 +1,9 @@
-"""Undo what a killed run left behind, and rebuild a damaged ``active.json`` from the receipts.
+"""Undo what a killed run left behind, and rebuild a damaged ``active.json``.
+
+A damaged pointer is rebuilt from its last good copy (``Home.write_active`` writes one beside it
+on every change), so repair keeps the runtime the user chose (a rollback included); only when
+no readable copy names a complete runtime does the newest complete one from the receipts win.
+Either way the caller is told which and why.
 
 ``recover`` runs under the lock before every change (never on a dry run). It deletes only
 staging directories accelstack marked as its own (a foreign ``staging/`` folder, or one that is
@@ -8,14 +13,16 @@ missing one.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..domain import STACKS
+from ..limits import parse_json
+from ..serde import from_dict
 from .errors import StateError
-from .home import Home
+from .home import MAX_STATE_BYTES, Home
 from .records import Active, Receipt
 
-__all__ = ["recover", "readable_receipts", "rebuild_active", "active_or_rebuild"]
+__all__ = ["recover", "readable_receipts", "last_good_active", "rebuild_active", "active_or_rebuild"]
 
 log = logging.getLogger(__name__)
 
@@ -65,26 +72,52 @@ def readable_receipts(home: Home) -> Tuple[Dict[str, Receipt], List[str]]:
     return out, problems
 
 
-def rebuild_active(home: Home) -> Active:
-    """A new ``active.json`` from the receipts: per stack, the most recently installed intact runtime
-    is active and the one before it previous."""
+def last_good_active(home: Home) -> Optional[Active]:
+    """The copy of ``active.json`` written at the last change, if it reads."""
+    try:
+        with open(home.last_good_active_path, "rb") as fh:
+            data = fh.read(MAX_STATE_BYTES + 1)
+        return from_dict(Active, parse_json(data, what="the last good copy of active.json", max_bytes=MAX_STATE_BYTES),
+                         "active.last-good.json")
+    except Exception:  # absent (a home from before the copy was kept), or damaged as well
+        return None
+
+
+def rebuild_active(home: Home) -> Tuple[Active, Dict[str, str]]:
+    """A new ``active.json``: per stack, what its last good copy named (if that runtime is still
+    complete), else the most recently installed complete runtime, the one before it previous.
+    Returns it with, per stack that has an active runtime, why that one, in words."""
     receipts, _ = readable_receipts(home)
+    good = last_good_active(home)
     state = Active()
+    why: Dict[str, str] = {}
     for stack in STACKS:
+        if good is not None and (not good.active.get(stack) or home.runtime_intact(stack, good.active[stack])):
+            if good.active.get(stack):
+                state.active[stack] = good.active[stack]
+                why[stack] = (f"the last good copy of active.json (written {good.changed_at or 'at the last switch'}) "
+                              "names it, so it stays the active runtime")
+            prev = good.previous.get(stack)
+            if prev and home.runtime_intact(stack, prev):
+                state.previous[stack] = prev
+            continue
         mine = sorted((r for r in receipts.values() if r.stack == stack and home.runtime_path(r).exists()),
                       key=lambda r: (r.installed_at, r.id), reverse=True)
         if mine:
             state.active[stack] = mine[0].id
+            why[stack] = ("no readable copy of active.json names a complete runtime, so the most recently installed "
+                          f"complete one (installed {mine[0].installed_at}) is active now")
         if len(mine) > 1:
             state.previous[stack] = mine[1].id
     home.write_active(state)
-    log.info("rebuilt active.json from %d receipts: %s", len(receipts), state.active)
-    return state
+    log.info("rebuilt active.json (%s): %s", "from its last good copy" if good is not None else "from the receipts", state.active)
+    return state, why
 
 
-def active_or_rebuild(home: Home) -> Tuple[Active, bool]:
-    """The pointer, rebuilt from the receipts when it is damaged; the flag says it was."""
+def active_or_rebuild(home: Home) -> Tuple[Active, Optional[Dict[str, str]]]:
+    """The pointer, rebuilt when it is damaged; the second item is None when it was readable,
+    else why each stack's runtime is the active one (see :func:`rebuild_active`)."""
     try:
-        return home.read_active(), False
+        return home.read_active(), None
     except StateError:
-        return rebuild_active(home), True
+        return rebuild_active(home)

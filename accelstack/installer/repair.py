@@ -1,8 +1,11 @@
-"""Re-hash an installed runtime against its receipt and restore what is missing or corrupt.
+"""Check an installed runtime against its receipt and restore what is missing or corrupt.
 
-The wheel is installed again into a fresh staging directory (the install is deterministic, so
-every file, package metadata included, comes back byte-identical) and only the damaged files are
-copied over, each atomically. One file that cannot be restored does not stop the others.
+``check_files`` is the one check: cheap (size, mtime and inode against what the receipt recorded
+when each file was hashed, as the verified-blob cache does) for ``status``, or deep (every file
+re-hashed) for ``status --deep`` and ``repair``. To restore, the wheel is installed again into a
+fresh staging directory (the install is deterministic, so every file, package metadata included,
+comes back byte-identical) and only the damaged files are copied over, each atomically. One file
+that cannot be restored does not stop the others.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from .records import Receipt, now_iso
 from .transaction import StagedRuntime, Verifier
 from .wheel import install_wheel
 
-__all__ = ["RepairReport", "Fetcher", "audit", "missing_files", "repair_ggml", "unrepairable_error"]
+__all__ = ["RepairReport", "FileCheck", "Fetcher", "check_files", "audit", "missing_files", "repair_ggml",
+           "unrepairable_error"]
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +41,10 @@ class RepairReport:
     corrupt: List[str] = field(default_factory=list)
     fixed: List[str] = field(default_factory=list)
     unrepairable: Dict[str, str] = field(default_factory=dict)  # file -> why it could not be restored
-    pointer_rebuilt: bool = False  # active.json was damaged and rebuilt from the receipts
+    pointer_rebuilt: bool = False  # active.json was damaged and rebuilt (from its last good copy, else the receipts)
     verification: Optional[VerifyReport] = None
+    active: str = ""  # the runtime active after the repair (the one repaired)
+    active_reason: str = ""  # why that one, in words: repair never switches runtimes without saying so
 
     __derived__ = ("healthy",)
 
@@ -47,28 +53,75 @@ class RepairReport:
         return not self.missing and not self.corrupt
 
 
+@dataclass
+class FileCheck:
+    """What one check of a runtime's files against its receipt found."""
+
+    checked: str  # "hashes" (every file re-hashed), "metadata" (size, mtime, inode), "presence" (no stat recorded)
+    files: int = 0
+    missing: List[str] = field(default_factory=list)
+    changed: List[str] = field(default_factory=list)  # metadata: size, mtime or inode differ from the receipt
+    corrupt: List[str] = field(default_factory=list)  # hashes: the content differs
+    intact: List[str] = field(default_factory=list)  # hashes: re-hashed and matching
+
+    @property
+    def damaged(self) -> List[str]:
+        return self.missing + self.changed + self.corrupt
+
+
+def check_files(home: Home, receipt: Receipt, *, deep: bool, stage: str = "status",
+                progress: ProgressCallback = null_progress) -> FileCheck:
+    """Compare the runtime's files with the receipt: every file re-hashed with ``deep`` (progress
+    in bytes, since a CUDA library takes seconds), else only their size, mtime and inode."""
+    root = home.runtime_path(receipt)
+    out = FileCheck("hashes" if deep else "metadata", files=len(receipt.files))
+    total = sum(f.size for f in receipt.files)
+    task = receipt.id
+    say = deep and bool(receipt.files)  # a torch receipt lists no files: nothing to hash, nothing to show
+    if say:
+        progress(ProgressEvent("start", stage, task=task, total=total, message="re-hashing the installed files",
+                               extra={"unit": "B"}))
+    done = 0
+    for f in receipt.files:
+        p = root / f.path
+        try:
+            st = os.lstat(p)
+        except OSError:
+            st = None
+        if st is None or not os.path.isfile(p) or os.path.islink(p):
+            out.missing.append(f.path)
+        elif deep:
+            try:
+                same = st.st_size == f.size and hash_file(p).hexdigest() == f.sha256
+            except OSError:
+                same = False
+            (out.intact if same else out.corrupt).append(f.path)
+        else:
+            matches = f.stat_matches(st)
+            if matches is False:
+                out.changed.append(f.path)
+            elif matches is None:
+                out.checked = "presence"  # an older receipt: present is all that can be said without hashing
+        if say:
+            done += f.size
+            progress(ProgressEvent("advance", stage, task=task, done=done, total=total, extra={"unit": "B"}))
+    if say:
+        found = len(out.missing) + len(out.corrupt)
+        progress(ProgressEvent("end", stage, task=task, ok=True,  # the check ran to the end: damage is its finding
+                               message=f"found {found} damaged of {out.files} files" if found else f"all {out.files} files match"))
+    return out
+
+
 def audit(home: Home, rid: str, progress: ProgressCallback = null_progress) -> RepairReport:
     """Re-hash every installed file against the receipt."""
     receipt = home.read_receipt(rid)
-    root = home.runtime_path(receipt)
-    report = RepairReport(runtime=rid)
-    progress(ProgressEvent("start", "repair", task=rid, total=len(receipt.files), message="checking installed files"))
-    for i, f in enumerate(receipt.files):
-        p = root / f.path
-        report.checked += 1
-        if not p.is_file() or p.is_symlink():
-            report.missing.append(f.path)
-        elif p.stat().st_size != f.size or hash_file(p).hexdigest() != f.sha256:
-            report.corrupt.append(f.path)
-        progress(ProgressEvent("advance", "repair", task=rid, done=i + 1, total=len(receipt.files)))
-    progress(ProgressEvent("end", "repair", task=rid, ok=report.healthy))
-    return report
+    found = check_files(home, receipt, deep=True, stage="repair", progress=progress)
+    return RepairReport(runtime=rid, checked=found.files, missing=found.missing, corrupt=found.corrupt)
 
 
 def missing_files(home: Home, receipt: Receipt) -> List[str]:
-    """The cheap check for ``status``: which recorded files do not exist (no hashing)."""
-    root = home.runtime_path(receipt)
-    return [f.path for f in receipt.files if not (root / f.path).is_file()]
+    """Which recorded files do not exist (no hashing)."""
+    return check_files(home, receipt, deep=False).missing
 
 
 Fetcher = Callable[[ArtifactRef], Path]  # returns the verified wheel file (from the cache, or downloaded)
@@ -76,7 +129,8 @@ Fetcher = Callable[[ArtifactRef], Path]  # returns the verified wheel file (from
 
 def repair_ggml(home: Home, rid: str, fetch_wheel: Fetcher, verifier: Verifier,
                 progress: ProgressCallback = null_progress) -> RepairReport:
-    """Restore the missing and corrupt files of runtime ``rid`` and verify it again."""
+    """Restore the missing and corrupt files of runtime ``rid`` and verify it again; the receipt
+    records the stat of every file found intact or restored, so ``status`` can trust it again."""
     report = audit(home, rid, progress)
     receipt = home.read_receipt(rid)
     root = home.runtime_path(receipt)
@@ -86,8 +140,15 @@ def repair_ggml(home: Home, rid: str, fetch_wheel: Fetcher, verifier: Verifier,
         if wheel is None:
             report.unrepairable = {p: "the receipt names no wheel to restore it from" for p in damaged}
         else:
-            progress(ProgressEvent("message", "repair", task=rid, message=f"restoring {len(damaged)} damaged file(s) from {wheel.name}"))
+            progress(ProgressEvent("message", "repair", task=rid, message=f"restoring {_files(len(damaged))} from {wheel.name}"))
             _restore(home, rid, root, wheel, fetch_wheel, {f.path: f.sha256 for f in receipt.files}, damaged, report)
+    damaged_now = (set(report.missing) | set(report.corrupt)) - set(report.fixed)
+    for f in receipt.files:
+        if f.path not in damaged_now:
+            try:
+                f.stamp(os.stat(root / f.path))
+            except OSError:
+                pass
     staged = StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=root, env=dict(receipt.env))
     progress(ProgressEvent("message", "repair", task=rid, message="checking that the runtime still works (probe generation)"))
     report.verification = verifier(staged, progress)
@@ -122,6 +183,10 @@ def _restore(home: Home, rid: str, root: Path, wheel: ArtifactRef, fetch_wheel: 
         home.remove_owned(stage)
     if report.unrepairable:
         log.warning("repair of %s: %d file(s) could not be restored", rid, len(report.unrepairable))
+
+
+def _files(n: int) -> str:
+    return f"{n} damaged file" + ("" if n == 1 else "s")
 
 
 def unrepairable_error(report: RepairReport) -> StateError:

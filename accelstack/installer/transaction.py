@@ -23,7 +23,7 @@ from ..manifests.plan import Plan
 from ..verdict import VerifyReport
 from .errors import VerifyFailed
 from .home import Home
-from .records import InstalledFile, Receipt, now_iso
+from .records import InstalledFile, Receipt, now_iso, stamp_files
 
 __all__ = ["StagedRuntime", "Verifier", "Destination", "Provenance", "InstallOutcome", "install"]
 
@@ -97,6 +97,8 @@ def install(plan: Plan, source: Any, destination: Destination, verifier: Verifie
     try:
         t = time.perf_counter()
         files = destination.files(staged)
+        if staged.path.is_dir():  # a runtime directory (ggml): a rename into place keeps these, so status can compare them
+            stamp_files(staged.path, files)
         timings["hash"] = time.perf_counter() - t
         t = time.perf_counter()
         progress(ProgressEvent("message", "install", task=runtime_id, message="checking that the runtime works before activating it"))

@@ -31,7 +31,7 @@ from .build_cache import BuildResult, build_lock, cache_key, cached_sha256, read
 from .cuda_isolation import CudaToolchain, check_cuda_compiler, cuda_build_env
 from .cuda_toolchain import cuda12_toolchain, cuda13_toolchain, require_cuda_toolkit
 from .errors import BuildError, BuildTimeout
-from .sdist import fetch_sdist
+from .sdist import fetch_sdist, offline_source_error, sdist_name
 from .variants import (
     CUDA13_TOOLCHAIN,
     CUDA13_VERSION,
@@ -109,6 +109,8 @@ def build_ggml(
     cmake_args, toolkit_key = build_options(variant, cuda_archs, extra_cmake_args, cuda_env=settings.cuda_env,
                                             system_kit=system_kit, configured=settings.cuda_archs)
     in_cache = sdist is None  # only files in the cache get a remembered digest beside them
+    if sdist is None and settings.offline and not (cache / "sdist" / sdist_name()).is_file():
+        raise offline_source_error(cache / "sdist")  # offline downloads nothing, the source included
     if sdist is None:
         sdist = fetch_sdist(cache / "sdist", progress=progress, timeout=settings.timeouts.pip)
     sdist = Path(sdist)
@@ -128,7 +130,7 @@ def build_ggml(
                      PACKAGING_VERSION)
             try:
                 cached = package_build(cached, slot)
-                write_record(slot / "build.json", cached, cache_hit=False)
+                write_record(slot / "build.json", cached, root=cache, cache_hit=False)
             except BuildError as exc:
                 log.info("cannot repackage the cached %s build (%s); building again", variant, exc.message)
                 cached = None
@@ -143,13 +145,13 @@ def build_ggml(
                              hint=TOOLCHAIN_HINTS.get(variant, DEFAULT_TOOLCHAIN_HINT), action=Action.INSTALL_TOOLCHAIN)
         toolchain: Optional[CudaToolchain] = None
         if variant == "cuda":
-            toolchain = cuda13_toolchain(settings, progress)
+            toolchain = cuda13_toolchain(settings, progress)  # offline: only one made before
         elif system_kit is not None:
             toolchain = cuda12_toolchain(settings, system_kit, progress)
         result = _compile(variant, sdist, source_sha, cmake_args, key, slot, jobs or os.cpu_count() or 2,
                           compile_timeout, progress, toolchain)
         result = package_build(result, slot)
-        write_record(slot / "build.json", result)
+        write_record(slot / "build.json", result, root=cache)
         return _export(result, out_dir)
 
 

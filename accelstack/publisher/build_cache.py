@@ -2,8 +2,9 @@
 
 A slot is named by :func:`cache_key` — the source's sha256, the variant, the exact CMake options,
 the machine and (for CUDA) the toolchain — so a repeated build is a lookup. The slot holds the
-compiled wheel, its lean packaging and ``build.json`` (a :class:`BuildResult`); ``<slot>.lock``
-keeps two accelstack processes from building the same slot at once.
+compiled wheel, its lean packaging and ``build.json`` (a :class:`BuildResult`, its paths relative
+to the cache root, so a moved or copied cache is still a cache); ``<slot>.lock`` keeps two
+accelstack processes from building the same slot at once.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import try_write_bytes, write_text
 from ..settings import Settings
 
-__all__ = ["BUILDER_VERSION", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "remembered_sha256",
-           "read_record", "sha256_file", "write_json", "write_record"]
+__all__ = ["BUILDER_VERSION", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "in_cache",
+           "remembered_sha256", "read_record", "sha256_file", "write_json", "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +141,33 @@ def build_lock(path: Path, variant: str, progress: ProgressCallback = null_progr
         lock.release()
 
 
+_PATHS = ("wheel", "compiled_wheel")  # the fields of a record that name files in the cache
+
+
+def in_cache(recorded: str, root: Path, key: str) -> str:
+    """The path a record's ``recorded`` file has in the cache at ``root``: relative to the root as
+    written now, or (an older, absolute record) re-rooted at its slot ``key``, so that a cache moved
+    with its records still finds its files."""
+    if not recorded:
+        return recorded
+    path = Path(recorded)
+    if not path.is_absolute():
+        return str(root / path)
+    if key and key in path.parts:
+        return str(root.joinpath(*path.parts[path.parts.index(key):]))
+    return recorded
+
+
 def read_record(record: Path) -> Optional[BuildResult]:
-    """The recorded build in a cache slot, if its wheel is still there and intact."""
+    """The recorded build in a cache slot (``<root>/<key>/build.json``), its paths made absolute
+    for this cache's place, if its wheel is still there and intact."""
     if not record.is_file():
         return None
     try:
         result = BuildResult(**json.loads(record.read_text()))
+        root = record.parent.parent
+        for name in _PATHS:
+            setattr(result, name, in_cache(getattr(result, name), root, str(result.key)))
     except (OSError, ValueError, TypeError) as exc:
         log.info("ignoring unreadable build record %s (%s)", record, exc)
         return None
@@ -157,9 +179,15 @@ def read_record(record: Path) -> Optional[BuildResult]:
     return result
 
 
-def write_record(path: Path, result: BuildResult, **changes: Any) -> None:
-    """Write ``result`` (with ``changes``) as the build record ``path``, replaced whole."""
-    write_json(path, {**asdict(result), **changes})
+def write_record(path: Path, result: BuildResult, *, root: Optional[Path] = None, **changes: Any) -> None:
+    """Write ``result`` (with ``changes``) as the build record ``path``, replaced whole; with
+    ``root`` (the build cache a slot's record is in), its files are named relative to it."""
+    data = {**asdict(result), **changes}
+    if root is not None:
+        for name in _PATHS:
+            with contextlib.suppress(ValueError):  # a file outside the cache keeps its absolute path
+                data[name] = Path(data[name]).relative_to(root).as_posix() if data[name] else data[name]
+    write_json(path, data)
 
 
 def write_json(path: Path, data: object) -> None:

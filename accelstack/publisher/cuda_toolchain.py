@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..artifacts.errors import OfflineError
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import write_text
@@ -79,6 +80,11 @@ def cuda13_toolchain(settings: Settings, progress: ProgressCallback = null_progr
     where.parent.mkdir(parents=True, exist_ok=True)
     with build_lock(Path(str(where) + ".lock"), "cuda toolchain", progress):
         made = _read_toolchain(stamp)
+        if made is None and settings.offline:
+            raise OfflineError(f"offline mode: a local cuda build needs NVIDIA's CUDA {CUDA13_VERSION} toolchain from "
+                               f"PyPI, which is not in the build cache ({where})",
+                               "install from an offline bundle made on a machine with network access "
+                               "(`accelstack bundle create`), or run once without --offline to download it")
         if made is None:
             made = _make_cuda13_toolchain(where, pins, progress, settings.timeouts, settings.index_url)
             write_json(stamp, made)

@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ..artifacts.errors import OfflineError
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
 
-__all__ = ["SDIST_PACKAGE", "SDIST_VERSION", "fetch_sdist", "sdist_name"]
+__all__ = ["SDIST_PACKAGE", "SDIST_VERSION", "fetch_sdist", "offline_source_error", "sdist_name"]
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,16 @@ SDIST_VERSION = "0.4.7"
 
 def sdist_name(version: str = SDIST_VERSION) -> str:
     return f"{SDIST_PACKAGE.replace('-', '_')}-{version}.tar.gz"
+
+
+def offline_source_error(dest: Path, version: str = SDIST_VERSION) -> OfflineError:
+    """Offline with the source not downloaded yet: what is missing, and the ways to get it (said
+    before anything is downloaded or compiled)."""
+    return OfflineError(
+        f"offline mode: a local build needs the {SDIST_PACKAGE} {version} source, which is not in the build cache "
+        f"({Path(dest) / sdist_name(version)})",
+        "install from an offline bundle made on a machine with network access (`accelstack bundle create`), copy "
+        f"{sdist_name(version)} into {dest}, or run once without --offline to download it")
 
 
 def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress, *,

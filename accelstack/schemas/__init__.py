@@ -97,6 +97,8 @@ class _Builder:
         props: JSON = {}
         for f in dataclasses.fields(cls):
             props[f.name] = self.of(hints[f.name])
+            if f.name.endswith("_at") and props[f.name] == {"type": "string"}:
+                props[f.name] = dict(TS_OR_EMPTY)
             if f.metadata.get("doc"):
                 props[f.name]["description"] = f.metadata["doc"]
         for name in getattr(cls, "__derived__", ()):  # read-only properties to_dict adds
@@ -150,6 +152,13 @@ I = {"type": "integer"}  # noqa: E741 - the JSON type name
 N = {"type": "number"}
 B = {"type": "boolean"}
 NS = {"type": ["string", "null"]}
+# Every time in --json output is ISO 8601 UTC ending in Z (``2026-12-02T01:08:38.123Z``), fraction
+# optional; a record's ``..._at`` time is "" until it happens.
+ISO_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
+TS = {"type": "string", "pattern": f"^{ISO_UTC}$"}
+TS_OR_EMPTY = {"type": "string", "pattern": f"^({ISO_UTC})?$"}
+# An error line's ``run``: a command to paste, never words (those are in its hint).
+RUN = {"type": "string", "pattern": "^accelstack \\S"}
 STRS = {"type": "array", "items": S}
 
 
@@ -231,9 +240,9 @@ def _results() -> Dict[str, Callable[[], JSON]]:
 
     def manifest() -> JSON:
         keygen = obj({"keyid": S, "private_key": S, "public_key": S}, description="manifest keygen")
-        sign = obj({"manifest": S, "signature": S, "keyid": S, "source": S, "version": I, "expires": S},
+        sign = obj({"manifest": S, "signature": S, "keyid": S, "source": S, "version": I, "expires": TS},
                    description="manifest sign")
-        verify_ = obj({"ok": B, "manifest": S, "source": S, "version": I, "kind": S, "expires": S, "signed": B,
+        verify_ = obj({"ok": B, "manifest": S, "source": S, "version": I, "kind": S, "expires": TS, "signed": B,
                        "keyid": NS}, description="manifest verify")
         build_ = obj({"manifest": S, "signed": B, "targets": STRS, "version": I, "changed": STRS, "assets": STRS},
                      description="manifest build")
@@ -250,7 +259,7 @@ def _results() -> Dict[str, Callable[[], JSON]]:
         return dataclass_schema(Stopped)
 
     def completion() -> JSON:
-        return obj({"shell": {"enum": ["bash", "zsh", "fish"]}, "script": S})
+        return obj({"shell": {"enum": ["bash", "zsh", "fish", "powershell"]}, "script": S})
 
     def cache() -> JSON:
         entry = obj({"name": S, "path": S, "size": I}, description="one cache")
@@ -288,7 +297,7 @@ def result_schema(command: str) -> JSON:
 def line_schema() -> JSON:
     """Every line a ``--json`` command prints on stdout."""
     common: Dict[str, JSON] = {"event": S, "format_version": {"const": FORMAT_VERSION}, "command": S}
-    progress = obj({"event": {"const": "progress"}, "ts": S, "kind": {"enum": list(typing.get_args(EventKind))},
+    progress = obj({"event": {"const": "progress"}, "ts": TS, "kind": {"enum": list(typing.get_args(EventKind))},
                     "stage": S, "stage_index": I, "task": S, "done": I, "total": {"type": ["integer", "null"]},
                     "ok": {"type": ["boolean", "null"]}, "message": S, "extra": {"type": "object"}},
                    description="a step of long work: start of a task (total null: its size cannot be known, it "
@@ -301,9 +310,10 @@ def line_schema() -> JSON:
                  description="the final line of a command that ran to its end; ok is false when it ran but its "
                  "verdict is negative (a failed verify), and the exit code is then 1")
     error = obj({**common, "event": {"const": "error"}, "ok": {"const": False}, "error": S, "code": S, "message": S,
-                 "hint": NS, "action": NS, "run": NS},
+                 "hint": NS, "action": NS}, {"run": RUN},
                 description="the final line of a command that failed: error is the type, code a stable identifier, "
-                "action the step that helps and run how to take it on the command line")
+                "action the step that helps, hint what to do in words, and run (only when there is one) the command "
+                "that takes that step")
     return {"$schema": DRAFT, "$id": f"{BASE_ID}line.schema.json", "title": "a stdout line of accelstack --json",
             "oneOf": [progress, ready, result, error]}
 

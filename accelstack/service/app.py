@@ -1,9 +1,10 @@
 """The HTTP API (``/api/v1/...``) and the status page (``/``), as a Starlette application.
 
 Each route is a thin call of the core (detect, plan, status) or of the job table; what goes over
-the wire is ``serde.to_dict`` of the library's own dataclasses, and every failure is an
-``AccelstackError.to_dict()`` under ``"error"``. The routes never open a path taken from a
-request: job ids are looked up in memory, images come from the job's recorded result.
+the wire is ``serde.to_dict`` of the library's own dataclasses, and every failure is one error
+document under ``"error"``, of the shape of the CLI's final error line (:mod:`.errors`). The
+routes never open a path taken from a request: job ids are looked up in memory, images come
+from the job's recorded result.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from ..errors import AccelstackError, UsageError
 from ..limits import MalformedInput, parse_json
 from ..serde import to_dict
 from ..settings import Settings
-from .errors import BadRequest, NotFound, ServiceError
+from .errors import BadRequest, Describe, InternalError, NotFound, ServiceError, describe_error, error_document
 from .jobs import Job, Jobs, now_iso
 
 log = logging.getLogger(__name__)
@@ -81,20 +82,18 @@ def page_and_policy() -> Tuple[bytes, str]:
     return html, csp
 
 
-def error_response(exc: AccelstackError, status: Optional[int] = None) -> JSONResponse:
+def error_response(exc: AccelstackError, status: Optional[int] = None, describe: Describe = error_document) -> JSONResponse:
     if status is None:
         status = exc.status if isinstance(exc, ServiceError) else 400 if isinstance(exc, (UsageError, MalformedInput)) else 500
-    return JSONResponse({"error": exc.to_dict()}, status_code=status)
+    return JSONResponse({"error": describe_error(describe, "serve", exc)}, status_code=status)
 
 
-def internal_error(exc: BaseException) -> JSONResponse:
+def internal_error(exc: BaseException, describe: Describe = error_document) -> JSONResponse:
     log.exception("request failed", exc_info=exc)
-    return JSONResponse({"error": {"code": "internal-error", "type": type(exc).__name__, "message": str(exc)[:500],
-                                   "hint": {"action": "report-bug", "detail": "this is a bug in accelstack"}}},
-                        status_code=500)
+    return error_response(InternalError(exc, "the service log has the details"), 500, describe)
 
 
-def api(fn: Callable[..., Any]) -> Callable[..., Any]:
+def api(fn: Callable[..., Any], describe: Describe = error_document) -> Callable[..., Any]:
     """Errors of a route as JSON; a sync route stays sync (Starlette runs it in its thread pool)."""
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
@@ -102,9 +101,9 @@ def api(fn: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 return await fn(request)
             except AccelstackError as exc:
-                return error_response(exc)
+                return error_response(exc, describe=describe)
             except Exception as exc:
-                return internal_error(exc)
+                return internal_error(exc, describe)
         return run_async
 
     @functools.wraps(fn)
@@ -112,9 +111,9 @@ def api(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(request)
         except AccelstackError as exc:
-            return error_response(exc)
+            return error_response(exc, describe=describe)
         except Exception as exc:
-            return internal_error(exc)
+            return internal_error(exc, describe)
     return run_sync
 
 
@@ -122,10 +121,13 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true", "yes")
 
 
-def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeout: float = 120.0) -> Starlette:
+def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeout: float = 120.0,
+              describe: Describe = error_document) -> Starlette:
     """The application; the security guard wraps it in :mod:`accelstack.service.server`."""
     page, csp = page_and_policy()
     openapi = resource_bytes("openapi.json")
+    def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return api(fn, describe)
 
     def job_of(request: Request) -> Job:
         job_id = request.path_params["job_id"]
@@ -136,16 +138,16 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
     async def index(request: Request) -> Response:
         return Response(page, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": csp})
 
-    @api
+    @guarded
     async def spec(request: Request) -> Response:
         return Response(openapi, media_type="application/json")
 
-    @api
+    @guarded
     def get_hardware(request: Request) -> Response:
         report, at = hardware.get(refresh=_flag(request, "refresh"))
         return JSONResponse({"detected_at": at, "report": to_dict(report)})
 
-    @api
+    @guarded
     def get_plans(request: Request) -> Response:
         report, at = hardware.get(refresh=_flag(request, "refresh"))
         plans: Dict[str, Any] = {}
@@ -153,16 +155,16 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
             try:
                 plans[stack] = {"plan": to_dict(core.plan(report, stack, settings=settings)), "error": None}
             except AccelstackError as exc:
-                plans[stack] = {"plan": None, "error": exc.to_dict()}
+                plans[stack] = {"plan": None, "error": describe_error(describe, "plan", exc)}
         return JSONResponse({"detected_at": at, "plans": plans})
 
-    @api
+    @guarded
     def get_status(request: Request) -> Response:
         report, _ = hardware.get()
         stacks = core.status(report=report, settings=settings, check_upgrades=not _flag(request, "local"))
         return JSONResponse({"home": str(settings.home), "stacks": to_dict(stacks)})
 
-    @api
+    @guarded
     async def post_job(request: Request) -> Response:
         body = await request.body()
         try:
@@ -174,27 +176,27 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
         job = await run_in_threadpool(jobs.submit, doc.get("kind"), doc.get("options"))
         return JSONResponse({"job": job.summary()}, status_code=202, headers={"Location": f"{API}/jobs/{job.id}"})
 
-    @api
+    @guarded
     def list_jobs(request: Request) -> Response:
         return JSONResponse({"jobs": [j.summary(full=False) for j in jobs.all()]})
 
-    @api
+    @guarded
     def get_job(request: Request) -> Response:
         return JSONResponse({"job": job_of(request).summary()})
 
-    @api
+    @guarded
     def cancel_job(request: Request) -> Response:
         job = jobs.cancel(job_of(request).id)
         return JSONResponse({"job": job.summary()}, status_code=202)
 
-    @api
+    @guarded
     async def job_events(request: Request) -> Response:
         job = job_of(request)
         start = _resume_from(request)
         return StreamingResponse(_sse(job, start), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @api
+    @guarded
     def job_image(request: Request) -> Response:
         raw = request.query_params.get("index", "0")
         if not raw.isdigit() or len(raw) > 4:
@@ -209,7 +211,7 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
         else:
             err = NotFound(f"there is no {request.url.path}", hint=f"the API is under {API}/ (see {API}/openapi.json)",
                            code="not-found")
-        return error_response(err, status)
+        return error_response(err, status, describe)
 
     async def on_startup() -> None:
         jobs.start()

@@ -1,16 +1,41 @@
 """The errors the service adds to the library's: each maps to one HTTP status.
 
-The library's own errors travel unchanged (``AccelstackError.to_dict``); a request the service
-cannot take is one of these, with the same shape, so an app reads every failure one way.
+Every failure, the library's or the service's, goes over the wire as one document of the shape
+the CLI's final ``error`` line has (``{"event": "error", "format_version", "command", "ok":
+false, "error": TYPE, "code", "message", "hint", "action", "run"}``, docs/json.md), so an app
+reads a failed request, a failed job and a failed ``accelstack ... --json`` one way.
+``accelstack serve`` hands the service the CLI's own writer of that line (:data:`Describe`);
+:func:`error_document` writes the same keys for an app that runs the service without the CLI.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Dict, Optional
 
 from ..errors import AccelstackError, Action, UsageError
 
-__all__ = ["ServiceError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished",
-           "PayloadTooLarge", "JobCancelled", "RemoteBindRefused"]
+__all__ = ["FORMAT_VERSION", "Describe", "error_document", "describe_error", "ServiceError", "BadRequest",
+           "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished", "PayloadTooLarge", "JobCancelled",
+           "InternalError", "RemoteBindRefused"]
+
+FORMAT_VERSION = 1  # docs/json.md: the version of the JSON Lines contract the documents follow
+
+# (command, error) -> the error document; the CLI's is ``json.loads(commands.common.error_line(...))``
+Describe = Callable[[str, AccelstackError], Dict[str, Any]]
+
+
+def error_document(command: str, exc: AccelstackError) -> Dict[str, Any]:
+    """The CLI's error line as a dict, without the CLI's words for the action (no ``run``)."""
+    return {"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
+            "error": type(exc).__name__, "code": exc.code, "message": exc.message, "hint": exc.hint,
+            "action": exc.action.value}
+
+
+def describe_error(describe: Describe, command: str, exc: AccelstackError) -> Dict[str, Any]:
+    """``describe``'s document, with what a service error adds (the job that holds the home)."""
+    doc = dict(describe(command, exc))
+    if isinstance(exc, ServiceError):
+        doc.update(exc.extra())
+    return doc
 
 
 class ServiceError(AccelstackError):
@@ -18,6 +43,10 @@ class ServiceError(AccelstackError):
 
     status = 400
     default_action = Action.FIX_INPUT
+
+    def extra(self) -> Dict[str, Any]:
+        """Fields of this error beyond the common ones."""
+        return {}
 
 
 class BadRequest(ServiceError):
@@ -46,8 +75,8 @@ class JobConflict(ServiceError):
         super().__init__(message, hint, code="job-conflict")
         self.job = job  # the job that holds the home
 
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "job": self.job}
+    def extra(self) -> Dict[str, Any]:
+        return {"job": self.job}
 
 
 class JobFinished(ServiceError):
@@ -71,6 +100,16 @@ class JobCancelled(AccelstackError):
 
     def __init__(self, message: str = "the job was cancelled") -> None:
         super().__init__(message, "nothing was changed; start the job again when you want it", code="cancelled")
+
+
+class InternalError(AccelstackError):
+    """An exception that is no ``AccelstackError`` (a bug), as one: its type and text in the message."""
+
+    default_action = Action.REPORT_BUG
+
+    def __init__(self, exc: BaseException, where: str) -> None:
+        super().__init__(f"{type(exc).__name__}: {str(exc)[:500]}", f"this is a bug in accelstack; {where}",
+                         code="internal-error")
 
 
 class RemoteBindRefused(UsageError):

@@ -22,23 +22,34 @@ import logging
 import queue
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import core
 from ..core.installing import install as install_runtime
-from ..errors import AccelstackError, Action
-from ..events import ProgressCallback, ProgressEvent
+from ..errors import AccelstackError
+from ..events import ProgressCallback, ProgressEvent, iso_utc
 from ..serde import to_dict
 from ..settings import Settings
-from .errors import BadRequest, JobCancelled, JobConflict, JobFinished, NotFound
+from .errors import (
+    BadRequest,
+    Describe,
+    InternalError,
+    JobCancelled,
+    JobConflict,
+    JobFinished,
+    NotFound,
+    describe_error,
+    error_document,
+)
 from .job_options import MAX_SHORT, MAX_TEXT, Options
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_EVENTS", "now_iso", "Job", "Jobs"]
+__all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_EVENTS", "now_iso", "event_data", "Job",
+           "JobListener", "Jobs"]
 
 KINDS = ("install", "repair", "upgrade", "verify", "generate")
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
@@ -47,10 +58,19 @@ MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on di
 MAX_EVENTS = 20_000  # per job; past it only non-"advance" events are kept (counted in events_dropped)
 
 Call = Callable[[ProgressCallback], Any]
+JobListener = Callable[["Job"], None]  # told when a job starts and when it ends (the serve log)
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Now, as the CLI writes times: ISO 8601 UTC with milliseconds and a ``Z``."""
+    return iso_utc(time.time())
+
+
+def event_data(event: ProgressEvent) -> Dict[str, Any]:
+    """A progress event as the API sends it: its fields, ``ts`` as the CLI writes it (ISO 8601 UTC)."""
+    data = to_dict(event)
+    data["ts"] = iso_utc(event.ts)
+    return data
 
 
 @dataclass
@@ -66,7 +86,7 @@ class Job:
     started_at: str = ""
     finished_at: str = ""
     result: Any = None  # to_dict of the core's return value
-    error: Optional[Dict[str, Any]] = None  # AccelstackError.to_dict()
+    error: Optional[Dict[str, Any]] = None  # the error document (errors.describe_error)
     images: List[Path] = field(default_factory=list)
     events: List[Dict[str, Any]] = field(default_factory=list)
     events_dropped: int = 0
@@ -102,7 +122,7 @@ class Job:
         emitted while the library cleans up) raises :class:`JobCancelled`."""
         if self.cancel_requested.is_set() and event.kind != "end":
             raise JobCancelled()
-        data = to_dict(event)
+        data = event_data(event)
         with self._lock:
             if len(self.events) < MAX_EVENTS or event.kind != "advance":
                 self.events.append(data)
@@ -155,10 +175,13 @@ class Job:
 class Jobs:
     """The job table and the runner thread that works through the queue."""
 
-    def __init__(self, settings: Settings, report: Callable[[], Any], *, models_dir: Optional[Path] = None) -> None:
+    def __init__(self, settings: Settings, report: Callable[[], Any], *, models_dir: Optional[Path] = None,
+                 describe: Describe = error_document, listener: Optional[JobListener] = None) -> None:
         self.settings = settings
         self.report = report  # the service's (cached) HardwareReport
         self.models_dir = models_dir
+        self.describe = describe
+        self.listener = listener
         self.root = settings.state_dir / "service" / "jobs"
         self._jobs: Dict[str, Job] = {}
         self._lock = threading.Lock()
@@ -247,7 +270,8 @@ class Jobs:
             queued = job.state == "queued"
         if queued:
             exc = JobCancelled("the job was cancelled before it started")
-            job._finish("cancelled", error=exc.to_dict())
+            job._finish("cancelled", error=describe_error(self.describe, job.kind, exc))
+            self._tell(job)
 
     def _evict(self) -> None:
         finished = [j for j in self._jobs.values() if j.done]
@@ -267,21 +291,31 @@ class Jobs:
             job._notify()
             assert call is not None
             log.info("job %s (%s) started", job.id, job.kind)
+            self._tell(job)
             try:
                 job.outdir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 result = call(job.progress)
             except AccelstackError as exc:
                 state = "cancelled" if isinstance(exc, JobCancelled) or job.cancel_requested.is_set() else "failed"
                 log.info("job %s %s: %s", job.id, state, exc.message)
-                job._finish(state, error=exc.to_dict())
+                job._finish(state, error=describe_error(self.describe, job.kind, exc))
             except Exception as exc:  # a bug: report it as one, keep serving
                 log.exception("job %s failed unexpectedly", job.id)
-                job._finish("failed", error={"code": "internal-error", "type": type(exc).__name__, "message": str(exc),
-                                             "hint": {"action": Action.REPORT_BUG.value,
-                                                      "detail": "this is a bug in accelstack; the service log has the details"}})
+                bug = InternalError(exc, "the service log has the details")
+                job._finish("failed", error=describe_error(self.describe, job.kind, bug))
             else:
                 log.info("job %s succeeded", job.id)
                 job._finish("succeeded", result=to_dict(result), images=_images_of(result, job.outdir))
+            self._tell(job)
+
+    def _tell(self, job: Job) -> None:
+        """The listener's news of a job (started, ended); a listener that fails is logged, never fatal."""
+        if self.listener is None:
+            return
+        try:
+            self.listener(job)
+        except Exception:
+            log.exception("the job listener failed")
 
     def _prepare(self, job: Job) -> Call:
         """Check the options for ``job.kind`` and bind the core call (nothing runs yet)."""

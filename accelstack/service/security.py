@@ -7,11 +7,12 @@ A local HTTP service is reachable by every web page the user opens (a page can s
   reaches 127.0.0.1 under its own host name and is refused;
 - an ``Origin``, when a browser sends one, must be this service's own or one the app configured;
 - every request carries ``Authorization: Bearer <token>``, a random token made at launch and
-  written to a file only this user can read; the one exception is ``GET /``, the static page,
-  which holds no data (it reads the token from its URL fragment and sends it with each call);
+  written to a file only this user can read; the exceptions are ``GET /``, the static page,
+  which holds no data (it reads the token from its URL fragment and sends it with each call),
+  and ``GET /favicon.ico``, a 204 (a browser asks for it on its own, and would log a 401);
 - a request body is at most ``max_body`` bytes (the API takes small JSON documents only).
 
-Refusals are JSON errors in the library's shape (``code``, ``message``, ``hint``).
+Refusals are JSON errors of the shape every error has (that of the CLI's error line, :mod:`.errors`).
 """
 from __future__ import annotations
 
@@ -25,7 +26,16 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, FrozenSet, List, MutableMapping, Optional, Tuple
 
 from ..fsio import write_bytes
-from .errors import Forbidden, PayloadTooLarge, RemoteBindRefused, ServiceError, Unauthorized
+from .errors import (
+    Describe,
+    Forbidden,
+    PayloadTooLarge,
+    RemoteBindRefused,
+    ServiceError,
+    Unauthorized,
+    describe_error,
+    error_document,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,10 +43,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["PUBLIC_PATHS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
+__all__ = ["FAVICON", "PUBLIC_PATHS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
            "url_host", "Policy", "normalize_origin", "error_body", "Guard"]
 
-PUBLIC_PATHS = frozenset({"/"})  # GET/HEAD only: the static page
+FAVICON = "/favicon.ico"  # answered by the guard itself: 204, no icon
+PUBLIC_PATHS = frozenset({"/", FAVICON})  # GET/HEAD only: the static page and its (empty) icon
 CORS_METHODS = "GET, POST, DELETE"
 CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
 
@@ -93,6 +104,7 @@ class Policy:
     allow_remote: bool = False
     cors_origins: FrozenSet[str] = frozenset()
     max_body: int = 64 * 1024
+    describe: Describe = error_document  # how an error is written (the CLI's error line under serve)
     hosts: FrozenSet[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -123,8 +135,8 @@ def normalize_origin(origin: str) -> str:
     return origin.strip().rstrip("/").lower()
 
 
-def error_body(exc: ServiceError) -> bytes:
-    return json.dumps({"error": exc.to_dict()}).encode()
+def error_body(exc: ServiceError, describe: Describe = error_document) -> bytes:
+    return json.dumps({"error": describe_error(describe, "serve", exc)}).encode()
 
 
 class Guard:
@@ -146,8 +158,12 @@ class Guard:
         try:
             self._check(scope, headers)
         except ServiceError as exc:
-            await _respond(send, exc.status, error_body(exc), cors_origin=origin if cors else None,
+            await _respond(send, exc.status, error_body(exc, self.policy.describe), cors_origin=origin if cors else None,
                            extra=[(b"www-authenticate", b"Bearer")] if exc.status == 401 else [])
+            return
+        if scope["path"] == FAVICON:  # a browser asks on its own: no icon, and no 401 in its console
+            await send({"type": "http.response.start", "status": 204, "headers": [(b"cache-control", b"max-age=86400")]})
+            await send({"type": "http.response.body", "body": b""})
             return
         if scope["method"] == "OPTIONS":  # a preflight from an allowed origin (checked above)
             await _respond(send, 204, b"", cors_origin=origin, extra=[
@@ -158,7 +174,7 @@ class Guard:
         try:
             receive = await self._bounded_body(scope, headers, receive)
         except ServiceError as exc:
-            await _respond(send, exc.status, error_body(exc), cors_origin=origin if cors else None)
+            await _respond(send, exc.status, error_body(exc, self.policy.describe), cors_origin=origin if cors else None)
             return
 
         async def send_with_headers(message: Message) -> None:

@@ -28,7 +28,8 @@ from .. import core
 from ..errors import AccelstackError, Action, UsageError
 from ..settings import Settings
 from .app import Hardware, build_app
-from .jobs import Jobs
+from .errors import Describe, error_document
+from .jobs import JobListener, Jobs
 from .security import Guard, Policy, check_bind, new_token, url_host, write_token_file
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class ServiceConfig:
     detector: Optional[Callable[[], Any]] = None  # default: core.detect(settings=...)
     max_body: int = MAX_BODY
     stop_timeout: float = 120.0  # seconds a cancelled job gets to undo its work at shutdown
+    describe: Describe = error_document  # how errors are written; `accelstack serve`: the CLI's error line
+    on_job: Optional[JobListener] = None  # told when each job starts and ends (the serve command's log)
 
 
 @dataclass
@@ -117,10 +120,11 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
         if detector is None:
             detector = lambda: core.detect(settings=s)
         hardware = Hardware(detector)
-        jobs = Jobs(s, lambda: hardware.get()[0], models_dir=config.models_dir)
-        app = build_app(s, hardware, jobs, stop_timeout=config.stop_timeout)
+        jobs = Jobs(s, lambda: hardware.get()[0], models_dir=config.models_dir, describe=config.describe,
+                    listener=config.on_job)
+        app = build_app(s, hardware, jobs, stop_timeout=config.stop_timeout, describe=config.describe)
         policy = Policy(token=token, port=port, host=config.host, allow_remote=config.allow_remote,
-                        cors_origins=frozenset(config.cors_origins), max_body=config.max_body)
+                        cors_origins=frozenset(config.cors_origins), max_body=config.max_body, describe=config.describe)
         url = f"http://{url_host(config.host)}:{port}/"
         ready = Ready(url=url, token_file=path, token=token, page_url=f"{url}#token={token}")
         uv = uvicorn.Config(Guard(app, policy), http="h11", ws="none", loop="asyncio", lifespan="on", log_config=None,

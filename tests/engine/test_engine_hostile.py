@@ -132,8 +132,8 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
     (tmp_path / "outdir.png").mkdir()
     model = tmp_path / "m.safetensors"
     model.write_bytes(b"\xff" * 64)
-    cases = [  # a bad request value is a usage error (2), like a bad option; an unusable output path fails (1)
-        (["-p", "x", "-o", tmp_path / "outdir.png"], 1, "existing folder"),
+    cases = [  # a bad request value is a usage error (2), like a bad option; so is an unusable output path (issue 25; was 1)
+        (["-p", "x", "-o", tmp_path / "outdir.png"], 2, "existing folder"),
         (["-p", "x" * (MAX_PROMPT_CHARS + 1)], 2, "characters long"),
         (["-p", "(cat:.)"], 2, "attention weight"),
         (["-p", "x", "--threads", "5000"], 2, "from 1 to 512"),

@@ -216,7 +216,8 @@ def test_verify_without_runtime_says_what_to_do(tmp_path):
 def test_generate_cli_bad_inputs_fail_before_any_work(tmp_path):
     env = cli_env(tmp_path / "cache", tmp_path)
     res = run_cli(["generate", "--runtime", tmp_path, "-m", tmp_path / "missing.safetensors", "-p", "x"], env)
-    assert res.returncode == 1 and "missing.safetensors does not exist" in res.stderr
+    # a missing input file is a usage error, exit 2 (issue 25; it was 1)
+    assert res.returncode == 2 and "missing.safetensors does not exist" in res.stderr
     (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 64)
     res = run_cli(["generate", "--runtime", tmp_path, "-m", tmp_path / "junk.safetensors", "-p", "x"], env)
     assert res.returncode == 1 and "not a valid safetensors file" in res.stderr

@@ -44,7 +44,7 @@ def test_channel_add_list_remove_through_the_cli(tmp_path, signing_key):
     assert proc.returncode == 0 and "no channel is configured" in proc.stdout
 
     proc = run_cli(["channel", "add", "stable", "https://example.org/ggml-manifest.json", "--key", str(pub),
-                    "--mirror", "https://mirror.example.org/ggml-manifest.json", "--json"], env)
+                    "--mirror", "https://mirror.example.org/ggml-manifest.json", "--no-check", "--json"], env)
     assert proc.returncode == 0, proc.stderr
     added = result_of(proc)
     assert added["keys"] == [public_b64] and kid in added["trust"]
@@ -52,7 +52,7 @@ def test_channel_add_list_remove_through_the_cli(tmp_path, signing_key):
     other_pem, other_b64 = generate_keypair()
     _pub(config / "trusted-keys" / "beta.pub", other_b64)
     other_id = keyid_of(parse_public_key(other_b64))
-    assert run_cli(["channel", "add", "beta", "https://example.org/beta.json", "--key-id", other_id], env).returncode == 0
+    assert run_cli(["channel", "add", "beta", "https://example.org/beta.json", "--key-id", other_id, "--no-check"], env).returncode == 0
 
     proc = run_cli(["channel", "add", "stable", "https://example.org/x.json", "--key", str(pub)], env)
     assert proc.returncode != 0 and "already configured" in proc.stderr

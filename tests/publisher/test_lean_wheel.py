@@ -115,7 +115,8 @@ def test_a_cached_compile_is_repackaged_not_compiled_and_keeps_its_key(tmp_path)
     assert Path(result.wheel) != fat and result.size == Path(result.wheel).stat().st_size < fat.stat().st_size
     assert result.installed_size < 2 * len(LIB)
     record = json.loads((fat.parent / "build.json").read_text())
-    assert record["packaging"] == PACKAGING_VERSION and record["wheel"] == result.wheel
+    # the record names its wheel relative to the cache root (issue 25: a moved cache is still a cache)
+    assert record["packaging"] == PACKAGING_VERSION and str(cache / record["wheel"]) == result.wheel
     again = build_ggml("cpu", Settings.resolve(build_cache=cache), sdist=sdist)
     assert again.wheel == result.wheel and again.sha256 == result.sha256
 

@@ -139,7 +139,7 @@ def test_generate_uses_a_model_named_from_the_models_dir(start_service, installe
     svc = start_service("--models-dir", str(models), home=installed_home / "home", cache=installed_home / "cache")
     for name in ("../probe", str(models / "probe"), "missing"):
         r = svc.post_job("generate", model=name, prompt="a red cube")
-        assert r.status_code == 400 and "probe" in r.json()["error"]["hint"]["detail"], r.text
+        assert r.status_code == 400 and "probe" in r.json()["error"]["hint"], r.text
     job = svc.start_job("generate", model="probe", prompt="a red cube", width=64, height=64, steps=1, seed=3)
     progress, event, data = svc.follow(job["id"])
     assert event == "result", data

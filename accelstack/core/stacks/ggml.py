@@ -29,7 +29,9 @@ from ...installer.transaction import Provenance, StagedRuntime, Verifier
 from ...installer.transaction import install as run_transaction
 from ...manifests.plan import Plan
 from ...manifests.resolve import Manifests
+from ...publisher.sdist import offline_source_error, sdist_name
 from ...publisher.variants import CUDA_VARIANTS
+from ...serde import size_text
 from ...settings import Settings
 from ...verdict import DeviceInfo, VerifyCheck, VerifyReport
 from ..context import InstallJob, prepare_home
@@ -187,7 +189,9 @@ class GgmlDriver:
             t = time.perf_counter()
             progress(ProgressEvent("message", "install", message=f"fetching {ref.name}"))
             fetcher = job.fetcher
-            paths = fetcher.files([ref], progress=progress)
+            # a local build's wheel is a file in the build cache, not a download: hashed into the
+            # download cache even offline
+            paths = fetcher.files([ref], progress=progress, offline=False if built else None)
             timings["download"] = time.perf_counter() - t
             dest = GgmlDirectory(home, rid, cuda_libs=plan.cuda_libs,  # a CUDA build's shared cudart/cuBLAS
                                  fetch=lambda refs: fetcher.files(refs, progress=progress))
@@ -213,6 +217,8 @@ class GgmlDriver:
             cached = cached_local_build(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
             first = f"would reuse the {variant} build already in the build cache (no compile): {cached}" if cached \
                 else build_sentence(variant, archs, configured=s.cuda_archs, env=s.cuda_env)
+            if not cached and s.offline and not (s.build_cache / "sdist" / sdist_name()).is_file():
+                first += f"; but {offline_source_error(s.build_cache / 'sdist').message}"
             would = [first, f"would install the build into {home.runtimes(self.name)}, {ACTIVATE}"]
             return InstallSummary(self.name, "", False, plan, dry_run=True, would_build=variant, would=would)
         rid = runtime_id(plan)
@@ -228,14 +234,14 @@ class GgmlDriver:
         would = []
         for a in plan.artifacts:
             if cache.valid(a.sha256, a.size, verify=False):
-                would.append(f"would use {a.name} ({a.size / 1e6:.0f} MB) from the download cache")
+                would.append(f"would use {a.name} ({size_text(a.size)}) from the download cache")
             else:
                 part = cache.part_size(a.sha256)
-                resume = f", resuming after {part / 1e6:.0f} MB already downloaded" if 0 < part < a.size else ""
-                would.append(f"would download {a.name} ({a.size / 1e6:.0f} MB){resume}")
+                resume = f", resuming after {size_text(part)} already downloaded" if 0 < part < a.size else ""
+                would.append(f"would download {a.name} ({size_text(a.size)}){resume}")
         if plan.cuda_libs:  # NVIDIA's cudart/cuBLAS wheels, shared by the home's CUDA runtimes (installer.cuda_libs)
             names = ", ".join(a.name.split("-")[0] for a in plan.cuda_libs)
-            would.append(f"would provide {names} ({sum(a.size for a in plan.cuda_libs) / 1e6:.0f} MB) once in "
+            would.append(f"would provide {names} ({size_text(sum(a.size for a in plan.cuda_libs))}) once in "
                          f"{shared_root(home)}: reused when the home or a torch environment has them, else downloaded")
         would.append(f"would {'reinstall' if intact else 'install'} runtime {rid} into {home.runtimes(self.name) / rid}, {ACTIVATE}"
                      + (f"; {active} stays for `rollback`" if active and active != rid else ""))

@@ -12,7 +12,7 @@ from ...domain import Stack
 from ...errors import Action, UsageError
 from ...events import ProgressCallback, ProgressEvent
 from ...hardware.report import HardwareReport
-from ...manifests.channels import trust_for
+from ...manifests.channels import key_from_file, key_from_id, trust_for
 from ...manifests.ggml_manifest import GgmlManifest
 from ...manifests.resolve import Manifests
 from ...refs import ArtifactRef
@@ -31,6 +31,7 @@ from ..planning import (
     fetch_channel,
     plan,
     remembered_channels,
+    save_manifest,
     with_keys,
 )
 from ..results import InstallSummary
@@ -111,7 +112,16 @@ def create(out: Path, s: Settings, report: Optional[HardwareReport], backends: S
                              [(f"artifacts/{sha}", paths[sha]) for sha in refs])
     timings["write"] = time.perf_counter() - t0
     return BundleSummary(str(out), STACK, channel.name, manifest.envelope.source, manifest.envelope.version,
-                         [t.id for t in chosen], [r.name for r in refs.values()], size, timings, digest)
+                         [t.id for t in chosen], [r.name for r in refs.values()], size, timings, digest,
+                         trusted_keys=_verifying_keys(channel, verified.keyid, s))
+
+
+def _verifying_keys(channel: Channel, keyid: Optional[str], s: Settings) -> List[str]:
+    """The keys the offline machine passes as --trusted-key: the channel's pinned keys, else the
+    globally trusted key that signed the manifest."""
+    if channel.keys:
+        return list(dict.fromkeys(key_from_file(k) if k.endswith(".pub") else k for k in channel.keys))
+    return [key_from_id(keyid, s)] if keyid else []
 
 
 def bundle_channel(index: dict, s: Settings) -> Channel:
@@ -135,6 +145,7 @@ def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Opti
                                             record=True)
     manifest = verified.manifest
     assert isinstance(manifest, GgmlManifest)
+    save_manifest(s, channel.name, opened.manifest, opened.signature)  # what an offline upgrade or status reads
     present = [t for t in manifest.targets if t.artifacts and all(a.sha256 in opened.artifacts
                                                                   for a in list(t.artifacts) + list(t.cuda_libs))]
     if not present:
@@ -149,7 +160,8 @@ def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Opti
     knowledge.add(dataclasses.replace(manifest, targets=present))
     loaded: List[LoadedManifest] = [LoadedManifest(f"bundle:{what}", manifest.envelope.source,
                                                    manifest.envelope.version, channel.name)]
-    trusted = TrustedSet(knowledge, loaded, [channel], remember=False)
+    # remembered with its keys (a --trusted-key too), so that `upgrade` and `status` know the channel
+    trusted = TrustedSet(knowledge, loaded, [channel], remember=channel.url not in ("", "bundle"))
     offline = s.replace(offline=True, allow_build=False)
     return install(None, stack=STACK, backend=backend, report=job.report, settings=offline, services=job.services,
                    on_progress=job.progress, options=dataclasses.replace(job.options, trusted=trusted))
