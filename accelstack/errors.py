@@ -67,8 +67,11 @@ class AccelstackError(Exception):
     default_action: Action = Action.NONE
 
     def __init__(self, message: str, hint: Optional[str] = None, *,
-                 action: Optional[Action] = None, code: Optional[str] = None) -> None:
+                 action: Optional[Action] = None, code: Optional[str] = None,
+                 exit_code: Optional[int] = None) -> None:
         super().__init__(message)
+        if exit_code is not None:  # e.g. an input file the user named that cannot be read: a usage error (2)
+            self.exit_code = exit_code
         self.message = message
         self.hint: str = hint or ""
         self.action: Action = Action(action) if action is not None else self.default_action
@@ -126,8 +129,10 @@ class Interrupted(AccelstackError):
 
 
 class CaptureFormatError(AccelstackError):
-    """A capture/replay directory is missing, of an unknown version, or malformed."""
+    """A capture/replay directory is missing, of an unknown version, or malformed: input the user
+    named, so a usage error (exit 2) like any other unreadable input."""
 
+    exit_code = 2
     default_action = Action.FIX_INPUT
 
 

@@ -33,6 +33,12 @@ CASES = [
     (["verify", "--threads", "x"], "--threads"),
     (["verify", "--config", MISSING], "does not exist"),
     (["verify", "-o", "OUTDIR"], "existing folder"),
+    (["manifest", "verify", MISSING + ".json"], "cannot read manifest"),
+    (["channel", "add", "x", "https://127.0.0.1:9/m.json", "--key", MISSING + ".pub", "--no-check"], "public key"),
+    (["detect", "--replay", MISSING], "not a capture"),
+    (["plan", "--replay", MISSING], "not a capture"),
+    (["install", "--dry-run", "--trusted-key", MISSING + ".pub"], "--trusted-key"),
+    (["install", "--dry-run", "--trusted-key", "not-a-key"], "--trusted-key"),
 ]
 
 

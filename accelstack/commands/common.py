@@ -172,6 +172,8 @@ def settings_from_args(args: Optional[argparse.Namespace], **overrides: Any) -> 
         "timeouts": Timeouts(lock_wait=float(wait)) if wait is not None else None,
     }
     given.update(overrides)
+    if given["trusted_keys"]:
+        core.check_trusted_keys(given["trusted_keys"])
     return Settings.resolve(**{k: v for k, v in given.items() if v is not None})
 
 

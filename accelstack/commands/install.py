@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from .. import core
 from ..core.installing import install as install_runtime
 from ..errors import UsageError
+from ..serde import plural
 from .common import (
     add_engine_package_argument,
     add_home_arguments,
@@ -240,8 +241,10 @@ def _install_text(summary) -> str:
 
 def _health(st) -> str:
     """The status badge: what the file check that ran can vouch for, and no more."""
-    if st.missing_files or st.changed_files or st.corrupt_files:
+    if st.missing_files or st.corrupt_files:
         return "[damaged: run `accelstack repair`]"
+    if st.changed_files:  # not re-hashed: a copied home changes every inode, so "damaged" would claim too much
+        return "[changed since install: run `accelstack repair`]"
     if not st.healthy:
         return "[needs attention]"
     if not st.files:
@@ -342,7 +345,7 @@ def _uninstall_listing(preview) -> List[str]:
     if not preview.runtimes:
         lines = [f"no {preview.stack} runtime is installed: nothing to remove"]
     else:
-        lines = [f"uninstall removes {len(preview.runtimes)} {preview.stack} runtime(s), freeing {_size(preview.bytes)}:"]
+        lines = [f"uninstall removes {plural(len(preview.runtimes), preview.stack + ' runtime')}, freeing {_size(preview.bytes)}:"]
         lines += [f"  {r.name}  {_size(r.bytes)}  {r.path}" + (f"  ({r.note})" if r.note else "") for r in preview.runtimes]
     kept = [c for c in preview.kept if c.bytes]
     if kept:
@@ -363,7 +366,7 @@ def run_uninstall(args) -> int:
     listing = _uninstall_listing(preview)
     if preview.runtimes and not args.yes:
         if not sys.stdin.isatty():
-            raise UsageError(f"uninstall would remove {len(preview.runtimes)} runtime(s) ({_size(preview.bytes)}) and "
+            raise UsageError(f"uninstall would remove {plural(len(preview.runtimes), 'runtime')} ({_size(preview.bytes)}) and "
                              "needs a confirmation, but there is no terminal to ask on",
                              "pass --yes to remove them without a question")
         out = sys.stderr if args.json else sys.stdout
@@ -378,7 +381,7 @@ def run_uninstall(args) -> int:
     with progress_renderer(json_mode=args.json) as progress:  # a wait for the lock is shown
         removed = core.uninstall(settings=s, on_progress=progress) if preview.runtimes else []  # nothing there: nothing created
     freed = sum(r.bytes for r in preview.runtimes if r.name in removed or r.note.startswith("left over"))
-    done = [f"removed {len(removed)} runtime(s), freed {_size(freed)}"] + [f"  {r}" for r in removed] if removed else []
+    done = [f"removed {plural(len(removed), 'runtime')}, freed {_size(freed)}"] + [f"  {r}" for r in removed] if removed else []
     text = "\n".join(listing + done)
     emit(args, {"removed": removed, "bytes_freed": freed, "cancelled": False, "kept": preview.kept}, text)
     return 0
@@ -388,7 +391,8 @@ def run_gc(args) -> int:
     s = settings_from_args(args)
     with progress_renderer(json_mode=args.json) as progress:  # a wait for the lock is shown
         rep = core.gc(settings=s, on_progress=progress)
-    text = f"removed {len(rep.runtimes_removed)} runtime(s) and {len(rep.blobs_removed)} cached download(s), freed {_size(rep.bytes_freed)}"
+    text = (f"removed {plural(len(rep.runtimes_removed), 'runtime')} and {plural(len(rep.blobs_removed), 'cached download')}, "
+            f"freed {_size(rep.bytes_freed)}")
     if rep.blobs_kept_shared:
         text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
     left = [c for c in core.cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []

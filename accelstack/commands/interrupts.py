@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Iterator
 
 from ..core import disk_state
 from ..errors import Action, Interrupted
+from ..serde import size_text
 from ..settings import Settings
 
 __all__ = ["InterruptWatch", "interruptible"]
@@ -46,9 +47,9 @@ class InterruptWatch:
                 f" ({self.before} is kept for `accelstack rollback`)" if self.before else "")
         partial, done = disk_state.kept_downloads(self.s, self.blobs)
         if partial:
-            state += f"; downloaded {round(partial / 1e6)} MB kept, re-run to resume"
+            state += f"; downloaded {size_text(partial)} kept, re-run to resume"
         elif done:
-            state += f"; the download ({round(done / 1e6)} MB) is kept in the cache for the next run"
+            state += f"; the download ({size_text(done)}) is kept in the cache for the next run"
         return state
 
     def message(self) -> str:

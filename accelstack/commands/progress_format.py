@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from ..serde import size_text
+
 __all__ = ["Task", "label_of", "first_line", "short", "bar_format", "duration", "amount", "eta_of"]
 
 
@@ -70,11 +72,7 @@ def amount(n: Optional[int], unit: str, of: bool = True) -> str:
     if n is None:
         return "?"
     if unit == "B":
-        value = float(n)
-        for name in ("B", "KiB", "MiB", "GiB"):
-            if value < 1024 or name == "GiB":
-                return f"{value:.0f} {name}" if name == "B" else f"{value:.1f} {name}"
-            value /= 1024
+        return size_text(n)
     if of or not unit:
         return str(n)
     return f"{n} {unit}" + ("s" if n != 1 and not unit.endswith("s") else "")

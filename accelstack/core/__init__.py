@@ -18,7 +18,7 @@ from ..lazy import lazy_exports
 _EXPORTS = {
     "detect": ".detection",
     "plan": ".planning", "hardware_fingerprint": ".planning", "load_manifests": ".planning",
-    "plan_sources": ".planning", "NO_CHANNEL_LINE": ".planning",
+    "plan_sources": ".planning", "NO_CHANNEL_LINE": ".planning", "check_trusted_keys": ".keys",
     "install": ".installing", "InstallSummary": ".results", "InstallOptions": ".options", "Services": ".options",
     "Fetcher": ".options", "NetworkFetcher": ".options",
     "upgrade": ".maintenance", "repair": ".maintenance", "rollback": ".maintenance", "uninstall": ".maintenance",

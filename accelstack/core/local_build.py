@@ -57,7 +57,7 @@ BUILD_NEEDS = {  # how long, and what it needs (a CUDA build's time is for one a
     "cpu-noavx2": ("~4 min", ["cmake", "a C++ compiler"]),
     "vulkan": ("~8 min", ["cmake", "a C++ compiler", "the Vulkan headers and glslc"]),
     "cuda": (cuda_build_time(1),
-             ["cmake", "a C++ compiler", "NVIDIA's CUDA 13 compiler, about 500 MB downloaded once from PyPI "
+             ["cmake", "a C++ compiler", "NVIDIA's CUDA 13 compiler, about 480 MiB downloaded once from PyPI "
                                          "into the build cache"]),
     "cuda12": (cuda_build_time(1),
                ["cmake", "a C++ compiler", "a system CUDA 12 toolkit with nvcc 12.x"]),

@@ -271,7 +271,7 @@ def ensure_probe_model(seed: int, cache_root: Path, progress: ProgressCallback =
             return _synthesize(root, name, folder, seed, parts, progress, cache_pools=architecture is None)
     except OSError as exc:
         raise ProbeModelError(f"cannot write the probe model under {root}: {exc.strerror or exc}",
-                              hint="free disk space (it needs about 1.1 GB while verify runs) or use a writable "
+                              hint="free disk space (it needs about 1.0 GiB while verify runs) or use a writable "
                               "cache directory", action=Action.FREE_DISK) from None
 
 

@@ -20,6 +20,7 @@ from ..artifacts.cache import hash_file
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
+from ..serde import plural
 from ..verdict import VerifyReport
 from .errors import StateError
 from .home import Home
@@ -191,5 +192,5 @@ def _files(n: int) -> str:
 
 def unrepairable_error(report: RepairReport) -> StateError:
     first = next(iter(report.unrepairable.items()))
-    return StateError(f"{len(report.unrepairable)} file(s) of runtime {report.runtime} could not be restored "
+    return StateError(f"{plural(len(report.unrepairable), 'file')} of runtime {report.runtime} could not be restored "
                       f"(first: {first[0]}: {first[1]})", hint="reinstall the runtime", action=Action.REINSTALL)

@@ -97,7 +97,7 @@ def key_from_file(path: str) -> str:
     except (OSError, ManifestError) as exc:
         detail = exc.message if isinstance(exc, ManifestError) else (exc.strerror or str(exc))
         raise ChannelError(f"cannot read the public key {path} ({detail})", "give the publisher's .pub file",
-                           action=Action.TRUST_KEY) from None
+                           action=Action.TRUST_KEY, exit_code=2) from None
     try:
         raw = parse_public_key(data, str(path))
     except ManifestError as exc:
@@ -146,12 +146,12 @@ def _entries(doc: Any, what: str) -> List[Channel]:
             lists.append(list(value))
         unknown = set(item) - {"name", "url", "mirrors", "keys"}
         if unknown:
-            raise ChannelError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}", "fix the file")
+            raise ChannelError(f"{where}: unknown {'field' if len(unknown) == 1 else 'fields'} {', '.join(sorted(unknown))}", "fix the file")
         out.append(check_channel(Channel(item["name"], item["url"], lists[0], lists[1]), where))
     names = [c.name for c in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ChannelError(f"{what}: channel(s) {', '.join(dupes)} defined twice", "keep one entry per name")
+        raise ChannelError(f"{what}: {'channel' if len(dupes) == 1 else 'channels'} {', '.join(dupes)} defined twice", "keep one entry per name")
     return out
 
 

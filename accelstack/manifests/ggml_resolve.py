@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple, cast
 
 from ..domain import Backend
 from ..hardware.report import VulkanDevice
+from ..serde import plural, size_text
 from .ggml_checks import BACKEND_TEXT, GgmlChecks
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
 from .hw_rules import hw_rules
@@ -217,7 +218,7 @@ class _GgmlResolver(GgmlChecks):
         plan.cuda_libs = list(e.tgt.cuda_libs)
         size = sum(a.size for a in plan.artifacts)
         where = e.where
-        plan.summary = f"ggml {e.name} ({BACKEND_TEXT[e.backend]}) for {where}: {len(plan.artifacts)} file(s), {size / 2**20:.1f} MiB"
+        plan.summary = f"ggml {e.name} ({BACKEND_TEXT[e.backend]}) for {where}: {plural(len(plan.artifacts), 'file')}, {size_text(size)}"
         env: Dict[str, str] = {}
         if e.device is not None:
             vendor = e.device.vendor

@@ -70,7 +70,7 @@ def load_manifest_file(path: Union[str, Path], *, now: Optional[datetime] = None
         data = read_document(p, MAX_JSON_BYTES)
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})", "check the path",
-                            action=Action.FIX_INPUT) from None
+                            action=Action.FIX_INPUT, exit_code=2) from None
     try:
         return load_manifest(data, now=now, check_expiry=check_expiry)
     except ManifestFormatError as exc:

@@ -132,7 +132,8 @@ def read_manifest_files(manifest_path: Union[str, Path]) -> Tuple[bytes, Optiona
     try:
         data = read_document(p, MAX_JSON_BYTES)
     except OSError as exc:
-        raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})") from None
+        raise ManifestError(f"cannot read manifest {p} ({exc.strerror or exc})", "check the path",
+                            action=Action.FIX_INPUT, exit_code=2) from None
     try:
         sig: Optional[bytes] = read_document(signature_path(p), MAX_SIGNATURE_BYTES)
     except FileNotFoundError:

@@ -25,6 +25,7 @@ from accelstack.core.installing import install
 from accelstack.installer.home import Home
 from accelstack.manifests.signing import generate_keypair
 from accelstack.publisher.build_cache import BuildResult
+from accelstack.serde import size_text
 from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
 
@@ -299,7 +300,7 @@ def test_uninstall_yes_lists_what_it_removed_and_what_the_caches_keep(tmp_path, 
     env = _env(tmp_path)
     rc, out, err = run_cli(["uninstall", "--yes"], env)
     assert rc == 0, err
-    assert "uninstall removes 2 ggml runtime(s), freeing" in out
+    assert "uninstall removes 2 ggml runtimes, freeing" in out
     assert first.runtime in out and second.runtime in out
     assert "these stay (`accelstack cache purge` removes them):" in out and "downloads cache" in out
     _install(tmp_path, fake_site, "v2")  # v1 again would be a manifest rollback
@@ -326,7 +327,7 @@ def test_uninstall_on_a_terminal_asks_and_no_keeps_everything(tmp_path, fake_sit
         deadline = time.time() + 60
         while b"[y/N]" not in seen and time.time() < deadline:
             seen += os.read(fd, 4096)
-        assert b"uninstall removes 1 ggml runtime(s)" in seen and first.runtime.encode() in seen
+        assert b"uninstall removes 1 ggml runtime," in seen and first.runtime.encode() in seen
         os.write(fd, answer)
         while True:
             try:
@@ -339,7 +340,7 @@ def test_uninstall_on_a_terminal_asks_and_no_keeps_everything(tmp_path, fake_sit
         _, status = os.waitpid(pid, 0)
         os.close(fd)
         assert os.WEXITSTATUS(status) == (0 if removed else 1), seen
-        assert (b"removed 1 runtime(s)" in seen) == removed and (b"nothing removed" in seen) != removed
+        assert (b"removed 1 runtime," in seen) == removed and (b"nothing removed" in seen) != removed
 
 
 def test_install_yes_is_accepted_but_not_advertised(tmp_path):
@@ -370,9 +371,9 @@ def test_ctrl_c_during_a_download_keeps_the_part_and_says_so(tmp_path, fake_site
     e = error_of(out)
     assert e["error"] == "Interrupted" and e["code"] == "interrupted"
     assert f"nothing changed, previous runtime {first.runtime} still active" in e["message"]
-    assert "MB kept, re-run to resume" in e["message"]
+    assert "MiB kept, re-run to resume" in e["message"]
     kept = sum(p.stat().st_size for p in blobs.glob("*.part"))
-    assert kept > 2_000_000 and f"downloaded {round(kept / 1e6)} MB kept" in e["message"]
+    assert kept > 2_000_000 and f"downloaded {size_text(kept)} kept" in e["message"]
     assert Home(Path(env["ACCELSTACK_HOME"])).read_active().active["ggml"] == first.runtime
     events_of(out)  # the JSON Lines contract held through the interrupt
 

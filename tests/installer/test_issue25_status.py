@@ -62,7 +62,7 @@ def test_status_finds_a_same_size_overwrite_and_says_what_it_checked(site, tmp_p
     rc, out, err = run_cli(["status", "--offline"], env)
     assert rc == 0, err
     assert "[healthy" not in out, out
-    assert "[damaged: run `accelstack repair`]" in out and "1 changed since install" in out, out
+    assert "[changed since install: run `accelstack repair`]" in out and "1 changed since install" in out, out
     rc, out, err = run_cli(["status", "--offline", "--json"], env)
     ggml = _ggml(out)
     assert ggml["healthy"] is False and ggml["checked"] == "metadata" and ggml["changed_files"] == 1

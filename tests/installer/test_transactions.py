@@ -150,7 +150,7 @@ def test_repair_restores_package_metadata_and_keeps_going_past_an_unrepairable_f
     home.write_receipt(receipt)
     with pytest.raises(accelstack.AccelstackError) as info:
         accelstack.repair(settings=s, verifier=import_verifier())
-    assert "1 file(s)" in info.value.message and info.value.action == Action.REINSTALL
+    assert "1 file of runtime" in info.value.message and info.value.action == Action.REINSTALL
     rep = audit(home, r.id)
     assert rep.missing == ["stable_diffusion_cpp/not-in-the-wheel.txt"] and rep.corrupt == []  # all the others restored
 
