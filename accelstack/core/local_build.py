@@ -200,6 +200,16 @@ def local_cuda_archs(plan: Plan, report: HardwareReport) -> Optional[List[str]]:
     return sorted(archs, key=int) or None
 
 
+def _for_archs(variant: str, archs: Optional[List[str]], s: Settings) -> str:
+    """" for sm_86" / " for sm_75, sm_80, ... (this GPU's compute capability is unknown)"; "" off CUDA."""
+    if variant not in CUDA_VARIANTS:
+        return ""
+    if archs:
+        return " for " + ", ".join("sm_" + a for a in archs)
+    every = cuda_targets(variant, None, s.cuda_archs)
+    return f" for {', '.join('sm_' + a for a in every)} (this GPU's compute capability is unknown)"
+
+
 def build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: Settings,
                   progress: ProgressCallback, channels: bool = True, builder: Builder = build_ggml) -> Manifests:
     """Build the variant this machine needs from source (a cache hit needs no compiler; a miss
@@ -209,8 +219,8 @@ def build_locally(report: HardwareReport, plan: Plan, manifests: Manifests, s: S
     archs = local_cuda_archs(plan, report) if variant in CUDA_VARIANTS else None
     cached = cached_local_build(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
     if cached:  # a cache hit compiles nothing: it is not "building from source"
-        progress(ProgressEvent("message", "plan", message=f"no published build fits; reusing the {variant} build "
-                                                          f"already in the build cache: {cached}"))
+        progress(ProgressEvent("message", "plan", message=f"no published build fits; reusing the {variant} build"
+                                                          f"{_for_archs(variant, archs, s)} already in the build cache: {cached}"))
     else:
         if s.offline and not (s.build_cache / "sdist" / sdist_name()).is_file():
             raise offline_source_error(s.build_cache / "sdist")  # before the lock's wait, a download or a compile
