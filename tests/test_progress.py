@@ -108,6 +108,12 @@ def test_lines_for_starts_ends_and_messages_with_a_timestamp():
                     "[fetch] a.bin: failed after 3.0 s: connection reset"]
 
 
+def test_a_line_without_a_task_has_no_stray_colon():
+    r, out, _clock = lines_renderer()
+    r(ProgressEvent("message", "plan", message="no published build fits; reusing the cpu build"))
+    assert [line[9:] for line in out.getvalue().splitlines()] == ["[plan] no published build fits; reusing the cpu build"]
+
+
 def test_lines_throttle_progress_to_one_line_per_interval_per_task():
     r, out, clock = lines_renderer(line_interval=5.0)
     r(ProgressEvent("start", "generate", task="512x512, 20 steps", total=200, extra={"unit": "step"}))

@@ -35,7 +35,7 @@ __all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
 RAW = argparse.RawDescriptionHelpFormatter
 
 # How the summary names each timing: what was measured, not the step that happened to hold it.
-TIMING_LABELS = {"manifests": "read manifests", "build": "build from source", "download": "download",
+TIMING_LABELS = {"manifests": "read manifests", "build": "build from source", "build-cache": "build cache", "download": "download",
                  "stage": "unpack", "hash": "hash files", "verify": "verify (probe generation)"}
 
 

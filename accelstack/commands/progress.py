@@ -206,7 +206,8 @@ class ProgressRenderer:
 
     def _line(self, ts: float, label: str, text: str) -> None:
         self._last_line = self.clock()
-        self.stream.write(f"{time.strftime('%H:%M:%S', time.localtime(ts))} {label}: {text}\n")
+        sep = " " if label.endswith("]") else ": "  # "[plan] no published build ..." when there is no task
+        self.stream.write(f"{time.strftime('%H:%M:%S', time.localtime(ts))} {label}{sep}{text}\n")
         self.stream.flush()
 
     # -- ticking ----------------------------------------------------------------------------------

@@ -81,6 +81,7 @@ def test_a_cached_local_build_installs_offline(tmp_path, ggml_cpu_build, recorde
     assert not any("building one from source" in m or "building from source" in m for m in said), said
     assert any("build cache" in m for m in said), said
     assert recorder.seen == []
+    assert "build" not in summary.timings and "build-cache" in summary.timings  # no "build from source 0.0 s"
     again = accelstack.install(None, settings=s, verifier=import_verifier(), on_progress=events.append)
     assert again.changed is False
 
