@@ -33,7 +33,8 @@ def _bad_outputs(tmp_path: Path) -> Dict[str, Path]:
     cases = {"existing folder": tmp_path / "dir.png", "file, not a folder": tmp_path / "file" / "a.png",
              "not a regular file": tmp_path / "fifo.png", "symbolic link": tmp_path / "link.png"}
     if not NO_PROC:  # access() says yes to root there; only a write tells
-        cases["cannot be written to"] = Path("/proc/nope/v.png")
+        cases["/proc/nope does not exist and cannot be made in /proc"] = Path("/proc/nope/v.png")
+        cases["the folder /proc cannot be written to"] = Path("/proc/v.png")
     return cases
 
 

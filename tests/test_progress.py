@@ -15,6 +15,7 @@ import pytest
 
 from accelstack.commands import progress as progress_mod
 from accelstack.commands.progress import ProgressRenderer, configure, progress_renderer
+from accelstack.commands.progress_format import local_time
 from accelstack.events import STAGE_ORDER, ProgressEvent, iso_utc
 
 LINE = re.compile(r"^\d\d:\d\d:\d\d \[[a-z]+\]")
@@ -259,3 +260,14 @@ def test_lines_rendering_of_a_real_lock_wait(tmp_path):
     assert all(LINE.match(line) for line in got), got
     assert any(f"[build] vulkan: waiting for another accelstack build of vulkan (lock {lock})" in line for line in got)
     assert any("waiting for the vulkan build lock: done in" in line for line in got)
+
+
+def test_times_for_people_are_local_to_the_minute(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        assert local_time("2026-12-04T04:43:16.168155Z") == "2026-12-04 05:43 CET"
+        assert local_time("not a time") == "not a time"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

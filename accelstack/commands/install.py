@@ -21,13 +21,13 @@ from .common import (
     add_home_arguments,
     add_manifest_arguments,
     emit,
-    problem_lines,
     report_from,
     settings_from_args,
 )
 from .interrupts import interruptible
 from .progress import progress_renderer
 from .progress_format import amount
+from .status_text import status_text
 
 __all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
            "run_rollback", "run_uninstall", "run_gc", "TIMING_LABELS"]
@@ -239,59 +239,11 @@ def _install_text(summary) -> str:
     return "\n".join(lines)
 
 
-def _health(st) -> str:
-    """The status badge: what the file check that ran can vouch for, and no more."""
-    if st.missing_files or st.corrupt_files:
-        return "[damaged: run `accelstack repair`]"
-    if st.changed_files:  # not re-hashed: a copied home changes every inode, so "damaged" would claim too much
-        return "[changed since install: run `accelstack repair`]"
-    if not st.healthy:
-        return "[needs attention]"
-    if not st.files:
-        return "[present; no file list to check]"
-    return {"hashes": "[healthy, re-hashed]", "metadata": "[healthy, not re-hashed]"}.get(st.checked, "[files present, not re-hashed]")
-
-
-def _files_line(st) -> str:
-    damage = [f"{n} {what}" for n, what in ((st.missing_files, "missing"), (st.changed_files, "changed since install"),
-                                            (st.corrupt_files, "different when re-hashed")) if n]
-    if damage:
-        return f"  files: {', '.join(damage)}, of {st.files}"
-    if st.checked in ("hashes", "metadata"):
-        return f"  files: all {st.files} re-hashed and matching the receipt" if st.checked == "hashes" else (
-            f"  files: all {st.files} match the receipt's size, mtime and inode (not re-hashed; "
-            "`accelstack status --deep` re-hashes them)")
-    return (f"  files: all {st.files} present, not re-hashed (this receipt recorded no mtimes or inodes to compare; "
-            "`accelstack status --deep` re-hashes them)")
-
-
 def run_status(args) -> int:
     s = settings_from_args(args)
     with progress_renderer(json_mode=args.json) as progress:  # only --deep reports progress (the hashing)
         stats = core.status(report=report_from(args, s), settings=s, deep=args.deep, on_progress=progress)
-    lines = [f"runtime home: {s.home}"]
-    for st in stats:
-        if not st.installed and not st.active:
-            lines.append(f"{st.stack}: nothing installed")
-            lines += problem_lines(st.problems)
-            continue
-        lines.append(f"{st.stack}: active {st.active or '(none)'}" + (f", previous {st.previous}" if st.previous else "")
-                     + (f"  {_health(st)}" if st.active else ""))
-        if st.receipt:
-            r = st.receipt
-            if st.files:
-                lines.append(_files_line(st))
-            lines.append(f"  from: {r.origin}")
-            lines.append(f"  backend {r.backend}, installed {r.installed_at}, verified {r.verified_at} "
-                         f"({r.verification.verdict}), at {st.runtime_path}")
-            lines.append(f"  fits this machine: {'yes' if st.hardware_matches else 'no' if st.hardware_matches is False else 'unknown'}")
-        if st.upgrade_available:
-            lines.append(f"  upgrade available: {st.upgrade_available} (run `accelstack upgrade`)")
-        others = [i for i in st.installed if i not in (st.active, st.previous)]
-        if others:
-            lines.append(f"  also installed: {', '.join(others)} (`accelstack gc` removes them)")
-        lines += problem_lines(st.problems)
-    emit(args, {"home": str(s.home), "stacks": stats}, "\n".join(lines))
+    emit(args, {"home": str(s.home), "stacks": stats}, status_text(s.home, stats))
     return 0
 
 

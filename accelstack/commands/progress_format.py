@@ -3,11 +3,12 @@ and tqdm's bar formats (:mod:`.progress` renders them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Optional, Tuple
 
 from ..serde import size_text
 
-__all__ = ["Task", "label_of", "first_line", "short", "bar_format", "duration", "amount", "eta_of"]
+__all__ = ["Task", "label_of", "first_line", "short", "bar_format", "duration", "amount", "eta_of", "local_time"]
 
 
 @dataclass
@@ -30,6 +31,18 @@ class Task:
     @property
     def label(self) -> str:
         return label_of(self.stage, self.task)
+
+
+def local_time(iso: str) -> str:
+    """An ISO-8601 time from a receipt or result, for people: this computer's local time to the
+    minute, with its zone (``2026-12-04 05:43 CET``); text that is not such a time is shown as it is."""
+    try:
+        when = datetime.fromisoformat(iso[:-1] + "+00:00" if iso.endswith("Z") else iso)
+    except (TypeError, ValueError):
+        return iso
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
 
 
 def label_of(stage: str, task: str) -> str:

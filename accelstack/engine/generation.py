@@ -120,8 +120,10 @@ def check_outputs(paths: List[Path]) -> List[Path]:
         try:  # what access() cannot tell (/proc, a read-only mount, root): write a file there and remove it
             fsio.write_bytes(ancestor / f".accelstack-write-test-{os.getpid()}", b"", durable=False).unlink()
         except OSError as exc:
-            raise _output_error(path, f"the folder {ancestor} cannot be written to ({exc.strerror or exc})",
-                                "choose a folder you can write to") from None
+            parent = path.absolute().parent
+            why = (f"the folder {ancestor} cannot be written to" if parent == ancestor else
+                   f"the folder {parent} does not exist and cannot be made in {ancestor}")
+            raise _output_error(path, f"{why} ({exc.strerror or exc})", "choose a folder you can write to") from None
     return paths
 
 
