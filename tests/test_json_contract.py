@@ -95,7 +95,7 @@ def test_home_commands_on_an_empty_home(env, tmp_path):
     ([], 2),
     (["verify", "--threads", "many"], 2),
     (["install", "--stack", "torch", "--backend", "cuda", "--dry-run", "--replay", str(CAPTURES / "macos-apple-m3")], 3),
-    (["detect", "--replay", "/nonexistent/capture"], 1),
+    (["detect", "--replay", "/nonexistent/capture"], 2),  # a missing input is a usage error (issue 25)
 ])
 def test_exit_codes_are_the_same_across_commands(args, code, env):
     rc, out, err = run_cli(args + ["--json"], env)

@@ -105,7 +105,7 @@ def _vulkan_driver_for(g: GPU, icds: List[str], os_name: str) -> bool:
 
 
 def _vkey(v: str) -> Tuple[int, ...]:
-    return tuple(int(p) for p in v.split(".") if p.isdigit())
+    return tuple(int(p) for p in v.split(".") if p.isascii() and p.isdigit())
 
 
 # Base scores: higher is preferred. Ties break on VRAM, then GPU index.

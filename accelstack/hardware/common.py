@@ -140,7 +140,7 @@ def parse_smi_csv(text: str) -> List[SmiGPU]:
     out: List[SmiGPU] = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 6 or not parts[0].isdigit():
+        if len(parts) < 6 or not (parts[0].isascii() and parts[0].isdigit()):
             continue
         total, free = _num(parts[3]), _num(parts[4])
         cc = parts[6] if len(parts) > 6 and re.fullmatch(r"\d+\.\d+", parts[6]) else ""

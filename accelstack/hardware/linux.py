@@ -98,7 +98,7 @@ def _hexid(text: Optional[str]) -> str:
 
 def _int_file(probe: Probe, path: str) -> Optional[int]:
     text = probe.read_line(path)
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def pci_gpus(probe: Probe) -> List[GPU]:

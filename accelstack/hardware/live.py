@@ -194,7 +194,7 @@ if sys.platform.startswith("linux"):
         for line in text.splitlines():
             name, _, rest = line.partition(":")
             value = rest.split()
-            if value and value[0].isdigit():
+            if value and value[0].isascii() and value[0].isdigit():
                 kib[name.strip()] = int(value[0]) * 1024
         total = kib.get("MemTotal")
         available = kib.get("MemAvailable")
@@ -228,7 +228,7 @@ if sys.platform.startswith("linux"):
             return None
         cores = set()
         for name in names:
-            if not (name.startswith("cpu") and name[3:].isdigit()):
+            if not (name.startswith("cpu") and name[3:].isascii() and name[3:].isdigit()):
                 continue
             for leaf in ("core_cpus_list", "thread_siblings_list"):
                 try:

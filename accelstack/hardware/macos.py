@@ -34,7 +34,7 @@ def probe(p: Probe, report: HardwareReport) -> None:
             "error",
         )
     report.cpu = cpu_from_sysctl(values, "arm64" if report.os.rosetta else report.os.arch)
-    if values.get("hw.memsize", "").isdigit():
+    if values.get("hw.memsize", "").isascii() and values.get("hw.memsize", "").isdigit():
         report.memory.ram_total = int(values["hw.memsize"])
     report.gpus = gpus(p, report.os.version)
 

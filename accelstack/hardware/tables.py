@@ -285,7 +285,7 @@ def apple_metal3_gpu(name: str) -> bool:
 
 def _cc_key(cc: str) -> Tuple[int, int]:
     major, _, minor = cc.partition(".")
-    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else (-1, -1)
+    return (int(major), int(minor or 0)) if cc.isascii() and major.isdigit() and (minor or "0").isdigit() else (-1, -1)
 
 
 def nvidia_support(cc: str) -> Optional[Tuple[str, str, str]]:

@@ -81,7 +81,7 @@ def _cpu(report: HardwareReport, cpu: Dict[str, Any], features: Dict[str, Any]) 
 def nvidia_driver_from_windows(version: str) -> str:
     """'31.0.15.3742' -> '537.42': NVIDIA's version is the last five digits of the WDDM version."""
     digits = "".join(version.split(".")[-2:])
-    if len(digits) < 5 or not digits.isdigit():
+    if len(digits) < 5 or not (digits.isascii() and digits.isdigit()):
         return ""
     d = digits[-5:]
     return f"{int(d[:3])}.{d[3:]}"

@@ -120,7 +120,7 @@ def driver_hint(cc: str, need: str = "") -> str:
     if parts is not None and first is not None and parts < first:
         return "this GPU is past NVIDIA's driver support (older than Kepler): no current driver or CUDA build runs on it"
     arch = rules.architecture(cc)
-    need_branch = int(need.split(".")[0]) if need and need.split(".")[0].isdigit() else 0
+    need_branch = int(need.split(".")[0]) if need and need.isascii() and need.split(".")[0].isdigit() else 0
     if arch is not None and arch.last_branch:
         last = int(arch.last_branch)
         if need_branch > last:

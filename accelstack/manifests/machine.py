@@ -225,7 +225,7 @@ def l4t_of(gpu: GPU) -> str:
         return l4t
     drv = gpu.driver_version or ""
     head = drv.split(".")[0]
-    return drv if head.isdigit() and 30 <= int(head) < 100 else ""
+    return drv if head.isascii() and head.isdigit() and 30 <= int(head) < 100 else ""
 
 
 def _group_key(g: GPU) -> tuple:
@@ -246,7 +246,7 @@ def machine_of(report: HardwareReport, python: str = "") -> Machine:
     win_build = None
     if os_name == "windows":
         parts = (report.os.version or "").split(".")
-        if len(parts) >= 3 and parts[2].isdigit():
+        if len(parts) >= 3 and parts[2].isascii() and parts[2].isdigit():
             win_build = int(parts[2])
     m = Machine(
         report=report,

@@ -6,9 +6,9 @@ output, and drives detect -> plan -> install -> verify over ``/api/v1/`` with li
 its own: every answer is a core function's result, as JSON. See docs/serve.md.
 
 Modules: ``security`` (token, Host/Origin checks, CORS, body limits), ``jobs`` (the core's long
-functions run one at a time, with events and cancel; ``job_options`` checks what a job is
-given), ``app`` (the routes and the page),
-``server`` (bind, serve, stop cleanly).
+functions run one at a time, with events and cancel, a bounded queue; ``job_state`` is one job,
+its events and images; ``job_options`` checks what a job is given), ``app`` (the routes and the
+page), ``connections`` (bounded connections, request deadlines), ``server`` (bind, serve, stop cleanly).
 """
 from __future__ import annotations
 

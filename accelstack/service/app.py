@@ -36,6 +36,7 @@ from ..serde import to_dict
 from ..settings import Settings
 from .errors import BadRequest, Describe, InternalError, NotFound, ServiceError, describe_error, error_document
 from .jobs import Job, Jobs, now_iso
+from .security import DIGITS
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +200,9 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
     @guarded
     def job_image(request: Request) -> Response:
         raw = request.query_params.get("index", "0")
-        if not raw.isdigit() or len(raw) > 4:
-            raise BadRequest("index must be a small non-negative integer", code="bad-request")
-        path = jobs.image(job_of(request).id, int(raw))
-        return Response(path.read_bytes(), media_type="image/png")
+        if not DIGITS.fullmatch(raw) or len(raw) > 4:
+            raise BadRequest(f"index must be a small non-negative integer (0 to 9999), got {raw[:20]!r}", code="bad-request")
+        return Response(jobs.image(job_of(request).id, int(raw)), media_type="image/png")
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 404
@@ -248,7 +248,7 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
 def _resume_from(request: Request) -> int:
     """Where a stream starts: after ``Last-Event-ID`` (a reconnecting client), else at the first event."""
     last = request.headers.get("last-event-id", "")
-    if last.isdigit() and len(last) < 10:
+    if DIGITS.fullmatch(last) and len(last) < 10:  # anything else is ignored: the stream starts over
         return int(last) + 1
     return 0
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, Optional
 from ..errors import AccelstackError, Action, UsageError
 
 __all__ = ["FORMAT_VERSION", "Describe", "error_document", "describe_error", "ServiceError", "BadRequest",
-           "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished", "PayloadTooLarge", "JobCancelled",
-           "InternalError", "RemoteBindRefused"]
+           "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished", "PayloadTooLarge", "QueueFull",
+           "Busy", "JobCancelled", "InternalError", "RemoteBindRefused"]
 
 FORMAT_VERSION = 1  # docs/json.md: the version of the JSON Lines contract the documents follow
 
@@ -88,6 +88,20 @@ class JobFinished(ServiceError):
 
 class PayloadTooLarge(ServiceError):
     status = 413
+
+
+class QueueFull(ServiceError):
+    """A job of a kind whose queue is full: the client waits for one to end, then asks again."""
+
+    status = 429
+    default_action = Action.WAIT
+
+
+class Busy(ServiceError):
+    """Every connection the service can hold is serving the token holder: a new one is refused."""
+
+    status = 503
+    default_action = Action.WAIT
 
 
 class JobCancelled(AccelstackError):

@@ -8,7 +8,10 @@ where a job's images go (a directory of its own, never a path from the request),
 
 Jobs run in submission order, one at a time. A job that changes the runtime home (install,
 repair, upgrade) is refused (``JobConflict``) while another such job is queued or running: a
-second one would only repeat or fight the first.
+second one would only repeat or fight the first. At most ``MAX_QUEUED`` jobs of a kind wait
+(``QueueFull``, a 429, past it), and a finished job beyond the ``MAX_FINISHED_JOBS`` most recent
+is forgotten as soon as another one ends, so the table stays bounded whatever clients send.
+The job itself (state, events, images) is :mod:`.job_state`'s.
 
 Cancelling sets a flag that the job's progress callback turns into :class:`JobCancelled` at
 the job's next progress event (the core has no cancel of its own); the core undoes what it
@@ -16,21 +19,16 @@ started on any exception, so a cancelled install leaves the home as it was.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import queue
 import secrets
 import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from .. import core
 from ..core.installing import install as install_runtime
 from ..errors import AccelstackError
-from ..events import ProgressCallback, ProgressEvent, iso_utc
 from ..serde import to_dict
 from ..settings import Settings
 from .errors import (
@@ -41,135 +39,22 @@ from .errors import (
     JobConflict,
     JobFinished,
     NotFound,
+    QueueFull,
     describe_error,
     error_document,
 )
 from .job_options import MAX_SHORT, MAX_TEXT, Options
+from .job_state import FINAL_STATES, MAX_EVENTS, Call, Job, JobListener, event_data, images_of, now_iso, read_image
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_EVENTS", "now_iso", "event_data", "Job",
-           "JobListener", "Jobs"]
+__all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_QUEUED", "MAX_EVENTS", "now_iso",
+           "event_data", "Job", "JobListener", "Jobs"]
 
 KINDS = ("install", "repair", "upgrade", "verify", "generate")
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
-FINAL_STATES = ("succeeded", "failed", "cancelled")
 MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
-MAX_EVENTS = 20_000  # per job; past it only non-"advance" events are kept (counted in events_dropped)
-
-Call = Callable[[ProgressCallback], Any]
-JobListener = Callable[["Job"], None]  # told when a job starts and when it ends (the serve log)
-
-
-def now_iso() -> str:
-    """Now, as the CLI writes times: ISO 8601 UTC with milliseconds and a ``Z``."""
-    return iso_utc(time.time())
-
-
-def event_data(event: ProgressEvent) -> Dict[str, Any]:
-    """A progress event as the API sends it: its fields, ``ts`` as the CLI writes it (ISO 8601 UTC)."""
-    data = to_dict(event)
-    data["ts"] = iso_utc(event.ts)
-    return data
-
-
-@dataclass
-class Job:
-    """One job and everything a client may ask about it."""
-
-    id: str
-    kind: str
-    options: Dict[str, Any]
-    outdir: Path
-    created_at: str = field(default_factory=now_iso)
-    state: str = "queued"
-    started_at: str = ""
-    finished_at: str = ""
-    result: Any = None  # to_dict of the core's return value
-    error: Optional[Dict[str, Any]] = None  # the error document (errors.describe_error)
-    images: List[Path] = field(default_factory=list)
-    events: List[Dict[str, Any]] = field(default_factory=list)
-    events_dropped: int = 0
-    call: Optional[Call] = None
-    cancel_requested: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _waiters: Set[Tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=set)
-
-    @property
-    def done(self) -> bool:
-        return self.state in FINAL_STATES
-
-    def summary(self, *, full: bool = True) -> Dict[str, Any]:
-        """The job as JSON: state, times, counts, and (``full``) its result or error."""
-        with self._lock:
-            out: Dict[str, Any] = {
-                "id": self.id, "kind": self.kind, "options": self.options, "state": self.state,
-                "created_at": self.created_at, "started_at": self.started_at, "finished_at": self.finished_at,
-                "cancel_requested": self.cancel_requested.is_set(), "events": len(self.events),
-                "events_dropped": self.events_dropped, "images": len(self.images),
-                "last_event": self.events[-1] if self.events else None,
-                "links": {"self": f"/api/v1/jobs/{self.id}", "events": f"/api/v1/jobs/{self.id}/events",
-                          **({"image": f"/api/v1/jobs/{self.id}/image"} if self.images else {})},
-            }
-            if full:
-                out["result"] = self.result
-                out["error"] = self.error
-            return out
-
-    # -- events: written by the runner thread, read by any number of async streams -------------
-    def progress(self, event: ProgressEvent) -> None:
-        """The job's progress callback. After a cancel, any event but an ``end`` (the ones
-        emitted while the library cleans up) raises :class:`JobCancelled`."""
-        if self.cancel_requested.is_set() and event.kind != "end":
-            raise JobCancelled()
-        data = event_data(event)
-        with self._lock:
-            if len(self.events) < MAX_EVENTS or event.kind != "advance":
-                self.events.append(data)
-            else:
-                self.events_dropped += 1
-        self._notify()
-
-    def snapshot(self, start: int) -> Tuple[List[Dict[str, Any]], bool]:
-        """Events from index ``start`` on, and whether the job had ended when they were taken."""
-        with self._lock:
-            return self.events[start:], self.done
-
-    async def changed(self, seen: int, timeout: float) -> bool:
-        """Wait until there are more than ``seen`` events or the job ends; False on timeout."""
-        loop = asyncio.get_running_loop()
-        ev = asyncio.Event()
-        key = (loop, ev)
-        with self._lock:
-            if len(self.events) > seen or self.done:
-                return True
-            self._waiters.add(key)
-        try:
-            await asyncio.wait_for(ev.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            with self._lock:
-                self._waiters.discard(key)
-
-    def _notify(self) -> None:
-        with self._lock:
-            waiters = list(self._waiters)
-        for loop, ev in waiters:
-            try:
-                loop.call_soon_threadsafe(ev.set)
-            except RuntimeError:  # the loop is closed: the server is gone
-                pass
-
-    def _finish(self, state: str, result: Any = None, error: Optional[Dict[str, Any]] = None,
-                images: Optional[List[Path]] = None) -> None:
-        with self._lock:
-            self.state, self.result, self.error = state, result, error
-            self.images = images or []
-            self.finished_at = now_iso()
-            self.call = None
-        self._notify()
+MAX_QUEUED = 16  # jobs of one kind waiting to run (home-changing kinds: one queued or running at all)
 
 
 class Jobs:
@@ -183,9 +68,9 @@ class Jobs:
         self.describe = describe
         self.listener = listener
         self.root = settings.state_dir / "service" / "jobs"
-        self._jobs: Dict[str, Job] = {}
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[Optional[Job]] = queue.Queue()
+        self._jobs: Dict[str, Job] = {}  # in submission order: the runner takes the first queued one
+        self._lock = threading.RLock()  # re-entrant: a signal handler (cancel_all) may land while the loop holds it
+        self._wake = threading.Condition(self._lock)  # a job was queued, or the service is stopping
         self._thread = threading.Thread(target=self._run, name="accelstack-jobs", daemon=True)
         self._stopping = False
 
@@ -204,7 +89,8 @@ class Jobs:
     def stop(self, timeout: float) -> bool:
         """Cancel everything, wait up to ``timeout`` s for the running job to undo its work."""
         self.cancel_all()
-        self._queue.put(None)
+        with self._wake:
+            self._wake.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -232,9 +118,14 @@ class Jobs:
                     raise JobConflict(f"the {holder.kind} job {holder.id} is {holder.state}, and one job that changes "
                                       "the runtime home runs at a time", hint="wait for it to finish (follow its events), "
                                       "or cancel it, then start this one", job=holder.id)
+            waiting = sum(1 for j in self._jobs.values() if j.kind == kind and j.state == "queued")
+            if waiting >= MAX_QUEUED:
+                raise QueueFull(f"{waiting} {kind} jobs are already waiting to run, the most the service queues",
+                                hint="wait for one of them to end (follow its events), then start this one",
+                                code="queue-full")
             self._jobs[job.id] = job
             self._evict()
-        self._queue.put(job)
+            self._wake.notify_all()
         return job
 
     def get(self, job_id: str) -> Job:
@@ -255,13 +146,13 @@ class Jobs:
         self._cancel(job)
         return job
 
-    def image(self, job_id: str, index: int) -> Path:
-        """The ``index``-th image a job recorded; only files inside the job's own directory."""
+    def image(self, job_id: str, index: int) -> bytes:
+        """The ``index``-th image a job recorded, if it is still the file the job wrote."""
         job = self.get(job_id)
         if not 0 <= index < len(job.images):
             raise NotFound(f"job {job.id} has no image {index}" if job.images else f"job {job.id} has no image",
                            hint="verify and generate jobs make images once they succeed", code="not-found")
-        return job.images[index]
+        return read_image(job.id, job.images[index])
 
     # -- internals ------------------------------------------------------------------------------
     def _cancel(self, job: Job) -> None:
@@ -271,16 +162,31 @@ class Jobs:
         if queued:
             exc = JobCancelled("the job was cancelled before it started")
             job._finish("cancelled", error=describe_error(self.describe, job.kind, exc))
-            self._tell(job)
+            self._ended(job)
+
+    def _ended(self, job: Job) -> None:
+        """A job ended: forget the oldest finished ones past the limit, tell the listener."""
+        with self._lock:
+            self._evict()
+        self._tell(job)
 
     def _evict(self) -> None:
         finished = [j for j in self._jobs.values() if j.done]
         for j in finished[: max(0, len(finished) - MAX_FINISHED_JOBS)]:
             del self._jobs[j.id]
 
+    def _next(self) -> Optional[Job]:
+        """The first queued job, waiting for one; None once the service stops."""
+        with self._wake:
+            while True:
+                job = next((j for j in self._jobs.values() if j.state == "queued" and not j.cancel_requested.is_set()), None)
+                if job is not None or self._stopping:
+                    return job
+                self._wake.wait()
+
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
+            job = self._next()
             if job is None:
                 return
             with job._lock:
@@ -305,8 +211,8 @@ class Jobs:
                 job._finish("failed", error=describe_error(self.describe, job.kind, bug))
             else:
                 log.info("job %s succeeded", job.id)
-                job._finish("succeeded", result=to_dict(result), images=_images_of(result, job.outdir))
-            self._tell(job)
+                job._finish("succeeded", result=to_dict(result), images=images_of(result, job.outdir))
+            self._ended(job)
 
     def _tell(self, job: Job) -> None:
         """The listener's news of a job (started, ended); a listener that fails is logged, never fatal."""
@@ -377,23 +283,3 @@ class Jobs:
             raise BadRequest(f"there is no model {name!r} in the service's models directory",
                              hint=f"choose one of: {', '.join(sorted(names)) or '(none)'}", code="bad-request")
         return names[name]
-
-
-def _images_of(result: Any, outdir: Path) -> List[Path]:
-    """The images a job's result names that lie in the job's own directory (verify's probe
-    image, generate's PNGs); anything else the result mentions is not served."""
-    names: List[str] = []
-    for holder in (result, getattr(result, "verification", None), getattr(getattr(result, "receipt", None), "verification", None)):
-        if holder is None:
-            continue
-        if isinstance(getattr(holder, "image", None), str) and holder.image:
-            names.append(holder.image)
-        names += [p for p in getattr(holder, "images", None) or [] if isinstance(p, str)]
-    root = outdir.resolve()
-    out: List[Path] = []
-    for n in names:
-        p = Path(n).resolve()
-        if p.parent == root and p.is_file() and p not in out:
-            out.append(p)
-    return out
-

@@ -20,6 +20,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,12 +45,17 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 __all__ = ["FAVICON", "PUBLIC_PATHS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
-           "url_host", "Policy", "normalize_origin", "error_body", "Guard"]
+           "url_host", "DIGITS", "Policy", "normalize_origin", "error_body", "Guard"]
 
 FAVICON = "/favicon.ico"  # answered by the guard itself: 204, no icon
 PUBLIC_PATHS = frozenset({"/", FAVICON})  # GET/HEAD only: the static page and its (empty) icon
 CORS_METHODS = "GET, POST, DELETE"
 CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
+DIGITS = re.compile(r"[0-9]+", re.ASCII)  # str.isdigit() also takes "²", which int() refuses
+
+
+class _ClientGone(Exception):
+    """The client left in the middle of its body: nothing of it is handed to a route."""
 
 
 def new_token() -> str:
@@ -173,6 +179,8 @@ class Guard:
             return
         try:
             receive = await self._bounded_body(scope, headers, receive)
+        except _ClientGone:  # a truncated body could still parse (and start a job): drop it
+            return
         except ServiceError as exc:
             await _respond(send, exc.status, error_body(exc, self.policy.describe), cors_origin=origin if cors else None)
             return
@@ -218,7 +226,7 @@ class Guard:
                                     hint="job options are a small JSON document", code="payload-too-large")
         length = headers.get("content-length")
         if length is not None:
-            if not length.isdigit():
+            if not DIGITS.fullmatch(length):
                 raise ServiceError("the Content-Length header is not a number", code="bad-request")
             if int(length) > limit:
                 raise too_large
@@ -229,7 +237,7 @@ class Guard:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                raise _ClientGone()
             body = message.get("body", b"")
             size += len(body)
             if size > limit:

@@ -1,7 +1,8 @@
 """Run the service: bind, write the token file, serve until stopped, and stop cleanly.
 
 uvicorn (pure-Python ``h11`` protocol, asyncio loop) serves the Starlette app behind the
-:class:`~accelstack.service.security.Guard`. The socket is bound here, before anything is
+:class:`~accelstack.service.security.Guard`, with the protocol of :mod:`.connections` (bounded
+connections, a deadline for each request, the token holder never closed for room). The socket is bound here, before anything is
 announced, so port 0 (any free port) works and the URL printed is the one that answers.
 
 Stopping: SIGINT/SIGTERM, or the ``parent_pid`` process ending, cancels every job first (a
@@ -28,9 +29,10 @@ from .. import core
 from ..errors import AccelstackError, Action, UsageError
 from ..settings import Settings
 from .app import Hardware, build_app
-from .errors import Describe, error_document
+from .connections import MAX_CONNECTIONS, MAX_PER_PEER, REQUEST_TIMEOUT, Limits, connection_budget, guarded_protocol, raw_response
+from .errors import Busy, Describe, error_document
 from .jobs import JobListener, Jobs
-from .security import Guard, Policy, check_bind, new_token, url_host, write_token_file
+from .security import Guard, Policy, check_bind, error_body, new_token, url_host, write_token_file
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ class ServiceConfig:
     stop_timeout: float = 120.0  # seconds a cancelled job gets to undo its work at shutdown
     describe: Describe = error_document  # how errors are written; `accelstack serve`: the CLI's error line
     on_job: Optional[JobListener] = None  # told when each job starts and ends (the serve command's log)
+    max_connections: int = MAX_CONNECTIONS  # in all (fewer where the descriptor limit is low)
+    max_per_peer: int = MAX_PER_PEER  # from one address
+    request_timeout: float = REQUEST_TIMEOUT  # seconds for a whole request, headers and body
 
 
 @dataclass
@@ -127,8 +132,16 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
                         cors_origins=frozenset(config.cors_origins), max_body=config.max_body, describe=config.describe)
         url = f"http://{url_host(config.host)}:{port}/"
         ready = Ready(url=url, token_file=path, token=token, page_url=f"{url}#token={token}")
-        uv = uvicorn.Config(Guard(app, policy), http="h11", ws="none", loop="asyncio", lifespan="on", log_config=None,
-                            access_log=False, proxy_headers=False, server_header=False,
+        busy = Busy("the service is serving the token holder on every connection it can hold", code="busy",
+                    hint="try again in a moment")
+        limits = Limits(total=connection_budget(config.max_connections), per_peer=config.max_per_peer,
+                        request_timeout=config.request_timeout)
+        protocol = guarded_protocol(limits, policy.token_ok, raw_response(503, "Service Unavailable",
+                                                                          error_body(busy, config.describe), "retry-after: 1\r\n"))
+        # backlog: also how many connections asyncio accepts at once, before any is closed for room;
+        # the budget leaves descriptors for both, so accept never fails for want of one
+        uv = uvicorn.Config(Guard(app, policy), http=protocol, ws="none", loop="asyncio", lifespan="on", log_config=None,
+                            access_log=False, proxy_headers=False, server_header=False, backlog=limits.total,
                             timeout_graceful_shutdown=int(config.stop_timeout) + 10)
         server = _Server(uv, jobs, lambda: on_ready(ready))
         if parent is not None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import requests
 
@@ -28,13 +28,13 @@ def service_env(home: Path, cache: Path) -> Dict[str, str]:
 class Service:
     """One running service: its announced URL, its token, and helpers for requests and events."""
 
-    def __init__(self, home: Path, cache: Path, *args: str) -> None:
+    def __init__(self, home: Path, cache: Path, *args: str, preexec_fn: Optional[Callable[[], None]] = None) -> None:
         self.home = home
         self.stderr_path = home.parent / f"serve-{id(self)}.err"
         self.stderr_file = open(self.stderr_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "accelstack", "serve", "--json", *args],
                                      env=service_env(home, cache), stdout=subprocess.PIPE, stderr=self.stderr_file,
-                                     text=True, cwd=str(REPO))
+                                     text=True, cwd=str(REPO), preexec_fn=preexec_fn)
         line = _readline(self.proc, START_TIMEOUT)
         if not line:
             self.proc.kill()
