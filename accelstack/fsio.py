@@ -20,13 +20,17 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Tuple, Union
+from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 
-__all__ = ["TEMP_NAME", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file", "fsync_dir",
-           "staging_dir", "remove_own_tree"]
+__all__ = ["TEMP_NAME", "TRASH_PREFIX", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file",
+           "fsync_dir", "staging_dir", "remove_own_tree", "discard_tree", "finish_discards"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a file :func:`write_bytes` is writing (or a crash left behind).
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp\Z")
+
+#: A folder being removed is first renamed to ``.accelstack-trash-<name>.<random>`` in its folder, so
+#: a removal killed half-way leaves a name :func:`finish_discards` recognises (its mark may be gone).
+TRASH_PREFIX = ".accelstack-trash-"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -221,6 +225,47 @@ def remove_own_tree(path: PathLike) -> None:
             _clear_path(p)
     with contextlib.suppress(OSError):
         os.rmdir(p)
+
+
+def discard_tree(path: PathLike) -> None:
+    """Remove a folder of ours in two steps that a kill cannot leave half-way: an atomic rename to
+    a trash name beside it (from then on it is garbage by its name alone, whatever of its content
+    is gone), then :func:`remove_own_tree`. Where the rename is refused (a folder in use on
+    Windows) it is removed in place."""
+    p = os.fspath(path)
+    parent, name = os.path.split(os.path.abspath(p))
+    for _ in range(_TRIES):
+        trash = os.path.join(parent, f"{TRASH_PREFIX}{name[:64]}.{_random()}")
+        if os.path.lexists(trash):
+            continue
+        try:
+            os.rename(p, trash)
+        except OSError:
+            break
+        fsync_dir(parent)  # the rename is durable before the first unlink
+        remove_own_tree(trash)
+        return
+    remove_own_tree(p)
+
+
+def finish_discards(folder: PathLike) -> List[str]:
+    """Finish the removals a kill interrupted in ``folder`` (trash names, see :func:`discard_tree`);
+    a link with such a name is removed, never followed. Returns the names that are gone now."""
+    done: List[str] = []
+    try:
+        st = os.lstat(os.fspath(folder))
+        if not stat.S_ISDIR(st.st_mode):
+            return done
+        with os.scandir(os.fspath(folder)) as it:
+            names = [e.name for e in it if e.name.startswith(TRASH_PREFIX)]
+    except OSError:
+        return done
+    for name in sorted(names):
+        path = os.path.join(os.fspath(folder), name)
+        remove_own_tree(path)
+        if not os.path.lexists(path):
+            done.append(name)
+    return done
 
 
 @contextlib.contextmanager

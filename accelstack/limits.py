@@ -18,7 +18,7 @@ from .errors import AccelstackError, Action
 __all__ = ["CRASH_LOG_KEEP_SECONDS", "MAX_ARTIFACT_BYTES", "MAX_CAPTURE_FILES", "MAX_CAPTURE_FILE_BYTES",
            "MAX_CFG_SCALE", "MAX_CKPT_PICKLE_BYTES", "MAX_CLIP_SKIP", "MAX_CONFIG_BYTES", "MAX_DATETIME_YEAR",
            "MAX_DEPTH", "MAX_DETECT_CACHE_BYTES", "MAX_DETECT_CACHE_ENTRIES", "MAX_DOCUMENT_INT", "MAX_ID_LENGTH",
-           "MAX_JSON_BYTES", "MAX_MODEL_HEADER_BYTES", "MAX_NAME_LENGTH", "MAX_PROMPT_CHARS", "MAX_PROMPT_CHUNKS",
+           "MAX_JSON_BYTES", "MAX_MODEL_HEADER_BYTES", "MAX_NAME_LENGTH", "MAX_PROMPT_CHARS", "MAX_PROMPT_CHUNKS", "MAX_PROMPT_TOKENS",
            "MAX_SEED", "MAX_SIGNATURES", "MAX_SIGNATURE_BYTES", "MAX_TEXT_LENGTH", "MAX_THREADS", "MAX_VAE_TILE",
            "MAX_ZIP_ENTRIES", "MIN_CLIP_SKIP", "MIN_DATETIME_YEAR", "MIN_SEED", "PROMPT_CHUNK_TOKENS",
            "WORKER_DIR_STALE_SECONDS", "WORKER_MAX_BODY_BYTES", "WORKER_MAX_CONNECTIONS", "WORKER_MAX_HEADER_BYTES",
@@ -151,6 +151,13 @@ MAX_DETECT_CACHE_ENTRIES = 8  # cached Vulkan enumerations kept (one per set of 
 PROMPT_CHUNK_TOKENS = 75  # usable CLIP tokens per 77-token chunk (BOS and EOS take two)
 MAX_PROMPT_CHUNKS = 8
 MAX_PROMPT_CHARS = 2500  # ~ MAX_PROMPT_CHUNKS * PROMPT_CHUNK_TOKENS * 4 characters per token, rounded
+# Characters are not tokens outside ASCII: the CLIP tokenizer is byte-level BPE, so a character
+# it has no merge for is one token per UTF-8 byte (3 for CJK, 4 for an emoji), and a run of them
+# is one piece whose BPE merging costs grow with the square of its length (2,500 CJK characters,
+# one 7,500-byte piece, took 312 s to tokenize; 2,500 ASCII ones 37 s). So prompts are also capped
+# in tokens, counted as the tokenizer can at most make them: ASCII at 4 characters a token (the
+# rule MAX_PROMPT_CHARS rests on), every other character one token per UTF-8 byte.
+MAX_PROMPT_TOKENS = MAX_PROMPT_CHARS // 4  # 625: what MAX_PROMPT_CHARS of ASCII counts; ~8 chunks
 # Engine options and generation parameters.
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: its thread pool's arrays hold no more
 MAX_VAE_TILE = 512  # latent pixels: one tile as large as the largest image (4096 px / 8)

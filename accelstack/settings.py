@@ -24,7 +24,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from .errors import Action, UsageError
 
 __all__ = ["APP", "ENV", "PROXY_ENV", "Timeouts", "Channel", "Settings", "current_env", "inherited_env", "cuda_env",
-           "debug_requested", "log_level", "current_os", "platform_dirs", "check_directory"]
+           "debug_requested", "log_level", "current_os", "platform_dirs", "check_directory", "check_path_length",
+           "PATH_ROOM"]
 
 APP = "accelstack"
 
@@ -43,6 +44,7 @@ ENV = {
     "index_url": "ACCELSTACK_INDEX_URL",  # torch: the package index used instead of PyPI (a mirror)
     "extra_index_urls": "ACCELSTACK_EXTRA_INDEX_URL",  # torch: whitespace-separated extra indexes
     "cuda_archs": "ACCELSTACK_CUDA_ARCHS",  # ggml builds: "90" or "86,90" (a publisher's build for fewer GPUs)
+    "min_rate": "ACCELSTACK_MIN_RATE",  # bytes per second a fetch must average (0: no overall deadline)
 }
 
 # torch: a proxy pip goes through (as pip and requests read them); see Settings.proxied
@@ -61,6 +63,11 @@ class Timeouts:
     venv: float = 300.0  # creating a virtual environment
     probe: float = 120.0  # asking an interpreter or the runtime a question
     lock_wait: float = 0.0  # waiting for another accelstack process to release the home
+    connect: float = 15.0  # opening a connection; also the least time any fetch gets
+    read: float = 60.0  # silence between two reads
+    min_rate: float = 64 * 1024.0  # bytes/s a fetch must average: its deadline is connect + bytes / min_rate
+    document: float = 60.0  # the most a document (a manifest, its signature, an index page) may add to ``connect``
+    status_network: float = 3.0  # `status`'s upgrade check: seconds on the network before the last answer is shown
 
 
 @dataclass
@@ -191,6 +198,9 @@ class Settings:
                 setattr(out, name, bool(given[name]))
         if "timeouts" in given:
             out.timeouts = given["timeouts"]
+        rate = env.get(ENV["min_rate"], "").strip()
+        if rate and out.timeouts.min_rate == Timeouts.min_rate:  # an app's own rate wins over the variable
+            out.timeouts = dataclasses.replace(out.timeouts, min_rate=_rate(rate))
         if os_name is None or os_name == current_os():  # paths of this machine: refuse files now
             out.check_directories()
         return out
@@ -207,6 +217,10 @@ class Settings:
                                    ("probe_cache", "the probe cache", Action.FIX_INPUT),
                                    ("config_dir", "the configuration directory", Action.FIX_INPUT)):
             check_directory(getattr(self, name), what, f"--home or {ENV[name]}" if name == "home" else ENV[name], action)
+        check_path_length(self.config_file, "the config file", f"--config or {ENV['config_file']}", Action.FIX_INPUT,
+                          room=0)
+        if self.torch_venv is not None:
+            check_path_length(self.torch_venv, "the torch virtual environment", "--venv", Action.FIX_INPUT)
 
     @staticmethod
     def resolve_home(*, env: Optional[Mapping[str, str]] = None, os_name: Optional[str] = None) -> Path:
@@ -293,9 +307,35 @@ def platform_dirs(os_name: str, env: Mapping[str, str]) -> Dict[str, Path]:
             "config": xdg("XDG_CONFIG_HOME", home / ".config") / APP}
 
 
+# Room left below a directory setting for the deepest path accelstack makes inside it
+# (runtimes/<stack>/<id>/ then a wheel's own paths; a torch environment's site-packages).
+PATH_ROOM = 256
+_PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 0  # 4096 on Linux; Windows: none said
+
+
+def check_path_length(path: Path, what: str, option: str = "", action: Action = Action.FIX_INPUT,
+                      room: int = PATH_ROOM) -> None:
+    """Raise :class:`UsageError` when ``path`` (with ``room`` bytes for what goes inside it) is longer
+    than the system takes (PATH_MAX), or a name in it is over 255 bytes (NTFS: UTF-16 units):
+    otherwise the first ``stat`` or ``mkdir`` deep inside a command dies with "File name too long"."""
+    size, limit = len(os.fsencode(str(path))), _PATH_MAX
+    longest = max((len(part) if os.name == "nt" else len(os.fsencode(part)) for part in path.parts), default=0)
+    shown = str(path) if len(str(path)) <= 120 else f"{str(path)[:60]}...{str(path)[-40:]}"
+    too_long = f"a name in it is {longest} bytes long, more than the 255 a name can have" if longest > 255 else ""
+    if not too_long and limit and size + room > limit:
+        too_long = (f"it is {size} bytes long; this system takes paths of up to {limit} bytes" +
+                    (f" and {what} needs {room} of them for what accelstack keeps inside it" if room else ""))
+    if too_long:
+        raise UsageError(f"the path of {what}{f' ({option})' if option else ''} is too long: {too_long} ({shown})",
+                         f"choose a writable directory with a shorter path for {what}" if room else
+                         f"choose a shorter path for {what}", action=action)
+
+
 def check_directory(path: Path, what: str, option: str = "", action: Action = Action.FIX_INPUT) -> None:
     """Raise :class:`UsageError` when ``path`` exists and is not a directory (a link to one is
-    fine), or when the nearest existing path above it is not one (it could never be created)."""
+    fine), or when the nearest existing path above it is not one (it could never be created),
+    or when it is too long for this system (:func:`check_path_length`)."""
+    check_path_length(path, what, option, action)
     for candidate in (path, *path.parents):
         try:
             st = candidate.stat()
@@ -328,6 +368,14 @@ def _channel(value: Any) -> Channel:
     if isinstance(value, Mapping) and isinstance(value.get("name"), str) and isinstance(value.get("url"), str):
         return Channel(value["name"], value["url"], _strings(value.get("mirrors", [])), _strings(value.get("keys", [])))
     raise UsageError(f"a channel needs a name and a manifest URL, got {value!r}")
+
+
+def _rate(value: str) -> float:
+    """``ACCELSTACK_MIN_RATE``: bytes per second, a plain number (``65536``; ``0`` turns the deadline off)."""
+    if not (value.isascii() and value.replace(".", "", 1).isdigit()):
+        raise UsageError(f"{ENV['min_rate']} must be a number of bytes per second (65536 is 64 KiB/s, 0 turns the "
+                         f"overall deadline off), got {value!r}")
+    return float(value)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -36,8 +36,10 @@ for pkg in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   note "installing ${missing[*]}"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # wait for another apt or dpkg (an unattended upgrade) instead of failing at once
+  lock=(-o "DPkg::Lock::Timeout=${APT_LOCK_TIMEOUT:-300}")
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # The build cache, as accelstack resolves it (ACCELSTACK_BUILD_CACHE, ACCELSTACK_CACHE, XDG).

@@ -31,6 +31,12 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+def _record(size: int) -> bytes:
+    """A build slot's record of ``size`` bytes: what makes a 20-hex-digit folder accelstack's (issue 29)."""
+    head = json.dumps({"key": SLOT, "variant": "cpu", "sha256": "", "pad": ""}).encode()
+    return head[:-2] + b"x" * (size - len(head)) + b'"}'
+
+
 def _populate(tmp_path: Path) -> Dict[str, Path]:
     """A cache as accelstack leaves it, plus things that are not accelstack's."""
     cache = tmp_path / "cache"
@@ -42,7 +48,7 @@ def _populate(tmp_path: Path) -> Dict[str, Path]:
         "stamp": _write(blobs / (BLOB + ".verified"), b"{}"),
         "blob_lock": _write(blobs / (BLOB + ".lock"), b""),
         "foreign_blob_dir_file": _write(blobs / "README.txt", b"mine"),
-        "slot": _write(cache / "builds" / SLOT / "build.json", b"x" * 700).parent,
+        "slot": _write(cache / "builds" / SLOT / "build.json", _record(700)).parent,
         "slot_lock": _write(cache / "builds" / (SLOT + ".lock"), b""),
         "sdist": _write(cache / "builds" / "sdist" / "stable_diffusion_cpp_python-0.4.7.tar.gz", b"s" * 2000),
         "sdist_note": _write(cache / "builds" / "sdist" / "notes.md", b"mine"),

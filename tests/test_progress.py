@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -203,31 +204,60 @@ def test_bars_ticker_thread_moves_an_indeterminate_bar_by_itself(monkeypatch):
     tty = FakeTTY()
     r = ProgressRenderer("bars", stream=tty)
     r(ProgressEvent("start", "install", task="checking the runtime"))
-    time.sleep(0.6)
+    deadline = time.monotonic() + 30  # waited for, not slept for: a loaded machine runs the ticker late
+    while tty.getvalue().count("checking the runtime:") < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
     before = tty.getvalue().count("checking the runtime:")
     assert before >= 5, tty.getvalue()
     r(ProgressEvent("end", "install", task="checking the runtime", ok=True))
-    time.sleep(0.2)
+    while r._ticker is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert r._ticker is None  # nothing runs: the ticker stopped
     r.close()
+
+
+def _lock_holder(lock: Path) -> subprocess.Popen[str]:
+    """Another process holding ``lock`` until told to let go (a line on its stdin): the wait ends
+    when the test says, never after a fixed sleep."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom filelock import FileLock\nl = FileLock(sys.argv[1]); l.acquire()\n"
+         "print('held', flush=True); sys.stdin.readline(); l.release()", str(lock)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _release_after_ticks(holder: subprocess.Popen[str], progress, ticks: int):
+    """``progress``, which tells the holder to let go once the wait has ticked ``ticks`` times."""
+    seen = []
+
+    def hear(event) -> None:
+        progress(event)
+        if event.kind == "advance":
+            seen.append(event)
+            if len(seen) == ticks and holder.stdin is not None:
+                holder.stdin.write("go\n")
+                holder.stdin.flush()
+    return hear
+
+
+def _stop(holder: subprocess.Popen[str]) -> None:
+    if holder.poll() is None and holder.stdin is not None:
+        holder.stdin.close()
+    holder.wait(30)
 
 
 def test_build_lock_wait_is_said_and_ticks(tmp_path):
     from accelstack.publisher.build_cache import build_lock
 
     lock = tmp_path / "slot.lock"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nl = FileLock(sys.argv[1]); l.acquire()\n"
-         "print('held', flush=True); time.sleep(2.5)", str(lock)], stdout=subprocess.PIPE, text=True)
+    holder = _lock_holder(lock)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         events = []
-        t0 = time.monotonic()
-        with build_lock(lock, "cpu", events.append, poll=0.5):
-            waited = time.monotonic() - t0
+        with build_lock(lock, "cpu", _release_after_ticks(holder, events.append, 2), poll=0.2):
+            pass
     finally:
-        holder.wait(10)
-    assert waited > 1.0
+        _stop(holder)
     said = [e.message for e in events if e.kind == "message"]
     assert said == [f"waiting for another accelstack build of cpu (lock {lock})"]
     kinds = [e.kind for e in events if e.task == "waiting for the cpu build lock"]
@@ -244,17 +274,14 @@ def test_lines_rendering_of_a_real_lock_wait(tmp_path):
     from accelstack.publisher.build_cache import build_lock
 
     lock = tmp_path / "slot.lock"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\nl = FileLock(sys.argv[1]); l.acquire()\n"
-         "print('held', flush=True); time.sleep(1.5)", str(lock)], stdout=subprocess.PIPE, text=True)
+    holder = _lock_holder(lock)
     out = io.StringIO()
     r = ProgressRenderer("lines", stream=out)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with build_lock(lock, "vulkan", r, poll=0.5):
+        with build_lock(lock, "vulkan", _release_after_ticks(holder, r, 2), poll=0.2):
             pass
     finally:
-        holder.wait(10)
+        _stop(holder)
         r.close()
     got = out.getvalue().splitlines()
     assert all(LINE.match(line) for line in got), got

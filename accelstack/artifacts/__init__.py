@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         InsecureURLError,
         OfflineError,
         SizeMismatchError,
+        SlowTransferError,
         UnsafeArchiveError,
     )
     from .reach import host_problem
@@ -57,12 +58,14 @@ _EXPORTS = {
     "detect_format": "accelstack.artifacts.archive",
     **{name: "accelstack.artifacts.errors" for name in (
         "ArtifactError", "FetchError", "HashMismatchError", "SizeMismatchError", "InsecureURLError", "OfflineError",
-        "FetchCancelled", "DiskSpaceError", "CacheError", "UnsafeArchiveError", "ArchiveFormatError")},
+        "FetchCancelled", "DiskSpaceError", "CacheError", "UnsafeArchiveError", "ArchiveFormatError",
+        "SlowTransferError")},
 }
 
 __all__ = [
     "ArchiveFormatError", "ArtifactError", "ArtifactRef", "Cache", "CacheError", "DiskSpaceError", "FetchCancelled",
     "FetchError", "HashMismatchError", "InsecureURLError", "OfflineError", "Page", "RetryPolicy", "SizeMismatchError",
+    "SlowTransferError",
     "Transport", "UnsafeArchiveError", "check_disk_space", "check_url", "detect_format", "fetch", "fetch_document",
     "fetch_one", "fetch_optional_document", "fetch_page", "host_problem", "unpack",
 ]

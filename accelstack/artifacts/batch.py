@@ -16,7 +16,9 @@ Guarantees:
   retries and across runs; a server that answers a range request with the whole file (200)
   restarts the part cleanly.
 * Connection errors, timeouts and 5xx are retried with exponential backoff and jitter; 404/403
-  are not; then the next mirror is tried. A hash mismatch deletes the part and tries the next
+  are not; then the next mirror is tried. Each request has an overall deadline from the file's
+  size and the transport's minimum rate (a server that drips bytes is given up, not waited for:
+  :class:`~.errors.SlowTransferError`, and the next mirror resumes from what arrived). A hash mismatch deletes the part and tries the next
   mirror; the final error names both hashes.
 * Free disk space for the whole batch is checked before anything is downloaded.
 * Progress is reported as :class:`~accelstack.events.ProgressEvent` (stage ``fetch``): the batch
@@ -39,6 +41,7 @@ from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent
 from ..refs import ArtifactRef
 from ..serde import plural, size_text
+from ..settings import Timeouts
 from .cache import Cache, check_sha256
 from .download import STAGE, Downloader
 from .errors import ArtifactError, DiskSpaceError, FetchError, OfflineError
@@ -95,6 +98,7 @@ def fetch(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     fsync: Optional[bool] = None,
     deep: bool = False,
+    timeouts: Optional[Timeouts] = None,
 ) -> Dict[str, Path]:
     """Make every ref available in the cache; return ``{sha256: path}``.
 
@@ -104,7 +108,7 @@ def fetch(
     again); a blob whose size, mtime and inode still match the record of its last check is
     trusted without reading it, unless ``deep`` (for
     ``repair`` and ``verify --deep``: every cached blob is re-hashed). ``transport`` and ``retry`` set timeouts,
-    redirects and backoff. At most ``max_workers`` files download at once. ``fsync`` flushes each
+    redirects and backoff (``timeouts``, ``Settings.timeouts``: those of a transport made here). At most ``max_workers`` files download at once. ``fsync`` flushes each
     file to disk before its rename into place; by default only when ``verify_cached`` is off
     (with it on, a blob placed without the flush is hashed once more on its first reuse before
     its size/mtime/inode record is written, so a blob torn by a power cut is caught and fetched
@@ -132,7 +136,7 @@ def fetch(
 
     own_transport = transport is None
     if transport is None:
-        transport = Transport()
+        transport = Transport.from_timeouts(timeouts)
     if fsync is None:
         fsync = not verify_cached
     batch = Downloader(store, transport, retry or RetryPolicy(), progress, verify_cached, chunk_size, fsync, deep)

@@ -20,6 +20,7 @@ mtime: ``deep=True`` (``repair``, ``verify --deep``) re-hashes every blob whatev
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -50,10 +51,15 @@ def check_sha256(value: str) -> str:
 
 
 def hash_file(path: Union[str, Path], limit: Optional[int] = None) -> hashlib._Hash:
-    """The sha256 object of the first ``limit`` bytes (all when ``None``) of ``path``."""
+    """The sha256 object of the first ``limit`` bytes (all when ``None``) of ``path``, a regular
+    file (``OSError`` for a FIFO or a device planted there: opened without blocking, never read)."""
     h = hashlib.sha256()
     remaining = limit
-    with open(path, "rb") as fh:
+    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with os.fdopen(fd, "rb") as fh:
         while remaining is None or remaining > 0:
             want = HASH_CHUNK if remaining is None else min(HASH_CHUNK, remaining)
             data = fh.read(want)

@@ -1,6 +1,10 @@
 """Small documents whose hash is not known in advance (manifests and their signatures, a package
 index's pages).
 
+Each fetch has an overall deadline from its cap (or the length the server announces) and the
+transport's minimum rate, at most the document timeout beyond connecting (:mod:`.transport`): a
+server that drips a manifest is given up in seconds to tens of seconds, not waited for forever.
+
 They are trusted only after the caller checks them (the manifest's Ed25519 signature, the sha256
 an index lists against the file's own), so here we only cap their size and use the same transport
 rules as for artifacts (https, loopback, file, the system trust store).
@@ -15,6 +19,7 @@ from typing import Optional
 
 from ..limits import MAX_JSON_BYTES
 from ..serde import size_text
+from ..settings import Timeouts
 from .errors import FetchError
 from .streams import Stream
 from .transport import Transport
@@ -35,8 +40,10 @@ def _read_local(p: Path, max_bytes: int) -> bytes:
         return fh.read(max_bytes + 1)
 
 
-def fetch_document(location: str, *, transport: Optional[Transport] = None, max_bytes: int = MAX_DOCUMENT) -> bytes:
-    """The bytes at ``location`` (a URL, or a local path for a publisher's own directory)."""
+def fetch_document(location: str, *, transport: Optional[Transport] = None, max_bytes: int = MAX_DOCUMENT,
+                   timeouts: Optional[Timeouts] = None) -> bytes:
+    """The bytes at ``location`` (a URL, or a local path for a publisher's own directory).
+    ``timeouts`` (``Settings.timeouts``) set the deadlines of a transport made here."""
     if "://" not in location:
         p = Path(location)
         try:
@@ -49,9 +56,9 @@ def fetch_document(location: str, *, transport: Optional[Transport] = None, max_
             raise FetchError(f"{p} is larger than {size_text(max_bytes)}; not a manifest", url=location)
         return data
     own = transport is None
-    transport = transport or Transport()
+    transport = transport or Transport.from_timeouts(timeouts)
     try:
-        with transport.open(location) as stream:
+        with transport.open(location, expect=max_bytes, document=True) as stream:
             return _read_bounded(stream, location, max_bytes, "not a manifest")
     finally:
         if own:
@@ -69,13 +76,13 @@ class Page:
 
 
 def fetch_page(url: str, *, accept: str = "", transport: Optional[Transport] = None,
-               max_bytes: int = MAX_PAGE) -> Page:
+               max_bytes: int = MAX_PAGE, timeouts: Optional[Timeouts] = None) -> Page:
     """The page at ``url`` (a package index's simple-API page), asking for the kinds ``accept``
     names; at most ``max_bytes``. :class:`FetchError` when it cannot be read (404 has ``status``)."""
     own = transport is None
-    transport = transport or Transport()
+    transport = transport or Transport.from_timeouts(timeouts)
     try:
-        with transport.open(url, accept=accept) as stream:
+        with transport.open(url, accept=accept, expect=max_bytes, document=True) as stream:
             data = _read_bounded(stream, url, max_bytes, "not an index page")
             return Page(stream.url, data, stream.content_type)
     finally:
@@ -95,10 +102,11 @@ def _read_bounded(stream: Stream, location: str, max_bytes: int, what: str) -> b
     return b"".join(parts)
 
 
-def fetch_optional_document(location: str, *, transport: Optional[Transport] = None) -> Optional[bytes]:
+def fetch_optional_document(location: str, *, transport: Optional[Transport] = None,
+                            timeouts: Optional[Timeouts] = None) -> Optional[bytes]:
     """Like :func:`fetch_document`, but ``None`` when the server says 404 (an absent signature)."""
     try:
-        return fetch_document(location, transport=transport)
+        return fetch_document(location, transport=transport, timeouts=timeouts)
     except FetchError as exc:
         if exc.status == 404:
             return None

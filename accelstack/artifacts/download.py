@@ -229,7 +229,8 @@ class Downloader:
         size = ref.size
         offset = part.offset
         restarted = False
-        stream = self.transport.open(url, offset)
+        # The whole file's size sets the deadline; a 206's announced rest tightens it (Transport.open).
+        stream = self.transport.open(url, offset, expect=size)
         with self._active_lock:
             self._active.add(stream)
         try:

@@ -10,7 +10,7 @@ from typing import Optional
 from ..errors import AccelstackError, Action
 
 __all__ = ["ArchiveFormatError", "ArtifactError", "CacheError", "DiskSpaceError", "FetchCancelled", "FetchError",
-           "HashMismatchError", "InsecureURLError", "OfflineError", "SizeMismatchError", "UnsafeArchiveError"]
+           "HashMismatchError", "InsecureURLError", "OfflineError", "SizeMismatchError", "SlowTransferError", "UnsafeArchiveError"]
 
 
 class ArtifactError(AccelstackError):
@@ -62,6 +62,23 @@ class SizeMismatchError(FetchError):
     publisher's to fix (the hint says so), nothing to run here."""
 
     default_action = Action.NONE
+
+
+class SlowTransferError(FetchError):
+    """A fetch passed its overall deadline (a server that drips bytes never trips the read timeout).
+
+    Not ``transient``: trying the same server again would only wait as long once more, so the
+    download moves on to the next mirror (the bytes received are kept; the next run resumes)."""
+
+    default_hint = ("try another mirror or a faster network; on a link slower than that, lower the minimum with "
+                    "ACCELSTACK_MIN_RATE (bytes per second, 0 turns it off)")
+
+    def __init__(self, message: str, *, received: int, seconds: float, min_rate: float, url: Optional[str] = None,
+                 hint: Optional[str] = None) -> None:
+        super().__init__(message, hint or self.default_hint, url=url)
+        self.received = received
+        self.seconds = seconds
+        self.min_rate = min_rate
 
 
 class InsecureURLError(FetchError):

@@ -4,6 +4,12 @@ A :class:`Stream` reads a body from a byte offset, raising
 :class:`~accelstack.artifacts.errors.FetchError` (``transient`` set) when a read fails part way, so
 the caller can resume from what it kept. ``file://`` URLs are a :class:`FileStream`; HTTP bodies an
 :class:`HTTPStream`, which reads straight from the socket into the caller's buffer.
+
+An HTTP body may have an overall deadline (:meth:`HTTPStream.start_deadline`, set by the
+transport from the fetch's size and a minimum rate): a server that sends a byte now and then
+never trips the read timeout, so the clock is checked before every read and a watchdog shuts the
+socket down when the deadline passes, waking a read blocked on it. Either way the reader gets a
+:class:`~accelstack.artifacts.errors.SlowTransferError` (never a short body taken for the whole).
 """
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import http.client
 import os
 import re
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional
 from urllib.parse import urlsplit
@@ -18,9 +26,10 @@ from urllib.parse import urlsplit
 import requests
 import urllib3
 
-from .errors import FetchError
+from ..serde import size_text
+from .errors import FetchError, SlowTransferError
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "FileStream", "HTTPStream", "Stream", "describe_error", "redact_url"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "FileStream", "HTTPStream", "Stream", "describe_error", "rate_text", "redact_url"]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 
@@ -34,6 +43,11 @@ def redact_url(url: str) -> str:
             netloc += f":{parts.port}"
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+def rate_text(bytes_per_second: float) -> str:
+    """``64 KiB/s``: a rate for people, in the units of :func:`~accelstack.serde.size_text`."""
+    return size_text(bytes_per_second).replace(".0 ", " ") + "/s"
 
 
 class Stream:
@@ -50,6 +64,7 @@ class Stream:
     length: Optional[int]
     total: Optional[int]
     content_type: str = ""  # the server's Content-Type ("" for a file:// URL)
+    deadline: Optional[float] = None  # time.monotonic() by which the whole body must be in (None: no deadline)
 
     def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -124,6 +139,13 @@ class HTTPStream(Stream):
     def __init__(self, url: str, response: Any) -> None:  # response: requests.Response
         self.url = url
         self._resp = response
+        self.received = 0  # body bytes read so far
+        self._opened = 0.0
+        self._min_rate = 0.0
+        self._guard = threading.Lock()  # the watchdog against close(): never shut down a socket reused since
+        self._expired = False
+        self._closed = False
+        self._timer: Optional[threading.Timer] = None
         self.status = response.status_code
         self.content_type = str(response.headers.get("Content-Type", ""))
         length = response.headers.get("Content-Length")
@@ -163,7 +185,62 @@ class HTTPStream(Stream):
             self._reader = sockfile.readinto1
             self._left = fp.length
 
+    # -- the overall deadline ---------------------------------------------------------------------
+    def start_deadline(self, opened: float, deadline: float, min_rate: float) -> None:
+        """Give the body until ``deadline`` (``time.monotonic()``; the request was sent at ``opened``):
+        checked before each read, and a watchdog wakes a read still blocked then."""
+        self._opened, self.deadline, self._min_rate = opened, deadline, min_rate
+        self._check_deadline()
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _expire(self) -> None:
+        with self._guard:
+            if self._closed:
+                return
+            self._expired = True
+            sock = self._socket()
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns; close() stays the owner's
+                except OSError:
+                    pass
+
+    def _late(self) -> bool:
+        if self.length is not None and self.received >= self.length:
+            return False  # every announced byte is in: nothing is late
+        return self._expired or (self.deadline is not None and time.monotonic() >= self.deadline)
+
+    def _too_slow(self) -> SlowTransferError:
+        seconds = max(0.0, time.monotonic() - self._opened)
+        return SlowTransferError(
+            f"{redact_url(self.url)} sent {size_text(self.received)} in {seconds:.0f} s: slower than the "
+            f"{rate_text(self._min_rate)} minimum; try another mirror",
+            received=self.received, seconds=seconds, min_rate=self._min_rate, url=self.url)
+
+    def _check_deadline(self) -> None:
+        if self._late():
+            raise self._too_slow()
+
+    def _interrupted(self, exc: BaseException) -> FetchError:
+        if self._late():  # the watchdog's shutdown, or a read timeout cut short by the deadline
+            return self._too_slow()
+        return FetchError(f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True,
+                          url=self.url)
+
+    def _ended(self) -> None:
+        """An empty read: the end of the body, unless the watchdog cut it (a shut-down socket reads as
+        the end of a body without a length)."""
+        if self._expired and self._late():
+            raise self._too_slow()
+
+    # -- reads ------------------------------------------------------------------------------------
     def readinto(self, view: memoryview) -> int:
+        if self._left is not None and self._left <= 0:
+            return 0
+        self._check_deadline()
         reader = self._reader
         if reader is None:
             data = self._read_some(len(view))
@@ -178,29 +255,34 @@ class HTTPStream(Stream):
         try:
             n = reader(view) or 0
         except (OSError, ValueError) as exc:
-            raise FetchError(
-                f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
-            ) from None
+            raise self._interrupted(exc) from None
+        if not n:
+            self._ended()
         if left is not None:
             self._left = left - n
+        self.received += n
         return n
 
     def _read_some(self, size: int) -> bytes:
         raw = self._resp.raw
         try:
             if hasattr(raw, "read1"):  # urllib3 >= 2
-                return bytes(raw.read1(size, decode_content=False))
-            return bytes(raw.read(size, decode_content=False))
+                data = bytes(raw.read1(size, decode_content=False))
+            else:
+                data = bytes(raw.read(size, decode_content=False))
         except (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError,
                 ValueError) as exc:
-            raise FetchError(
-                f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
-            ) from None
+            raise self._interrupted(exc) from None
+        if not data:
+            self._ended()
+        self.received += len(data)
+        return data
 
     def chunks(self, size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:
         raw = self._resp.raw
         read1 = hasattr(raw, "read1")  # urllib3 >= 2
         while True:
+            self._check_deadline()
             try:
                 # read1: whatever one socket read gives (at most ``size``), so that a timeout
                 # or a dropped connection loses as little as possible of what already arrived.
@@ -214,24 +296,32 @@ class HTTPStream(Stream):
                 OSError,
                 ValueError,
             ) as exc:
-                raise FetchError(
-                    f"{redact_url(self.url)}: transfer interrupted ({describe_error(exc)})", transient=True, url=self.url
-                ) from None
+                raise self._interrupted(exc) from None
             if not data:
+                self._ended()
                 return
+            self.received += len(data)
             yield data
 
     def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
         self._resp.close()
 
-    def abort(self) -> None:
-        # close() alone does not wake a recv() blocked in another thread; shutdown() does.
+    def _socket(self) -> Optional[socket.socket]:
         raw = self._resp.raw
         sock = getattr(getattr(raw, "_connection", None), "sock", None)
         if sock is None:  # the response owns the socket: urllib3 -> http.client -> SocketIO
             fp = getattr(getattr(raw, "_fp", None), "fp", None)
             sock = getattr(getattr(fp, "raw", None), "_sock", None)
-        if isinstance(sock, socket.socket):
+        return sock if isinstance(sock, socket.socket) else None
+
+    def abort(self) -> None:
+        # close() alone does not wake a recv() blocked in another thread; shutdown() does.
+        sock = self._socket()
+        if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:

@@ -345,6 +345,10 @@ def run_gc(args) -> int:
         rep = core.gc(settings=s, on_progress=progress)
     text = (f"removed {plural(len(rep.runtimes_removed), 'runtime')} and {plural(len(rep.blobs_removed), 'cached download')}, "
             f"freed {_size(rep.bytes_freed)}")
+    if rep.removals_finished:
+        text += f"\nfinished removing {plural(len(rep.removals_finished), 'runtime')} an interrupted removal left: " \
+            + ", ".join(rep.removals_finished)
+    text += "".join(f"\nkept {k.name}: {k.reason}" for k in rep.runtimes_kept)
     if rep.blobs_kept_shared:
         text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
     left = [c for c in core.cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []

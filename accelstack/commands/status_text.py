@@ -57,6 +57,10 @@ def status_text(home: Path, stats: List) -> str:
             lines.append(f"  fits this machine: {'yes' if st.hardware_matches else 'no' if st.hardware_matches is False else 'unknown'}")
         if st.upgrade_available:
             lines.append(f"  upgrade available: {st.upgrade_available} (run `accelstack upgrade`)")
+        check = getattr(st, "upgrade_check", None)
+        if check is not None and check.cached:  # the network was slow: say whose answer this is
+            lines.append(f"  upgrade check: {check.note} ({local_time(check.checked_at)}: "
+                         f"{'an upgrade' if st.upgrade_available else 'no upgrade'}; cached)")
         others = [i for i in st.installed if i not in (st.active, st.previous)]
         if others:
             lines.append(f"  also installed: {', '.join(others)} (`accelstack gc` removes them)")

@@ -7,25 +7,27 @@ its manifest is checked with the configured channel's keys (or ``--trusted-key``
 """
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
 from ..installer.transaction import Verifier
 from ..settings import Settings
-from .bundle_file import BundleError, BundleSummary, OpenedBundle, read_bundle
+from .bundle_file import BundleError, BundleSummary, OpenedBundle, check_bundle_path, read_bundle
 from .context import InstallJob, home_of
 from .detection import detect
 from .options import InstallOptions, Services
 from .results import InstallSummary
 from .stacks import driver_of_bundle, stack_names
 
-__all__ = ["create_bundle", "install_bundle", "read_bundle", "BundleError", "BundleSummary", "OpenedBundle"]
+__all__ = ["create_bundle", "check_bundle_output", "install_bundle", "read_bundle", "BundleError", "BundleSummary", "OpenedBundle"]
 
 
 def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str = "ggml", backends: Sequence[str] = (),
@@ -41,28 +43,51 @@ def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str 
     found = driver_of_bundle(stack)
     if found is None:
         raise UsageError(f"unknown stack {str(stack)[:40]!r}", f"make a bundle of one of {', '.join(stack_names())}")
+    check_bundle_output(Path(out))  # before any download: a directory or a device is refused, never replaced
     return found.create_bundle(Path(out), s, report, backends=backends, targets=targets, all_targets=all_targets,
                                requirements=requirements, python_version=python_version, platforms=platforms,
                                progress=on_progress or null_progress)
+
+
+def check_bundle_output(out: Path) -> None:
+    """``out`` must be absent or a regular file (replaced whole at the end); anything else (a
+    directory, a device node, a FIFO, a link) is a usage error, said before the work."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a file where a folder of the path should be, a path too long
+        raise UsageError(f"cannot write the bundle to {out}: {exc.strerror or exc}",
+                         "choose a file path in a folder you can write to") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "not a regular file (a device, a FIFO or a socket)")
+        raise UsageError(f"cannot write the bundle to {out}: it is {what}",
+                         "name the bundle file to write, for example -o runtime.tar; an existing regular file is "
+                         "replaced, nothing else is")
 
 
 def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: Optional[HardwareReport] = None,
                    backend: Optional[str] = None, verifier: Optional[Verifier] = None, force: bool = False,
                    services: Optional[Services] = None, on_progress: Optional[ProgressCallback] = None) -> InstallSummary:
     """Install from the bundle ``path``, with no network: its stack's driver checks what it holds
-    as an online install would (signature, envelope, expiry, rollback; every artifact hashed), then
-    installs it with the usual transaction (verify before activate)."""
+    as an online install would (signature, envelope, expiry, rollback; every artifact hashed), its
+    artifacts written only once its documents are trusted, then installs it with the usual
+    transaction (verify before activate)."""
     s = settings or Settings.resolve()
     progress = on_progress or null_progress
     svc = services or Services()
+    check_bundle_path(Path(path))  # a directory or a FIFO is said before a home is made or hardware probed
     report = report if report is not None else detect(svc.system, settings=s)
     home_of(s).ensure()
     s.cache.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=".bundle-", dir=str(s.cache)))
+    closing: List[OpenedBundle] = []
     try:
         progress(ProgressEvent("message", "bundle", message=f"reading bundle {path}"))
         t0 = time.perf_counter()
-        opened = read_bundle(Path(path), root)
+        opened = read_bundle(Path(path), root)  # its documents; the driver extracts the artifacts it trusts
+        closing.append(opened)
         stack: Any = opened.index.get("stack", "ggml")
         found = driver_of_bundle(stack)
         if found is None:
@@ -71,4 +96,6 @@ def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: O
         job = InstallJob(report, s, InstallOptions(force=force, verifier=verifier), svc, progress)
         return found.install_bundle(opened, str(path), job, backend, time.perf_counter() - t0)
     finally:
+        for each in closing:
+            each.close()
         shutil.rmtree(root, ignore_errors=True)

@@ -41,6 +41,7 @@ from filelock import FileLock, Timeout
 
 from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
 from ..engine.probe_model import temporary_probe_in_use
+from ..publisher.build_cache import is_slot
 from ..settings import Settings
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
@@ -170,7 +171,7 @@ def _builds(s: Settings) -> CacheInfo:
     for name, st in _children(root):
         if name.endswith(".lock"):
             continue
-        if _SLOT.match(name) and stat.S_ISDIR(st.st_mode):
+        if _SLOT.match(name) and stat.S_ISDIR(st.st_mode) and is_slot(root / name):  # the name alone is not enough
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "build"))
         elif name == "sdist" and stat.S_ISDIR(st.st_mode):
             for fname, fst in _children(root / name):

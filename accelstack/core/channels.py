@@ -71,7 +71,8 @@ def add(settings: Settings, name: str, url: str, *, mirrors: Sequence[str] = (),
 
 def try_once(where: str) -> None:
     """Read the manifest at ``where`` once, with short timeouts and no retries."""
-    transport = Transport(connect_timeout=CHECK_CONNECT_TIMEOUT, read_timeout=CHECK_READ_TIMEOUT)
+    transport = Transport(connect_timeout=CHECK_CONNECT_TIMEOUT, read_timeout=CHECK_READ_TIMEOUT,
+                          document_timeout=CHECK_READ_TIMEOUT)  # briefly, a dripping server included
     try:
         fetch_document(where, transport=transport)
     except FetchError as exc:

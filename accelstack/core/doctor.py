@@ -166,7 +166,7 @@ def _settings_anyway(report: DoctorReport, home: Any) -> Settings:
     """Settings from the environment; when a variable is bad (``ACCELSTACK_OFFLINE=maybe``, a file
     as the home), the report names it and the rest is resolved without the option variables, then
     (a bad path) without any ``ACCELSTACK_*`` variable, so every other section can still run."""
-    options = {ENV[k] for k in ("offline", "backend", "channel", "manifests", "trusted_keys")}
+    options = {ENV[k] for k in ("offline", "backend", "channel", "manifests", "trusted_keys", "min_rate")}
     environ = current_env()
     attempts = [environ, {k: v for k, v in environ.items() if k not in options},
                 {k: v for k, v in environ.items() if not k.startswith("ACCELSTACK_")}]

@@ -17,7 +17,7 @@ def fetch_file(ref: ArtifactRef, settings: Settings, *, connect_timeout: float, 
                deep: bool = False, progress: ProgressCallback = null_progress) -> Path:
     """The cached path of ``ref``: downloaded (resumed, hashed while streaming, mirrors in order)
     unless a verified copy is there; ``deep`` re-hashes that copy. Offline as the settings say."""
-    transport = Transport(connect_timeout=connect_timeout, read_timeout=read_timeout)
+    transport = Transport(connect_timeout=connect_timeout, read_timeout=read_timeout, min_rate=settings.timeouts.min_rate)
     with transport:
         paths = fetch([ref], cache=Cache(settings.cache), progress=progress, offline=settings.offline,
                       transport=transport, retry=RetryPolicy(retries=retries), deep=deep)

@@ -10,11 +10,13 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 from ..errors import AccelstackError, Action
 from ..events import ProgressCallback, ProgressEvent
 from ..hardware.report import HardwareReport
+from ..installer.records import Receipt
+from ..limits import read_capped
 from ..manifests.hw_rules import hw_rules
 from ..manifests.machine import cc_parts, version_or_none
 from ..manifests.plan import Plan
@@ -25,12 +27,12 @@ from ..publisher.build_cache import cache_key, in_cache, remembered_sha256, sha2
 from ..publisher.errors import BuildError
 from ..publisher.publish import manifest_of
 from ..publisher.sdist import offline_source_error, sdist_name
-from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, cuda_targets, find_cuda_toolkit
+from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, VARIANTS, cuda_targets, find_cuda_toolkit
 from ..settings import Settings, cuda_env
 from .options import Builder
 from .planning import LOCAL_SOURCE, NO_CHANNEL_LINE, TrustedSet, plan
 
-__all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "build_locally", "build_sentence", "cached_local_build",
+__all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "Rebuild", "build_locally", "built_variant", "rebuilder", "build_sentence", "cached_local_build",
            "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant", "needs_cuda12",
            "no_channel_choices", "replan", "require_buildable"]
 
@@ -108,7 +110,7 @@ def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Seq
     try:
         digest = remembered_sha256(sdist) or sha256_file(sdist)  # what build_ggml remembered, read only
         key = cache_key(digest, variant, cmake_args, toolkit)
-        record = json.loads((build_cache / key / "build.json").read_text())
+        record = json.loads(read_capped(build_cache / key / "build.json", 1 << 20))  # a FIFO is refused, never waited on
         wheel = in_cache(str(record.get("wheel", "")), build_cache, key) if isinstance(record, dict) else ""
     except (OSError, ValueError):
         return ""
@@ -256,3 +258,38 @@ def replan(report: HardwareReport, old: Plan, manifests: Manifests, s: Settings)
     if not new.ok:
         raise AccelstackError(f"the local build does not fit this machine: {new.summary}", action=Action.REPORT_BUG)
     return new
+
+
+# -- a runtime built here, built again for repair ---------------------------------------------
+Rebuild = Callable[[Receipt, ProgressCallback], Path]
+"""Builds again the wheel a locally built runtime came from: ``rebuild(receipt, progress)`` -> its path."""
+
+
+def built_variant(receipt: Receipt) -> str:
+    """The variant a local build compiled, from the target id its manifest gave it
+    (``<os>-<arch>-<variant>``, :func:`publisher.publish.target_for`); "" when it names none."""
+    names = sorted((v for v in VARIANTS if receipt.plan.variant.endswith("-" + v)), key=len, reverse=True)
+    return names[0] if names else ""
+
+
+def rebuilder(s: Settings, builder: Builder, report: Callable[[], HardwareReport]) -> Rebuild:
+    """What ``repair`` does when a runtime built here has lost files and its wheel is no longer in
+    the build cache (``cache purge``): build the same variant, for the same GPUs, as install did
+    (``report`` is asked only for a CUDA build's architectures); offline without the source, the
+    install's offline error, before any work."""
+
+    def rebuild(receipt: Receipt, progress: ProgressCallback) -> Path:
+        variant = built_variant(receipt)
+        if not variant:
+            raise AccelstackError(f"runtime {receipt.id} was built here, but its receipt does not say which variant",
+                                  hint="reinstall the runtime", action=Action.REINSTALL)
+        archs = local_cuda_archs(receipt.plan, report()) if variant in CUDA_VARIANTS else None
+        cached = cached_local_build(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
+        if not cached and s.offline and not (s.build_cache / "sdist" / sdist_name()).is_file():
+            raise offline_source_error(s.build_cache / "sdist")
+        progress(ProgressEvent("message", "repair", task=receipt.id, message=(
+            f"the {variant} build this runtime was made from is not in the build cache any more; building it again "
+            f"{'(a build cache hit)' if cached else 'from source'}{_for_archs(variant, archs, s)}")))
+        return Path(builder(variant, s, progress=progress, cuda_archs=archs).wheel)
+
+    return rebuild

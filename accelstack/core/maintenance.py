@@ -8,28 +8,31 @@ Each one resolves ``Settings`` once, takes the home's lock (reads alone take non
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
+from .. import fsio
 from ..artifacts.cache import Cache
-from ..errors import AccelstackError
 from ..events import ProgressCallback, null_progress
 from ..hardware.report import HardwareReport
 from ..installer import maintenance
 from ..installer.errors import StateError
 from ..installer.records import Active
-from ..installer.recovery import active_or_rebuild, readable_receipts, recover
+from ..installer.recovery import active_or_rebuild, finish_removals, readable_receipts, recover
 from ..installer.repair import RepairReport, unrepairable_error
 from ..installer.transaction import Verifier
 from ..settings import Settings
 from .context import home_of, prepare_home
 from .detection import detect
 from .installing import install
+from .local_build import rebuilder
 from .options import Services
 from .planning import hardware_fingerprint
 from .results import InstallSummary
 from .stacks import driver
+from .upgrade_check import check_upgrade
 
 __all__ = ["upgrade", "repair", "rollback", "uninstall", "uninstall_preview", "gc", "status", "SpaceUse",
            "UninstallPreview", "disk_usage", "cache_usage", "active_backend_request"]
@@ -71,7 +74,8 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
     with lock:
         _, why = active_or_rebuild(home)
         recovered = [line for line in recover(home) if line.startswith(f"{stack}:")]
-        rep = d.repair(s, verifier, svc.fetcher_for(s), progress)
+        rep = d.repair(s, verifier, svc.fetcher_for(s), progress,
+                       rebuild=rebuilder(s, svc.builder_or_default(), lambda: detect(svc.system, settings=s)))
         rep.pointer_rebuilt = why is not None
         rep.active = rep.runtime
         if recovered:  # the pointer named an incomplete runtime: recover went back to the previous one
@@ -185,8 +189,20 @@ def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCal
     s = settings or Settings.resolve()
     home, lock = prepare_home(s, "gc", on_progress or null_progress)
     with lock:
-        recover(home)
-        return maintenance.gc(home, Cache(s.cache))
+        finished = finish_removals(home)  # what a killed removal left: reported, then recover and gc go on
+        try:
+            before: Optional[Active] = home.read_active()
+        except StateError:
+            before = None  # maintenance.gc says so itself
+        recover(home)  # may un-name an incomplete active runtime: gc still keeps its directory
+        rep = maintenance.gc(home, Cache(s.cache), named_before=before)
+        rep.removals_finished = [_discarded_name(n) for n in finished]
+        return rep
+
+
+def _discarded_name(trash: str) -> str:
+    """``.accelstack-trash-<name>.<random>`` -> ``<name>``."""
+    return trash[len(fsio.TRASH_PREFIX):].rsplit(".", 1)[0]
 
 
 def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
@@ -195,16 +211,24 @@ def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settin
     """What is installed and active, whether its files are there and unchanged since install (size,
     mtime and inode against the receipt; ``deep``: every file re-hashed, with progress), whether it
     still fits this machine, and (from the manifests) whether a newer build would be chosen now.
-    Each stack's ``checked`` says which file check ran. Reads only."""
+    Each stack's ``checked`` says which file check ran. The upgrade check waits on the network at
+    most ``settings.timeouts.status_network`` seconds in all, then shows the last answer, marked
+    as cached (``upgrade_check``; :mod:`.upgrade_check`). Reads only, but for that kept answer."""
     s = settings or Settings.resolve()
     home = home_of(s)
     report = report if report is not None else detect(settings=s)
-    out = maintenance.local_status(home, hardware_fingerprint(report), deep=deep, progress=on_progress or null_progress)
+    fingerprint = hardware_fingerprint(report)
+    out = maintenance.local_status(home, fingerprint, deep=deep, progress=on_progress or null_progress)
+    until = time.monotonic() + s.timeouts.status_network
     for st in out:
         if st.receipt is None or not check_upgrades:
             continue
-        try:
-            st.upgrade_available = driver(st.stack).upgrade_available(st, report, s) or st.upgrade_available
-        except AccelstackError as exc:
-            st.problems.append(maintenance.StatusProblem(f"could not check for upgrades: {exc.message}", exc.action.value))
+        key = f"{st.active}/{fingerprint}/{'offline' if s.offline else 'online'}"
+        check_upgrade(st, s, key, _asker(st, report), until)
     return out
+
+
+def _asker(st: maintenance.StackStatus, report: HardwareReport) -> Callable[[Settings], str]:
+    """The stack's own upgrade question for ``st``, asked with the settings it is given."""
+    d = driver(st.stack)
+    return lambda quick: d.upgrade_available(st, report, quick)

@@ -44,10 +44,14 @@ class NetworkFetcher(NetworkDocuments):
 
     settings: Settings
 
+    def __post_init__(self) -> None:
+        self.timeouts = self.settings.timeouts  # the documents' deadlines, as the files'
+
     def files(self, refs: Sequence[ArtifactRef], *, progress: ProgressCallback = null_progress,
               deep: bool = False, offline: Optional[bool] = None) -> Dict[str, Path]:
         off = self.settings.offline if offline is None else offline
-        return fetch(list(refs), cache=Cache(self.settings.cache), progress=progress, offline=off, deep=deep)
+        return fetch(list(refs), cache=Cache(self.settings.cache), progress=progress, offline=off, deep=deep,
+                     timeouts=self.settings.timeouts)
 
 
 Builder = Callable[..., Any]

@@ -23,11 +23,11 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import write_bytes, write_text
 from ..hardware.report import HardwareReport
 from ..installer.pip_runner import ensure_venv, python_version, venv_python
-from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json
+from ..limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, MalformedInput, parse_json, read_capped
 from ..manifests.channels import ChannelError, find, key_from_file, read_user_channels, trust_for
 from ..manifests.plan import Plan, Request
 from ..manifests.resolve import Manifests, resolve
-from ..settings import Channel, Settings
+from ..settings import Channel, Settings, Timeouts
 from .detection import detect
 from .stacks import stack_info
 
@@ -79,13 +79,19 @@ class DocumentFetcher(Protocol):
 
 class NetworkDocuments:
     """Documents over the network (accelstack.artifacts, loaded on first use so that planning
-    from a saved report never imports the HTTP stack); :class:`~.options.NetworkFetcher` adds files."""
+    from a saved report never imports the HTTP stack); :class:`~.options.NetworkFetcher` adds files.
+    ``timeouts`` (``Settings.timeouts``) set each fetch's deadline."""
+
+    timeouts: Optional[Timeouts] = None
+
+    def __init__(self, timeouts: Optional[Timeouts] = None) -> None:
+        self.timeouts = timeouts
 
     def document(self, url: str) -> bytes:
-        return artifacts.fetch_document(url)
+        return artifacts.fetch_document(url, timeouts=self.timeouts)
 
     def optional_document(self, url: str) -> Optional[bytes]:
-        return artifacts.fetch_optional_document(url)
+        return artifacts.fetch_optional_document(url, timeouts=self.timeouts)
 
 
 _NETWORK = NetworkDocuments()
@@ -103,8 +109,8 @@ def remembered_channels(settings: Settings) -> List[Channel]:
     """The channels the last install used, with the keys it trusted them with (the home's
     ``settings.json``; an older file lists bare manifest URLs)."""
     try:
-        with open(settings.remembered, "rb") as fh:
-            data = parse_json(fh.read(MAX_CONFIG_BYTES + 1), what=str(settings.remembered), max_bytes=MAX_CONFIG_BYTES)
+        data = parse_json(read_capped(settings.remembered, MAX_CONFIG_BYTES + 1), what=str(settings.remembered),
+                          max_bytes=MAX_CONFIG_BYTES)  # read_capped: a FIFO there is refused, never waited on
     except (OSError, MalformedInput):
         return []
     if not isinstance(data, dict):
@@ -189,7 +195,7 @@ def load_manifests(settings: Settings, *, record: bool = True, progress: Progres
         if settings.offline:  # never the network: the copy this home verified last, checked again
             data, sig, url = saved_manifest(settings, channel)
         else:
-            data, sig, url = fetch_channel(channel, progress, fetcher)
+            data, sig, url = fetch_channel(channel, progress, fetcher if fetcher is not None else NetworkDocuments(settings.timeouts))
         verified = trusted.verify(data, sig, url, expect="ggml", record=record)
         if record and not settings.offline:
             save_manifest(settings, channel.name, data, sig)
@@ -217,14 +223,14 @@ def saved_manifest(settings: Settings, channel: Channel) -> Tuple[bytes, Optiona
     """The manifest of ``channel`` kept by :func:`save_manifest` (offline mode reads only this)."""
     path = _saved_path(settings, channel.name)
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_JSON_BYTES + 1)  # a FIFO is refused, never waited on; too large fails the check
     except OSError:
         raise OfflineError(f"offline mode: the manifest of channel {channel.name} ({channel.url}) has not been read "
                            "by an install in this home, and offline it is not fetched",
                            "install from an offline bundle made on a machine with network access "
                            "(`accelstack bundle create`), or run once without --offline") from None
     try:
-        sig: Optional[bytes] = path.with_name(path.name + ".sig").read_bytes()
+        sig: Optional[bytes] = read_capped(path.with_name(path.name + ".sig"), MAX_SIGNATURE_BYTES + 1)
     except OSError:
         sig = None
     return data, sig, channel.url

@@ -180,7 +180,7 @@ def temporary_probe_in_use(folder: Path) -> bool:
     """True while the process that made temporary probe ``folder`` runs (or may: another host,
     or no owner file yet and the folder is recent)."""
     try:
-        owner = json.loads((Path(folder) / OWNER).read_text())
+        owner = json.loads(read_capped(Path(folder) / OWNER, 64 << 10))  # a FIFO is refused, never waited on
         if owner.get("host") != socket.gethostname():
             return True
         return _pid_alive(int(owner["pid"]))
@@ -217,7 +217,7 @@ def _meta(seed: int) -> Dict[str, str]:
 def _load_marker(folder: Path) -> Optional[ProbeModel]:
     marker = folder / MARKER
     try:
-        data = json.loads(marker.read_text())
+        data = json.loads(read_capped(marker, 64 << 10))
         if data["format_version"] != FORMAT_VERSION or (folder / WEIGHTS).stat().st_size != data["size"]:
             return None
         return ProbeModel(path=str(folder), seed=data["seed"], format_version=data["format_version"],

@@ -16,6 +16,7 @@ from ..limits import (
     MAX_CLIP_SKIP,
     MAX_PROMPT_CHARS,
     MAX_PROMPT_CHUNKS,
+    MAX_PROMPT_TOKENS,
     MAX_SEED,
     MIN_CLIP_SKIP,
     MIN_SEED,
@@ -24,7 +25,7 @@ from ..limits import (
 from ..verdict import DeviceInfo
 from .errors import InvalidRequestError
 
-__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "SAMPLERS",
+__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens", "SAMPLERS",
            "SCHEDULERS", "PHASES", "MIN_SIDE", "MAX_SIDE", "SIDE_MULTIPLE", "MAX_STEPS", "MAX_BATCH", "TOKEN_FILE",
            "MAX_TOKEN_BYTES", "EXIT_OK", "EXIT_LOAD_FAILED", "EXIT_ORPHANED", "EXIT_CANCELLED"]
 
@@ -46,6 +47,14 @@ _FLT_MAX, _FLT_MIN = 3.4028234e38, 1.1754944e-38
 _LORA_TAG = re.compile(r"<lora:[^:>]+:[^>]+>", re.IGNORECASE)
 
 
+def prompt_tokens(text: str) -> int:
+    """Tokens ``text`` counts toward :data:`~accelstack.limits.MAX_PROMPT_TOKENS`: its ASCII characters
+    at 4 a token, and one token per UTF-8 byte of every other character (the CLIP tokenizer is
+    byte-level: a CJK character is up to 3 tokens, an emoji up to 4)."""
+    ascii_chars = sum(1 for c in text if c < "\x80")
+    return -(-ascii_chars // 4) + len(text.encode("utf-8", "surrogatepass")) - ascii_chars
+
+
 def check_prompt(text: Any, name: str = "prompt") -> str:
     """``text`` if stable-diffusion.cpp can take it, else :class:`InvalidRequestError` saying why."""
     if not isinstance(text, str):
@@ -55,6 +64,15 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
             f"{name} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} are accepted",
             hint=f"the text encoder reads {PROMPT_CHUNK_TOKENS}-token chunks and this engine takes up to "
             f"{MAX_PROMPT_CHUNKS} of them (about {MAX_PROMPT_CHARS} characters); shorten the {name}")
+    tokens = prompt_tokens(text)
+    if tokens > MAX_PROMPT_TOKENS:
+        other = sum(1 for c in text if c >= "\x80")
+        raise InvalidRequestError(
+            f"{name} counts {tokens} tokens; at most {MAX_PROMPT_TOKENS} are accepted (counted as the text "
+            f"encoder's tokenizer splits text: 4 ASCII characters a token, and one token per UTF-8 byte of the "
+            f"{other} other character{'s' if other != 1 else ''}, 3 for a CJK character, 4 for an emoji)",
+            hint=f"the text encoder reads {PROMPT_CHUNK_TOKENS}-token chunks and this engine takes about "
+            f"{MAX_PROMPT_CHUNKS} of them; shorten the {name}")
     if "\x00" in text:
         raise InvalidRequestError(f"{name} contains a NUL character", hint=f"remove it from the {name}")
     try:

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional
 
 from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
+from ..limits import read_capped
 from ..settings import inherited_env
 from .errors import ConfigError, RuntimeNotFoundError
 from .worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
@@ -77,8 +78,7 @@ def runtime_libraries(path: Path) -> RuntimeLibraries:
     if not note.is_file():
         return RuntimeLibraries()
     try:
-        with open(note, "rb") as fh:
-            raw = fh.read(MAX_LIBS_FILE + 1)
+        raw = read_capped(note, MAX_LIBS_FILE + 1)  # never blocks on a FIFO swapped in after is_file()
         if len(raw) > MAX_LIBS_FILE:
             raise ValueError("too large")
         doc = json.loads(raw.decode("utf-8"))

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
@@ -33,18 +34,22 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 from packaging.version import InvalidVersion, Version
 
 from .. import fsio
+from ..artifacts.cache import hash_file
 from ..domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
+from ..limits import read_capped
 from ..refs import ArtifactRef
 from ..serde import to_dict
 from .errors import InstallError, StateError
-from .home import Home
+from .home import Home, read_state
+from .records import InstalledFile, Receipt, stamp_files
 from .recovery import readable_receipts
 from .wheel import extract_wheel_files
 
 __all__ = ["SHARED", "LINK_FILE", "CONTENTS", "LibFetcher", "LibWheel", "parse_wheel_name", "LibLocation", "ProvidedLibs",
-           "shared_root", "torch_site_packages", "find_in_site", "provide", "write_links", "remove_unreferenced"]
+           "shared_root", "shared_files", "shared_refs", "torch_site_packages", "find_in_site", "provide", "restore",
+           "write_links", "remove_unreferenced"]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +174,7 @@ def find_in_site(site: Path, wheel: LibWheel, names: Sequence[str]) -> Optional[
             continue
         found: Dict[str, Path] = {}
         try:
-            record = (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
+            record = read_capped(info / "RECORD", 16 << 20).decode("utf-8", "replace").splitlines()  # never blocks on a FIFO
         except OSError:
             record = []
         for line in record:
@@ -201,14 +206,40 @@ def _wanted(member: str) -> bool:
     return ".dist-info/" in member or _is_library(member)
 
 
-def _intact(d: Path, ref: ArtifactRef) -> bool:
+def shared_files(d: Path, ref: ArtifactRef) -> Optional[List[InstalledFile]]:
+    """What ``d``'s contents record says was unpacked from ``ref`` (hash, size, mtime, inode per
+    file, as a receipt keeps its runtime's); None when the record is missing, unreadable or names
+    another wheel. A record older than the stamps has sizes only."""
     try:
-        data = json.loads((d / CONTENTS).read_text(encoding="utf-8"))
+        data = json.loads(read_state(d / CONTENTS))
         if data.get("sha256") != ref.sha256:
-            return False
-        return all((d / f["path"]).is_file() and (d / f["path"]).stat().st_size == f["size"] for f in data["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return [InstalledFile(path=str(f["path"]), sha256=str(f.get("sha256", "")), size=int(f["size"]),
+                              mtime_ns=int(f.get("mtime_ns", 0)), inode=int(f.get("inode", 0))) for f in data["files"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def shared_refs(receipt: Receipt) -> List[ArtifactRef]:
+    """The library wheels a receipt names as unpacked into ``shared/cuda`` (those it lists beside
+    the plan's own artifacts: the runtime's wheel)."""
+    own = {a.sha256 for a in receipt.plan.artifacts}
+    return [a for a in receipt.artifacts if a.sha256 not in own and _SHA.match(a.sha256) and _WHEEL.match(a.name)]
+
+
+def _intact(d: Path, ref: ArtifactRef) -> bool:
+    """Cheap: every file there, with the size (and, when recorded, mtime and inode) it was unpacked with."""
+    files = shared_files(d, ref)
+    if files is None:
         return False
+    for f in files:
+        try:
+            st = os.lstat(d / f.path)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or f.stat_matches(st) is False:
+            return False
+    return True
 
 
 def _unpack_shared(home: Home, ref: ArtifactRef, wheel_file: Path) -> Path:
@@ -217,8 +248,11 @@ def _unpack_shared(home: Home, ref: ArtifactRef, wheel_file: Path) -> Path:
     stage = home.make_owned_dir(home.staging, f"cuda-{ref.sha256[:16]}.{os.getpid()}")
     try:
         files = extract_wheel_files(wheel_file, stage, ref.name, _wanted)
-        contents = {"name": ref.name, "sha256": ref.sha256,
-                    "files": [{"path": f, "size": (stage / f).stat().st_size} for f in files]}
+        # each file's hash and stat, as a receipt records its runtime's: status checks them cheaply,
+        # status --deep and repair re-hash (the directory's rename keeps every inode and mtime)
+        stamped = stamp_files(stage, [InstalledFile(path=f, sha256=hash_file(stage / f).hexdigest(),
+                                                    size=(stage / f).stat().st_size) for f in files])
+        contents = {"name": ref.name, "sha256": ref.sha256, "files": [to_dict(f) for f in stamped]}
         fsio.write_text(stage / CONTENTS, json.dumps(contents, indent=1))
         if final.exists() or final.is_symlink():  # a damaged copy of ours: replaced; anything else: refused
             if not home.remove_owned(final):
@@ -231,8 +265,13 @@ def _unpack_shared(home: Home, ref: ArtifactRef, wheel_file: Path) -> Path:
     return final
 
 
+def restore(home: Home, ref: ArtifactRef, wheel_file: Path) -> Path:
+    """Unpack ``ref`` again over a damaged shared copy of it (``repair``); the caller holds the lock."""
+    return _unpack_shared(home, ref, wheel_file)
+
+
 def _locations_in(home: Home, d: Path, ref: ArtifactRef, wheel: LibWheel) -> List[LibLocation]:
-    data = json.loads((d / CONTENTS).read_text(encoding="utf-8"))
+    data = json.loads(read_state(d / CONTENTS))
     libs = [Path(f["path"]) for f in data["files"] if _is_library(f["path"])]
     names = wheel.library_names()
     source = f"{wheel.dist} {wheel.version}, shared in the home"

@@ -10,13 +10,19 @@ from typing import Any, Optional
 from ..errors import AccelstackError, Action
 from ..verdict import VerifyReport
 
-__all__ = ["StateError", "LockHeldError", "InstallError", "VerifyFailed", "TorchInstallError", "TorchEngineMissingError",
+__all__ = ["StateError", "DiskFullError", "LockHeldError", "InstallError", "VerifyFailed", "TorchInstallError", "TorchEngineMissingError",
            "PipError", "PipNetworkError", "PipNotFoundError", "PipConflictError", "PipDiskFullError",
            "PipHashMismatchError"]
 
 
 class StateError(AccelstackError):
     """The runtime home is unusable (read-only, corrupt receipt, missing runtime)."""
+
+
+class DiskFullError(StateError):
+    """The runtime home's disk (or the user's quota or file size limit) has no room for a state file."""
+
+    default_action = Action.FREE_DISK
 
 
 class LockHeldError(StateError):

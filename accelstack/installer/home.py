@@ -11,10 +11,10 @@ Invariants, enforced here:
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 import uuid
@@ -26,17 +26,19 @@ from filelock import FileLock, Timeout
 from .. import fsio
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
-from ..serde import from_dict, to_dict
+from ..limits import read_capped
+from ..serde import from_dict, size_text, to_dict
 from ..settings import check_directory
-from .errors import LockHeldError, StateError
+from .errors import DiskFullError, LockHeldError, StateError
 from .records import Active, Receipt, dump_receipt, load_receipt, now_iso
 
-__all__ = ["OWNER_MARK", "MAX_STATE_BYTES", "Home", "InstallLock"]
+__all__ = ["OWNER_MARK", "MAX_STATE_BYTES", "Home", "InstallLock", "read_state", "state_write_error"]
 
 log = logging.getLogger(__name__)
 
 OWNER_MARK = ".accelstack-owned"  # in every directory accelstack creates and may delete
 MAX_STATE_BYTES = 64 << 20  # receipts and active.json are small; refuse to read absurd files
+WRITE_TEST_BYTES = 64 << 10  # more than a receipt, the rollback watermarks or a saved manifest take
 
 
 class Home:
@@ -87,8 +89,11 @@ class Home:
         try:
             for d in (self.root, self.staging, self.receipts, self.root / "runtimes"):
                 d.mkdir(parents=True, exist_ok=True)
-            fsio.write_bytes(self.root / f".write-test-{os.getpid()}", b"", durable=False).unlink()
+            # with the room a state file takes: a full disk is said here, before any state is written
+            fsio.write_bytes(self.root / f".write-test-{os.getpid()}", bytes(WRITE_TEST_BYTES), durable=False).unlink()
         except OSError as exc:
+            if exc.errno in _NO_ROOM:
+                raise state_write_error(exc, "a file", self.root) from None
             raise StateError(f"the runtime home {self.root} is not writable ({exc.strerror or exc})",
                              hint="choose a writable directory as the runtime home, or fix its permissions",
                              action=Action.CHOOSE_HOME) from None
@@ -137,7 +142,7 @@ class Home:
             if path.exists() or path.is_symlink():
                 log.warning("left %s alone: not a directory accelstack created", path)
             return False
-        shutil.rmtree(path, ignore_errors=True)  # rmtree never follows symlinks inside
+        fsio.discard_tree(path)  # renamed to a trash name first: a kill mid-way leaves garbage recover removes
         return True
 
     def owned_children(self, parent: Path) -> List[Path]:
@@ -156,7 +161,7 @@ class Home:
     def read_receipt(self, rid: str) -> Receipt:
         path = self.receipt_path(rid)
         try:
-            text = _read_small(path)
+            text = read_state(path)
             return load_receipt(text, f"receipt {rid}")
         except FileNotFoundError:
             raise StateError(f"no receipt for runtime {rid} ({path})", hint="reinstall the runtime", action=Action.REINSTALL) from None
@@ -191,7 +196,7 @@ class Home:
     # -- active pointer ------------------------------------------------------------------------
     def read_active(self) -> Active:
         try:
-            data = json.loads(_read_small(self.active_path))
+            data = json.loads(read_state(self.active_path))
             return from_dict(Active, data, "active.json")
         except FileNotFoundError:
             return Active()
@@ -221,11 +226,33 @@ class Home:
         return InstallLock(self.root / "install.lock", command, wait, progress)
 
 
-def _read_small(path: Path) -> str:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_STATE_BYTES + 1)
-    if len(data) > MAX_STATE_BYTES:
-        raise ValueError(f"larger than {MAX_STATE_BYTES >> 20} MiB")
+_NO_ROOM = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)  # full disk, quota, file size limit
+
+
+def state_write_error(exc: OSError, what: str, root: Path) -> StateError:
+    """The typed error for ``what`` (a state file's name) that could not be written in the home ``root``
+    before any change: :class:`DiskFullError` when there is no room (a full disk, a quota, a file size limit)."""
+    why = exc.strerror or str(exc)
+    if exc.errno in _NO_ROOM:
+        return DiskFullError(f"the disk of the runtime home {root} is full: cannot write {what} there ({why})",
+                             hint="free some space on that disk, then run the command again; nothing was changed "
+                             "and the active runtime is as it was")
+    return StateError(f"cannot write {what} in the runtime home {root} ({why})", hint="choose a writable directory as the "
+                      "runtime home, or fix its permissions; nothing was changed", action=Action.CHOOSE_HOME)
+
+
+def read_state(path: Path, limit: int = MAX_STATE_BYTES) -> str:
+    """The text of a state file of the home, which anyone who can write there may have replaced:
+    a FIFO or a device is refused without blocking (``ValueError``), as is a file over ``limit``;
+    ``FileNotFoundError`` (an ``OSError``) when there is none."""
+    try:
+        data = read_capped(path, limit + 1)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ELOOP, errno.ENXIO):  # a FIFO, a device, a symbolic link
+            raise ValueError("not a regular file") from None
+        raise
+    if len(data) > limit:
+        raise ValueError(f"larger than {size_text(limit)}")
     return data.decode("utf-8")
 
 
@@ -248,7 +275,12 @@ class InstallLock:
             raise LockHeldError(f"the runtime home {self.path.parent} is being changed by {self._who()}",
                                 hint="wait for it to finish, or allow a waiting time") from None
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": now_iso()}
-        fsio.write_text(self.info_path, json.dumps(info))
+        try:
+            fsio.write_text(self.info_path, json.dumps(info))
+        except OSError as exc:  # nothing is changed yet: say why and let go of the lock
+            self._lock.release()
+            self._lock = None
+            raise state_write_error(exc, self.info_path.name, self.path.parent) from None
         return self
 
     def _who(self, holder: Optional[Dict[str, Any]] = None) -> str:
@@ -295,7 +327,7 @@ class InstallLock:
 
     def holder(self) -> Dict[str, Any]:
         try:
-            data = json.loads(self.info_path.read_text())
+            data = json.loads(read_state(self.info_path, 64 << 10))
             return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}

@@ -17,14 +17,15 @@ from ..artifacts.cache import Cache
 from ..domain import STACKS
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
+from ..serde import plural
 from . import cuda_libs
 from .errors import StateError
-from .home import Home
+from .home import Home, read_state
 from .records import Active, Receipt, now_iso
-from .recovery import active_or_rebuild, readable_receipts
-from .repair import check_files
+from .recovery import active_or_rebuild, last_good_active, readable_receipts
+from .repair import check_files, check_shared
 
-__all__ = ["StatusProblem", "StackStatus", "local_status", "rollback", "uninstall", "remove_runtime", "GcReport", "gc",
+__all__ = ["StatusProblem", "UpgradeCheck", "StackStatus", "local_status", "rollback", "uninstall", "remove_runtime", "KeptRuntime", "GcReport", "gc",
            "register_home", "blobs_of_other_homes", "referenced_blobs"]
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,16 @@ log = logging.getLogger(__name__)
 class StatusProblem:
     message: str
     action: str = ""  # an accelstack.errors.Action value
+
+
+@dataclass
+class UpgradeCheck:
+    """Where ``upgrade_available`` comes from: a check made now, or (``cached``) the last one, shown
+    when the channels did not answer within status's few seconds; ``note`` says why in words."""
+
+    checked_at: str = ""  # when the answer was found (ISO 8601, UTC); "" when there is none
+    cached: bool = False
+    note: str = ""
 
 
 @dataclass
@@ -51,6 +62,7 @@ class StackStatus:
     changed_files: int = 0  # size, mtime or inode differ from the receipt: not re-hashed, repair checks them
     corrupt_files: int = 0  # re-hashed (--deep) and different from the receipt
     upgrade_available: str = ""  # runtime id the current plan would install, when different
+    upgrade_check: Optional[UpgradeCheck] = None  # how fresh that answer is (None: no check was asked for)
     problems: List[StatusProblem] = field(default_factory=list)
 
     __derived__ = ("healthy",)
@@ -115,6 +127,28 @@ def _check_files(home: Home, st: StackStatus, deep: bool, progress: ProgressCall
         st.problems.append(StatusProblem(f"{_n(found.corrupt, False)} {'differs' if len(found.corrupt) == 1 else 'differ'} from the receipt when "
                                          f"re-hashed (first: {found.corrupt[0]}); repair restores them",
                                          Action.REPAIR.value))
+    _check_shared_files(home, st, deep, progress)
+
+
+def _check_shared_files(home: Home, st: StackStatus, deep: bool, progress: ProgressCallback) -> None:
+    """The shared CUDA libraries the receipt names count as the runtime's files: their damage is its damage."""
+    assert st.receipt is not None
+    found = check_shared(home, st.receipt, deep=deep, progress=progress)
+    if not found.files:
+        return
+    st.files += found.files
+    st.missing_files += len(found.missing)
+    st.changed_files += len(found.changed)
+    st.corrupt_files += len(found.corrupt)
+    if found.checked == "presence" and st.checked == "metadata":
+        st.checked = "presence"
+    damaged = found.damaged
+    if damaged:
+        what = "missing" if found.missing else "changed since install (size, time or inode)" if found.changed \
+            else "different from what was unpacked when re-hashed"
+        verb = "is" if len(damaged) == 1 else "are"
+        st.problems.append(StatusProblem(f"{plural(len(damaged), 'shared CUDA library file')} {verb} {what} (first: {damaged[0]}); "
+                                         "repair unpacks them again from the library wheel", Action.REPAIR.value))
 
 
 def _n(paths: List[str], verb: bool = True) -> str:
@@ -167,33 +201,86 @@ def remove_runtime(home: Home, receipt: Receipt) -> None:
 
 
 @dataclass
+class KeptRuntime:
+    """A runtime gc left in place, and why: what names it (or might)."""
+
+    name: str  # the runtime id, or the directory's name
+    reason: str
+
+
+@dataclass
 class GcReport:
     runtimes_removed: List[str] = field(default_factory=list)
+    runtimes_kept: List[KeptRuntime] = field(default_factory=list)
+    removals_finished: List[str] = field(default_factory=list)  # runtimes a killed removal left half-deleted
     blobs_removed: List[str] = field(default_factory=list)
     blobs_kept_shared: List[str] = field(default_factory=list)  # still named by another home using this cache
     other_homes: List[str] = field(default_factory=list)
     bytes_freed: int = 0
 
 
-def gc(home: Home, cache: Cache) -> GcReport:
-    """Remove inactive runtimes (keeping the previous one for rollback) and cached blobs no home needs."""
+def _keep_reasons(home: Home, states: List[Active], unreadable: Dict[str, str]) -> Dict[str, str]:
+    """Every runtime id something could still name, with why: ``active.json`` (active, previous),
+    its last good copy, and each receipt that cannot be read (it may be the active one's)."""
+    why: Dict[str, str] = {}
+    named = [("active.json", st) for st in states] + [("the last good copy of active.json", last_good_active(home))]
+    for source, st in reversed(named):  # active.json's own words win
+        if st is None:
+            continue
+        for stack, rid in st.previous.items():
+            why[rid] = f"{source} names it as the previous {stack} runtime (kept for rollback)"
+        for stack, rid in st.active.items():
+            why[rid] = f"{source} names it as the active {stack} runtime"
+    for rid, problem in unreadable.items():
+        why.setdefault(rid, f"its receipt cannot be read ({problem}); repair or reinstall it, then run gc again")
+    return why
+
+
+def _named_by(name: str, ids: Dict[str, str]) -> str:
+    """Why the directory ``name`` is kept: ``<id>`` or ``<id>.<n>`` (a forced reinstall's copy) of a
+    kept id that has no readable receipt to say which directory is its own."""
+    for rid, reason in ids.items():
+        if name == rid or name.startswith(rid + "."):
+            return reason
+    return ""
+
+
+def gc(home: Home, cache: Cache, named_before: Optional[Active] = None) -> GcReport:
+    """Remove inactive runtimes and cached blobs no home needs. Conservative: a runtime that
+    ``active.json``, its last good copy or an unreadable receipt could name is kept, and said
+    so (``runtimes_kept``); while any receipt is unreadable no directory without a receipt goes.
+    ``named_before``: the pointer as it was before ``recover`` un-named a runtime it found incomplete."""
     out = GcReport()
     state = home.read_active()
-    keep = set(state.active.values()) | set(state.previous.values())
     receipts, _ = readable_receipts(home)
+    unreadable: Dict[str, str] = {}
+    for rid in home.receipt_ids():
+        if rid not in receipts:
+            try:
+                home.read_receipt(rid)
+            except StateError as exc:
+                unreadable[rid] = exc.message
+    keep = _keep_reasons(home, [state] + ([named_before] if named_before is not None else []), unreadable)
     referenced: Set[str] = set()
     kept_dirs: Set[Path] = set()
-    for rid, r in receipts.items():
+    for rid, r in sorted(receipts.items()):
         if rid in keep:
             referenced |= {a.sha256 for a in r.artifacts}
             kept_dirs.add(home.runtime_path(r).resolve())
+            out.runtimes_kept.append(KeptRuntime(rid, keep[rid]))
             continue
         out.bytes_freed += sum(f.size for f in r.files)
         remove_runtime(home, r)
         out.runtimes_removed.append(rid)
     for stack in STACKS:
         for d in home.owned_children(home.runtimes(stack)):
-            if d.resolve() not in kept_dirs and home.remove_owned(d):
+            if d.resolve() in kept_dirs:
+                continue
+            reason = _named_by(d.name, {rid: why for rid, why in keep.items() if rid not in receipts}) or (
+                f"{plural(len(unreadable), 'receipt')} cannot be read and might name it" if unreadable else "")
+            if reason:
+                out.runtimes_kept.append(KeptRuntime(d.name, reason))
+            elif home.remove_owned(d):
                 out.runtimes_removed.append(d.name)
     cuda_libs.remove_unreferenced(home)  # shared CUDA libraries no remaining receipt names
     register_home(cache, home, referenced)
@@ -244,7 +331,7 @@ def blobs_of_other_homes(cache: Cache, home: Home) -> tuple[Set[str], List[str]]
         return blobs, homes
     for entry in sorted(reg.glob("*.json")):
         try:
-            data: Dict = json.loads(entry.read_text(encoding="utf-8"))
+            data: Dict = json.loads(read_state(entry, 1 << 20))  # another home's entry: a FIFO is skipped
             other = str(data["home"])
             names = {str(b) for b in data["blobs"]}
         except (OSError, ValueError, KeyError, TypeError):

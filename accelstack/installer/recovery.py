@@ -5,7 +5,8 @@ on every change), so repair keeps the runtime the user chose (a rollback include
 no readable copy names a complete runtime does the newest complete one from the receipts win.
 Either way the caller is told which and why.
 
-``recover`` runs under the lock before every change (never on a dry run). It deletes only
+``recover`` runs under the lock before every change (never on a dry run). It finishes removals a
+kill interrupted (a runtime is renamed to a trash name before its files go), and deletes only
 staging directories accelstack marked as its own (a foreign ``staging/`` folder, or one that is
 a symlink, is left alone), and points ``active`` back at an intact runtime if it names a
 missing one.
@@ -15,14 +16,15 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Optional, Tuple
 
+from .. import fsio
 from ..domain import STACKS
 from ..limits import parse_json
 from ..serde import from_dict
 from .errors import StateError
-from .home import MAX_STATE_BYTES, Home
+from .home import MAX_STATE_BYTES, Home, read_state
 from .records import Active, Receipt
 
-__all__ = ["recover", "readable_receipts", "last_good_active", "rebuild_active", "active_or_rebuild"]
+__all__ = ["recover", "finish_removals", "readable_receipts", "last_good_active", "rebuild_active", "active_or_rebuild"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ def recover(home: Home) -> List[str]:
     for leftover in home.owned_children(home.staging):
         if home.remove_owned(leftover):
             done.append(f"removed unfinished install {leftover.name}")
+    done += [f"finished removing {name}" for name in finish_removals(home)]
     try:
         state = home.read_active()
     except StateError:
@@ -60,6 +63,16 @@ def recover(home: Home) -> List[str]:
     return done
 
 
+def finish_removals(home: Home) -> List[str]:
+    """Remove what a killed removal left under a trash name (:func:`accelstack.fsio.discard_tree`)
+    in the folders accelstack removes from; a folder that is a link is never entered."""
+    done: List[str] = []
+    for folder in [home.staging, home.root / "shared" / "cuda"] + [home.runtimes(stack) for stack in STACKS]:
+        if not folder.is_symlink() and not any(p.is_symlink() for p in folder.parents if home.root in p.parents):
+            done += fsio.finish_discards(folder)
+    return done
+
+
 def readable_receipts(home: Home) -> Tuple[Dict[str, Receipt], List[str]]:
     """Every receipt that reads, and the problems of those that do not."""
     out: Dict[str, Receipt] = {}
@@ -75,8 +88,7 @@ def readable_receipts(home: Home) -> Tuple[Dict[str, Receipt], List[str]]:
 def last_good_active(home: Home) -> Optional[Active]:
     """The copy of ``active.json`` written at the last change, if it reads."""
     try:
-        with open(home.last_good_active_path, "rb") as fh:
-            data = fh.read(MAX_STATE_BYTES + 1)
+        data = read_state(home.last_good_active_path)  # a FIFO there is refused, never waited on
         return from_dict(Active, parse_json(data, what="the last good copy of active.json", max_bytes=MAX_STATE_BYTES),
                          "active.last-good.json")
     except Exception:  # absent (a home from before the copy was kept), or damaged as well

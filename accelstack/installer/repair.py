@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -22,13 +23,14 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..refs import ArtifactRef
 from ..serde import plural
 from ..verdict import VerifyReport
+from . import cuda_libs
 from .errors import StateError
 from .home import Home
-from .records import Receipt, now_iso
+from .records import InstalledFile, Receipt, now_iso
 from .transaction import StagedRuntime, Verifier
 from .wheel import install_wheel
 
-__all__ = ["RepairReport", "FileCheck", "Fetcher", "check_files", "audit", "missing_files", "repair_ggml",
+__all__ = ["RepairReport", "FileCheck", "Fetcher", "check_files", "check_shared", "audit", "missing_files", "repair_ggml",
            "unrepairable_error"]
 
 log = logging.getLogger(__name__)
@@ -84,25 +86,7 @@ def check_files(home: Home, receipt: Receipt, *, deep: bool, stage: str = "statu
                                extra={"unit": "B"}))
     done = 0
     for f in receipt.files:
-        p = root / f.path
-        try:
-            st = os.lstat(p)
-        except OSError:
-            st = None
-        if st is None or not os.path.isfile(p) or os.path.islink(p):
-            out.missing.append(f.path)
-        elif deep:
-            try:
-                same = st.st_size == f.size and hash_file(p).hexdigest() == f.sha256
-            except OSError:
-                same = False
-            (out.intact if same else out.corrupt).append(f.path)
-        else:
-            matches = f.stat_matches(st)
-            if matches is False:
-                out.changed.append(f.path)
-            elif matches is None:
-                out.checked = "presence"  # an older receipt: present is all that can be said without hashing
+        _check_one(root / f.path, f, f.path, deep, out)
         if say:
             done += f.size
             progress(ProgressEvent("advance", stage, task=task, done=done, total=total, extra={"unit": "B"}))
@@ -110,6 +94,50 @@ def check_files(home: Home, receipt: Receipt, *, deep: bool, stage: str = "statu
         found = len(out.missing) + len(out.corrupt)
         progress(ProgressEvent("end", stage, task=task, ok=True,  # the check ran to the end: damage is its finding
                                message=f"found {found} damaged of {out.files} files" if found else f"all {out.files} files match"))
+    return out
+
+
+def _check_one(p: Path, f: InstalledFile, name: str, deep: bool, out: FileCheck) -> None:
+    """One file against its record, its finding added to ``out`` under ``name``."""
+    try:
+        st = os.lstat(p)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        out.missing.append(name)
+    elif deep and f.sha256:
+        try:
+            same = st.st_size == f.size and hash_file(p).hexdigest() == f.sha256
+        except OSError:
+            same = False
+        (out.intact if same else out.corrupt).append(name)
+    else:
+        matches = f.stat_matches(st)
+        if matches is False:
+            (out.corrupt if deep else out.changed).append(name)
+        elif matches is None and not deep:
+            out.checked = "presence"  # an older record: present is all that can be said without hashing
+
+
+def check_shared(home: Home, receipt: Receipt, *, deep: bool, stage: str = "status",
+                 progress: ProgressCallback = null_progress) -> FileCheck:
+    """The shared CUDA library files the receipt's wheels were unpacked into (``shared/cuda``),
+    checked like the runtime's own (names relative to the home); a folder whose contents record is
+    gone or unreadable counts as that record missing."""
+    out = FileCheck("hashes" if deep else "metadata")
+    for ref in cuda_libs.shared_refs(receipt):
+        d = cuda_libs.shared_root(home) / ref.sha256
+        prefix = home.relative(d)
+        files = cuda_libs.shared_files(d, ref)
+        if files is None:
+            out.files += 1
+            out.missing.append(f"{prefix}/{cuda_libs.CONTENTS}")
+            continue
+        out.files += len(files)
+        if deep:
+            progress(ProgressEvent("message", stage, task=receipt.id, message=f"re-hashing the shared CUDA libraries of {ref.name}"))
+        for f in files:
+            _check_one(d / f.path, f, f"{prefix}/{f.path}", deep, out)
     return out
 
 
@@ -135,14 +163,17 @@ def repair_ggml(home: Home, rid: str, fetch_wheel: Fetcher, verifier: Verifier,
     report = audit(home, rid, progress)
     receipt = home.read_receipt(rid)
     root = home.runtime_path(receipt)
+    shared = check_shared(home, receipt, deep=True, stage="repair", progress=progress)
     if not report.healthy:
-        wheel = next((a for a in receipt.artifacts if a.name.endswith(".whl")), None)
+        libs = {a.sha256 for a in cuda_libs.shared_refs(receipt)}
+        wheel = next((a for a in receipt.artifacts if a.name.endswith(".whl") and a.sha256 not in libs), None)
         damaged = report.missing + report.corrupt
         if wheel is None:
             report.unrepairable = {p: "the receipt names no wheel to restore it from" for p in damaged}
         else:
             progress(ProgressEvent("message", "repair", task=rid, message=f"restoring {_files(len(damaged))} from {wheel.name}"))
             _restore(home, rid, root, wheel, fetch_wheel, {f.path: f.sha256 for f in receipt.files}, damaged, report)
+    _restore_shared(home, receipt, shared, fetch_wheel, report, progress)
     damaged_now = (set(report.missing) | set(report.corrupt)) - set(report.fixed)
     for f in receipt.files:
         if f.path not in damaged_now:
@@ -184,6 +215,29 @@ def _restore(home: Home, rid: str, root: Path, wheel: ArtifactRef, fetch_wheel: 
         home.remove_owned(stage)
     if report.unrepairable:
         log.warning("repair of %s: %d file(s) could not be restored", rid, len(report.unrepairable))
+
+
+def _restore_shared(home: Home, receipt: Receipt, found: FileCheck, fetch_wheel: Fetcher, report: RepairReport,
+                    progress: ProgressCallback) -> None:
+    """Unpack again, from the download cache or downloaded, each shared library wheel with a
+    damaged file (the whole folder is replaced, staged and renamed like at install)."""
+    report.checked += found.files
+    report.missing += found.missing
+    report.corrupt += found.corrupt
+    for ref in cuda_libs.shared_refs(receipt):
+        prefix = home.relative(cuda_libs.shared_root(home) / ref.sha256) + "/"
+        damaged = [p for p in found.missing + found.corrupt if p.startswith(prefix)]
+        if not damaged:
+            continue
+        progress(ProgressEvent("message", "repair", task=receipt.id,
+                               message=f"restoring {_files(len(damaged))} of the shared CUDA libraries from {ref.name}"))
+        try:
+            cuda_libs.restore(home, ref, fetch_wheel(ref))
+        except Exception as exc:  # offline, gone from every mirror, a folder not ours: per file, keep going
+            msg = getattr(exc, "message", str(exc))
+            report.unrepairable.update({p: f"the library wheel {ref.name} could not be restored: {msg}" for p in damaged})
+            continue
+        report.fixed += damaged
 
 
 def _files(n: int) -> str:

@@ -28,6 +28,7 @@ from ..settings import Channel, Settings
 from .errors import ManifestError
 from .fields import ID_RULE, check_id, read_document
 from .keys import TrustStore, parse_public_key
+from .rollback import RollbackStore
 from .trust import TrustedManifests
 
 FORMAT = "accelstack-channels"
@@ -76,11 +77,15 @@ def check_channel(channel: Channel, where: str = "channel") -> Channel:
 def trust_for(channel: Channel, settings: Settings) -> TrustedManifests:
     """The :class:`~accelstack.manifests.trust.TrustedManifests` that checks ``channel``'s manifest:
     its own keys only when it has some (pinned), else the globally trusted keys; the home's
-    rollback state and ``insecure_unsigned`` as ``settings`` say."""
+    rollback state and ``insecure_unsigned`` as ``settings`` say. The rollback state is the
+    channel's own, per key: what one channel's keys signed never moves another's, and the channel
+    keeps the source its first trusted manifest had (:mod:`~accelstack.manifests.rollback`)."""
+    s = settings
     if channel.keys:
         return TrustedManifests(keys=channel.keys, user_keys_dir=None, include_package_keys=False,
-                                rollback_state=settings.rollback_state, insecure_unsigned=settings.insecure_unsigned)
-    return TrustedManifests.from_settings(settings)
+                                rollback_state=s.rollback_state, insecure_unsigned=s.insecure_unsigned, channel=channel.name)
+    return TrustedManifests(keys=s.trusted_keys, user_keys_dir=s.user_keys_dir, rollback_state=s.rollback_state,
+                            insecure_unsigned=s.insecure_unsigned, channel=channel.name)
 
 
 def channel_trust(channel: Channel) -> str:
@@ -208,6 +213,7 @@ def remove_channel(settings: Settings, name: str) -> Channel:
                            f"it is defined in {settings.channels_file.with_name(YAML_NAME)}: edit that file" if in_yaml
                            else "list the configured channels", action=Action.FIX_INPUT)
     write_user_channels(settings, [c for c in current if c.name != name])
+    RollbackStore(settings.rollback_state).forget(name)  # added again, it binds to its source anew
     return found[0]
 
 

@@ -24,7 +24,7 @@ from .fields import read_document
 from .keys import TrustStore, keyid_of, load_private_key, public_raw_of_private
 
 __all__ = ["KEYID", "MAX_SIG_TEXT", "SIGNATURE_FORMAT", "SIG_SUFFIX", "parse_signature", "read_manifest_files",
-           "sign_manifest", "signature_path", "verify_signature"]
+           "sign_manifest", "signature_path", "trusted_signers", "verify_signature"]
 
 SIGNATURE_FORMAT = "accelstack-signature"
 SIG_SUFFIX = ".sig"
@@ -118,6 +118,26 @@ def verify_signature(data: bytes, signature: Optional[bytes], trust: TrustStore)
         "trust the publisher's public key (put it in the trusted-keys directory) if you trust the publisher",
         action=Action.TRUST_KEY,
     )
+
+
+def trusted_signers(data: bytes, signature: Optional[bytes], trust: TrustStore) -> List[str]:
+    """Every trusted key whose valid signature of ``data`` is in ``signature`` (a co-signed
+    manifest raises the rollback watermark of each of its signers, so dropping one key during a
+    rotation keeps what the other saw)."""
+    if signature is None:
+        return []
+    out: List[str] = []
+    for entry in parse_signature(signature):
+        key = trust.get(entry["keyid"])
+        if key is None or key.keyid in out:
+            continue
+        try:
+            sig = base64.b64decode(entry["sig"], validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if key.verifies(sig, data):
+            out.append(key.keyid)
+    return out
 
 
 def signature_path(manifest_path: Union[str, Path]) -> Path:

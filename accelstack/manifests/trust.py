@@ -7,7 +7,8 @@
 In order, for the exact bytes fetched: a trusted Ed25519 signature in the ``.sig`` document
 (unless ``insecure_unsigned``, for a mirror the user controls); the envelope (format, format
 version, source, version, kind); not expired by the clock; not older than the highest version
-already seen from its ``source`` (rollback); then the body of its kind.
+already seen (rollback: per channel and signing key, the channel bound to its source, see
+:mod:`~accelstack.manifests.rollback`); then the body of its kind.
 
 The rollback watermark of a source is raised to the manifest's version only when its signature
 was verified by a trusted key and the caller asked to ``record`` (the default). A manifest
@@ -34,7 +35,7 @@ from .ggml_manifest import GgmlManifest
 from .keys import TrustStore
 from .rollback import RollbackStore
 from .schema import AnyManifest, parse_body
-from .signatures import verify_signature
+from .signatures import trusted_signers, verify_signature
 
 __all__ = ["Clock", "TrustedManifests", "VerifiedManifest"]
 
@@ -67,7 +68,8 @@ class TrustedManifests:
     ``include_package_keys`` is false. ``rollback_state``: the file of highest versions seen
     (``None``: no rollback check, e.g. for a publisher inspecting an old release).
     ``insecure_unsigned`` accepts manifests without a valid trusted signature (a mirror the user
-    controls). ``clock`` gives the current time (tests set it).
+    controls). ``clock`` gives the current time (tests set it). ``channel`` names the channel the
+    manifest is read for: its rollback state is that channel's, per key (``None``: per source).
 
     Raises :class:`~accelstack.manifests.errors.ManifestKeyError` when a key is not valid.
     """
@@ -81,7 +83,9 @@ class TrustedManifests:
         insecure_unsigned: bool = False,
         include_package_keys: bool = True,
         clock: Clock = utcnow,
+        channel: Optional[str] = None,
     ) -> None:
+        self.channel = channel  # rollback state per channel and key (see manifests.rollback); None: per source
         self.trust = TrustStore(
             [TrustStore.key_arg(k) if isinstance(k, str) else k for k in keys],
             user_dir=user_keys_dir,
@@ -145,5 +149,7 @@ class TrustedManifests:
         doc = decode(data)
         envelope = check_envelope(doc, now=self.clock(), expect=expect)
         if self.rollback is not None:
-            self.rollback.check(envelope.source, envelope.version, record=record and keyid is not None)
+            signers = trusted_signers(data, signature, self.trust) if keyid is not None else []
+            self.rollback.check(envelope.source, envelope.version, record=record and keyid is not None,
+                                channel=self.channel, keys=self.trust.keyids, signers=signers)
         return VerifiedManifest(parse_body(doc, envelope), url, keyid)

@@ -27,7 +27,7 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import copy_file
 from ..settings import Settings, inherited_env
 from ..subprocesses import run_logged
-from .build_cache import BuildResult, build_lock, cache_key, cached_sha256, read_record, sha256_file, write_record
+from .build_cache import BuildResult, build_lock, cache_key, cached_sha256, make_slot, read_record, sha256_file, write_record
 from .cuda_isolation import CudaToolchain, check_cuda_compiler, cuda_build_env
 from .cuda_toolchain import cuda12_toolchain, cuda13_toolchain, require_cuda_toolkit
 from .errors import BuildError, BuildTimeout
@@ -121,8 +121,7 @@ def build_ggml(
         cmake_args += _vulkan_header_args(cache, cmake_args)
     source_sha = cached_sha256(sdist) if in_cache else sha256_file(sdist)
     key = cache_key(source_sha, variant, cmake_args, toolkit_key)
-    slot = cache / key
-    slot.mkdir(parents=True, exist_ok=True)
+    slot = make_slot(cache / key)  # marked: `cache purge builds` deletes only slots it finds the mark in
     with build_lock(Path(str(slot) + ".lock"), variant, progress):
         cached = read_record(slot / "build.json")
         if cached is not None and cached.packaging < PACKAGING_VERSION:

@@ -4,7 +4,9 @@ A slot is named by :func:`cache_key` — the source's sha256, the variant, the e
 the machine and (for CUDA) the toolchain — so a repeated build is a lookup. The slot holds the
 compiled wheel, its lean packaging and ``build.json`` (a :class:`BuildResult`, its paths relative
 to the cache root, so a moved or copied cache is still a cache); ``<slot>.lock`` keeps two
-accelstack processes from building the same slot at once.
+accelstack processes from building the same slot at once. A slot carries :data:`SLOT_MARK` from
+the moment it is made (before any build.json), so ``cache purge builds`` deletes only folders
+accelstack made, never one of the user's that happens to have a 20-hex-digit name.
 """
 from __future__ import annotations
 
@@ -23,14 +25,16 @@ from filelock import FileLock, Timeout
 from ..artifacts.cache import hash_file
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..fsio import try_write_bytes, write_text
+from ..limits import read_capped
 from ..settings import Settings
 
-__all__ = ["BUILDER_VERSION", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "in_cache",
+__all__ = ["BUILDER_VERSION", "SLOT_MARK", "make_slot", "is_slot", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "in_cache",
            "remembered_sha256", "read_record", "sha256_file", "write_json", "write_record"]
 
 log = logging.getLogger(__name__)
 
 BUILDER_VERSION = 1  # bump when the build recipe changes in a way the options do not show
+SLOT_MARK = ".accelstack-build"  # in every build slot accelstack makes: what makes it ours to delete
 
 
 @dataclass
@@ -70,7 +74,8 @@ def remembered_sha256(path: Path) -> str:
     match, else "": reads only (a dry run asks this)."""
     try:
         st = path.stat()
-        digest, seen = (path.with_name(path.name + ".sha256").read_text().split(" ", 1) + [""])[:2]
+        remembered = read_capped(path.with_name(path.name + ".sha256"), 4096).decode("utf-8", "replace")  # never blocks on a FIFO
+        digest, seen = (remembered.split(" ", 1) + [""])[:2]
     except OSError:
         return ""
     return digest if seen.strip() == f"{st.st_size} {st.st_mtime_ns}" and len(digest) == 64 else ""
@@ -158,13 +163,39 @@ def in_cache(recorded: str, root: Path, key: str) -> str:
     return recorded
 
 
+def make_slot(slot: Path) -> Path:
+    """The build slot ``slot`` (made if missing), carrying accelstack's mark."""
+    slot.mkdir(parents=True, exist_ok=True)
+    if not (slot / SLOT_MARK).is_file():
+        write_text(slot / SLOT_MARK, json.dumps({"key": slot.name, "builder": BUILDER_VERSION}))
+    return slot
+
+
+def is_slot(path: Path) -> bool:
+    """A real folder accelstack made as a build slot: it carries :data:`SLOT_MARK`, or (a slot made
+    before the mark existed) a ``build.json`` that is a build record of this very key."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return False
+        mark = path / SLOT_MARK
+        if mark.is_file() and not mark.is_symlink():
+            return True
+        record = path / "build.json"
+        if record.is_symlink() or not record.is_file():
+            return False
+        data = json.loads(read_capped(record, 1 << 20))
+        return isinstance(data, dict) and data.get("key") == path.name and "sha256" in data and "variant" in data
+    except (OSError, ValueError):
+        return False
+
+
 def read_record(record: Path) -> Optional[BuildResult]:
     """The recorded build in a cache slot (``<root>/<key>/build.json``), its paths made absolute
     for this cache's place, if its wheel is still there and intact."""
     if not record.is_file():
         return None
     try:
-        result = BuildResult(**json.loads(record.read_text()))
+        result = BuildResult(**json.loads(read_capped(record, 1 << 20)))
         root = record.parent.parent
         for name in _PATHS:
             setattr(result, name, in_cache(getattr(result, name), root, str(result.key)))

@@ -182,23 +182,27 @@ def _gguf_claiming_2_62_tensors(path):
     return path
 
 
-def test_a_crashed_worker_keeps_the_log_its_message_names(cpu_runtime, probe_model):
+def test_a_crashed_worker_keeps_the_log_its_message_names(cpu_runtime, tmp_path):
     """A worker that dies of SIGSEGV while loading (as stable-diffusion.cpp does on some corrupt
     files; sent here by hand, so it happens every time): the message names the log, and the log is
-    still there after the supervisor stopped."""
-    sup = Supervisor(cpu_runtime, model=probe_model.path)
+    still there after the supervisor stopped.
 
-    def segfault():
-        deadline = time.monotonic() + 60
-        while not sup.pid and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
-        os.kill(sup.pid, signal.SIGSEGV)
+    The signal goes at a known point, not after a fixed sleep (0.3 s after the spawn once arrived
+    before the worker listened, a start failure instead): the worker is prestarted for a model file
+    that never appears, so it stays in its loading phase, and the signal is sent from the
+    supervisor's own progress callback when it reports that phase (the worker listens and loads)."""
+    sent = []
 
-    threading.Thread(target=segfault, daemon=True).start()
+    def segfault_while_loading(event):
+        if event.kind == "advance" and event.task.startswith("loading") and not sent:
+            sent.append(sup.pid)
+            os.kill(sup.pid, signal.SIGSEGV)
+
+    sup = Supervisor(cpu_runtime, model=str(tmp_path / "appears-never.safetensors"), progress=segfault_while_loading)
+    sup.prestart(model_appears=600)
     with pytest.raises(ModelLoadError) as err:
         sup.start()
-    assert not sup.alive()
+    assert not sup.alive() and sent
     assert "crashed while loading" in err.value.message and "SIGSEGV" in err.value.message
     log_path = Path(err.value.hint.split("kept at ", 1)[1].split()[0])
     assert log_path.is_file()

@@ -31,12 +31,14 @@ from ...manifests.plan import Plan
 from ...manifests.resolve import Manifests
 from ...publisher.sdist import offline_source_error, sdist_name
 from ...publisher.variants import CUDA_VARIANTS
+from ...refs import ArtifactRef
 from ...serde import size_text
 from ...settings import Settings
 from ...verdict import DeviceInfo, VerifyCheck, VerifyReport
 from ..context import InstallJob, prepare_home
 from ..disk_state import active_id
 from ..local_build import (
+    Rebuild,
     build_locally,
     build_sentence,
     cached_local_build,
@@ -47,6 +49,7 @@ from ..local_build import (
 )
 from ..options import Fetcher
 from ..planning import (
+    LOCAL_SOURCE,
     LoadedManifest,
     TrustedSet,
     adhoc_channel_name,
@@ -320,17 +323,27 @@ class GgmlDriver:
 
     # -- upkeep ------------------------------------------------------------------------------------
     def repair(self, settings: Settings, verifier: Optional[Verifier], fetcher: Fetcher,
-               progress: ProgressCallback) -> RepairReport:
+               progress: ProgressCallback, rebuild: Optional[Rebuild] = None) -> RepairReport:
         """Restore the active runtime's missing or corrupt files (from the download cache, else
-        downloaded again, deep-hashed) and verify it again; the caller holds the home's lock."""
+        downloaded again, deep-hashed; a runtime built here whose wheel is no longer in the build
+        cache, with ``rebuild``: built again) and verify it again; the caller holds the home's lock."""
         home = Home(settings.home)
         state = home.read_active()
         rid = state.active.get(self.name)
         if not rid:
             raise StateError(f"no {self.name} runtime is active, so there is nothing to repair", hint="install one first",
                              action=Action.INSTALL)
-        return repair_ggml(home, rid, lambda ref: fetcher.files([ref], progress=progress, deep=True)[ref.sha256],
-                           verifier or self.verifier(settings, None, {}), progress)
+        receipt = home.read_receipt(rid)
+
+        def fetch(ref: ArtifactRef) -> Path:
+            try:
+                return fetcher.files([ref], progress=progress, deep=True)[ref.sha256]
+            except AccelstackError:
+                if rebuild is None or receipt.manifest_source != LOCAL_SOURCE or ref not in receipt.plan.artifacts:
+                    raise
+                return rebuild(receipt, progress)
+
+        return repair_ggml(home, rid, fetch, verifier or self.verifier(settings, None, {}), progress)
 
     def upgrade_available(self, status: maintenance.StackStatus, report: HardwareReport, settings: Settings) -> str:
         """The runtime a plan from the remembered channels would install now, when it is not the active one."""

@@ -137,8 +137,9 @@ def bundle_channel(index: dict, s: Settings) -> Channel:
 
 
 def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Optional[str]) -> InstallSummary:
-    """The manifest's signature, envelope, expiry and rollback checked as online, every artifact
-    hashed into the download cache, then the usual install (verify before activate), offline."""
+    """The manifest's signature, envelope, expiry and rollback checked as online, then (only then)
+    the artifacts it lists read from the bundle, every one hashed into the download cache, then the
+    usual install (verify before activate), offline."""
     s = job.settings
     channel = bundle_channel(opened.index, s)
     verified = trust_for(channel, s).verify(opened.manifest, opened.signature, f"bundle {what}", expect=STACK,
@@ -146,6 +147,8 @@ def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Opti
     manifest = verified.manifest
     assert isinstance(manifest, GgmlManifest)
     save_manifest(s, channel.name, opened.manifest, opened.signature)  # what an offline upgrade or status reads
+    # only now, trusted, are artifacts written: those the signed manifest lists, each at its size
+    opened.extract({a.sha256: a.size for t in manifest.targets for a in list(t.artifacts) + list(t.cuda_libs)})
     present = [t for t in manifest.targets if t.artifacts and all(a.sha256 in opened.artifacts
                                                                   for a in list(t.artifacts) + list(t.cuda_libs))]
     if not present:

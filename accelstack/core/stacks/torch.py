@@ -119,7 +119,8 @@ class TorchDriver:
     def runtime_id(self, plan: Plan, settings: Settings) -> str:
         return receipt_id(plan, target_interpreter(settings, create=False))
 
-    def repair(self, settings: Settings, verifier: Optional[Verifier], fetcher: Any, progress: ProgressCallback) -> Any:
+    def repair(self, settings: Settings, verifier: Optional[Verifier], fetcher: Any, progress: ProgressCallback,
+               rebuild: Optional[Any] = None) -> Any:
         raise UsageError("repair restores ggml runtimes; a torch environment is repaired by installing it again",
                          action=Action.REINSTALL)
 

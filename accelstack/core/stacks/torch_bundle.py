@@ -160,6 +160,7 @@ def install_from(opened: OpenedBundle, what: str, report: HardwareReport, s: Set
         raise BundleError(f"{what} holds torch {ti.torch_version} ({ti.variant}), which does not fit here: {p.summary}",
                           "make a bundle for this machine (bundle create --backend ...)", action=Action.EXPLAIN_PLAN)
     t0 = time.perf_counter()
+    opened.extract({sha: size for _, sha, size in ti.wheels})  # the wheels the index names, each at its size
     wheels = opened.root / "wheels"
     wheels.mkdir()
     for name, sha, size in ti.wheels:
