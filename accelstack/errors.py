@@ -129,10 +129,9 @@ class Interrupted(AccelstackError):
 
 
 class CaptureFormatError(AccelstackError):
-    """A capture/replay directory is missing, of an unknown version, or malformed: input the user
-    named, so a usage error (exit 2) like any other unreadable input."""
+    """A capture/replay directory is missing, of an unknown version, or malformed. Damaged input is
+    a failure (exit 1); a folder that does not exist is a usage error (exit 2), set where raised."""
 
-    exit_code = 2
     default_action = Action.FIX_INPUT
 
 

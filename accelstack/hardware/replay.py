@@ -243,10 +243,10 @@ class ReplaySystem:
         self.root = Path(directory)
         index_path = self.root / "capture.json"
         if not index_path.is_file():
-            raise CaptureFormatError(
-                f"{directory} is not a capture: capture.json is missing",
-                hint="name a directory written by capturing detection on the machine to replay (it holds capture.json)",
-            )
+            missing = not self.root.is_dir()  # a missing input (exit 2); a folder without its index is damaged (1)
+            raise CaptureFormatError(f"{directory} is not a capture: {'no such folder' if missing else 'capture.json is missing'}",
+                                     hint="name a directory written by capturing detection on the machine to replay "
+                                     "(it holds capture.json)", exit_code=2 if missing else None)
         try:
             data = read_capped(index_path, MAX_JSON_BYTES + 1)
             index = parse_json(data, what=str(index_path), max_bytes=MAX_JSON_BYTES)
