@@ -54,6 +54,11 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
               nv("NVIDIA H100 80GB HBM3", "2330", "0000:2a:00.0", "550.54.15", "9.0", "12.4", 81559)],
         apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
     ),
+    "linux-nvidia-h200-580-container": dict(  # captured by accelstack on a real H200 (its README)
+        os="linux", version="Ubuntu 24.04.3 LTS", arch="x86_64", container="docker", ngpus=1,
+        gpus=[nv("NVIDIA H200", "2335", "0000:00:06.0", "580.159.04", "9.0", "13.0", 143771)],
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
     "linux-nvidia-8x-b200-580": dict(
         os="linux", arch="x86_64", ngpus=8,
         gpus=[nv("NVIDIA B200", "2901", "0000:05:00.0", "580.95.05", "10.0", "13.0", 183359, vram_free=16766 * MIB),

@@ -37,6 +37,7 @@ FIXTURES = {
     "linux-nvidia-2x-quadro-rtx4000-535":        ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.2: 12.x minor-version compat
     "linux-nvidia-4x-titanx-pascal-418":         ("cpu", ">=2.14", "cpu", None),        # driver CUDA 10.1: no toolkit that builds ggml runs
     "linux-nvidia-8x-b200-580":                  ("cu132", ">=2.14", "cuda", None),
+    "linux-nvidia-h200-580-container":           ("cu132", ">=2.14", "cuda", None),     # captured on a real H200, where torch cu130 passed verify
     "linux-nvidia-8x-h100-550":                  ("cu126", ">=2.14", "cuda", None),     # driver CUDA 12.4: 12.x minor-version compat
     "linux-nvidia-driver-library-mismatch-580":  ("cpu", ">=2.14", "cpu", None),        # NVML mismatch: reboot first
     "linux-nvidia-nouveau-intel-haswell":        ("cpu", ">=2.14", "cpu", None),

@@ -66,6 +66,9 @@ DISAGREEMENTS = {
     "linux-nvidia-8x-b200-580": ("cu128", "cu132",
         "both run (driver reports CUDA 13.0, sm_100 in both); cu128 ends at torch 2.11, cu132 is PyPI's own torch 2.15 "
         "(CUDA 13.2, run by the 13.0 driver through NVIDIA minor-version compatibility)"),
+    "linux-nvidia-h200-580-container": ("cu128", "cu132",
+        "both run (driver reports CUDA 13.0, sm_90 in both); cu128 ends at torch 2.11, cu132 is PyPI's own torch 2.15 "
+        "(CUDA 13.2, run by the 13.0 driver through NVIDIA minor-version compatibility)"),
     "linux-nvidia-8x-h100-550": ("cu128", "cu126",
         "driver 550.54.15 (CUDA 12.4) runs both through NVIDIA minor-version compatibility (compat-facts 1.2): a CUDA 12.x wheel with native code for the GPU runs on any R525+ driver; cu128 ends at torch 2.11, cu126 (sm_90) reaches 2.14"),
     "linux-nvidia-driver-library-mismatch-580": ("cu128", "cpu",
