@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 
-__all__ = ["TEMP_NAME", "TRASH_PREFIX", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file",
+__all__ = ["TEMP_NAME", "TRASH_PREFIX", "output_problem", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file",
            "fsync_dir", "staging_dir", "remove_own_tree", "discard_tree", "finish_discards"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a file :func:`write_bytes` is writing (or a crash left behind).
@@ -291,3 +291,55 @@ def staging_dir(parent: PathLike, prefix: str = ".staging-", *, keep: bool = Fal
     finally:
         if not (ok and keep) and os.path.lexists(folder):
             remove_own_tree(folder)
+
+
+def output_problem(path: Path, *, folder: bool = False, parents: bool = True) -> Optional[Tuple[str, str]]:
+    """Why ``path`` could not be written as a command's output, as (reason, hint), or None: asked
+    before the work that fills it. A file path must be absent or a regular file (a folder, a link,
+    a FIFO or a device is refused: the output would go elsewhere, block or replace a device); with
+    ``folder``, a folder path must not be an existing file. The nearest existing folder above it
+    must take a new file (missing folders are made when writing; without ``parents`` it must be its
+    own folder): tried by writing one and removing it, since ``access()`` says yes to root on /proc
+    or a read-only mount. Nothing is left behind."""
+    try:
+        st: Optional[os.stat_result] = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        return "a part of the path is a file, not a folder", "choose a path inside a folder"
+    except (OSError, ValueError) as exc:  # a name too long, a NUL
+        return getattr(exc, "strerror", None) or str(exc), "choose another path"
+    if st is not None and folder:
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)  # a link to a folder is that folder
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            return "it exists and is not a folder", "name a new folder, or an existing one"
+    elif st is not None and stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link", "name the file itself, not a link to it"
+    elif st is not None and stat.S_ISDIR(st.st_mode):
+        return "it is an existing folder", "name a file to write, not a folder"
+    elif st is not None and not stat.S_ISREG(st.st_mode):
+        return "it exists and is not a regular file (a device, a FIFO or a socket)", "choose another path"
+    home = Path(path).absolute() if folder and st is not None else Path(path).absolute().parent
+    ancestor = home
+    while True:
+        try:
+            if stat.S_ISDIR(os.stat(ancestor).st_mode):
+                break
+            return f"{ancestor} is a file, not a folder", "choose a path inside a folder"
+        except FileNotFoundError:
+            if not parents:
+                return f"the folder {home} does not exist", "make the folder first, or choose another path"
+            ancestor = ancestor.parent
+        except OSError as exc:
+            return exc.strerror or str(exc), "choose another path"
+    try:  # the one sure test: a new file there (removed at once)
+        write_bytes(ancestor / f".accelstack-write-test-{os.getpid()}", b"", durable=False).unlink()
+    except OSError as exc:
+        made = Path(path).absolute() if folder else home
+        why = (f"the folder {ancestor} cannot be written to" if ancestor in (home, made) else
+               f"the folder {made} does not exist and cannot be made in {ancestor}")
+        return f"{why} ({exc.strerror or exc})", "choose a folder you can write to"
+    return None

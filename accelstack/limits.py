@@ -14,6 +14,7 @@ import stat
 from typing import Any, List, Tuple, Union
 
 from .errors import AccelstackError, Action
+from .serde import size_text
 
 __all__ = ["CRASH_LOG_KEEP_SECONDS", "MAX_ARTIFACT_BYTES", "MAX_CAPTURE_FILES", "MAX_CAPTURE_FILE_BYTES",
            "MAX_CFG_SCALE", "MAX_CKPT_PICKLE_BYTES", "MAX_CLIP_SKIP", "MAX_CONFIG_BYTES", "MAX_DATETIME_YEAR",
@@ -23,7 +24,7 @@ __all__ = ["CRASH_LOG_KEEP_SECONDS", "MAX_ARTIFACT_BYTES", "MAX_CAPTURE_FILES", 
            "MAX_ZIP_ENTRIES", "MIN_CLIP_SKIP", "MIN_DATETIME_YEAR", "MIN_SEED", "PROMPT_CHUNK_TOKENS",
            "WORKER_DIR_STALE_SECONDS", "WORKER_MAX_BODY_BYTES", "WORKER_MAX_CONNECTIONS", "WORKER_MAX_HEADER_BYTES",
            "WORKER_MAX_QUERY_CHARS", "WORKER_MAX_UNAUTHENTICATED", "WORKER_SOCKET_TIMEOUT", "MalformedInput",
-           "check_depth", "parse_json", "parse_yaml", "read_capped"]
+           "check_depth", "parse_json", "parse_yaml", "read_capped", "sizes_apart", "too_large"]
 
 # Documents (bytes before parsing; nesting levels after).
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a signed manifest with every variant is ~100 KB
@@ -35,6 +36,26 @@ MAX_DEPTH = 32  # no accelstack document nests deeper than ~6; 32 leaves room an
 # Strings.
 MAX_ID_LENGTH = 128  # target ids, variant names, channel names
 MAX_NAME_LENGTH = 256  # display names (GPU names, versions as text)
+
+
+def sizes_apart(a: int, b: int) -> Tuple[str, str]:
+    """``a`` and ``b`` for people (:func:`~accelstack.serde.size_text`), each with its exact byte
+    count added only where the two differ by less than rounding shows (``1.0 MiB`` and ``1.0 MiB``,
+    or ``1.0 MiB`` and ``1024 KiB`` two bytes apart)."""
+    x, y = size_text(a), size_text(b)
+    if a != b and (x == y or abs(a - b) * 100 < max(abs(a), abs(b))):
+        return f"{x} ({a:,} bytes)", f"{y} ({b:,} bytes)"
+    return x, y
+
+
+def too_large(what: str, n: int, limit: int, within: str = "accepted") -> str:
+    """``"{what} is 1.2 MiB, more than the 1.0 MiB accepted"``: a size refused, in human units; just
+    ``"{what} is more than the 1.0 MiB accepted"`` where the two would read the same (a document
+    read only up to one byte past its limit, as :func:`read_capped` callers do, is no bigger)."""
+    shown, most = size_text(n), size_text(limit)
+    if shown == most:
+        return f"{what} is more than the {most} {within}"
+    return f"{what} is {shown}, more than the {most} {within}"
 
 
 class MalformedInput(AccelstackError):
@@ -73,7 +94,7 @@ def parse_json(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_JSON_
     ``what`` names the document in the error ("manifest https://…", "capture.json").
     """
     if len(data) > max_bytes:
-        raise MalformedInput(f"{what} is {len(data)} bytes, more than the {max_bytes} accepted",
+        raise MalformedInput(too_large(what, len(data), max_bytes),
                              "it is not a document accelstack writes; get a fresh copy")
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
@@ -98,7 +119,7 @@ def parse_yaml(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_CONFI
     import yaml
 
     if len(data) > max_bytes:
-        raise MalformedInput(f"{what} is {len(data)} bytes, more than the {max_bytes} accepted",
+        raise MalformedInput(too_large(what, len(data), max_bytes),
                              "a config file needs only a few lines")
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data

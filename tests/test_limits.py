@@ -33,7 +33,7 @@ def test_hostile_json_is_a_typed_error(data):
 
 
 def test_json_size_is_capped_before_parsing():
-    with pytest.raises(MalformedInput, match="more than the 10 accepted"):
+    with pytest.raises(MalformedInput, match="is 43 B, more than the 10 B accepted"):  # sizes in binary units (issue 25)
         parse_json("[" + "1," * 20 + "1]", what="manifest", max_bytes=10)
 
 

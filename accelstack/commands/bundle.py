@@ -6,12 +6,11 @@ import shlex
 from pathlib import Path
 
 from .. import core
+from ..serde import plural, size_text
 from .common import add_engine_package_argument, add_home_arguments, emit, needs_subcommand, report_from, settings_from_args
 from .progress import progress_renderer
 
 __all__ = ["register", "run_create"]
-
-MiB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,18 +68,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_create(args: argparse.Namespace) -> int:
     s = settings_from_args(args)  # --backend here picks the bundle's targets, it is not a Settings field
     chosen = (args.all or args.backend or args.target) and core.stack_info(args.stack).reads_channels  # targets of a manifest
+    core.check_bundle_output(Path(args.out).expanduser())  # before detection, a download or a build
     report = None if chosen else report_from(args, s)
     with progress_renderer(json_mode=args.json) as progress:
         summary = core.create_bundle(Path(args.out).expanduser(), settings=s, stack=args.stack, backends=args.backend,
                                 targets=args.target, all_targets=args.all, report=report, requirements=args.requirements,
                                 python_version=args.python_version, platforms=args.platform, on_progress=progress)
     if summary.python:  # a torch bundle: wheels for one Python
-        text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): torch {summary.targets[0]} "
-                f"for Python {summary.python}, {len(summary.artifacts)} wheels\n"
+        text = (f"wrote {summary.path} ({size_text(summary.bytes)}, sha256 {summary.sha256}): torch {summary.targets[0]} "
+                f"for Python {summary.python}, {plural(len(summary.artifacts), 'wheel')}\n"
                 f"  install it offline: accelstack install --bundle {shlex.quote(summary.path)} --venv DIR")
     else:
-        text = (f"wrote {summary.path} ({summary.bytes / MiB:.1f} MiB, sha256 {summary.sha256}): channel {summary.channel} "
-                f"({summary.source} version {summary.version}), target(s) {', '.join(summary.targets)}\n"
+        text = (f"wrote {summary.path} ({size_text(summary.bytes)}, sha256 {summary.sha256}): channel {summary.channel} "
+                f"({summary.source} version {summary.version}), {plural(len(summary.targets), 'target')}: {', '.join(summary.targets)}\n"
                 f"  install it offline: accelstack install --bundle {shlex.quote(summary.path)} --offline"
                 + "".join(f" --trusted-key {shlex.quote(k)}" for k in summary.trusted_keys))
     emit(args, summary, text)

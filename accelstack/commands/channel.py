@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "channel",
         help="list, add and remove channels: where signed prebuilt runtimes come from",
-        description="A channel is a named manifest URL (with mirrors) and the public key(s) that must sign it. "
+        description="A channel is a named manifest URL (with mirrors) and the public keys that must sign it (one or more). "
         "`install`, `status` and `upgrade` read every configured channel (or those named with --channel). Trust "
         "is pinned per channel: its keys verify its manifest and no other.",
         epilog="examples:\n"
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add = csub.add_parser("add", help="add a channel to the user's channels file",
                           description="Add a named channel: the URL of a signed ggml-manifest.json (its .sig beside "
-                          "it) and the public key(s) that must sign it. The URL is checked now (https, or a local path) and read "
+                          "it) and the public keys that must sign it (one or more). The URL is checked now (https, or a local path) and read "
                           "once: an unreachable one is refused, and --no-check adds it anyway (offline: not read).",
                           epilog="examples:\n  accelstack channel add stable https://host/ggml-manifest.json --key release.pub\n"
                           "  accelstack channel add stable URL --mirror https://mirror/ggml-manifest.json --key release.pub --replace",

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import core
+from .. import core, fsio
 from ..errors import Action, UsageError
 from ..serde import to_dict
 from ..settings import Settings, Timeouts, debug_requested, log_level
 
 __all__ = ["ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
            "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
-           "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "configure_output"]
+           "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "check_output_path", "configure_output"]
 
 # How the CLI says each action: the library names the step, the command line says how. An error
 # line's ``run`` is a command a person can paste (docs/json.md): a fixed one (``ACTION_COMMANDS``),
@@ -57,6 +57,11 @@ ACTION_WORDS: Dict[str, str] = {
     Action.GIVE_SOURCE.value: "pass --sdist PATH of a local source distribution",
     Action.GO_ONLINE.value: "run without --offline (and unset ACCELSTACK_OFFLINE)",
     Action.FIX_CONFIG.value: "fix the file named above (or set ACCELSTACK_CONFIG to another)",
+}
+# What a hint that already gives an action's step in its own words says (``... or run once without
+# --offline to download it``): such a hint gets no second copy of the step from ``ACTION_WORDS``.
+ACTION_SAID: Dict[str, str] = {
+    Action.GO_ONLINE.value: "without --offline",
 }
 
 
@@ -107,7 +112,7 @@ def hint_of(exc: Any, argv: Optional[Sequence[str]] = None, parser: Optional[arg
     run = run_command(action, argv, parser)
     words = ACTION_WORDS.get(action, "") if not run or action in ACTION_COMMANDS else ""
     hint = str(exc.hint or "")
-    if not words or words in hint:
+    if not words or words in hint or (action in ACTION_SAID and ACTION_SAID[action] in hint):
         return hint
     return f"{hint}; {words}" if hint else words
 
@@ -252,6 +257,20 @@ def problem_lines(problems: List[Any], indent: str = "  ") -> List[str]:
 
 def optional_path(value: Optional[str]) -> Optional[Path]:
     return Path(value).expanduser() if value else None
+
+
+def _cannot(path: Path, what: str, reason: str, hint: str) -> UsageError:
+    return UsageError(f"cannot write {what} to {path}: {reason}", hint, code="output-path")
+
+
+def check_output_path(path: Path, what: str, *, folder: bool = False, parents: bool = True) -> Path:
+    """Refuse, before any work, an output the command could not write (a usage error, code
+    ``output-path``, as ``verify -o`` and ``generate -o``): see :func:`fsio.output_problem`;
+    an existing regular file is for the command to replace or not."""
+    problem = fsio.output_problem(path, folder=folder, parents=parents)
+    if problem is not None:
+        raise _cannot(path, what, *problem)
+    return path
 
 
 # The progress renderer: the commands that show progress import it themselves (when they are

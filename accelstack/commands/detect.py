@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import List, Optional
 
 from .. import core
 from ..errors import UsageError
 from ..hardware.report import GPU, HardwareReport, Problem
 from ..settings import Timeouts
-from .common import emit, settings_from_args, what_to_do
+from .common import check_output_path, emit, settings_from_args, what_to_do
 
 __all__ = ["register", "run", "render"]
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         report = core.detect(core.ReplaySystem(args.replay), timeout=args.timeout)
         report.source = f"replay:{args.replay}"
     elif args.capture:  # every probe for real, the home rule read through the capture
+        core.CapturingSystem.check_target(args.capture)  # a folder it cannot go in is said before detection runs
+        check_output_path(Path(args.capture), "the capture", folder=True)
         capturing = core.CapturingSystem(core.LiveSystem())
         report = core.detect(capturing, timeout=args.timeout)
         capturing.save(args.capture)

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 from .. import core
 from ..core import direct
 from ..core.direct import SAMPLERS, SCHEDULERS, GenerateRequest
-from ..serde import to_dict
+from ..serde import plural, to_dict
 from ..settings import Settings
 from .common import emit, settings_from_args
 from .progress import progress_renderer
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
              f"load {report.load_seconds or 0:.2f} s, {report.step_seconds:.2f} s/step ({report.its_per_second:.2f} it/s), "
              f"total {report.total_seconds:.2f} s"]
     if report.restarts:
-        lines.append(f"  (the worker was restarted {report.restarts} time(s) along the way)")
+        lines.append(f"  (the worker was restarted {plural(report.restarts, 'time')} along the way)")
     data = to_dict(report)
     if noise:
         data["probe_model"] = True  # the image is noise by design

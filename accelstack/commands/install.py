@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 
 from .. import core
 from ..core.installing import install as install_runtime
+from ..core.manifest_files import ANY_BACKEND
 from ..errors import UsageError
 from ..serde import plural
 from .common import (
@@ -25,6 +26,7 @@ from .common import (
     settings_from_args,
 )
 from .interrupts import interruptible
+from .plan import check_backend
 from .progress import progress_renderer
 from .progress_format import amount
 from .status_text import status_text
@@ -193,6 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 # -- install -----------------------------------------------------------------------------------
 def run_install(args) -> int:
     s = settings_from_args(args, backend=args.backend, **_index_settings(args))
+    if not args.bundle:  # a bundle's targets are its own: the bundle's manifest says which it holds
+        _check_backend_name(args, s)
     report = report_from(args, s)
     if args.bundle:
         if args.dry_run or args.manifest or args.requirements:
@@ -207,6 +211,16 @@ def run_install(args) -> int:
                                   force=args.force, dry_run=args.dry_run, on_progress=watch.progress(progress))
     emit(args, summary, _install_text(summary))
     return 0
+
+
+def _check_backend_name(args, s) -> None:
+    """A forced backend that is no name the plan could take (``--backend bogus``, or the same in
+    ``$ACCELSTACK_BACKEND``) is refused before the hardware is probed, so the refusal writes
+    nothing, not even the probe's cache. A backend of either stack passes at once; any other name
+    may be a torch variant or a ggml target id, so only then are the plan's sources read for it."""
+    backend = (s.backend or "").strip().lower()
+    if backend and backend not in ANY_BACKEND:
+        check_backend(s.backend, core.plan_sources(s, args.stack).manifests, args.stack, option=args.backend is not None)
 
 
 def _timings_text(timings: Dict[str, float]) -> str:
@@ -232,7 +246,7 @@ def _install_text(summary) -> str:
         lines.append(f"installed and activated runtime {summary.runtime}{where}")
     if r is not None:
         v = r.verification
-        lines.append(f"  {r.path}: {len(r.files)} files; {v.check} check {v.verdict}" + (f" on {v.device.name}" if v.device else ""))
+        lines.append(f"  {r.path}: {plural(len(r.files), 'file')}; {v.check} check {v.verdict}" + (f" on {v.device.name}" if v.device else ""))
         lines.append(f"  from: {r.origin}")
     if summary.timings:
         lines.append("  took: " + _timings_text(summary.timings))
@@ -255,10 +269,10 @@ def run_repair(args) -> int:
     verdict = f"check {v.verdict}" + (f": {v.reason}" if v is not None and not v.ok else "") if v is not None else "not checked"
     lines = [f"active runtime: {rep.active or rep.runtime} ({rep.active_reason})"] if rep.active_reason else []
     if rep.healthy:
-        lines.append(f"runtime {rep.runtime}: all {rep.checked} files intact; {verdict}")
+        lines.append(f"runtime {rep.runtime}: {plural(rep.checked, 'file')} checked, all intact; {verdict}")
     else:
-        lines.append(f"runtime {rep.runtime}: found {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {rep.checked} "
-                     f"files; restored {len(rep.fixed)}; {verdict}")
+        lines.append(f"runtime {rep.runtime}: found {len(rep.missing)} missing and {len(rep.corrupt)} corrupt of {plural(rep.checked, 'file')}; "
+                     f"restored {len(rep.fixed)}; {verdict}")
         lines += [f"  fixed {f}" for f in rep.fixed]
     ok = v is None or v.ok
     emit(args, rep, "\n".join(lines), ok=ok)
@@ -350,7 +364,7 @@ def run_gc(args) -> int:
             + ", ".join(rep.removals_finished)
     text += "".join(f"\nkept {k.name}: {k.reason}" for k in rep.runtimes_kept)
     if rep.blobs_kept_shared:
-        text += f"\nkept {len(rep.blobs_kept_shared)} download(s) still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
+        text += f"\nkept {plural(len(rep.blobs_kept_shared), 'download')} still used by other runtime homes sharing this cache: {', '.join(rep.other_homes)}"
     left = [c for c in core.cache_usage(s) if c.bytes and c.name != "downloads"] if not args.json else []
     if left:  # gc leaves the build and probe caches to `accelstack cache`: say what they hold
         text += "\nleft to `accelstack cache purge`: " + ", ".join(f"{c.name} cache {_size(c.bytes)} ({c.path})" for c in left)

@@ -11,7 +11,8 @@ from ..core import manifest_tools
 from ..errors import AccelstackError, UsageError
 from ..events import as_utc_z
 from ..limits import MAX_DOCUMENT_INT
-from .common import emit, needs_subcommand, settings_from_args
+from ..serde import plural
+from .common import check_output_path, emit, needs_subcommand, settings_from_args
 
 __all__ = ["MAX_EXPIRES_DAYS", "register", "run_build", "run_keygen", "run_sign", "run_verify"]
 
@@ -121,19 +122,32 @@ def run_build(args: argparse.Namespace) -> int:
     if not 0 <= args.version <= MAX_DOCUMENT_INT:
         raise UsageError(f"--version must be 0 to {MAX_DOCUMENT_INT}, got {args.version}")
     manifest_tools.check_source(args.source)
+    directory = _build_dir(args.directory)
     key = manifest_tools.read_private_key(args.key) if args.key else None
     changed: List[str] = []
-    doc = core.manifest_for_builds(Path(args.directory), args.base_url, source=args.source, version=args.version,
+    doc = core.manifest_for_builds(directory, args.base_url, source=args.source, version=args.version,
                                    expires_days=args.expires_days, changed=changed, flat=args.flat)
     for line in changed:
         print(f"note: {line}; publishing the file as it is", file=sys.stderr)
-    path, assets = core.write_manifest_dir(Path(args.directory), doc, key, flat=args.flat)
+    path, assets = core.write_manifest_dir(directory, doc, key, flat=args.flat)
     targets = [t["id"] for t in doc["targets"]]
     _emit(args, {"manifest": str(path), "signed": key is not None, "targets": targets, "version": args.version,
                  "changed": changed, "assets": assets},
-          f"wrote {path} (version {args.version}, {'signed' if key else 'UNSIGNED'}) with {len(targets)} target(s): {', '.join(targets)}")
+          f"wrote {path} (version {args.version}, {'signed' if key else 'UNSIGNED'}) with {plural(len(targets), 'target')}: {', '.join(targets)}")
     return 0
 
+
+
+def _build_dir(value: str) -> Path:
+    """``manifest build``'s DIR: a folder that exists (a missing input is a usage error) and takes
+    the manifest (and its signature, and with --flat the copies), said before any wheel is hashed."""
+    directory = Path(value).expanduser()
+    if not directory.is_dir():
+        what = "does not exist" if not directory.exists() else "is not a folder"
+        raise UsageError(f"the build folder {value} {what}",
+                         "name the folder the builds were written to (`accelstack build ggml --out DIR/...`)")
+    check_output_path(directory / "ggml-manifest.json", "the manifest", parents=False)
+    return directory
 
 
 def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
@@ -141,7 +155,10 @@ def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
 
 
 def run_keygen(args: argparse.Namespace) -> int:
-    pair = manifest_tools.keygen(Path(args.out), force=args.force)
+    prefix = Path(args.out).expanduser()
+    for suffix, what in ((".key", "the private key"), (".pub", "the public key")):  # before a key is made
+        check_output_path(prefix.with_name(prefix.name + suffix), what)
+    pair = manifest_tools.keygen(prefix, force=args.force)
     _emit(
         args,
         {"keyid": pair.keyid, "private_key": str(pair.private_key), "public_key": str(pair.public_key)},
@@ -152,7 +169,11 @@ def run_keygen(args: argparse.Namespace) -> int:
 
 
 def run_sign(args: argparse.Namespace) -> int:
-    signed = manifest_tools.sign(Path(args.manifest), args.key, out=Path(args.out) if args.out else None,
+    manifest = Path(args.manifest)
+    out = Path(args.out).expanduser() if args.out else None
+    if manifest.is_file():  # (a missing manifest is said by sign, as a missing input)
+        check_output_path(out or manifest.with_name(manifest.name + ".sig"), "the signature", parents=False)
+    signed = manifest_tools.sign(manifest, args.key, out=out,
                                  replace=args.replace, allow_expired=args.allow_expired)
     envelope = signed.envelope
     _emit(

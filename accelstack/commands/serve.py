@@ -12,8 +12,10 @@ import argparse
 import json
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Dict, Optional
 
+from ..errors import UsageError
 from ..events import iso_utc
 from ..service.jobs import Job
 from ..service.server import Ready, ServiceConfig, serve
@@ -60,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    models_dir = _models_dir(args.models_dir)
     s = settings_from_args(args)
     config = ServiceConfig(settings=s, host=args.host, port=args.port, allow_remote=args.allow_remote,
                            cors_origins=list(args.cors_origin), parent_pid=args.parent_pid,
-                           models_dir=optional_path(args.models_dir), detector=lambda: report_from(args, s),
+                           models_dir=models_dir, detector=lambda: report_from(args, s),
                            describe=lambda command, exc: json.loads(error_line(command, exc)),
                            on_job=lambda job: _log(job_log(job), bool(args.json)))
 
@@ -83,6 +86,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, stopped, "")
     return 0
+
+
+def _models_dir(value: Optional[str]) -> Optional[Path]:
+    """``--models-dir``: a folder that is there, or a usage error before the service starts (a typo
+    would otherwise surface only as "unknown model" on the first generate job)."""
+    path = optional_path(value)
+    if path is not None and not path.is_dir():
+        what = "does not exist" if not path.exists() else "is not a folder"
+        raise UsageError(f"--models-dir {value} {what}",
+                         "name the folder that holds the model files generate jobs may use")
+    return path
 
 
 def job_log(job: Job) -> Dict[str, Any]:

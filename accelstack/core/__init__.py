@@ -29,6 +29,7 @@ _EXPORTS = {
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
     # what the CLI and the service use on one path only, loaded when that path runs
     "NoRuntimeError": ".running", "install_bundle": ".bundles", "create_bundle": ".bundles",
+    "check_bundle_output": ".bundles",
     "report_for": ".reports", "saved_report": ".reports", "GenerateRequest": ".direct",
     "manifest_for_builds": ".building", "write_manifest_dir": ".building",
     "LiveSystem": "..hardware.system", "ReplaySystem": "..hardware.system", "CapturingSystem": "..hardware.system",

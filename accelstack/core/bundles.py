@@ -7,27 +7,27 @@ its manifest is checked with the configured channel's keys (or ``--trusted-key``
 """
 from __future__ import annotations
 
-import os
+import errno
 import shutil
-import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
+from .. import fsio
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
 from ..installer.transaction import Verifier
 from ..settings import Settings
-from .bundle_file import BundleError, BundleSummary, OpenedBundle, check_bundle_path, read_bundle
+from .bundle_file import BundleError, BundleSummary, OpenedBundle, check_bundle_path, read_bundle, write_tar
 from .context import InstallJob, home_of
 from .detection import detect
 from .options import InstallOptions, Services
 from .results import InstallSummary
 from .stacks import driver_of_bundle, stack_names
 
-__all__ = ["create_bundle", "check_bundle_output", "install_bundle", "read_bundle", "BundleError", "BundleSummary", "OpenedBundle"]
+__all__ = ["create_bundle", "check_bundle_output", "write_bundle", "install_bundle", "read_bundle", "BundleError", "BundleSummary", "OpenedBundle"]
 
 
 def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str = "ggml", backends: Sequence[str] = (),
@@ -49,22 +49,38 @@ def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str 
                                progress=on_progress or null_progress)
 
 
+def _cannot(out: Path, reason: str, hint: str = "choose a file path in a folder you can write to") -> UsageError:
+    return UsageError(f"cannot write the bundle to {out}: {reason}", hint, code="output-path")
+
+
 def check_bundle_output(out: Path) -> None:
-    """``out`` must be absent or a regular file (replaced whole at the end); anything else (a
-    directory, a device node, a FIFO, a link) is a usage error, said before the work."""
+    """``out`` must be absent or a regular file (replaced whole at the end) in a folder that takes
+    a new file (:func:`fsio.output_problem`): anything else is a usage error, said before the work."""
+    problem = fsio.output_problem(out)
+    if problem is not None:
+        reason, hint = problem
+        if reason.startswith("it "):  # the path itself: say what to name instead
+            hint = "name the bundle file to write, for example -o runtime.tar; an existing regular file is replaced, nothing else is"
+        raise _cannot(out, reason, hint)
+
+
+def write_bundle(out: Path, documents: Sequence[Tuple[str, bytes]], files: Sequence[Tuple[str, Path]]) -> Tuple[int, str]:
+    """:func:`~accelstack.core.bundle_file.write_tar` with its OSError as a typed error naming
+    ``out`` (the bundle is then absent or as it was): a full disk a failure (exit 1, ``disk-full``),
+    any other a path the bundle cannot be written to (exit 2, as :func:`check_bundle_output`)."""
     try:
-        st = os.lstat(out)
-    except FileNotFoundError:
-        return
-    except OSError as exc:  # a file where a folder of the path should be, a path too long
-        raise UsageError(f"cannot write the bundle to {out}: {exc.strerror or exc}",
-                         "choose a file path in a folder you can write to") from None
-    if not stat.S_ISREG(st.st_mode):
-        what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
-                else "not a regular file (a device, a FIFO or a socket)")
-        raise UsageError(f"cannot write the bundle to {out}: it is {what}",
-                         "name the bundle file to write, for example -o runtime.tar; an existing regular file is "
-                         "replaced, nothing else is")
+        return write_tar(out, documents, files)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.filename is not None and str(exc.filename) in {str(path) for _, path in files}:  # reading, not writing
+            raise BundleError(f"cannot read {exc.filename} to put it in the bundle: {reason}; no bundle was written",
+                              "run the same command again (a download that went missing is fetched again)",
+                              action=Action.RETRY) from None
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):
+            raise BundleError(f"cannot write the bundle to {out}: {reason}; no bundle was written",
+                              "free some space on that disk, or write the bundle to another one",
+                              action=Action.FREE_DISK, code="disk-full") from None
+        raise _cannot(out, f"{reason}; no bundle was written") from None
 
 
 def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: Optional[HardwareReport] = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,42 +87,12 @@ def check_outputs(paths: List[Path]) -> List[Path]:
         for part in path.parts:
             if len(os.fsencode(part)) > NAME_MAX:
                 raise _output_error(path, f"a name in it is longer than {NAME_MAX} bytes", "use a shorter file name")
-        try:
-            st = os.lstat(path)  # a link is refused, not followed: the image would land where it points
-        except FileNotFoundError:
-            st = None
-        except NotADirectoryError:
-            raise _output_error(path, "a part of the path is a file, not a folder", "choose a path inside a folder") from None
-        except OSError as exc:
-            raise _output_error(path, exc.strerror or str(exc), "choose another output path") from None
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            raise _output_error(path, "it is a symbolic link", "name the file itself, not a link to it")
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise _output_error(path, "it is an existing folder", f"name a file, such as {path / 'image.png'}")
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise _output_error(path, "it exists and is not a regular file", "choose another output path")
-        ancestor = path.absolute().parent
-        while True:
-            try:
-                ast = os.stat(ancestor)
-            except FileNotFoundError:
-                ancestor = ancestor.parent
-                continue
-            except OSError as exc:
-                raise _output_error(path, exc.strerror or str(exc), "choose another output path") from None
-            break
-        if not stat.S_ISDIR(ast.st_mode):
-            raise _output_error(path, f"{ancestor} is a file, not a folder", "choose a path inside a folder")
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise _output_error(path, f"the folder {ancestor} is not writable",
-                                "choose a folder you can write to")
-        try:  # what access() cannot tell (/proc, a read-only mount, root): write a file there and remove it
-            fsio.write_bytes(ancestor / f".accelstack-write-test-{os.getpid()}", b"", durable=False).unlink()
-        except OSError as exc:
-            parent = path.absolute().parent
-            why = (f"the folder {ancestor} cannot be written to" if parent == ancestor else
-                   f"the folder {parent} does not exist and cannot be made in {ancestor}")
-            raise _output_error(path, f"{why} ({exc.strerror or exc})", "choose a folder you can write to") from None
+        problem = fsio.output_problem(path)
+        if problem is not None:
+            reason, hint = problem
+            if reason == "it is an existing folder":
+                hint = f"name a file, such as {path / 'image.png'}"
+            raise _output_error(path, reason, hint)
     return paths
 
 

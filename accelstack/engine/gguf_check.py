@@ -10,7 +10,8 @@ import struct
 from pathlib import Path
 from typing import BinaryIO, Dict, List, Tuple
 
-from ..limits import MAX_MODEL_HEADER_BYTES
+from ..limits import MAX_MODEL_HEADER_BYTES, sizes_apart
+from ..serde import size_text
 from .model_io import INT64_MAX, damaged, fail
 
 __all__ = ["gguf_tensors", "GGML_TYPES", "GGUF_VERSIONS"]
@@ -44,7 +45,7 @@ class _Cursor:
         if n < 0 or self.pos + n > len(self.data):
             if self.complete:
                 raise damaged(self.path, "GGUF", "its header runs past the end of the file (truncated?)")
-            raise fail(self.path, f"its GGUF header is larger than the {MAX_MODEL_HEADER_BYTES} bytes accepted")
+            raise fail(self.path, f"its GGUF header is larger than the {size_text(MAX_MODEL_HEADER_BYTES)} accepted")
         out = self.data[self.pos:self.pos + n]
         self.pos += n
         return out
@@ -72,9 +73,9 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
     n_tensors, n_kv = cur.u64(), cur.u64()
     room = max(0, size - 24)
     if n_tensors > room // GGUF_MIN_TENSOR_INFO:
-        raise damaged(path, "GGUF", f"it claims {n_tensors} tensors, more than a {size}-byte file can hold")
+        raise damaged(path, "GGUF", f"it claims {n_tensors} tensors, more than a {size_text(size)} file can hold")
     if n_kv > room // GGUF_MIN_KV:
-        raise damaged(path, "GGUF", f"it claims {n_kv} metadata entries, more than a {size}-byte file can hold")
+        raise damaged(path, "GGUF", f"it claims {n_kv} metadata entries, more than a {size_text(size)} file can hold")
     alignment = GGUF_DEFAULT_ALIGNMENT
     for _ in range(n_kv):
         key = cur.string(GGUF_MAX_KEY, "a metadata key")
@@ -113,9 +114,11 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
         tensors.append((offset, elements // block * block_bytes))
     data_start = -(-cur.pos // alignment) * alignment
     for offset, nbytes in tensors:
-        if data_start + offset + nbytes > size:
-            raise damaged(path, "GGUF", f"a tensor's data ({nbytes} bytes at {data_start + offset}) lies outside "
-                           f"the {size}-byte file; the file is probably truncated")
+        end = data_start + offset + nbytes
+        if end > size:
+            needed, held = sizes_apart(end, size)
+            raise damaged(path, "GGUF", f"a tensor's data ({size_text(nbytes)}) lies outside the file: it ends "
+                           f"{needed} in, and the file is {held}; the file is probably truncated")
     return n_tensors
 
 

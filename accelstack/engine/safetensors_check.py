@@ -9,7 +9,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json
+from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json, sizes_apart, too_large
+from ..serde import size_text
 from .model_io import INT64_MAX, damaged, fail, is_int, open_regular
 
 __all__ = ["safetensors_tensors", "MAX_HEADER", "SAFETENSORS_DTYPES", "SD_MAX_DIMS"]
@@ -30,10 +31,12 @@ def safetensors_tensors(path: Path) -> int:
             raise fail(path, f"not a safetensors file: only {size} bytes")
         (n,) = struct.unpack("<Q", head)
         if n == 0 or n > MAX_HEADER or 8 + n > size:
-            raise fail(path, f"not a valid safetensors file: header length {n} does not fit a {size}-byte file "
-                        "(the file is truncated or not safetensors)")
+            why = "its header length is 0" if n == 0 else \
+                too_large("its header length", n, MAX_HEADER, "safetensors allows") if n > MAX_HEADER else \
+                too_large("its header length", n, size - 8, "the file holds after it")
+            raise fail(path, f"not a valid safetensors file: {why} (the file is truncated or not safetensors)")
         if n > MAX_MODEL_HEADER_BYTES:
-            raise fail(path, f"its safetensors header is {n} bytes, more than the {MAX_MODEL_HEADER_BYTES} accepted")
+            raise fail(path, too_large("its safetensors header", n, MAX_MODEL_HEADER_BYTES))
         raw = fh.read(n)
     if raw[:1] != b"{":
         raise fail(path, "not a valid safetensors file: its header is not JSON")
@@ -70,13 +73,18 @@ def _check_safetensor(path: Path, name: str, info: object, data_len: int) -> Non
                        f"{SD_MAX_DIMS} non-negative integers)")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets)
             or not 0 <= offsets[0] <= offsets[1] <= data_len):
-        raise damaged(path, "safetensors", f"tensor {shown} lies outside the file ({data_len} data bytes); "
+        raise damaged(path, "safetensors", f"tensor {shown} lies outside the file ({size_text(data_len)} of data); "
                        "the file is probably truncated")
     elements = 1
     for d in shape:
         elements *= d
         if elements > data_len:  # stays small: no product of huge dimensions is ever formed
             break
-    if elements * SAFETENSORS_DTYPES[dtype] != offsets[1] - offsets[0]:
-        raise damaged(path, "safetensors", f"tensor {shown} has shape {shape[:SD_MAX_DIMS]} of {dtype} but "
-                       f"{offsets[1] - offsets[0]} bytes of data")
+    needed, held = elements * SAFETENSORS_DTYPES[dtype], offsets[1] - offsets[0]
+    if needed != held:
+        if elements > data_len:  # the loop stopped early: more than the whole file holds
+            raise damaged(path, "safetensors", f"tensor {shown} has shape {shape[:SD_MAX_DIMS]} of {dtype}, more than "
+                           f"the file's {size_text(data_len)} of data")
+        need_text, held_text = sizes_apart(needed, held)
+        raise damaged(path, "safetensors", f"tensor {shown} has shape {shape[:SD_MAX_DIMS]} of {dtype}, which needs "
+                       f"{need_text} of data, but the file gives it {held_text}")

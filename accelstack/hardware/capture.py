@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import UsageError
+from ..errors import AccelstackError, Action, UsageError
 from .protocol import DEFAULT_TIMEOUT, CommandResult, FileStamp, PlatformFacts, RunningCommand, System
 
 __all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "CapturingSystem", "relative_file_path"]
@@ -141,16 +141,34 @@ class CapturingSystem:
         self._cpu_count = self.inner.cpu_count()
         return self._cpu_count
 
-    def save(self, directory: str) -> Path:
-        """Write the capture into ``directory`` (new or empty); returns its path.
+    @staticmethod
+    def check_target(directory: str) -> Path:
+        """``directory`` as a capture's folder: a usage error unless it is new or an empty folder.
 
         A directory with anything in it is refused: replay treats every file under ``files/`` as
         part of the machine, so an older capture's files would mix into this one, and files that
-        are not accelstack's must not be overwritten."""
+        are not accelstack's must not be overwritten. Cheap: said before detection runs."""
         root = Path(directory)
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        try:
+            taken = root.exists() and (not root.is_dir() or any(root.iterdir()))
+        except OSError as exc:  # a folder that cannot be listed
+            raise _write_error(root, exc) from None
+        if taken:
             raise UsageError(f"{root} is not an empty directory; a capture is written into a new or empty one",
                              hint="choose a new directory for the capture, or remove the old capture first")
+        return root
+
+    def save(self, directory: str) -> Path:
+        """Write the capture into ``directory`` (new or empty, :meth:`check_target`); returns its
+        path. A folder that cannot be made or written is a typed error naming it, never an OSError."""
+        root = self.check_target(directory)
+        try:
+            self._write(root)
+        except OSError as exc:
+            raise _write_error(root, exc) from None
+        return root
+
+    def _write(self, root: Path) -> None:
         (root / "files").mkdir(parents=True, exist_ok=True)
         (root / "commands").mkdir(exist_ok=True)
         for path, text in self.files.items():
@@ -191,7 +209,19 @@ class CapturingSystem:
             "commands": commands,
         }
         (root / "capture.json").write_text(json.dumps(index, indent=2, sort_keys=True), encoding="utf-8")
-        return root
+
+
+def _write_error(root: Path, exc: OSError) -> AccelstackError:
+    """An OSError writing the capture ``root``: a full disk is a failure (exit 1), any other a
+    folder the capture cannot go in, a usage error (exit 2) as for every output path."""
+    reason = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) != str(root):
+        reason += f" ({exc.filename})"
+    if exc.errno in (errno_mod.ENOSPC, getattr(errno_mod, "EDQUOT", errno_mod.ENOSPC)):
+        return AccelstackError(f"cannot write the capture to {root}: {reason}", "free some disk space, or write the "
+                               "capture to another disk", action=Action.FREE_DISK, code="disk-full")
+    return UsageError(f"cannot write the capture to {root}: {reason}",
+                      "choose a new folder in a place you can write to", code="output-path")
 
 
 class _Recorded:

@@ -40,7 +40,7 @@ from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..limits import read_capped
 from ..refs import ArtifactRef
-from ..serde import to_dict
+from ..serde import plural, to_dict
 from .errors import InstallError, StateError
 from .home import Home, read_state
 from .records import InstalledFile, Receipt, stamp_files
@@ -351,7 +351,7 @@ def remove_unreferenced(home: Home) -> List[str]:
         return []
     receipts, problems = readable_receipts(home)
     if problems:
-        log.warning("kept the shared CUDA libraries: %d receipt(s) cannot be read", len(problems))
+        log.warning("kept the shared CUDA libraries: %s cannot be read", plural(len(problems), "receipt"))
         return []
     used = {a.sha256 for r in receipts.values() for a in r.artifacts}
     removed: List[str] = []

@@ -214,7 +214,7 @@ def _restore(home: Home, rid: str, root: Path, wheel: ArtifactRef, fetch_wheel: 
     finally:
         home.remove_owned(stage)
     if report.unrepairable:
-        log.warning("repair of %s: %d file(s) could not be restored", rid, len(report.unrepairable))
+        log.warning("repair of %s: %s could not be restored", rid, plural(len(report.unrepairable), "file"))
 
 
 def _restore_shared(home: Home, receipt: Receipt, found: FileCheck, fetch_wheel: Fetcher, report: RepairReport,

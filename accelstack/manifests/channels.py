@@ -17,6 +17,7 @@ parsed before they are stored, so a bad file is a typed error naming the file an
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence
@@ -188,8 +189,25 @@ def write_user_channels(settings: Settings, channels: Sequence[Channel]) -> Path
     doc = {"format": FORMAT, "version": FORMAT_VERSION,
            "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors), "keys": list(c.keys)} for c in channels]}
     # 0600: the user's own configuration, as it has always been written
-    return write_bytes(settings.channels_file, (json.dumps(doc, indent=2) + "\n").encode("utf-8"), mode=0o600,
-                       make_parents=True)
+    try:
+        return write_bytes(settings.channels_file, (json.dumps(doc, indent=2) + "\n").encode("utf-8"), mode=0o600,
+                           make_parents=True)
+    except OSError as exc:  # the file is as it was
+        raise _write_error(settings, exc) from None
+
+
+def _write_error(settings: Settings, exc: OSError) -> ChannelError:
+    """Why the channels file could not be written, naming the folder and what to do: a full disk
+    is a failure (exit 1); a configuration folder that cannot be made or written, a usage error (2)."""
+    path, folder = settings.channels_file, settings.channels_file.parent
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return ChannelError(f"cannot write the channels file {path}: {reason}; nothing was changed",
+                            f"free some space on the disk of {folder}", action=Action.FREE_DISK, code="disk-full")
+    return ChannelError(f"cannot write the channels file {path}: the configuration folder {folder} cannot be made or "
+                        f"written to ({reason}); nothing was changed",
+                        f"make {folder} a folder you can write to, or choose another configuration folder "
+                        "(ACCELSTACK_CONFIG_DIR)", action=Action.FIX_INPUT, code="output-path", exit_code=2)
 
 
 def add_channel(settings: Settings, channel: Channel, *, replace: bool = False) -> Channel:

@@ -39,6 +39,7 @@ from ..domain import Backend, Stack
 from ..errors import Action
 from ..limits import MAX_ARTIFACT_BYTES
 from ..refs import ArtifactRef
+from ..serde import size_text
 from .envelope import Envelope
 from .fields import (
     CC,
@@ -122,8 +123,9 @@ def parse_artifact(obj: Any, path: str) -> ArtifactRef:
         # file name and is compared with real digests verbatim.
         raise fail(join(path, "sha256"), f"{quote(sha)} is not 64 lowercase hex digits")
     size = get(obj, "size", path, int)
-    if not 0 < size <= MAX_ARTIFACT_BYTES:
-        raise fail(join(path, "size"), f"must be a positive number of bytes up to {MAX_ARTIFACT_BYTES}, got {size}")
+    if not 0 < size <= MAX_ARTIFACT_BYTES:  # the value as written, and what it comes to
+        raise fail(join(path, "size"), f"must be a positive number of bytes up to {size_text(MAX_ARTIFACT_BYTES)}, "
+                   f"got {size}" + (f" ({size_text(size)})" if size > 0 else ""))
     urls: List[str] = []
     if "url" in obj:
         urls.append(get_str(obj, "url", path))
@@ -132,7 +134,7 @@ def parse_artifact(obj: Any, path: str) -> ArtifactRef:
         raise fail(join(path, "urls"), "missing (give 'url' or a non-empty 'urls' list)")
     for i, u in enumerate(urls):
         if not u.startswith(("https://", "http://", "file://")):
-            raise fail(join(join(path, "urls"), i), f"{quote(u)} is not an http(s) or file URL")
+            raise fail(join(join(path, "urls"), i), f"{quote(u)} is not an http, https or file URL")
     return ArtifactRef(name=name, sha256=sha, size=size, urls=urls)
 
 

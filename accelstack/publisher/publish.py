@@ -20,6 +20,7 @@ from ..errors import Action
 from ..fsio import write_bytes
 from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json
 from ..manifests.signing import sign_manifest, signature_path
+from ..serde import plural
 from .build_cache import BuildResult
 from .errors import PublishError
 from .sdist import SDIST_PACKAGE, SDIST_VERSION
@@ -158,7 +159,7 @@ def build_manifest(
         rel = wheel.relative_to(directory).as_posix()
         builds.append((build, base + (flat_name(rel) if flat else rel)))
         labels.append(_label(build, wheel))
-    log.info("manifest of %s: %d build(s)", directory, len(builds))
+    log.info("manifest of %s: %s", directory, plural(len(builds), "build"))
     doc = manifest_of(builds, source=source, version=version, expires_days=expires_days, release=release, now=now,
                       labels=labels)
     seen: Dict[str, str] = {}

@@ -31,7 +31,8 @@ def offline_source_error(dest: Path, version: str = SDIST_VERSION) -> OfflineErr
         f"offline mode: a local build needs the {SDIST_PACKAGE} {version} source, which is not in the build cache "
         f"({Path(dest) / sdist_name(version)})",
         "install from an offline bundle made on a machine with network access (`accelstack bundle create`), copy "
-        f"{sdist_name(version)} into {dest}, or run once without --offline to download it")
+        f"{sdist_name(version)} into {dest}, or run once without --offline (and with ACCELSTACK_OFFLINE unset) to "
+        "download it")
 
 
 def fetch_sdist(dest: Path, version: str = SDIST_VERSION, progress: ProgressCallback = null_progress, *,

@@ -24,6 +24,7 @@ from typing import List
 
 from ..errors import Action
 from ..fsio import staging_dir
+from ..serde import size_text
 from .build_cache import BuildResult, cached_sha256
 from .errors import BuildError
 
@@ -39,8 +40,8 @@ def package_build(result: BuildResult, slot: Path) -> BuildResult:
     compiled = Path(result.compiled_wheel or result.wheel)
     dest = slot / f"lean{PACKAGING_VERSION}" / compiled.name
     installed = lean_wheel(compiled, dest)
-    log.info("packaged %s: %.1f MB wheel -> %.1f MB, %.1f MB installed", result.variant, compiled.stat().st_size / 1e6,
-             dest.stat().st_size / 1e6, installed / 1e6)
+    log.info("packaged %s: %s wheel -> %s, %s installed", result.variant, size_text(compiled.stat().st_size),
+             size_text(dest.stat().st_size), size_text(installed))
     return BuildResult(**{**asdict(result), "wheel": str(dest), "sha256": cached_sha256(dest),
                           "size": dest.stat().st_size, "installed_size": installed, "packaging": PACKAGING_VERSION,
                           "compiled_wheel": str(compiled)})

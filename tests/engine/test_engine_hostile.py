@@ -25,7 +25,7 @@ from engine_helpers import cli_env, run_cli
     (("engine:\n  threads: " + "[" * 5000 + "]" * 5000 + "\n").encode(), ["nests"]),
     (b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
      b"engine:\n  weight_type: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n", ["alias"]),
-    (b"engine:\n  weight_type: " + b"q" * 300_000 + b"\n", ["bytes, more than"]),
+    (b"engine:\n  weight_type: " + b"q" * 300_000 + b"\n", ["more than the 256 KiB accepted"]),
     (b"engine:\n  weight_type: '" + b"q" * 100_000 + b"'\n", ["engine.weight_type", "..."]),
     (b"engine:\n  threads: 1" + b"0" * 5000 + b"\n", ["not valid YAML", "digits"]),
     (b"engine:\n  ? [a, b]\n  : 1\n", ["config file"]),

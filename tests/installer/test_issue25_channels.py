@@ -1,8 +1,9 @@
 """Issue 25: `plan` reads the channels `install` reads, one "no channel" line per install, a refused
-`install --backend bogus` creates nothing, `bundle create` prints the whole offline command (its
-key too), and `channel add` tries the URL once."""
+`install --backend bogus` creates nothing (not even the hardware probe's cache), `bundle create`
+prints the whole offline command (its key too), and `channel add` tries the URL once."""
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 from pathlib import Path
@@ -47,12 +48,17 @@ def test_one_no_channel_line_per_install(tmp_path):
 
 
 def test_a_refused_backend_creates_nothing(tmp_path):
-    env = _env(tmp_path)
-    proc = run_cli(["install", "--backend", "bogus", "--json"], env)
-    assert proc.returncode == 2 and error_of(proc)["error"] == "UsageError"
-    assert not (tmp_path / "a" / "home").exists()
-    made = [p for p in (tmp_path / "a").rglob("*") if p.is_file()] if (tmp_path / "a").exists() else []
-    assert [p for p in made if "detect" not in p.relative_to(tmp_path).parts] == []  # the hardware probe's cache only
+    """The name is checked before the hardware is probed: not even the probe's cache is written."""
+    for argv, extra in ((["install", "--backend", "bogus", "--json"], {}),
+                        (["install", "--json"], {"ACCELSTACK_BACKEND": "bogus"}),
+                        (["install", "--stack", "torch", "--backend", "bogus", "--json"], {})):
+        env = {**_env(tmp_path), **extra}
+        proc = run_cli(argv, env)
+        err = error_of(proc)
+        assert proc.returncode == 2 and err["error"] == "UsageError", (argv, err)
+        assert "'bogus'" in err["message"] and "cpu" in err["hint"], err
+        made = [p for p in (tmp_path / "a").rglob("*") if p.is_file()] if (tmp_path / "a").exists() else []
+        assert made == [], (argv, made)  # no home, no detection cache, nothing
 
 
 def test_bundle_create_prints_the_whole_offline_install_command(site, tmp_path, signing_key):
@@ -62,6 +68,8 @@ def test_bundle_create_prints_the_whole_offline_install_command(site, tmp_path, 
     bundle = tmp_path / "runtime.tar"
     proc = run_cli(["bundle", "create", "-o", str(bundle), "--backend", "cpu"], env)
     assert proc.returncode == 0, proc.stderr
+    assert "(s)" not in proc.stdout and ", 1 target: " in proc.stdout, proc.stdout  # "1 target", not "target(s)"
+    assert re.search(r"\(\d[\d.]* (B|KiB|MiB|GiB), sha256 ", proc.stdout), proc.stdout  # the size in binary units
     line = next(ln for ln in proc.stdout.splitlines() if "accelstack install --bundle" in ln)
     argv = shlex.split(line.split(":", 1)[1])
     assert argv[:4] == ["accelstack", "install", "--bundle", str(bundle)] and "--offline" in argv

@@ -17,7 +17,8 @@ from ...manifests.ggml_manifest import GgmlManifest
 from ...manifests.resolve import Manifests
 from ...refs import ArtifactRef
 from ...settings import Channel, Settings
-from ..bundle_file import FORMAT, FORMAT_VERSION, INDEX, MANIFEST, SIGNATURE, BundleError, BundleSummary, OpenedBundle, write_tar
+from ..bundle_file import FORMAT, FORMAT_VERSION, INDEX, MANIFEST, SIGNATURE, BundleError, BundleSummary, OpenedBundle
+from ..bundles import write_bundle
 from ..context import InstallJob
 from ..detection import detect
 from ..installing import install
@@ -108,8 +109,8 @@ def create(out: Path, s: Settings, report: Optional[HardwareReport], backends: S
     t0 = time.perf_counter()
     out = Path(out)
     progress(ProgressEvent("message", "bundle", message=f"writing {out}"))
-    size, digest = write_tar(out, [(INDEX, (json.dumps(index, indent=2) + "\n").encode()), (MANIFEST, data), (SIGNATURE, sig)],
-                             [(f"artifacts/{sha}", paths[sha]) for sha in refs])
+    size, digest = write_bundle(out, [(INDEX, (json.dumps(index, indent=2) + "\n").encode()), (MANIFEST, data), (SIGNATURE, sig)],
+                                [(f"artifacts/{sha}", paths[sha]) for sha in refs])
     timings["write"] = time.perf_counter() - t0
     return BundleSummary(str(out), STACK, channel.name, manifest.envelope.source, manifest.envelope.version,
                          [t.id for t in chosen], [r.name for r in refs.values()], size, timings, digest,

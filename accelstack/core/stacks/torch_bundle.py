@@ -34,8 +34,8 @@ from ..bundle_file import (
     BundleSummary,
     OpenedBundle,
     sha256_of,
-    write_tar,
 )
+from ..bundles import write_bundle
 from ..detection import detect
 from ..planning import hardware_fingerprint, plan, target_version
 from ..results import InstallSummary
@@ -136,8 +136,8 @@ def create(out: Path, s: Settings, backends: Sequence[str], report: Optional[Har
                  "python": version, "platforms": list(platforms), "wheels": wheels}
         t0 = time.perf_counter()
         progress(ProgressEvent("message", "bundle", message=f"writing {out}"))
-        size, digest = write_tar(out, [(INDEX, (json.dumps(index, indent=2) + "\n").encode())],
-                                  [(f"artifacts/{w['sha256']}", work / w["name"]) for w in wheels])
+        size, digest = write_bundle(out, [(INDEX, (json.dumps(index, indent=2) + "\n").encode())],
+                                    [(f"artifacts/{w['sha256']}", work / w["name"]) for w in wheels])
         timings["write"] = time.perf_counter() - t0
     finally:
         shutil.rmtree(work, ignore_errors=True)
