@@ -99,3 +99,21 @@ def error_of(stdout: str) -> Dict:
 def events_of(stdout: str) -> List[Dict]:
     """The event lines before the final one (progress and the like)."""
     return json_lines(stdout)[:-1]
+
+
+def finish_pty(pid: int, fd: int) -> Tuple[int, bytes]:
+    """Read a command's terminal (the parent side ``fd`` of its pty) to the end, reap it and close
+    the terminal: (its exit status as os.waitpid gives it, what it printed). A closed pty reads as
+    an error on Linux and as b"" elsewhere: both end it."""
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return status, seen

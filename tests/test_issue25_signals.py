@@ -23,7 +23,7 @@ import pytest
 from accelstack.manifests.signing import generate_keypair
 from accelstack.publisher.build_cache import BuildResult
 
-from cli_helpers import REPO, error_of, json_lines, result_of
+from cli_helpers import REPO, error_of, finish_pty, json_lines, result_of
 
 sys.path.insert(0, str(Path(__file__).with_name("installer")))
 from installer_helpers import publish, write_wheel  # noqa: E402
@@ -234,16 +234,8 @@ def test_wait_is_shown_on_a_terminal(tmp_path):
         assert holder.stdin is not None
         holder.stdin.write("\n")
         holder.stdin.flush()
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+        status, more = finish_pty(pid, fd)
+        seen += more
         assert os.WEXITSTATUS(status) == 0, seen
         assert b"Traceback" not in seen
     finally:

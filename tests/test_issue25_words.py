@@ -18,7 +18,7 @@ from accelstack.errors import AccelstackError, Action
 from accelstack.events import as_utc_z
 from accelstack.serde import plural, size_text
 
-from cli_helpers import check_schema, error_of, run_cli
+from cli_helpers import check_schema, error_of, finish_pty, run_cli
 
 
 @pytest.fixture
@@ -251,16 +251,8 @@ def test_the_progress_line_fits_80_columns_and_is_cleared_before_the_error(tmp_p
             seen += os.read(fd, 4096)
     finally:
         release.set()
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
+    status, more = finish_pty(pid, fd)
+    seen += more
     httpd.shutdown()
     httpd.server_close()
     text = seen.decode("utf-8", "replace")

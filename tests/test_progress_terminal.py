@@ -12,7 +12,7 @@ import time
 
 from test_issue25_words import render
 
-from cli_helpers import REPO
+from cli_helpers import REPO, finish_pty
 
 CHILD = r"""
 import sys
@@ -42,15 +42,7 @@ def test_the_bar_shown_is_the_current_step_and_fits_80_columns():
         seen += os.read(fd, 4096)
     screen, wrapped = render(seen.decode("utf-8", "replace"))
     os.write(fd, b"\n")
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-    os.waitpid(pid, 0)
-    os.close(fd)
+    finish_pty(pid, fd)
     shown = [line for line in screen if line.strip()]
     assert not wrapped and all(len(line) <= 80 for line in shown), screen
     assert not any("first-step" in line and "%|" in line for line in shown), shown  # no stale bar of the ended step

@@ -29,7 +29,7 @@ from accelstack.serde import size_text
 from accelstack.settings import Settings
 from accelstack.verdict import VerifyReport
 
-from cli_helpers import REPO, error_of, events_of, result_of, run_cli
+from cli_helpers import REPO, error_of, events_of, finish_pty, result_of, run_cli
 from installer_helpers import write_wheel
 
 
@@ -329,16 +329,8 @@ def test_uninstall_on_a_terminal_asks_and_no_keeps_everything(tmp_path, fake_sit
             seen += os.read(fd, 4096)
         assert b"uninstall removes 1 ggml runtime," in seen and first.runtime.encode() in seen
         os.write(fd, answer)
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+        status, more = finish_pty(pid, fd)
+        seen += more
         assert os.WEXITSTATUS(status) == (0 if removed else 1), seen
         assert (b"removed 1 runtime," in seen) == removed and (b"nothing removed" in seen) != removed
 

@@ -16,7 +16,7 @@ from typing import Dict
 
 from accelstack.installer.home import Home
 
-from cli_helpers import REPO, result_of, run_cli
+from cli_helpers import REPO, finish_pty, result_of, run_cli
 
 
 def _corrupt(path: Path) -> None:
@@ -83,16 +83,7 @@ def _pty_uninstall(env: Dict[str, str], answer: bytes) -> bytes:
     while b"[y/N]" not in seen and time.time() < deadline:
         seen += os.read(fd, 4096)
     os.write(fd, answer)
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.waitpid(pid, 0)
-    os.close(fd)
+    seen += finish_pty(pid, fd)[1]
     return seen
 
 
