@@ -334,12 +334,12 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
     log.info("synthesizing the probe model (seed %d, %s) in %s", seed, DTYPE, tmp)
     done = [0]
     task = f"probe model (seed {seed})"
-    progress(ProgressEvent("start", "probe", task=task, total=total,
+    progress(ProgressEvent("start", "probe", task=task, total=total, extra={"unit": "B"},
                            message=f"synthesizing the probe model ({size_text(need)}, removed after)"))
 
     def tick(n: int) -> None:
         done[0] += n
-        progress(ProgressEvent("advance", "probe", task=task, done=done[0], total=total))
+        progress(ProgressEvent("advance", "probe", task=task, done=done[0], total=total, extra={"unit": "B"}))
 
     try:
         fsio.write_text(tmp / OWNER, _owner_text(), durable=False)

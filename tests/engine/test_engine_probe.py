@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -162,6 +164,24 @@ def test_tiny_probe_is_deterministic_follows_rules_and_is_cached(tmp_path):
     assert not np.array_equal(flat[:1000], flat[1_048_573:1_048_573 + 1000])
     assert te["text_model.final_layer_norm.weight"].tolist() == [1.0] * 8
     assert te["text_model.embeddings.token_embedding.weight"].std() == pytest.approx(0.02, rel=0.3)
+
+
+def test_synthesis_progress_is_in_bytes_so_it_is_shown_as_a_size(tmp_path):
+    """The first-run screen showed "probe model (seed 1234): started (1066235307)": the events
+    counted bytes without saying so, so the renderer printed the raw number (issue 25)."""
+    from accelstack.commands.progress import ProgressRenderer
+
+    events = []
+    ensure_probe_model(7, cache_root=tmp_path, architecture=TINY, progress=events.append)
+    counted = [e for e in events if e.kind in ("start", "advance")]
+    assert counted and all((e.extra or {}).get("unit") == "B" for e in counted), counted
+    out = io.StringIO()
+    r = ProgressRenderer("lines", stream=out)
+    for e in events:
+        r(e)
+    r.close()
+    started = next(line for line in out.getvalue().splitlines() if "started" in line)
+    assert re.search(r"started \([0-9.]+ (B|KiB|MiB|GiB)\)", started), started
 
 
 def test_incomplete_kept_folder_is_rebuilt(tmp_path):
