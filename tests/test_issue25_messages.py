@@ -26,9 +26,7 @@ from cli_helpers import error_of, run_cli
 
 PACKAGE = Path(accelstack.__file__).resolve().parent
 
-# "(s)" plurals in files this change could not touch (another change owns them): allowed at most
-# this many times each, never more, and never in another file. Fix them with serde.plural, then
-# lower or drop the entry.
+# "(s)" plurals allowed per file (none are left; an entry would allow that many, never more).
 S_PLURALS_LEFT: Dict[str, int] = {}  # none left
 # Internal argument names seen in messages before (a hint said "raise max_files", naming a keyword
 # argument no user can set): never again in any message, log line or help text.
@@ -99,6 +97,21 @@ def test_no_internal_argument_name_is_shown_in_a_message():
     assert not named, f"parameter names in error messages (say what a user can do instead): {named}"
 
 
+RAW_BYTES = re.compile(r"(^|\s)bytes(, more than| accepted)|%d bytes")
+
+
+def _raw_byte_counts(sources: List[Tuple[str, ast.AST]]) -> List[str]:
+    """Literals that show a size as a raw count of bytes ("is N bytes, more than the M accepted",
+    "%d bytes") instead of through serde.size_text."""
+    return [f"{rel}:{s.lineno}: {s.value[:80]!r}" for rel, tree in sources for s in _strings(tree)
+            if RAW_BYTES.search(s.value)]
+
+
+def test_no_size_is_said_as_a_raw_byte_count():
+    found = _raw_byte_counts(_sources())
+    assert not found, f"say sizes with accelstack.serde.size_text (KiB, MiB, GiB): {found}"
+
+
 def test_the_scans_find_what_they_look_for():
     """The scans above on a module written to fail them, so one that finds nothing is not blind;
     docstrings are not messages."""
@@ -108,6 +121,8 @@ def test_the_scans_find_what_they_look_for():
                                 '    log.info("%d file(s) left", n)\n'
                                 '    raise ValueError(f"{n} left", "raise max_files, or pick dest_dir again")\n'))]
     assert list(_s_plurals(bad)) == ["bad.py"] and len(_s_plurals(bad)["bad.py"]) == 1
+    sizes = [("sizes.py", ast.parse('def g(n, m):\n    raise ValueError(f"it is {n} bytes, more than the {m} accepted")\n'))]
+    assert len(_raw_byte_counts(sizes)) == 1
     leaked, named = _names_shown(bad)
     assert len(leaked) == 1 and "max_files" in leaked[0], leaked
     assert len(named) == 1 and "['dest_dir']" in named[0], named

@@ -224,7 +224,7 @@ def _batch_error(failures: List[BaseException], names: List[str]) -> BaseExcepti
             return exc  # a bug, or an exception from the progress callback
     detail = "; ".join(f"{name}: {getattr(exc, 'message', exc)}" for name, exc in zip(names, failures))
     first = failures[0]
-    return FetchError(f"{len(failures)} files could not be fetched: {detail}", getattr(first, "hint", None),
+    return FetchError(f"{plural(len(failures), 'file')} could not be fetched: {detail}", getattr(first, "hint", None),
                       action=getattr(first, "action", None))
 
 

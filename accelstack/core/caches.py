@@ -42,6 +42,7 @@ from filelock import FileLock, Timeout
 from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
 from ..engine.probe_model import temporary_probe_in_use
 from ..publisher.build_cache import is_slot
+from ..serde import size_text
 from ..settings import Settings
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
@@ -329,7 +330,7 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
             finally:
                 if lock is not None:
                     lock.release()
-            log.info("purged %s (%d bytes)", path, size)
+            log.info("purged %s (%s)", path, size_text(size))
             report.removed.append(str(path))
             report.bytes_freed += size
         if not dry_run and info.name == "builds":

@@ -13,7 +13,8 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO, Tuple
 
-from ..limits import MAX_CKPT_PICKLE_BYTES, MAX_MODEL_HEADER_BYTES, MAX_ZIP_ENTRIES
+from ..limits import MAX_CKPT_PICKLE_BYTES, MAX_MODEL_HEADER_BYTES, MAX_ZIP_ENTRIES, too_large
+from ..serde import size_text
 from .errors import ModelLoadError
 from .model_io import damaged, fail
 
@@ -62,7 +63,7 @@ def check_pickles(path: Path, data: bytes, count: int, complete: bool) -> None:
                 pass
     except (ValueError, KeyError, struct.error, UnicodeDecodeError, OverflowError, IndexError, TypeError):
         if not complete:
-            raise fail(path, f"its pickled header is larger than the {MAX_CKPT_PICKLE_BYTES} bytes accepted") from None
+            raise fail(path, f"its pickled header is larger than the {size_text(MAX_CKPT_PICKLE_BYTES)} accepted") from None
         raise damaged(path, "checkpoint", "its pickled data is not a valid pickle") from None
 
 
@@ -80,8 +81,7 @@ def zip_checkpoint(path: Path, fh: BinaryIO, size: int) -> int:
                 raise fail(path, "it is a zip archive but not a torch checkpoint (it has no data.pkl)")
             for info in pickles:
                 if info.file_size > MAX_CKPT_PICKLE_BYTES:
-                    raise fail(path, f"its data.pkl is {info.file_size} bytes, more than the "
-                                f"{MAX_CKPT_PICKLE_BYTES} accepted")
+                    raise fail(path, too_large("its data.pkl", info.file_size, MAX_CKPT_PICKLE_BYTES))
                 if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
                     raise damaged(path, "checkpoint", "its data.pkl uses a compression stable-diffusion.cpp cannot read")
                 check_pickles(path, archive.read(info), 1, complete=True)

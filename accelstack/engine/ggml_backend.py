@@ -13,6 +13,7 @@ import random
 import sys
 from typing import IO, Any, List, Optional, Sequence, Tuple
 
+from ..serde import plural
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .probe_layout import probe_weights
@@ -207,7 +208,7 @@ class GgmlBackend(WorkerBackend):
             raise GenerationError(f"the runtime rejected the request: {exc}") from None
         self.library_seconds = self._logged_seconds()
         if not images or len(images) != req.batch_count:
-            raise GenerationError(f"the runtime returned {len(images or [])} images for a batch of {req.batch_count}: "
+            raise GenerationError(f"the runtime returned {plural(len(images or []), 'image')} for a batch of {req.batch_count}: "
                                   f"{self.load_reason() or 'no reason logged'}")
         out = []
         for i, img in enumerate(images):

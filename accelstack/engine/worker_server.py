@@ -38,6 +38,7 @@ from ..limits import (
     WORKER_SOCKET_TIMEOUT,
     MalformedInput,
     parse_json,
+    too_large,
 )
 from ..serde import from_dict, to_dict
 from .protocol import EXIT_CANCELLED, EXIT_OK, GenerateRequest
@@ -208,7 +209,7 @@ def make_handler(state: WorkerState) -> Type[BaseHTTPRequestHandler]:
                 return None
             n = int(lengths[0]) if lengths else 0
             if n > WORKER_MAX_BODY_BYTES:
-                self._send(413, {"error": f"the body is {n} bytes, more than the {WORKER_MAX_BODY_BYTES} accepted",
+                self._send(413, {"error": too_large("the body", n, WORKER_MAX_BODY_BYTES),
                                  "kind": "BadRequest"}, close=True)
                 return None
             raw = self.rfile.read(n) if n else b""

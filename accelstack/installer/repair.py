@@ -93,7 +93,7 @@ def check_files(home: Home, receipt: Receipt, *, deep: bool, stage: str = "statu
     if say:
         found = len(out.missing) + len(out.corrupt)
         progress(ProgressEvent("end", stage, task=task, ok=True,  # the check ran to the end: damage is its finding
-                               message=f"found {found} damaged of {out.files} files" if found else f"all {out.files} files match"))
+                               message=f"found {found} damaged of {plural(out.files, 'file')}" if found else f"all {plural(out.files, 'file')} match"))
     return out
 
 

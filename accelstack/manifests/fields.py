@@ -16,7 +16,16 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from packaging.version import InvalidVersion, Version
 
 from ..errors import Action
-from ..limits import MAX_DOCUMENT_INT, MAX_ID_LENGTH, MAX_JSON_BYTES, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MalformedInput, parse_json
+from ..limits import (
+    MAX_DOCUMENT_INT,
+    MAX_ID_LENGTH,
+    MAX_JSON_BYTES,
+    MAX_NAME_LENGTH,
+    MAX_TEXT_LENGTH,
+    MalformedInput,
+    parse_json,
+    too_large,
+)
 from .errors import ManifestFormatError
 
 __all__ = ["CC", "FEATURE", "GFX", "ID", "ID_RULE", "SHA256", "check_file_name", "check_id", "check_text", "decode",
@@ -214,6 +223,6 @@ def read_document(path: Union[str, Path], max_bytes: int) -> bytes:
             raise fail("", f"{path} is not a regular file", "name the manifest file itself")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise fail("", f"{path} is larger than the {max_bytes} bytes accepted",
+        raise fail("", too_large(str(path), len(data), max_bytes),
                    "it is not a manifest accelstack writes; get a fresh copy")
     return data

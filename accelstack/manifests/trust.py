@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from ..domain import Stack
-from ..limits import MAX_JSON_BYTES
+from ..limits import MAX_JSON_BYTES, too_large
 from ..settings import Settings
 from .envelope import Envelope, check_envelope, utcnow
 from .errors import ManifestError, ManifestFormatError, ManifestSignatureError
@@ -134,7 +134,7 @@ class TrustedManifests:
                 record: bool) -> VerifiedManifest:
         keyid: Optional[str] = None
         if len(data) > MAX_JSON_BYTES:  # before hashing it for the signature check
-            raise ManifestFormatError(f"the manifest is {len(data)} bytes, more than the {MAX_JSON_BYTES} accepted",
+            raise ManifestFormatError(too_large("the manifest", len(data), MAX_JSON_BYTES),
                                       "it is not a manifest accelstack publishes; get it again from its publisher")
         if self.insecure_unsigned:
             # Accepted on the user's word: still check what can be checked. A valid signature is

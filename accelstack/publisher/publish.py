@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..artifacts.cache import hash_file
 from ..errors import Action
 from ..fsio import write_bytes
-from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json
+from ..limits import MAX_JSON_BYTES, MalformedInput, parse_json, sizes_apart
 from ..manifests.signing import sign_manifest, signature_path
 from ..serde import plural
 from .build_cache import BuildResult
@@ -222,8 +222,9 @@ def _as_published(build: BuildResult, wheel: Path) -> BuildResult:
     except OSError as exc:
         raise PublishError(f"cannot read {wheel} ({exc.strerror or exc})", action=Action.FIX_INPUT) from None
     if sha != build.sha256 or size != build.size:
-        log.warning("%s changed since its build record (sha256 %s, %d bytes; recorded %s, %d bytes): "
-                    "publishing the file as it is", wheel.name, sha, size, build.sha256, build.size)
+        now, recorded = sizes_apart(size, build.size)
+        log.warning("%s changed since its build record (sha256 %s, %s; recorded %s, %s): "
+                    "publishing the file as it is", wheel.name, sha, now, build.sha256, recorded)
     return dataclasses.replace(build, sha256=sha, size=size)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, FrozenSet, List, MutableMapping, Optional, Tuple
 
 from ..fsio import write_bytes
+from ..serde import size_text
 from .errors import (
     Describe,
     Forbidden,
@@ -222,7 +223,7 @@ class Guard:
     async def _bounded_body(self, scope: Scope, headers: Dict[str, str], receive: Receive) -> Receive:
         """The whole body, read up front and at most ``max_body`` bytes; a receive that replays it."""
         limit = self.policy.max_body
-        too_large = PayloadTooLarge(f"the request body is larger than the {limit} bytes accepted",
+        too_large = PayloadTooLarge(f"the request body is larger than the {size_text(limit)} accepted",
                                     hint="job options are a small JSON document", code="payload-too-large")
         length = headers.get("content-length")
         if length is not None:
