@@ -24,7 +24,7 @@ from ..fsio import write_bytes, write_text
 from ..hardware.report import HardwareReport
 from ..installer.pip_runner import ensure_venv, python_version, venv_python
 from ..limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, MalformedInput, parse_json, read_capped
-from ..manifests.channels import ChannelError, find, key_from_file, read_user_channels, trust_for
+from ..manifests.channels import ChannelError, adhoc_channel_name, find, key_from_file, read_user_channels, trust_for
 from ..manifests.plan import Plan, Request
 from ..manifests.resolve import Manifests, resolve
 from ..settings import Channel, Settings, Timeouts
@@ -129,11 +129,6 @@ def remember_channels(settings: Settings, channels: Sequence[Channel]) -> None:
            "channels": [{"name": c.name, "url": c.url, "mirrors": list(c.mirrors),
                          "keys": [key_from_file(k) if k.endswith(".pub") else k for k in c.keys]} for c in channels]}
     write_text(settings.remembered, json.dumps(doc, indent=2))
-
-
-def adhoc_channel_name(url: str) -> str:
-    """The channel name of a manifest named by URL alone (``--manifest``)."""
-    return "manifest-" + hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
 def with_keys(channel: Channel, keys: Sequence[str]) -> Channel:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence
@@ -39,7 +40,7 @@ MAX_MIRRORS = 16
 MAX_CHANNEL_KEYS = 8  # current + next during a rotation, a few co-signers
 YAML_NAME = "channels.yaml"
 
-__all__ = ["Channel", "ChannelError", "add_channel", "channel_trust", "check_channel", "key_from_file", "key_from_id",
+__all__ = ["Channel", "ChannelError", "add_channel", "adhoc_channel_name", "channel_trust", "check_channel", "key_from_file", "key_from_id",
            "read_user_channels", "remove_channel", "trust_for", "write_user_channels"]
 
 
@@ -75,6 +76,11 @@ def check_channel(channel: Channel, where: str = "channel") -> Channel:
     return channel
 
 
+def adhoc_channel_name(url: str) -> str:
+    """The channel name of a manifest named by URL alone (``--manifest``)."""
+    return "manifest-" + hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
 def trust_for(channel: Channel, settings: Settings) -> TrustedManifests:
     """The :class:`~accelstack.manifests.trust.TrustedManifests` that checks ``channel``'s manifest:
     its own keys only when it has some (pinned), else the globally trusted keys; the home's
@@ -82,11 +88,13 @@ def trust_for(channel: Channel, settings: Settings) -> TrustedManifests:
     channel's own, per key: what one channel's keys signed never moves another's, and the channel
     keeps the source its first trusted manifest had (:mod:`~accelstack.manifests.rollback`)."""
     s = settings
+    adhoc = channel.name == adhoc_channel_name(channel.url)  # named by URL alone: kept by its source, per key
     if channel.keys:
         return TrustedManifests(keys=channel.keys, user_keys_dir=None, include_package_keys=False,
-                                rollback_state=s.rollback_state, insecure_unsigned=s.insecure_unsigned, channel=channel.name)
+                                rollback_state=s.rollback_state, insecure_unsigned=s.insecure_unsigned, channel=channel.name,
+                                by_source=adhoc)
     return TrustedManifests(keys=s.trusted_keys, user_keys_dir=s.user_keys_dir, rollback_state=s.rollback_state,
-                            insecure_unsigned=s.insecure_unsigned, channel=channel.name)
+                            insecure_unsigned=s.insecure_unsigned, channel=channel.name, by_source=adhoc)
 
 
 def channel_trust(channel: Channel) -> str:

@@ -12,7 +12,10 @@ one bundle) can neither raise another channel's watermark nor change the source 
 first trusted manifest of a channel binds it to its ``source``; a manifest of another source is
 refused after that (the same publisher's old "beta" manifest served at a mirror). A check with no
 channel (``manifest verify``, a library caller's own manifest) uses the per-source table, as
-older accelstack did; a channel never reads it (any trusted key could have raised it).
+older accelstack did; a channel never reads it (any trusted key could have raised it). A manifest
+named by URL alone (``install --manifest URL``) is kept as the channel of its source
+(:func:`source_channel`), per key: an older version of it at another address is still a rollback,
+and another key's manifest claiming the same source moves nothing of it.
 """
 from __future__ import annotations
 
@@ -25,12 +28,18 @@ from ..fsio import write_bytes
 from ..limits import MAX_SIGNATURE_BYTES, MalformedInput, parse_json, read_capped
 from .errors import ManifestError, ManifestRollbackError, ManifestStateError
 
-__all__ = ["STATE_FORMAT", "RollbackStore"]
+__all__ = ["STATE_FORMAT", "RollbackStore", "source_channel"]
 
 STATE_FORMAT = "accelstack-manifest-versions"
 
 _Entry = Tuple[str, int]  # (source, version)
 _State = Tuple[Dict[str, int], Dict[str, Dict[str, _Entry]]]  # per source; per channel, per key id
+
+
+def source_channel(source: str) -> str:
+    """The state key of manifests named by URL alone, by the source they claim (no channel name
+    has a colon)."""
+    return f"source:{source}"
 
 
 def _version(v: Any, what: str) -> int:

@@ -33,7 +33,7 @@ from .errors import ManifestError, ManifestFormatError, ManifestSignatureError
 from .fields import decode
 from .ggml_manifest import GgmlManifest
 from .keys import TrustStore
-from .rollback import RollbackStore
+from .rollback import RollbackStore, source_channel
 from .schema import AnyManifest, parse_body
 from .signatures import trusted_signers, verify_signature
 
@@ -84,8 +84,10 @@ class TrustedManifests:
         include_package_keys: bool = True,
         clock: Clock = utcnow,
         channel: Optional[str] = None,
+        by_source: bool = False,
     ) -> None:
         self.channel = channel  # rollback state per channel and key (see manifests.rollback); None: per source
+        self.by_source = by_source  # a manifest named by URL alone: the channel of its source, per key
         self.trust = TrustStore(
             [TrustStore.key_arg(k) if isinstance(k, str) else k for k in keys],
             user_dir=user_keys_dir,
@@ -150,6 +152,7 @@ class TrustedManifests:
         envelope = check_envelope(doc, now=self.clock(), expect=expect)
         if self.rollback is not None:
             signers = trusted_signers(data, signature, self.trust) if keyid is not None else []
+            channel = source_channel(envelope.source) if self.by_source else self.channel
             self.rollback.check(envelope.source, envelope.version, record=record and keyid is not None,
-                                channel=self.channel, keys=self.trust.keyids, signers=signers)
+                                channel=channel, keys=self.trust.keyids, signers=signers)
         return VerifiedManifest(parse_body(doc, envelope), url, keyid)

@@ -95,3 +95,27 @@ def test_removing_a_channel_forgets_its_state_and_corrupt_state_is_loud(tmp_path
     s.rollback_state.write_text(json.dumps(doc))
     with pytest.raises(ManifestError, match="corrupt"):
         trust_for(Channel("a", "u", keys=[pub]), s).verify(*_signed("beta", 1, pem))
+
+
+def test_a_manifest_named_by_url_alone_is_kept_by_its_source_per_key(tmp_path):
+    """``install --manifest URL``: each URL is its own ad-hoc channel, so an older version of the
+    same publisher's manifest at another address must still be a rollback (test_e2e's
+    test_manifest_rollback_is_refused); and a key given for another URL that claims the same
+    source with a huge version must not block the first publisher's next release."""
+    pem_a, pub_a = generate_keypair()
+    pem_b, pub_b = generate_keypair()
+    s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", config_dir=tmp_path / "config")
+
+    def adhoc(url: str, pub: str) -> TrustedManifests:
+        from accelstack.manifests.channels import adhoc_channel_name
+
+        t = trust_for(Channel(adhoc_channel_name(url), url, [], [pub]), s)
+        t.clock = lambda: NOW
+        return t
+
+    adhoc("https://a.example/v2.json", pub_a).verify(*_signed("stable", 2, pem_a))
+    with pytest.raises(ManifestRollbackError, match="version 1 is older than version 2"):
+        adhoc("https://a.example/v1.json", pub_a).verify(*_signed("stable", 1, pem_a))
+    adhoc("https://b.example/m.json", pub_b).verify(*_signed("stable", 2 ** 62, pem_b))  # b claims a's source
+    adhoc("https://a.example/v3.json", pub_a).verify(*_signed("stable", 3, pem_a))  # a's next release goes on
+    assert RollbackStore(s.rollback_state).channel_state("source:stable")  # kept by the source it claims
