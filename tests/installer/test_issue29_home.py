@@ -24,7 +24,8 @@ from accelstack.installer.home import Home
 
 from cli_helpers import REPO, error_of, final_of, result_of, run_cli
 
-COMMANDS = [["install", "--no-build", "--force"], ["install", "--no-build", "--manifest", "V1"], ["repair"],
+# (an install naming v1's manifest again would be a rollback, refused before the lock: v2's, forced)
+COMMANDS = [["install", "--no-build", "--force"], ["install", "--no-build", "--force", "--manifest", "V2"], ["repair"],
             ["rollback"], ["gc"], ["uninstall", "--yes"]]
 
 
@@ -94,7 +95,7 @@ def test_a_full_disk_is_said_by_every_command_that_takes_the_lock(full_home, sit
     env, home, limit = full_home
     before = _snapshot(home)
     for command in COMMANDS:
-        args = [site["v1"] if a == "V1" else a for a in command]
+        args = [site["v2"] if a == "V2" else a for a in command]
         if args[0] == "install":
             args += ["--trusted-key", site["public_key"]]
         rc, out, err = _run_limited([*args, "--json"], env, limit)
