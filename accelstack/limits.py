@@ -24,7 +24,7 @@ __all__ = ["CRASH_LOG_KEEP_SECONDS", "MAX_ARTIFACT_BYTES", "MAX_CAPTURE_FILES", 
            "MAX_ZIP_ENTRIES", "MIN_CLIP_SKIP", "MIN_DATETIME_YEAR", "MIN_SEED", "PROMPT_CHUNK_TOKENS",
            "WORKER_DIR_STALE_SECONDS", "WORKER_MAX_BODY_BYTES", "WORKER_MAX_CONNECTIONS", "WORKER_MAX_HEADER_BYTES",
            "WORKER_MAX_QUERY_CHARS", "WORKER_MAX_UNAUTHENTICATED", "WORKER_SOCKET_TIMEOUT", "MalformedInput",
-           "check_depth", "parse_json", "parse_yaml", "read_capped", "sizes_apart", "too_large"]
+           "check_depth", "parse_json", "parse_yaml", "read_capped", "read_fd", "sizes_apart", "too_large"]
 
 # Documents (bytes before parsing; nesting levels after).
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a signed manifest with every variant is ~100 KB
@@ -215,14 +215,19 @@ def read_capped(path: Union[str, os.PathLike[str]], limit: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        chunks: List[bytes] = []
-        remaining = limit
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from the open file ``fd``, read in chunks to its end."""
+    chunks: List[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)

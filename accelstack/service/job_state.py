@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..events import ProgressCallback, ProgressEvent, iso_utc
+from ..limits import read_fd
 from ..serde import to_dict
 from .errors import JobCancelled, NotFound
 
@@ -78,15 +79,7 @@ def read_image(job_id: str, image: JobImage) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (image.device, image.inode):
             raise gone
-        chunks: List[bytes] = []
-        left = MAX_IMAGE_BYTES
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, MAX_IMAGE_BYTES)
     finally:
         os.close(fd)
 
