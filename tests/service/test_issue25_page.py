@@ -90,10 +90,13 @@ def _watch(driver, until_final: bool = True, limit: float = 180.0, act=None):
     start = next_at = time.monotonic()
     while time.monotonic() - start < limit:
         png = driver.get_screenshot_as_png()
+        # the badge and the event count in one script: read apart, an event can land between them
+        state, events = driver.execute_script(
+            "return [document.getElementById('job-state').innerText, window.accelstack.events]")
         shots.append({"t": round(time.monotonic() - start, 2), "png": hashlib.sha256(png).hexdigest(), "bytes": png,
-                      "state": _text(driver, "job-state"), "step": _text(driver, "job-step"),
+                      "state": state.strip(), "step": _text(driver, "job-step"),
                       "elapsed": _text(driver, "elapsed"), "eta": _text(driver, "eta"), "spinner": _text(driver, "spinner"),
-                      "events": driver.execute_script("return window.accelstack.events")})
+                      "events": events})
         if shots[-1]["state"] in FINAL:
             return shots
         if act is not None:
