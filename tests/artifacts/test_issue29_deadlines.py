@@ -48,9 +48,9 @@ def _within(seconds: float, fn):
     return box, time.monotonic() - t0
 
 
-def test_a_dripping_document_is_given_up_at_its_deadline_and_says_why(server):
-    url = server.serve("/ggml-manifest.json", b"{" + b" " * 4000 + b"}")
-    server.fault("/ggml-manifest.json", DRIP, always=True)
+def _slow_document(url: str):
+    """Fetch ``url`` with a 4 KiB/s minimum and a 1 s document deadline, bounded by the test: the
+    typed error it must end in, and how long it took."""
     transport = Transport(connect_timeout=1.0, read_timeout=5.0, min_rate=4096, document_timeout=1.0)
     try:
         box, took = _within(60, lambda: fetch_document(url, transport=transport))
@@ -58,6 +58,13 @@ def test_a_dripping_document_is_given_up_at_its_deadline_and_says_why(server):
         transport.close()
     exc = box.get("error")
     assert isinstance(exc, SlowTransferError), box
+    return exc, took
+
+
+def test_a_dripping_document_is_given_up_at_its_deadline_and_says_why(server):
+    url = server.serve("/ggml-manifest.json", b"{" + b" " * 4000 + b"}")
+    server.fault("/ggml-manifest.json", DRIP, always=True)
+    exc, took = _slow_document(url)
     assert isinstance(exc, FetchError) and not exc.transient  # the next mirror, not the same one again
     assert url in exc.message and "slower than the 4 KiB/s minimum" in exc.message, exc.message
     assert "try another mirror" in exc.message and "ACCELSTACK_MIN_RATE" in exc.hint, exc.hint
@@ -195,12 +202,6 @@ def header_drip():
 
 
 def test_a_server_that_drips_its_headers_is_given_up_at_the_deadline(header_drip):
-    transport = Transport(connect_timeout=1.0, read_timeout=5.0, min_rate=4096, document_timeout=1.0)
-    try:
-        box, took = _within(60, lambda: fetch_document(header_drip, transport=transport))
-    finally:
-        transport.close()
-    exc = box.get("error")
-    assert isinstance(exc, SlowTransferError), box
+    exc, took = _slow_document(header_drip)
     assert "did not send its reply's headers" in exc.message and "try another mirror" in exc.message, exc.message
     assert took < 20, took  # the deadline is 2 s; each byte came well inside the 5 s read timeout
