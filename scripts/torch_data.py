@@ -12,22 +12,30 @@ CUDA major differs from the wheel's ``Requires-Dist: nvidia-*-cuXX``. Wheel meta
 HTTP range requests (the zip directory and the METADATA member only, a few hundred KiB per wheel),
 as pip's lazy-wheel reader does; at most one wheel per platform of the newest line is read.
 
+AMD's own indexes (a variant with ``device_extra``, e.g. ``rocm-amd`` on https://repo.amd.com/rocm/whl-multi-arch/)
+are checked the same way (``amd_findings``, skipped with ``--no-amd``): their simple pages for torch and
+torchvision (PEP 691 JSON or PEP 503 HTML) must hold each line the matrix names for each platform, and
+the newest torch wheel's METADATA (PEP 658 ``.metadata`` file, else range requests) must offer a
+``device-gfxNNNN`` extra for every target the matrix lists, and no target it lacks.
+
 A new torch release then is a data change reviewed in minutes: run this, edit torch.json, rerun.
 The comparison (``compare``) is pure and is what tests/manifests/test_torch_data_script.py checks.
 """
 from __future__ import annotations
 
 import argparse
+import html.parser
 import json
 import re
 import struct
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -194,6 +202,127 @@ def compare(matrix: dict, versions: Sequence[str], wheels: Iterable[Wheel] = (),
     return findings
 
 
+# -- AMD's own indexes (TheRock multi-arch) ----------------------------------------------------------
+_ANY_WHEEL = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_DEVICE_EXTRA = re.compile(r"^Provides-Extra:\s*device-(gfx[0-9a-f]+)\s*$", re.I | re.M)
+
+
+@dataclass
+class IndexFile:
+    """One wheel on a simple index page: its name, version line, platform, URL and PEP 658 metadata flag."""
+
+    filename: str
+    line: str  # "2.14"
+    platform: str
+    url: str
+    has_metadata: bool = False
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: List[Tuple[str, Dict[str, Optional[str]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        if tag == "a":
+            d = dict(attrs)
+            self.links.append((d.get("href") or "", d))
+
+
+def index_files(body: bytes, page_url: str) -> List[IndexFile]:
+    """The wheels a simple index page lists, PEP 691 JSON or PEP 503 HTML; local versions kept
+    (AMD's wheels are ``2.14.0+rocm7.14.0``)."""
+    entries: List[Tuple[str, str, bool]] = []
+    text = body.decode("utf-8", "replace")
+    if text.lstrip().startswith("{"):
+        for f in json.loads(text).get("files", []):
+            meta = f.get("core-metadata") or f.get("dist-info-metadata")
+            entries.append((f.get("filename", ""), f.get("url", ""), bool(meta)))
+    else:
+        parser = _Anchors()
+        parser.feed(text)
+        for href, attrs in parser.links:
+            name = urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1])
+            meta = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
+            entries.append((name, href, bool(meta) and meta != "false"))
+    out = []
+    for name, href, meta in entries:
+        m = _ANY_WHEEL.match(name)
+        if not m:
+            continue
+        try:
+            v = Version(m.group("version"))
+        except InvalidVersion:
+            continue
+        out.append(IndexFile(name, f"{v.major}.{v.minor}", _PLATFORM.get(m.group("plat"), m.group("plat")),
+                             urllib.parse.urljoin(page_url, href.split("#")[0]), meta))
+    return out
+
+
+def device_extras(metadata: str) -> Set[str]:
+    """The gfx targets a torch METADATA offers as ``device-gfxNNNN`` extras."""
+    return {m.lower() for m in _DEVICE_EXTRA.findall(metadata)}
+
+
+def amd_findings(matrix: dict, get: Optional[Callable[[str], bytes]] = None) -> List[Finding]:
+    """What torch.json says about AMD's own indexes that the indexes do not bear out (see the module text)."""
+    get = get or (lambda url: _get(url, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.5"}))
+    findings: List[Finding] = []
+    by_index: Dict[str, List[Tuple[dict, dict]]] = {}
+    for rel in matrix.get("releases", []):
+        for var in rel.get("variants", []):
+            if var.get("device_extra") and var.get("index", "").startswith(("https://", "http://")):
+                by_index.setdefault(var["index"], []).append((rel, var))
+    for index, entries in by_index.items():
+        pages: Dict[str, List[IndexFile]] = {}
+        for package in ("torch", "torchvision"):
+            url = index.rstrip("/") + f"/{package}/"
+            try:
+                pages[package] = index_files(get(url), url)
+            except (OSError, ValueError) as exc:
+                findings.append(Finding("amd-index", "-", f"could not read {url}: {exc}"))
+                pages[package] = []
+        if not pages["torch"]:
+            continue
+        name = entries[0][1]["name"]
+        known_lines = {rel["torch"] for rel, _ in entries}
+        oldest = min(Version(line) for line in known_lines)
+        for line in sorted({f.line for f in pages["torch"]} - known_lines, key=Version, reverse=True):
+            if Version(line) > oldest:
+                findings.append(Finding("amd-index", line, f"torch {line} is on {index} but torch.json has no {name} for it"))
+        for rel, var in entries:
+            line = rel["torch"]
+            for plat in var.get("platforms", {}):
+                have = [f for f in pages["torch"] if f.line == line and f.platform == plat]
+                if not have:
+                    findings.append(Finding("amd-index", line, f"{name}: {index} has no torch {line} wheel for {plat}"))
+                    continue
+                if var.get("unverified"):
+                    findings.append(Finding("amd-confirmed", line, f"{name}: torch {line} for {plat} is on {index}; drop its 'unverified'"))
+                tv = rel.get("companions", {}).get("torchvision")
+                if tv and not any(f.line == tv and f.platform == plat for f in pages["torchvision"]):
+                    findings.append(Finding("amd-index", line, f"{name}: {index} has no torchvision {tv} wheel for {plat}"))
+        newest = max(entries, key=lambda e: Version(e[0]["torch"]))
+        rel, var = newest
+        for plat, build in var.get("platforms", {}).items():
+            wheel = next((f for f in pages["torch"] if f.line == rel["torch"] and f.platform == plat), None)
+            if wheel is None:
+                continue
+            try:
+                meta = get(wheel.url + ".metadata").decode("utf-8", "replace") if wheel.has_metadata else wheel_metadata(wheel.url)
+            except (OSError, ValueError) as exc:
+                findings.append(Finding("amd-extra", rel["torch"], f"could not read the METADATA of {wheel.filename}: {exc}"))
+                continue
+            offered = device_extras(meta)
+            listed = set(build.get("gfx", [])) | set(build.get("gfx_build_only", []))
+            for gfx in sorted(listed - offered):
+                findings.append(Finding("amd-extra", rel["torch"], f"{name} on {plat} lists {gfx}, but {wheel.filename} has no device-{gfx} extra"))
+            for gfx in sorted(offered - listed):
+                findings.append(Finding("amd-extra", rel["torch"], f"{wheel.filename} offers device-{gfx}; torch.json lists it neither "
+                                                                    f"as release-ready (gfx) nor as build-only (gfx_build_only) on {plat}"))
+    return findings
+
+
 # -- network (not used by the tests) ----------------------------------------------------------------
 def _get(url: str, headers: Optional[Dict[str, str]] = None, timeout: float = 60) -> bytes:
     req = urllib.request.Request(url, headers=headers or {})
@@ -237,6 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--versions-file", help="saved output of `pip index versions torch` (offline)")
     ap.add_argument("--simple-file", help="saved PEP 691 JSON of https://pypi.org/simple/torch/ (offline)")
     ap.add_argument("--no-metadata", action="store_true", help="do not read wheel METADATA (CUDA majors)")
+    ap.add_argument("--no-amd", action="store_true", help="do not check AMD's own indexes (variants with device_extra)")
     args = ap.parse_args(argv)
     matrix = json.loads(Path(args.matrix).read_text())
     if args.versions_file:
@@ -271,6 +401,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True, timeout=300).stdout
             companions[name] = parse_pip_index_versions(out)
     findings = compare(matrix, versions, wheels, companions)
+    if not args.no_amd and not args.versions_file:  # saved answers mean offline: AMD's index is not read
+        findings += amd_findings(matrix)
     for f in findings:
         print(f)
     if not findings:

@@ -41,7 +41,7 @@ def install(plan: Optional[Plan] = None, *, stack: Optional[str] = None, require
     back (``summary.receipt``, ``changed``, ``previous``, ``timings``, ``notes``).
 
     Without a plan, the manifests are fetched and verified once for both the plan and the install,
-    and a ggml build that fails verify gives way to the plan's next candidate. ``option_fields``:
+    and a build (ggml or torch) that fails verify gives way to the plan's next candidate. ``option_fields``:
     ``force``, ``dry_run``, ``verifier``, ``trusted``, ``prefer_remembered``, ``fallback`` (see
     :class:`InstallOptions`)."""
     s = settings or Settings.resolve()

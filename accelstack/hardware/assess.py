@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..domain import ApiName
 from . import tables
+from .common import NVIDIA_NO_DEVICES
 from .report import GPU, AcceleratorAPI, HardwareReport, Preference
 
 __all__ = ["add_gpu_apis", "cpu_problems", "order_preference"]
@@ -29,11 +30,18 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
     os_name = report.os.name
     # a loaded kernel module that differs from the user-space driver makes cuInit fail
     mismatch = "nvidia_driver_library_mismatch" in report.problem_codes()
+    # a loaded driver that initialized no GPU (nvidia-smi: "No devices were found"): cuInit finds none either
+    uninitialized = NVIDIA_NO_DEVICES in report.problem_codes()
     directml_ok = os_name != "windows" or not report.os.version or _vkey(report.os.version) >= (10, 0, 16299)
     for g in report.gpus:
         if g.vendor == "nvidia" and g.cuda_driver_version and g.driver not in ("nouveau", "") and mismatch:
             _api(report, "cuda").evidence.append(
                 f"GPU {g.index} {g.name}: kernel module {g.driver_version} does not match the installed NVIDIA user-space driver"
+            )
+        elif g.vendor == "nvidia" and g.driver not in ("nouveau", "basic-display", "") and uninitialized:
+            _api(report, "cuda").evidence.append(
+                f"GPU {g.index} {g.name}: the NVIDIA driver{' ' + g.driver_version if g.driver_version else ''} is loaded but could not "
+                "initialize this GPU (nvidia-smi: No devices were found; `sudo dmesg | grep NVRM` says why)"
             )
         elif g.vendor == "nvidia" and g.cuda_driver_version and g.driver not in ("nouveau", ""):
             api = _api(report, "cuda")
@@ -52,11 +60,17 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
             else:
                 api.evidence.append(f"GPU {g.index} {g.name}: {g.gfx_target}, but /dev/kfd is not accessible")
             api.version = report.rocm_version
-        if g.vendor == "amd" and os_name == "windows" and g.gfx_target and tables.rocm_supports(g.gfx_target):
-            api = _api(report, "rocm")
-            api.usable = True
-            api.gpus.append(g.index)
-            api.evidence.append(f"GPU {g.index} {g.name}: {g.gfx_target} (HIP SDK target on Windows)")
+        if g.vendor == "amd" and os_name == "windows" and g.gfx_target in tables.amd_hip_runtime_windows()["targets"]:
+            # AMD's Windows ROCm (TheRock) loads the HIP runtime the Adrenalin driver installs
+            hip = tables.amd_hip_runtime_windows()
+            api, needed = _api(report, "rocm"), hip["needed"]
+            if g.hip_runtime == needed:
+                api.usable = True
+                api.gpus.append(g.index)
+                api.evidence.append(f"GPU {g.index} {g.name}: {g.gfx_target}, the driver's HIP runtime {needed} (amdhip64_{needed}.dll)")
+            else:
+                have = f"HIP runtime {g.hip_runtime}" if g.hip_runtime else "no HIP runtime"
+                api.evidence.append(f"GPU {g.index} {g.name}: {g.gfx_target}, but the driver has {have} (ROCm on Windows needs HIP {needed}: {hip['update']})")
         if g.vendor == "intel" and (g.kind == "discrete" or any(x in g.intel_generation for x in ("Xe-LPG", "Xe2", "Xe3"))):
             api = _api(report, "xpu")
             if os_name == "windows" or level_zero or os_name == "linux" and g.driver in ("i915", "xe"):
@@ -76,7 +90,9 @@ def add_gpu_apis(report: HardwareReport, *, kfd_ok: Optional[bool], vulkan_icds:
             api.usable = True
             api.gpus.append(g.index)
             api.evidence.append(f"GPU {g.index} {g.name}: DirectX 12 adapter on Windows")
-        if os_name in ("linux", "windows") and (report.vulkan_loader or os_name == "windows") and g.vendor != "other":
+        # an NVIDIA GPU its loaded driver could not initialize runs no Vulkan either (the same driver)
+        blocked = g.vendor == "nvidia" and uninitialized and g.driver not in ("nouveau", "")
+        if os_name in ("linux", "windows") and (report.vulkan_loader or os_name == "windows") and g.vendor != "other" and not blocked:
             if _vulkan_driver_for(g, vulkan_icds, os_name):
                 api = _api(report, "vulkan")
                 api.usable = True
@@ -147,7 +163,7 @@ def order_preference(report: HardwareReport) -> List[Preference]:
             if api.name == "metal" and kind == "integrated" and g.vendor != "apple":
                 score = 70  # an Intel Mac's iGPU: after its discrete GPU (Apple silicon's GPU is the fast one)
             reason = _WHY.get(api.name, api.name).format(kind=kind, gfx=g.gfx_target or "this GPU")
-            if api.name == "rocm" and not tables.rocm_supports(g.gfx_target):
+            if api.name == "rocm" and report.os.name != "windows" and not tables.rocm_supports(g.gfx_target):
                 score = min(score, 35)
                 reason = f"ROCm does not list {g.gfx_target or 'this GPU'} as supported; it may work only with HSA_OVERRIDE_GFX_VERSION"
             if kind == "integrated" and (api.name not in ("metal", "cuda") or g.vendor not in ("apple", "nvidia")):

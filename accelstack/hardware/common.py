@@ -11,7 +11,7 @@ from . import tables
 from .protocol import DEFAULT_TIMEOUT, CommandResult, RunningCommand, System
 from .report import GPU, Problem, Record
 
-__all__ = ["MIB", "NVIDIA_SMI_QUERY", "NVIDIA_SMI_QUERY_OLD", "Probe", "SmiGPU", "check_driver_age", "classify_kind",
+__all__ = ["MIB", "NVIDIA_NO_DEVICES", "NVIDIA_SMI_QUERY", "NVIDIA_SMI_QUERY_OLD", "Probe", "SmiGPU", "check_driver_age", "classify_kind",
            "fill_nvidia", "newest_usable_branch", "norm_bus_id", "nvidia_driver_hint", "parse_smi_csv", "query_nvidia_smi"]
 
 NVIDIA_SMI_QUERY = [
@@ -25,6 +25,8 @@ NVIDIA_SMI_QUERY_OLD = [  # drivers before ~510 reject the compute_cap field
     "--format=csv,noheader,nounits",
 ]
 MIB = 1024 * 1024
+# the problem of a loaded NVIDIA driver that initialized no GPU: CUDA cannot run until it does
+NVIDIA_NO_DEVICES = "nvidia_gpu_not_initialized"
 
 
 @dataclass(eq=False, repr=False)  # Record's == and repr
@@ -159,14 +161,15 @@ def parse_smi_csv(text: str) -> List[SmiGPU]:
     return out
 
 
-def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
-    """Ask nvidia-smi (query mode). None when it is absent or failed (a problem says why)."""
-    res = probe.run(NVIDIA_SMI_QUERY, "nvidia_smi")
+def query_nvidia_smi(probe: Probe, exe: str = "nvidia-smi") -> Optional[List[SmiGPU]]:
+    """Ask nvidia-smi (query mode; ``exe`` names the program or its path). None when it is absent or
+    failed (a problem says why)."""
+    res = probe.run([exe, *NVIDIA_SMI_QUERY[1:]], "nvidia_smi")
     if res.missing or res.timed_out:
         return None
     text = res.stdout + res.stderr
     if res.returncode != 0 and "compute_cap" in text and "not a valid field" in text.lower():
-        res = probe.run(NVIDIA_SMI_QUERY_OLD, "nvidia_smi")
+        res = probe.run([exe, *NVIDIA_SMI_QUERY_OLD[1:]], "nvidia_smi")
         text = res.stdout + res.stderr
     if res.ok:
         rows = parse_smi_csv(res.stdout)
@@ -182,7 +185,18 @@ def query_nvidia_smi(probe: Probe) -> Optional[List[SmiGPU]]:
             "error",
             action=Action.UPDATE_DRIVER,
         )
-    elif "couldn't communicate with the nvidia driver" in text.lower() or "no devices were found" in text.lower():
+    elif "no devices were found" in text.lower():
+        # the driver answered (nvidia-smi could not talk to it otherwise) but initialized no GPU: its
+        # kernel log says why (RmInitAdapter failed, GSP firmware); installing a driver fixes nothing
+        probe.problem(
+            NVIDIA_NO_DEVICES,
+            "the NVIDIA driver is loaded, but it could not initialize the GPU (nvidia-smi: \"No devices were found\")",
+            "`sudo dmesg | grep NVRM` shows why (\"RmInitAdapter failed\", \"Cannot initialize GSP firmware RM\"); with NVIDIA's "
+            "open kernel modules, try the proprietary kernel module of the same version, which can also run without GSP "
+            "firmware (NVreg_EnableGpuFirmware=0); otherwise power the machine off fully and check the GPU's power and seating",
+            "error",
+        )
+    elif "couldn't communicate with the nvidia driver" in text.lower():
         probe.problem(
             "nvidia_driver_not_loaded",
             "nvidia-smi cannot talk to the NVIDIA driver",
@@ -273,13 +287,13 @@ def check_driver_age(probe: Probe, gpu: GPU, os_name: str, os_version: str = "")
                   "warning", gpu.index, action=Action.UPDATE_DRIVER)
 
 
-def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "") -> GpuKind:
-    """discrete vs integrated from what we know of the chip."""
+def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "", bus_id: str = "") -> GpuKind:
+    """discrete vs integrated from what we know of the chip (and, for Intel, where it sits on the bus)."""
     if vendor == "apple":
         return "integrated"
     if vendor == "intel":
         if device_id:  # Intel's discrete GPUs are few and listed; every other Intel display device is an iGPU
-            return "discrete" if tables.intel_is_discrete_id(device_id) else "integrated"
+            return "discrete" if tables.intel_is_discrete_id(device_id, bus_id) else "integrated"
         return tables.intel_generation(name)[1] if name else "integrated"
     if vendor == "amd":
         if gfx:

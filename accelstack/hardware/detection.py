@@ -88,6 +88,7 @@ def detect(system: Optional[System] = None, *, home: Union[Path, HomeRule, None]
         # The Vulkan enumeration (a child loading every driver) starts first and is collected last;
         # its cache key needs the PCI GPUs and the loader, both cheap sysfs reads.
         pci: List[GPU] = _stage(probe, "gpus", lambda: linux.pci_gpus(probe), [])
+        report.npus = _stage(probe, "npus", lambda: linux.pci_npus(probe), [])
         no_vulkan: Tuple[str, List[str]] = ("", [])
         report.vulkan_loader, icds = _stage(probe, "vulkan", lambda: linux.vulkan(probe), no_vulkan)
         enumeration = _stage(probe, "vulkan devices", lambda: vulkan_cache.start(

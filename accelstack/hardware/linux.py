@@ -15,17 +15,19 @@ from . import tables
 from . import vulkan as vulkan_probe
 from .common import Probe, SmiGPU, check_driver_age, classify_kind, fill_nvidia, norm_bus_id, nvidia_driver_hint, query_nvidia_smi
 from .cpu import parse_proc_cpuinfo
-from .report import GPU, CPUInfo, OSInfo, VulkanDevice
+from .report import GPU, NPU, CPUInfo, OSInfo, VulkanDevice
 
-__all__ = ["GPU_CLASSES", "KFD_NODES", "LEVEL_ZERO_LOADERS", "PCI_ROOT", "TEGRA_RELEASE", "VULKAN_ICD_DIRS",
+__all__ = ["GPU_CLASSES", "KFD_NODES", "LEVEL_ZERO_LOADERS", "NPU_CLASSES", "PCI_ROOT", "TEGRA_RELEASE", "VULKAN_ICD_DIRS",
            "VULKAN_LOADERS", "cpu_info", "gpus", "jetson_gpu", "kfd_targets", "level_zero", "nvidia_module_version",
-           "os_info", "os_release", "pci_gpus", "rocm_version", "vulkan", "vulkan_devices"]
+           "os_info", "os_release", "pci_gpus", "pci_npus", "rocm_version", "vulkan", "vulkan_devices"]
 
 PCI_ROOT = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 TEGRA_RELEASE = "/etc/nv_tegra_release"  # "# R36 (release), REVISION: 3.0, ..." on every L4T system
 # PCI classes of display controllers (VGA, XGA, 3D, other) and processing accelerators.
 GPU_CLASSES = ("0x0300", "0x0301", "0x0302", "0x0380", "0x1200")
+# PCI classes an NPU carries: processing accelerators (Intel NPU), other signal processing controllers (AMD XDNA).
+NPU_CLASSES = ("0x12", "0x1180")
 VULKAN_LOADERS = (
     "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
     "/usr/lib/aarch64-linux-gnu/libvulkan.so.1",
@@ -114,8 +116,10 @@ def pci_gpus(probe: Probe) -> List[GPU]:
         if klass.startswith("0x1200") and vendor not in ("amd", "nvidia", "intel"):
             continue  # other accelerators (NPUs, FPGAs) are not GPUs we can drive
         device_id = _hexid(probe.read(f"{base}/device"))
-        sub = "{}:{}".format(_hexid(probe.read(f"{base}/subsystem_vendor")), _hexid(probe.read(f"{base}/subsystem_device")))
         driver_link = probe.system.readlink(f"{base}/driver")
+        if klass.startswith("0x1200") and tables.is_npu(klass, vendor_id, device_id, _driver_name(driver_link)):
+            continue  # an NPU (Intel's intel_vpu, AMD's XDNA): reported by pci_npus, never as a GPU
+        sub = "{}:{}".format(_hexid(probe.read(f"{base}/subsystem_vendor")), _hexid(probe.read(f"{base}/subsystem_device")))
         known = tables.pci_lookup(vendor_id, device_id)
         name = tables.pretty_pci_name(vendor, known[0]) if known else f"{vendor.upper() if vendor != 'other' else 'PCI'} device {vendor_id}:{device_id}"
         gpu = GPU(
@@ -126,10 +130,10 @@ def pci_gpus(probe: Probe) -> List[GPU]:
             pci_device_id=device_id,
             pci_subsystem_id=sub if sub != ":" else "",
             bus_id=norm_bus_id(addr) or addr,
-            driver=driver_link.rstrip("/").split("/")[-1] if driver_link else "",
+            driver=_driver_name(driver_link),
             sources=[f"pci: {base}"],
         )
-        if known:
+        if known and vendor != "intel":  # an Intel GPU's kind comes from the platform (classify_kind), not the database's flag
             gpu.kind = "discrete" if known[1] else "integrated"
         vram = _int_file(probe, f"{base}/mem_info_vram_total")
         if vram:
@@ -139,6 +143,33 @@ def pci_gpus(probe: Probe) -> List[GPU]:
             gpu.sources.append("vram: sysfs mem_info_vram_total")
         gpus.append(gpu)
     return gpus
+
+
+def _driver_name(link: Optional[str]) -> str:
+    return link.rstrip("/").split("/")[-1] if link else ""
+
+
+def pci_npus(probe: Probe) -> List[NPU]:
+    """Neural processing units on the PCI bus (processing accelerators, class 0x12, and the signal
+    processing controllers AMD's XDNA NPUs are, 0x1180): what :func:`tables.is_npu` calls one."""
+    found: List[NPU] = []
+    for addr in probe.list_dir(PCI_ROOT):
+        base = f"{PCI_ROOT}/{addr}"
+        klass = probe.read_line(f"{base}/class").lower()
+        if not klass.startswith(NPU_CLASSES):
+            continue
+        vendor_id, device_id = _hexid(probe.read(f"{base}/vendor")), _hexid(probe.read(f"{base}/device"))
+        driver = _driver_name(probe.system.readlink(f"{base}/driver"))
+        if not tables.is_npu(klass, vendor_id, device_id, driver):
+            continue
+        vendor = tables.PCI_VENDORS.get(vendor_id, "other")
+        listed = tables.npu_name(vendor_id, device_id)
+        known = tables.pci_lookup(vendor_id, device_id)
+        name = listed or (tables.pretty_pci_name(vendor, known[0]) if known else f"{vendor.upper() if vendor != 'other' else 'PCI'} NPU {vendor_id}:{device_id}")
+        sources = [f"pci: {base} (class {klass})"] + ([f"npu: bound to {driver}"] if driver else []) + (["name: PCI id (kernel accel driver list)"] if listed else [])
+        found.append(NPU(index=len(found), vendor=vendor, name=name, pci_vendor_id=vendor_id, pci_device_id=device_id,
+                         bus_id=norm_bus_id(addr) or addr, driver=driver, sources=sources))
+    return found
 
 
 def nvidia_module_version(probe: Probe) -> Tuple[str, str]:
@@ -329,7 +360,7 @@ def gpus(probe: Probe, os_name: str, wsl: bool, pci: Optional[List[GPU]] = None)
             if tables.intel_platform(g.pci_device_id):
                 g.sources.append("generation: PCI device id (kernel id list)")
             if g.kind == "unknown":
-                g.kind = classify_kind("intel", g.name, g.pci_device_id)
+                g.kind = classify_kind("intel", g.name, g.pci_device_id, bus_id=g.bus_id)
         elif g.kind == "unknown":
             g.kind = classify_kind(g.vendor, g.name, g.pci_device_id)
         if g.vendor in ("amd", "intel") and g.driver:

@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Tuple
 from ..domain import ApiName, GpuKind, Severity, Vendor
 from ..errors import Action
 
-__all__ = ["REPORT_FORMAT", "AcceleratorAPI", "CPUInfo", "GPU", "HardwareReport", "MemoryInfo", "OSInfo", "Preference",
+__all__ = ["REPORT_FORMAT", "AcceleratorAPI", "CPUInfo", "GPU", "HardwareReport", "MemoryInfo", "NPU", "OSInfo", "Preference",
            "Problem", "Record", "VulkanDevice", "VulkanHeap"]
 
 REPORT_FORMAT = 1
@@ -126,12 +126,31 @@ class GPU(Record):
     l4t_version: str = ""  # Jetson/Tegra only: the L4T release, "36.3.0" (JetPack follows from it)
     # AMD
     gfx_target: str = ""  # "gfx1100"
+    # Windows: the major version of the HIP runtime the Adrenalin driver installed (amdhip64_<N>.dll
+    # in the system directory): "7" runs AMD's ROCm builds of PyTorch; "" none found or not Windows
+    hip_runtime: str = ""
     # Intel
     intel_generation: str = ""  # "Xe-HPG (Alchemist)", "Gen9.5", ...
     # Apple
     apple_family: str = ""  # "M3 Pro"
     metal_support: str = ""  # "Metal 3"
     sources: List[str] = field(default_factory=list)  # where each fact came from
+
+
+@dataclass(eq=False, repr=False)  # Record's == and repr
+class NPU(Record):
+    """A neural processing unit (Intel NPU, AMD XDNA, another PCI processing accelerator): no GPU, so
+    never one of ``gpus`` nor in the preference order; listed for apps that can use one (OpenVINO,
+    ONNX Runtime's execution providers)."""
+
+    index: int
+    vendor: str  # "intel" | "amd" | "other"
+    name: str
+    pci_vendor_id: str = ""
+    pci_device_id: str = ""
+    bus_id: str = ""
+    driver: str = ""  # the kernel driver bound to it: "intel_vpu", "amdxdna"; "" when none is
+    sources: List[str] = field(default_factory=list)
 
 
 @dataclass(eq=False, repr=False)  # Record's == and repr
@@ -208,6 +227,7 @@ class HardwareReport(Record):
     vulkan_loader: str = ""  # path of the Vulkan loader found, "" when none
     vulkan_loader_version: str = ""  # the loader's Vulkan version, "1.3.239", when its devices were enumerated
     vulkan_devices: List[VulkanDevice] = field(default_factory=list)  # what the loader enumerates, in its order
+    npus: List[NPU] = field(default_factory=list)  # neural processing units: not GPUs, not in the preference
     format_version: int = REPORT_FORMAT
     source: str = "live"  # "live" | "replay:<dir>"
     duration_ms: float = 0.0

@@ -16,10 +16,10 @@ from typing import Dict, List, Optional, Tuple
 from ..domain import GPU_KINDS, GpuKind, Vendor
 from ..limits import MAX_NAME_LENGTH
 
-__all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
+__all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_hip_runtime_windows", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
            "cuda_for_driver", "gfx_from_target_version", "gpu_kind", "intel_generation", "intel_generation_for",
-           "intel_is_discrete_id", "intel_platform", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
-           "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
+           "intel_is_discrete_id", "intel_platform", "is_npu", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
+           "npu_name", "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
            "pretty_pci_name", "rocm_supports", "DriverVersion"]
 
 PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
@@ -131,6 +131,13 @@ def amd_is_integrated(gfx: str) -> bool:
     return gfx in _data("amd.json")["integrated_gfx"]
 
 
+def amd_hip_runtime_windows() -> dict:
+    """What Windows detection needs about the driver's HIP runtime: the majors to look for (newest
+    first), the one AMD's ROCm builds of PyTorch load, the gfx targets those builds exist for, and the
+    driver update that brings it."""
+    return dict(_data("amd.json")["hip_runtime_windows"])
+
+
 def gfx_from_target_version(value: int) -> str:
     """kfd's ``gfx_target_version`` (e.g. 110000, 90010) -> "gfx1100", "gfx90a"."""
     if value <= 0:
@@ -171,11 +178,38 @@ def intel_generation_for(device_id: str, name: str) -> Tuple[str, GpuKind]:
     return intel_generation(name) if name else ("", "unknown")
 
 
-def intel_is_discrete_id(device_id: str) -> bool:
+def intel_is_discrete_id(device_id: str, bus_id: str = "") -> bool:
+    """Whether an Intel display device is a discrete GPU, from the platform alone: the kernel's id list,
+    then the bus position of the processor's integrated function, then the discrete id prefixes.
+    Never from a marketing name or a database's flag: "Arc Graphics" is Meteor Lake's iGPU."""
     known = intel_platform(device_id)
     if known:
         return known[2] == "discrete"
+    if bus_id and bus_id.lower().startswith(tuple(_data("intel.json")["integrated_bus_position"]["prefixes"])):
+        return False
     return any(device_id.lower().startswith(p) for p in _data("intel.json")["discrete_device_ids"]["prefixes"])
+
+
+def npu_name(vendor_id: str, device_id: str) -> str:
+    """The name of an NPU the kernel's accel drivers list by PCI id ('' when not listed)."""
+    for vendor, device, name in _data("npu.json")["device_ids"]["ids"]:
+        if (vendor, device) == (vendor_id.lower(), device_id.lower()):
+            return str(name)
+    return ""
+
+
+def is_npu(pci_class: str, vendor_id: str, device_id: str, driver: str) -> bool:
+    """Whether a PCI function is an NPU, never a GPU: bound to an NPU driver (intel_vpu, amdxdna), listed
+    by id, or a processing accelerator (class 0x12) that is no GPU: AMD's and NVIDIA's compute GPUs carry
+    class 0x12 too, as does an Intel GPU of the kernel's id list."""
+    data = _data("npu.json")
+    if driver in data["drivers"]["names"] or npu_name(vendor_id, device_id):
+        return True
+    if not pci_class.lower().startswith(tuple(data["classes"]["prefixes"])):
+        return False
+    if vendor_id.lower() in ("10de", "1002"):
+        return False
+    return not (vendor_id.lower() == "8086" and (intel_platform(device_id) or driver in ("i915", "xe")))
 
 
 @functools.lru_cache(maxsize=1)

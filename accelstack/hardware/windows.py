@@ -16,7 +16,7 @@ from .common import Probe, check_driver_age, classify_kind, fill_nvidia, nvidia_
 from .cpu import normalize_features, x86_64_level
 from .report import GPU, HardwareReport
 
-__all__ = ["ADAPTER_RAM_CAP", "POWERSHELL", "SCRIPT", "VULKAN_DLL", "gpus", "nvidia_driver_from_windows", "probe"]
+__all__ = ["ADAPTER_RAM_CAP", "NVIDIA_SMI_EXES", "POWERSHELL", "SCRIPT", "SYSTEM_DIR", "VULKAN_DLL", "gpus", "nvidia_driver_from_windows", "probe"]
 
 SCRIPT = (
     "$ErrorActionPreference='SilentlyContinue';"
@@ -33,6 +33,11 @@ POWERSHELL = ["powershell", "-NoProfile", "-NonInteractive", "-Command", SCRIPT]
 # IsProcessorFeaturePresent ids (winnt.h PF_*) -> our feature names.
 _PF = {"13": "sse3", "19": "neon", "36": "ssse3", "37": "sse4.1", "38": "sse4.2", "39": "avx", "40": "avx2", "41": "avx512f", "43": "dotprod", "46": "sve"}
 VULKAN_DLL = "C:\\Windows\\System32\\vulkan-1.dll"
+# Where NVIDIA's driver installs nvidia-smi.exe: the system directory (current, DCH drivers), the NVSMI
+# folder before them (Chromium loads NVML from %ProgramW6432%\NVIDIA Corporation\NVSMI, crrev.com/1241aea5).
+NVIDIA_SMI_EXES = ("C:\\Windows\\System32\\nvidia-smi.exe", "C:\\Program Files\\NVIDIA Corporation\\NVSMI\\nvidia-smi.exe")
+# The system directory, where the Adrenalin driver installs its HIP runtime (amdhip64_<N>.dll).
+SYSTEM_DIR = "C:\\Windows\\System32"
 # AdapterRAM is a uint32: a value this high means the field is full (4 GiB - 1 MiB, as drivers report it), not the size.
 ADAPTER_RAM_CAP = 0xFFF00000
 # The names Windows gives an adapter it drives itself, without the vendor's driver.
@@ -79,7 +84,11 @@ def _cpu(report: HardwareReport, cpu: Dict[str, Any], features: Dict[str, Any]) 
 
 
 def nvidia_driver_from_windows(version: str) -> str:
-    """'31.0.15.3742' -> '537.42': NVIDIA's version is the last five digits of the WDDM version."""
+    """'31.0.15.3742' -> '537.42': NVIDIA's version is the last five digits of the WDDM version.
+
+    The rule Chromium applies to the registry's driver version (crrev.com/1241aea5, "the actual NVIDIA
+    driver version is parsed from the driver version in the Windows registry"); a real machine shows
+    it: WMI's 31.0.15.3713 beside nvidia-smi's 537.13 (shared/reference/hardware-dumps/016)."""
     digits = "".join(version.split(".")[-2:])
     if len(digits) < 5 or not (digits.isascii() and digits.isdigit()):
         return ""
@@ -138,14 +147,18 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
             g.intel_generation = tables.intel_generation_for(device_id, name)[0]
             if tables.intel_platform(device_id):
                 g.sources.append("generation: PCI device id (kernel id list)")
-        g.kind = ("discrete" if known[1] else "integrated") if known else classify_kind(vendor, name, device_id, g.gfx_target)
+        # an Intel GPU's kind comes from the platform (its PCI id), never the database's flag: it calls Meteor Lake's iGPU discrete
+        g.kind = ("discrete" if known[1] else "integrated") if known and vendor != "intel" else classify_kind(vendor, name, device_id, g.gfx_target)
         if vendor == "amd" and g.gfx_target and tables.amd_is_integrated(g.gfx_target):
             g.kind = "integrated"
+        if vendor == "amd" and not basic:
+            _hip_runtime(p, g)
         found.append(g)
 
     nvidia = [g for g in found if g.vendor == "nvidia"]
     if nvidia:
-        smi = query_nvidia_smi(p) or []
+        # the driver's own nvidia-smi.exe, where the driver installs it, even when it is not on PATH
+        smi = query_nvidia_smi(p, next((x for x in NVIDIA_SMI_EXES if p.system.exists(x)), "nvidia-smi")) or []
         for i, g in enumerate(nvidia):
             s = next((s for s in smi if s.name == g.name), smi[i] if i < len(smi) else None)
             if s:
@@ -166,6 +179,24 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
                           "run `nvidia-smi` to see the driver version; if it fails, repair the driver: "
                           + nvidia_driver_hint(g.compute_capability, True, "windows", win), "warning", g.index)
     return found
+
+
+def _hip_runtime(p: Probe, g: GPU) -> None:
+    """The HIP runtime the Adrenalin driver carries (its newest ``amdhip64_<N>.dll``), and the driver
+    update AMD's ROCm builds of PyTorch need when it is older than theirs (ollama checks the same)."""
+    info = tables.amd_hip_runtime_windows()
+    found = next((major for major in info["majors"] if p.system.exists(f"{SYSTEM_DIR}\\amdhip64_{major}.dll")), "")
+    g.hip_runtime = found
+    g.sources.append(f"hip runtime: amdhip64_{found}.dll in the system directory" if found
+                     else "hip runtime: no amdhip64_*.dll in the system directory")
+    needed = info["needed"]
+    # an iGPU whose (often OEM) driver has no HIP runtime at all is rarely the GPU to compute on: the
+    # plan still says why ROCm is not offered there, without a warning on every such laptop
+    if g.gfx_target in info["targets"] and found != needed and (found or g.kind != "integrated"):
+        have = f"HIP runtime {found} (amdhip64_{found}.dll)" if found else "no HIP runtime"
+        p.problem("amd_hip_runtime_old",
+                  f"{g.name}: the installed AMD driver has {have}; AMD's ROCm builds of PyTorch for Windows need HIP {needed} (amdhip64_{needed}.dll)",
+                  info["update"], "warning", g.index, action=Action.UPDATE_DRIVER)
 
 
 def _registry_vram(registry: List[Dict[str, Any]], vendor_id: str, device_id: str, name: str) -> Optional[int]:

@@ -182,11 +182,12 @@ class TorchChecks:
                 return ("api", f"no working NVIDIA driver answered for {dev.label} (nvidia-smi missing or failing); install or repair the NVIDIA driver{branch_note(dev.cc)}")
             return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'the driver did not report a CUDA version'}")
         if backend == "rocm":
-            if m.os != "linux":
+            if m.os not in ("linux", "windows"):
                 return None  # the platform check explains it
             if not dev.gfx:
-                return ("device", f"the gfx target of {dev.label} is unknown (no KFD topology or rocminfo answer), so no ROCm build can be matched to it")
-            if m.api_usable("rocm", g.index) is False:
+                why = "no KFD topology or rocminfo answer" if m.os == "linux" else "its PCI device id is not in accelstack's AMD table"
+                return ("device", f"the gfx target of {dev.label} is unknown ({why}), so no ROCm build can be matched to it")
+            if m.os == "linux" and m.api_usable("rocm", g.index) is False:
                 ev = m.api_evidence("rocm", g)
                 return ("api", f"ROCm cannot reach {dev.label}{' (' + ev + ')' if ev else ''}: the user needs the render and video groups, a container needs /dev/kfd and /dev/dri")
             return None
@@ -248,6 +249,11 @@ class TorchChecks:
                 return ("kernels", f"{var.name} does not work on {gfx} ({dev.name}): {var.broken_gfx[gfx]}"), env, how
             if gfx in build.gfx:
                 how = f"{gfx} ({dev.name}) is compiled in"
+            elif gfx in build.gfx_build_only:
+                how = f"{gfx} ({dev.name}) is built, but not release-tested by AMD on this OS"
+            elif m.os == "windows":
+                # HSA_OVERRIDE_GFX_VERSION is Linux-only: on Windows a target is built or it is not
+                return ("kernels", f"{gfx} ({dev.name}) is not among the targets torch {{rng}} {var.name} is built for on Windows"), env, how
             else:
                 refused = self.matrix.gfx_override_refused.get(gfx)
                 override = self.matrix.gfx_overrides.get(gfx)
@@ -259,6 +265,11 @@ class TorchChecks:
                     return ("kernels", f"{gfx} ({dev.name}) is not in torch {{rng}} {var.name}, and this ROCm fails when HSA_OVERRIDE_GFX_VERSION is set"), env, how
                 env = {"HSA_OVERRIDE_GFX_VERSION": override.value}
                 how = f"{gfx} ({dev.name}) runs its {override.target} code with HSA_OVERRIDE_GFX_VERSION={override.value}"
+            have = dev.first.hip_runtime
+            if var.hip_runtime and m.os == "windows" and have != var.hip_runtime:
+                what = f"HIP runtime {have} (amdhip64_{have}.dll)" if have else "no HIP runtime (amdhip64_*.dll)"
+                return ("driver", f"torch {{rng}} {var.name} loads HIP {var.hip_runtime} (amdhip64_{var.hip_runtime}.dll); "
+                                  f"the installed AMD driver has {what}: {var.driver_update}"), env, how
         elif dev is not None:
             how = f"it runs on {dev.name}"
         spec_text = var.python or rel.python

@@ -17,6 +17,9 @@ The matrix (``data/torch.json``, ``kind: "torch"``) holds, besides the envelope:
            "platforms": {"linux-x86_64": {"sm": ["7.5", ...], "ptx": ["12.0"]}, ...}},
           {"name": "rocm7.2", "backend": "rocm", "rocm": "7.2", "gfx_override": true,
            "broken_gfx": {"gfx906": "why"}, "platforms": {"linux-x86_64": {"gfx": [...]}}},
+          {"name": "rocm-amd", "backend": "rocm", "rocm": "7.14", "index": "https://repo.amd.com/rocm/whl-multi-arch/",
+           "device_extra": "device-{gfx}", "hip_runtime": "7", "driver_update": "update the Adrenalin driver to 26.2.2 or newer",
+           "platforms": {"windows-x86_64": {"gfx": [...], "gfx_build_only": ["gfx1200", "gfx1201"]}}},
           {"name": "directml", "backend": "directml", "package": "torch-directml==0.2.5.dev240914",
            "pins": "2.4.1", "index": "pypi", "platforms": {"windows-x86_64": {"windows_min_build": 16299}}}],
         "extras": [{"package": "triton-windows", "spec": "<3.4", "install": "optional",
@@ -93,6 +96,7 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
         sm=get_str_list(obj, "sm", path, pattern=CC),
         ptx=get_str_list(obj, "ptx", path, pattern=CC),
         gfx=get_str_list(obj, "gfx", path, pattern=GFX),
+        gfx_build_only=get_str_list(obj, "gfx_build_only", path, pattern=GFX),
         macos_min=get_version(obj, "macos_min", path, required=False),
         windows_min_build=get(obj, "windows_min_build", path, int, required=False, default=0),
         glibc=get_version(obj, "glibc", path, required=False),
@@ -135,7 +139,14 @@ def _parse_variant(obj: object, path: str, toolkits: Dict[str, CudaToolkit]) -> 
         sources=get_str_list(obj, "sources", path),
         comment=get_str(obj, "comment", path, required=False),
         unverified=get_str(obj, "unverified", path, required=False),
+        device_extra=get_str(obj, "device_extra", path, required=False),
+        hip_runtime=get_str(obj, "hip_runtime", path, required=False),
+        driver_update=get_str(obj, "driver_update", path, required=False),
     )
+    if v.device_extra and "{gfx}" not in v.device_extra:
+        raise fail(join(path, "device_extra"), f"{v.device_extra!r} must name the GPU's target as {{gfx}} (\"device-{{gfx}}\")")
+    if v.hip_runtime and not v.driver_update:
+        raise fail(join(path, "driver_update"), "missing (say which driver brings the HIP runtime the build needs)")
     if v.cuda:
         if v.cuda not in toolkits:
             raise fail(join(path, "cuda"), f"CUDA {v.cuda} is not in cuda_toolkits (add its driver minimums there)")

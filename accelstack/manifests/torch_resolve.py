@@ -16,7 +16,8 @@ from .hw_rules import jetson_text
 from .machine import Device, Machine, slots, version_of, visible_devices_env, why_not_device, why_preferred
 from .plan import PYTHON_PLACEHOLDER, Candidate, Command, Plan, Request, merge_identical_rejections
 from .request import Requirements
-from .torch_checks import BACKEND_TEXT, TorchChecks, TorchEval, format_range
+from .torch_checks import BACKEND_TEXT, TorchEval, format_range
+from .torch_device_rules import TorchDeviceRules
 from .torch_matrix import TorchMatrix
 
 __all__ = ["ENGINE_WHY", "engine_command", "resolve_torch", "without_engine"]
@@ -38,8 +39,8 @@ def without_engine(plan: Plan) -> Plan:
     return plan
 
 
-class _TorchResolver(TorchChecks):
-    """Ranks the candidates :class:`TorchChecks` evaluates, explains them, and fills the plan."""
+class _TorchResolver(TorchDeviceRules):
+    """Ranks the candidates :class:`TorchChecks` evaluates (with :class:`TorchDeviceRules`), explains them, and fills the plan."""
 
     # -- the whole resolution ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -69,6 +70,9 @@ class _TorchResolver(TorchChecks):
         else:
             self.fill_actions(plan, chosen)
             plan.device_reason = self.device_reason(evals, chosen)
+            unread = self.unread_note(chosen.device, chosen.backend)
+            if unread:
+                plan.notes.append(unread)
         for d in m.devices:
             if d.jetson:
                 self.notes.append(f"{d.label}: CPU torch from PyPI is planned; for its GPU, {jetson_text(d)}")
@@ -219,14 +223,23 @@ class _TorchResolver(TorchChecks):
             plan.notes.append(f"{var.package.split('=')[0]} installs torch {var.pins} itself; it is no longer developed, so CUDA, ROCm or XPU builds are better where they run")
         else:
             packages.append(self.pin("torch", rel.torch))
+        # AMD's multi-arch index: the extra picks each GPU's kernels, on torch and torchvision alike
+        gfx = sorted({d.gfx for d in ev.covers if d.gfx}) if var.device_extra else []
+        device_extras = ",".join(var.device_extra.replace("{gfx}", g) for g in gfx)
         for name in ("torchvision", "torchaudio"):
-            if name in self.reqs.specs:
+            if name in self.reqs.specs or (device_extras and name == "torchvision" and name in rel.companions):
                 line = rel.companions.get(name)
                 if line:
                     packages.append(self.pin(name, line))
                 else:
                     packages.append(self.reqs.texts[name])
                     plan.notes.append(f"the matrix does not say which {name} goes with torch {rel.torch}; pip picks one")
+        if device_extras:
+            packages = [_with_extra(p, device_extras) if p.startswith(("torch=", "torchvision=")) else p for p in packages]
+            late = [f"{d.gfx} ({d.name})" for d in ev.covers if d.gfx in build.gfx_build_only]
+            if late:
+                plan.notes.append(f"warning: AMD builds {var.name} for {', '.join(late)} but has not release-tested it on this OS; "
+                                  "if torch does not find the GPU, the next candidate is the fallback")
         plan.packages = packages
         index = build.index or var.index
         url = "" if index == "pypi" else (index or matrix.index_url.replace("{variant}", var.name))
@@ -293,6 +306,12 @@ class _TorchResolver(TorchChecks):
         # "==2.14.*" first reads best; SpecifierSet's own str() sorts alphabetically
         parts = [f"=={line}.*"] + sorted(str(s) for s in spec if str(s) != f"=={line}.*")
         return name + ",".join(parts)
+
+
+def _with_extra(requirement: str, extra: str) -> str:
+    """``torch==2.14.*`` with ``device-gfx1100`` -> ``torch[device-gfx1100]==2.14.*``."""
+    name = Requirement(requirement).name
+    return f"{name}[{extra}]{requirement[len(name):]}"
 
 
 def resolve_torch(machine: Machine, request: Request, reqs: Requirements, matrix: Optional[TorchMatrix]) -> Plan:

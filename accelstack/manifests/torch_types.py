@@ -48,6 +48,8 @@ class PlatformBuild:
     sm: List[str] = field(default_factory=list)
     ptx: List[str] = field(default_factory=list)
     gfx: List[str] = field(default_factory=list)
+    # gfx targets the publisher builds but does not release-test on this platform (offered with a warning)
+    gfx_build_only: List[str] = field(default_factory=list)
     macos_min: str = ""
     windows_min_build: int = 0
     glibc: str = ""
@@ -72,6 +74,11 @@ class Variant:
     sources: List[str] = field(default_factory=list)
     comment: str = ""
     unverified: str = ""  # why the publication of this index variant is not confirmed ("" = confirmed)
+    # AMD's multi-arch index (TheRock): the pip extra that picks a GPU's kernels, "device-{gfx}" ->
+    # torch[device-gfx1100] and torchvision[device-gfx1100]; "" for every other variant
+    device_extra: str = ""
+    hip_runtime: str = ""  # the HIP runtime major the build loads on Windows ("7": amdhip64_7.dll)
+    driver_update: str = ""  # what to do when the driver lacks that runtime
     python_spec: Optional[SpecifierSet] = field(default=None, repr=False, compare=False)
     cuda_version: Optional[Version] = field(default=None, repr=False, compare=False)
 

@@ -212,6 +212,25 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    intel_generation="Xe2-HPG (Battlemage)", vram_total=12 * GIB)],
         apis={"directml", "vulkan", "xpu", "cpu"}, unusable=set(), first=("xpu", 1), problems=set(),
     ),
+    # issue 27: Radeon on Windows, the HIP runtime of the Adrenalin driver (amdhip64_<N>.dll)
+    "windows-amd-890m-gfx1150-hip7": dict(
+        os="windows", version="10.0.26200", arch="x86_64", ngpus=1,
+        cpu=dict(vendor="amd", model="AMD Ryzen AI 9 HX 370 w/ Radeon 890M", physical_cores=12, logical_cores=24),
+        cpu_has={"avx2", "avx512f"},
+        gpus=[dict(vendor="amd", name="AMD Radeon(TM) 890M Graphics", kind="integrated", pci_device_id="150e", gfx_target="gfx1150", hip_runtime="7")],
+        apis={"rocm", "directml", "vulkan", "cpu"}, unusable=set(), first=("rocm", 0), problems=set(),
+    ),
+    "windows-amd-rx7900xtx-hip6": dict(
+        os="windows", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="amd", name="AMD Radeon RX 7900 XTX", kind="discrete", pci_device_id="744c", gfx_target="gfx1100", hip_runtime="6", vram_total=24 * GIB)],
+        apis={"directml", "vulkan", "cpu"}, unusable={"rocm"}, first=("vulkan", 0), problems={"amd_hip_runtime_old"},
+        problem_gpu={"amd_hip_runtime_old": 0}, problem_hint={"amd_hip_runtime_old": "Adrenalin Edition driver to 26.2.2 or newer"},
+    ),
+    "windows-amd-rx9070xt-gfx1201-hip6": dict(
+        os="windows", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="amd", name="AMD Radeon RX 9070 XT", kind="discrete", pci_device_id="7550", gfx_target="gfx1201", hip_runtime="6", vram_total=16 * GIB)],
+        apis={"directml", "vulkan", "cpu"}, unusable={"rocm"}, first=("vulkan", 0), problems={"amd_hip_runtime_old"},
+    ),
     # issue 11 (detection): Intel generation from the PCI device id
     "i11d-windows-adl-uhd46a3-rtx4060-laptop": dict(
         os="windows", version="10.0.26200", arch="x86_64", ngpus=2,
@@ -230,6 +249,39 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    driver_version="", cuda_driver_version="", compute_capability="8.9", vram_total=None, vram_at_least=4293918720)],
         apis={"directml", "vulkan", "cpu"}, unusable={"cuda"}, first=("vulkan", 1), problems={"nvidia_driver_version_unknown"},
         problem_gpu={"nvidia_driver_version_unknown": 1},
+    ),
+    # issue 27: Core Ultra iGPUs are integrated, NPUs are no GPUs, a GPU the loaded driver could not initialize,
+    # an NVIDIA driver version read from the driver's own nvidia-smi.exe, a Kepler card on an old driver
+    "linux-intel-meteorlake-7d55-npu": dict(
+        os="linux", arch="x86_64", kernel="6.8.0-45-generic", ngpus=1,
+        gpus=[dict(vendor="intel", name="Intel Arc Graphics", kind="integrated", pci_device_id="7d55", bus_id="0000:00:02.0", driver="i915",
+                   intel_generation="Xe-LPG (Meteor Lake)")],
+        apis={"xpu", "cpu"}, first=("xpu", 0), problems={"vulkan_loader_missing"},
+    ),
+    "linux-amd-phoenix-780m-npu-amdxdna": dict(
+        os="linux", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="amd", kind="integrated", pci_device_id="15bf", bus_id="0000:c1:00.0", driver="amdgpu", gfx_target="gfx1103")],
+        apis={"cpu"}, first=("cpu", None), problems={"kfd_missing", "vulkan_loader_missing"},
+    ),
+    "linux-nvidia-no-devices-rtx3090-550": dict(
+        os="linux", version="Ubuntu 22.04.5 LTS", arch="x86_64", ngpus=1,
+        gpus=[nv("NVIDIA GeForce RTX 3090", "2204", "0000:98:00.0", "550.144.03", "8.6", "12.4", None)],
+        apis={"cpu"}, unusable={"cuda"}, first=("cpu", None), problems={"nvidia_gpu_not_initialized", "vulkan_loader_missing"},
+        problem_hint={"nvidia_gpu_not_initialized": "dmesg"},
+    ),
+    "windows-nvidia-rtx4060-laptop-driver-unread-smi-system32": dict(
+        os="windows", version="10.0.26200", arch="x86_64", ngpus=2,
+        gpus=[dict(vendor="intel", name="Intel(R) UHD Graphics", kind="integrated", pci_device_id="46a3"),
+              dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", bus_id="0000:01:00.0",
+                   driver_version="581.15", compute_capability="8.9", cuda_driver_version="13.0", vram_total=8188 * MIB)],
+        apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 1), problems=set(),
+    ),
+    "linux-nvidia-gtx680-331": dict(
+        os="linux", version="Ubuntu 14.04 LTS", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="GeForce GTX 680", kind="discrete", pci_device_id="1180", driver="nvidia", driver_version="331.38",
+                   compute_capability="3.0", cuda_driver_version="")],
+        apis={"cpu"}, unusable={"cuda"}, first=("cpu", None), problems={"nvidia_driver_too_old", "vulkan_loader_missing"},
+        problem_hint={"nvidia_driver_too_old": "R470"},
     ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,

@@ -107,3 +107,104 @@ def test_the_bundled_matrix_matches_the_pypi_snapshot_it_was_checked_against():
     ws += wheels("2.14.1", ["3.10", "3.11", "3.12", "3.13", "3.14"], cuda_on_linux="")
     found = [f for f in td.compare(matrix, td.parse_pip_index_versions(PIP_OUTPUT), ws) if f.kind != "unverified"]
     assert found == []
+
+
+# -- AMD's own index (TheRock multi-arch), served by a real HTTP server on 127.0.0.1 --------------------
+WINDOWS_GFX = ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+               "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx900", "gfx906", "gfx1153",
+               "gfx1200", "gfx1201"]
+
+
+def _amd_metadata(targets):
+    return "Metadata-Version: 2.4\nName: torch\nVersion: 2.14.0+rocm7.14.0\n" + "".join(
+        f"Provides-Extra: device-{g}\nRequires-Dist: amd-torch-device-{g}==2.14.0; extra == \"device-{g}\"\n" for g in targets
+    ) + "Provides-Extra: device-all\n"
+
+
+def _serve_amd_index(root, torch_versions, torchvision_versions, targets):
+    """A PEP 503 index as AMD's looks: local versions, win_amd64 wheels, PEP 658 metadata files."""
+    import hashlib
+    from urllib.parse import quote
+
+    for package, versions in (("torch", torch_versions), ("torchvision", torchvision_versions)):
+        page = root / "whl" / package
+        page.mkdir(parents=True)
+        anchors = []
+        for v in versions:
+            name = f"{package}-{v}+rocm7.14.0-cp312-cp312-win_amd64.whl"
+            meta = _amd_metadata(targets).encode()
+            (page / name).write_bytes(b"PK not a real wheel")
+            (page / f"{name}.metadata").write_bytes(meta)
+            anchors.append(f'<a href="{quote(name)}" data-core-metadata="sha256={hashlib.sha256(meta).hexdigest()}">{name}</a><br/>')
+        (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(anchors) + "\n</body></html>\n")
+
+
+@pytest.fixture()
+def amd_index(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    servers = []
+
+    def start(torch_versions, torchvision_versions, targets):
+        _serve_amd_index(tmp_path, torch_versions, torchvision_versions, targets)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+        handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        url = f"http://127.0.0.1:{server.server_address[1]}/whl/"
+        matrix = json.loads((REPO / "accelstack" / "manifests" / "data" / "torch.json").read_text())
+        for rel in matrix["releases"]:
+            for var in rel["variants"]:
+                if var.get("device_extra"):
+                    var["index"] = url
+        return matrix, url
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_amd_index_matching_the_matrix_only_confirms_what_is_marked_unverified(amd_index):
+    matrix, url = amd_index(["2.14.0", "2.13.0", "2.12.0", "2.11.0"], ["0.29.0", "0.28.0", "0.27.0", "0.26.0"], WINDOWS_GFX)
+    found = td.amd_findings(matrix)
+    assert {f.kind for f in found} == {"amd-confirmed"}
+    assert sorted(f.line for f in found) == ["2.11", "2.12", "2.13", "2.14"]
+    assert all(url in f.text and "drop its 'unverified'" in f.text for f in found)
+
+
+def test_amd_index_drift_is_found(amd_index):
+    targets = [g for g in WINDOWS_GFX if g != "gfx1010"] + ["gfx1250"]
+    matrix, url = amd_index(["2.15.0", "2.14.0", "2.13.0", "2.12.0"], ["0.29.0", "0.28.0", "0.26.0"], targets)
+    found = {(f.kind, f.line, f.text) for f in td.amd_findings(matrix)}
+    assert ("amd-index", "2.15", f"torch 2.15 is on {url} but torch.json has no rocm-amd for it") in found
+    assert ("amd-index", "2.11", f"rocm-amd: {url} has no torch 2.11 wheel for windows-x86_64") in found
+    assert ("amd-index", "2.12", f"rocm-amd: {url} has no torchvision 0.27 wheel for windows-x86_64") in found
+    extra = {t for k, line, t in found if k == "amd-extra"}
+    assert extra == {
+        "rocm-amd on windows-x86_64 lists gfx1010, but torch-2.14.0+rocm7.14.0-cp312-cp312-win_amd64.whl has no device-gfx1010 extra",
+        "torch-2.14.0+rocm7.14.0-cp312-cp312-win_amd64.whl offers device-gfx1250; torch.json lists it neither as release-ready (gfx) "
+        "nor as build-only (gfx_build_only) on windows-x86_64",
+    }
+
+
+def test_an_unreachable_amd_index_is_a_finding_not_a_crash(amd_index):
+    matrix, url = amd_index([], [], [])
+    for rel in matrix["releases"]:
+        for var in rel["variants"]:
+            if var.get("device_extra"):
+                var["index"] = url + "missing/"
+    found = td.amd_findings(matrix)
+    assert [f.kind for f in found] == ["amd-index", "amd-index"] and "HTTP Error 404" in found[0].text
+
+
+def test_pep691_json_pages_are_read_too():
+    body = json.dumps({"files": [{"filename": "torch-2.14.0+rocm7.14.0-cp312-cp312-win_amd64.whl",
+                                  "url": "torch-2.14.0%2Brocm7.14.0-cp312-cp312-win_amd64.whl", "core-metadata": {"sha256": "0" * 64}},
+                                 {"filename": "torch-2.14.0.tar.gz", "url": "x"}]}).encode()
+    files = td.index_files(body, "https://repo.amd.com/rocm/whl-multi-arch/torch/")
+    assert [(f.line, f.platform, f.has_metadata) for f in files] == [("2.14", "windows-x86_64", True)]
+    assert files[0].url == "https://repo.amd.com/rocm/whl-multi-arch/torch/torch-2.14.0%2Brocm7.14.0-cp312-cp312-win_amd64.whl"

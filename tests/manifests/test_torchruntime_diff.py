@@ -40,15 +40,19 @@ DISAGREEMENTS = {
         "runs on the CPU only. torchruntime does not look at the macOS version"),
     "i11d-windows-adl-uhd46a3-rtx4060-laptop": ("cu128", "cu130",
         "both run on the RTX 4060 Laptop GPU (driver 581.15 reports CUDA 13.0); cu130 gives torch 2.14, cu128 ends at 2.11"),
-    "i11d-windows-rtx4060-laptop-partial-wmi": ("cu128", "directml",
-        "the partial WMI report shows NVIDIA's driver but neither its version nor a CUDA version, and nvidia-smi did not answer: "
-        "no CUDA wheel can be checked against the driver, so the plan uses DirectML and says to run nvidia-smi; torchruntime "
-        "maps the GPU name to cu128 without looking at the driver"),
+    "i11d-windows-rtx4060-laptop-partial-wmi": ("cu128", "cu118",
+        "the partial WMI report shows NVIDIA's driver but not its version, and no nvidia-smi answered: the plan takes the CUDA "
+        "build this GPU runs with the oldest driver (cu118, driver >= 452.39 on Windows), says the driver could not be read and "
+        "leaves the proof to the install's device check (issue 27); torchruntime maps the GPU name to cu128 (driver >= 527.41 "
+        "for its PTX-free sm_89 code) without looking at the driver"),
     "i11p-linux-amd-ellesmere-gfx803": ("rocm4.2", "cpu",
         "gfx803 (Polaris) is in no torch ROCm wheel of the matrix (2.4+) and in no current ROCm release (compat-facts 3.4, 4.1); "
         "torchruntime's rocm4.2 index predates the matrix's torch lines and the ROCm releases still supported"),
     "linux-amd-2x-rx7900xtx-rocm": ("rocm6.2", "rocm7.14",
         "both have gfx1100 kernels; rocm6.2 caps torch at 2.5, rocm7.14 is the newest build listing gfx1100 (torch 2.14)"),
+    "linux-amd-phoenix-780m-npu-amdxdna": ("rocm6.2", "cpu",
+        "the 780M (gfx1103) has no /dev/kfd in the capture, so ROCm cannot run; its XDNA NPU is reported as an NPU, never a GPU "
+        "(issue 27). torchruntime maps gfx1103 to rocm6.2, whose wheels have no gfx1103 code and hang with the override (PT-179653)"),
     "linux-amd-680m-apu-proxmox": ("rocm6.2", "cpu",
         "gfx1035 (integrated RDNA2) is in no torch ROCm wheel and the override to gfx1030 is unreliable on iGPUs; "
         "the capture also shows /dev/kfd is not accessible, so ROCm cannot run at all"),
@@ -73,6 +77,12 @@ DISAGREEMENTS = {
         "driver 550.54.15 (CUDA 12.4) runs both through NVIDIA minor-version compatibility (compat-facts 1.2): a CUDA 12.x wheel with native code for the GPU runs on any R525+ driver; cu128 ends at torch 2.11, cu126 (sm_90) reaches 2.14"),
     "linux-nvidia-driver-library-mismatch-580": ("cu128", "cpu",
         "the kernel module and user-space driver differ (NVML mismatch): no CUDA program runs until a reboot"),
+    "linux-nvidia-gtx680-331": ("cu118", "cpu",
+        "the GTX 680 is Kepler sm_30: no torch CUDA wheel has kernels for it (cu118's oldest is sm_37), whatever the driver, "
+        "and driver 331.38 reports no CUDA version at all; the rejection says the architecture first (issue 27)"),
+    "linux-nvidia-no-devices-rtx3090-550": ("cu128", "cpu",
+        "the 550.144.03 module is loaded but could not initialize the RTX 3090 (nvidia-smi: No devices were found; dmesg: "
+        "RmInitAdapter failed): no CUDA program sees the GPU until that is fixed, and the plan says so (issue 27)"),
     "linux-nvidia-nouveau-intel-haswell": ("cu124", "cpu",
         "the GTX 1060 runs the nouveau driver: CUDA needs NVIDIA's proprietary driver first"),
     "linux-nvidia-open-555-russian-date": ("cu128", "cu126",
@@ -87,9 +97,16 @@ DISAGREEMENTS = {
         "torchruntime does not handle integrated GPUs on Macs; Apple silicon runs torch's MPS backend"),
     "macos-apple-m3-pro-truncated-json": ("cpu", "mps",
         "torchruntime does not handle integrated GPUs on Macs; Apple silicon runs torch's MPS backend"),
+    "windows-amd-890m-gfx1150-hip7": ("directml", "rocm-amd",
+        "gfx1150 is release-ready in AMD's own ROCm builds of PyTorch for Windows (TheRock SUPPORTED_GPUS.md) and the driver "
+        "carries their HIP 7 runtime (amdhip64_7.dll), so torch[device-gfx1150] from AMD's multi-arch index runs there; "
+        "torchruntime knows only PyTorch's index, which has no ROCm for Windows, and falls back to the unmaintained DirectML (DML)"),
     "windows-nvidia-gtx1080ti-531": ("cu124", "cu126",
         "driver 531.14 (CUDA 12.1, >= 527.41 on Windows) runs both through NVIDIA minor-version compatibility (compat-facts 1.2): a CUDA 12.x wheel with native code for the GPU runs on any R525+ driver; cu124 ends at torch 2.6, "
         "cu126 (sm_60 code runs on 6.1) reaches 2.14"),
+    "windows-nvidia-rtx4060-laptop-driver-unread-smi-system32": ("cu128", "cu130",
+        "nvidia-smi.exe in System32 reads driver 581.15 (CUDA 13.0) where WMI had no version; both run, cu130 gives torch 2.15, "
+        "cu128 ends at 2.11"),
     "windows-nvidia-rtx4060-591": ("cu128", "cu130",
         "both run (driver reports CUDA 13.1); cu130 gives torch 2.14, cu128 ends at 2.11"),
     "windows7-laptop-intel-hd-quadro-m2000m-441": ("cu124", "cpu",

@@ -30,12 +30,17 @@ from . import torch_bundle
 from .ggml import not_possible
 from .torch_pip import pip_transaction
 
-__all__ = ["TorchDriver", "DRIVER"]
+__all__ = ["DEVICE_KIND", "TorchDriver", "DRIVER"]
+
+# the torch device each backend's build must compute on (ROCm builds answer through the torch.cuda API)
+DEVICE_KIND = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps", "directml": "directml"}
 
 
 class TorchDriver:
     name = "torch"
-    retries_candidates = False  # pip installs one build; the next candidate is another torch, not a fallback
+    # a torch that installs but does not see its GPU here (AMD's ROCm build on a driver it cannot use, a
+    # CUDA build without kernels) gives way to the plan's next candidate, as a ggml build does (issue 27)
+    retries_candidates = True
     removes_files = False  # the environment is the user's: only the record goes
     repairable = False
 
@@ -74,7 +79,9 @@ class TorchDriver:
         """torch operations and a diffusers step in the target interpreter."""
 
         def check(staged: StagedRuntime, progress: ProgressCallback) -> VerifyReport:
-            return verify_torch(python=staged.python or str(staged.path), env=dict(staged.env), progress=progress)
+            # the plan's device, not the best one torch finds: a ROCm build that only reaches the CPU failed
+            return verify_torch(python=staged.python or str(staged.path), env=dict(staged.env),
+                                device=DEVICE_KIND.get(staged.backend), progress=progress)
 
         return check
 
