@@ -39,6 +39,9 @@ _EXPORTS = {
     "status": "accelstack.core.maintenance",
     "verify": "accelstack.core.running",
     "generate": "accelstack.core.running",
+    "inspect_model": "accelstack.core.models",
+    "inspect_models": "accelstack.core.models",
+    "ModelInspection": "accelstack.core.models",
     "default_verifier": "accelstack.core.verifiers",
     "import_verifier": "accelstack.core.verifiers",
     # the data that crosses stages

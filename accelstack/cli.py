@@ -37,6 +37,7 @@ COMMAND_TABLE: Tuple[Tuple[str, str, str], ...] = (
     ("detect", "detect", "report this machine's CPU, GPUs, drivers and usable accelerator APIs"),
     ("verify", "verify", "prove that a runtime generates on this machine (synthesized probe model, no download)"),
     ("generate", "generate", "generate images from a prompt with a model file (headless)"),
+    ("model", "model", "inspect a model file: its family, size, weight types, and the companion files it still needs"),
     ("plan", "plan", "decide which torch or ggml build to install here, with the reasons"),
     ("install", "install", "first run: detect, plan, fetch, install, verify and activate a runtime"),
     ("status", "install", "what is installed and active, and whether it still fits this machine"),

@@ -12,9 +12,9 @@ from typing import BinaryIO, Dict, List, Tuple
 
 from ..limits import MAX_MODEL_HEADER_BYTES, sizes_apart
 from ..serde import size_text
-from .model_io import INT64_MAX, damaged, fail
+from .model_io import INT64_MAX, TensorInfo, damaged, fail
 
-__all__ = ["gguf_tensors", "GGML_TYPES", "GGUF_VERSIONS"]
+__all__ = ["gguf_tensors", "gguf_index", "GGML_TYPES", "GGML_TYPE_NAMES", "GGUF_VERSIONS"]
 
 # GGUF: ggml type id -> (elements per block, bytes per block), from ggml 0.4.7's type traits.
 GGML_TYPES: Dict[int, Tuple[int, int]] = {
@@ -23,6 +23,12 @@ GGML_TYPES: Dict[int, Tuple[int, int]] = {
     16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
     23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
     34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36)}
+# ggml type id -> its name, from ggml 0.4.7's include/ggml.h (enum ggml_type).
+GGML_TYPE_NAMES: Dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K",
+    12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
+    20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
+    29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4", 40: "NVFP4"}
 GGUF_VERSIONS = (2, 3)  # ggml refuses 1; the fallback reader would take anything
 GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # KV type -> bytes
 GGUF_STRING, GGUF_ARRAY, GGUF_UINT32 = 8, 9, 4
@@ -64,6 +70,11 @@ class _Cursor:
 
 
 def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
+    return len(gguf_index(path, fh, size))
+
+
+def gguf_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
+    """Every tensor the header declares (shapes turned to PyTorch order), each checked."""
     data = fh.read(MAX_MODEL_HEADER_BYTES)
     cur = _Cursor(data, path, complete=size <= MAX_MODEL_HEADER_BYTES)
     cur.take(4)  # the magic
@@ -88,6 +99,7 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
             continue
         _skip_gguf_value(cur, kind, nested=False)
     tensors: List[Tuple[int, int]] = []
+    infos: List[TensorInfo] = []
     for _ in range(n_tensors):
         name = cur.string(GGML_MAX_NAME - 1, "a tensor name")
         shown = repr(name[:GGML_MAX_NAME].decode("utf-8", "replace"))
@@ -112,6 +124,7 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
         if offset % alignment:
             raise damaged(path, "GGUF", f"tensor {shown} is not aligned to {alignment} bytes")
         tensors.append((offset, elements // block * block_bytes))
+        infos.append(TensorInfo(name.decode("utf-8", "replace"), tuple(reversed(dims)), GGML_TYPE_NAMES[ggml_type]))
     data_start = -(-cur.pos // alignment) * alignment
     for offset, nbytes in tensors:
         end = data_start + offset + nbytes
@@ -119,7 +132,7 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
             needed, held = sizes_apart(end, size)
             raise damaged(path, "GGUF", f"a tensor's data ({size_text(nbytes)}) lies outside the file: it ends "
                            f"{needed} in, and the file is {held}; the file is probably truncated")
-    return n_tensors
+    return infos
 
 
 def _skip_gguf_value(cur: _Cursor, kind: int, nested: bool) -> None:

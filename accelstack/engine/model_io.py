@@ -9,13 +9,22 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO, Tuple
+from typing import BinaryIO, NamedTuple, Tuple
 
 from .errors import ModelLoadError
 
-__all__ = ["fail", "damaged", "open_regular", "is_int", "INT64_MAX"]
+__all__ = ["fail", "damaged", "open_regular", "is_int", "INT64_MAX", "TensorInfo"]
 
 INT64_MAX = 2 ** 63 - 1
+
+
+class TensorInfo(NamedTuple):
+    """One tensor as a header declares it: what :mod:`~accelstack.engine.model_inspect` reads a
+    model's family, size and weight types from. ``shape`` is in PyTorch order (outermost first)."""
+
+    name: str
+    shape: Tuple[int, ...]
+    dtype: str  # safetensors dtype (F16, BF16, F8_E4M3 ...) or ggml type name (Q4_K, Q8_0 ...)
 
 
 def fail(path: Path, reason: str, hint: str = "") -> ModelLoadError:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import List
 
 from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json, sizes_apart, too_large
 from ..serde import size_text
-from .model_io import INT64_MAX, damaged, fail, is_int, open_regular
+from .model_io import INT64_MAX, TensorInfo, damaged, fail, is_int, open_regular
 
-__all__ = ["safetensors_tensors", "MAX_HEADER", "SAFETENSORS_DTYPES", "SD_MAX_DIMS"]
+__all__ = ["safetensors_tensors", "safetensors_index", "MAX_HEADER", "SAFETENSORS_DTYPES", "SD_MAX_DIMS"]
 
 MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB (we read at most MAX_MODEL_HEADER_BYTES)
 
@@ -24,6 +25,11 @@ SD_MAX_DIMS = 5  # stable-diffusion.cpp folds a 5-dim safetensors tensor into 4
 
 
 def safetensors_tensors(path: Path) -> int:
+    return len(safetensors_index(path))
+
+
+def safetensors_index(path: Path) -> List[TensorInfo]:
+    """Every tensor the header declares, each checked as stable-diffusion.cpp will read it."""
     fh, size = open_regular(path)
     with fh:
         head = fh.read(8)
@@ -47,15 +53,16 @@ def safetensors_tensors(path: Path) -> int:
     if not isinstance(header, dict):
         raise fail(path, "not a valid safetensors file: its header is not a JSON object")
     data_len = size - 8 - n
-    count = 0
+    tensors: List[TensorInfo] = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
         _check_safetensor(path, name, info, data_len)
-        count += 1
-    if count == 0:
+        assert isinstance(info, dict)  # _check_safetensor refused anything else
+        tensors.append(TensorInfo(name, tuple(info["shape"]), info["dtype"]))
+    if not tensors:
         raise fail(path, "the safetensors file holds no tensors")
-    return count
+    return tensors
 
 
 def _check_safetensor(path: Path, name: str, info: object, data_len: int) -> None:

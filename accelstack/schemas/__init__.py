@@ -30,6 +30,7 @@ from ..core.bundles import BundleSummary
 from ..core.results import InstallSummary
 from ..domain import EventKind
 from ..engine.generation import GenerateReport
+from ..engine.model_inspect import ModelInspection
 from ..hardware.report import HardwareReport
 from ..installer.maintenance import GcReport, StackStatus
 from ..installer.records import Active
@@ -268,6 +269,11 @@ def _results() -> Dict[str, Callable[[], JSON]]:
                     description="cache purge")
         return any_of(listing, purge)
 
+    def model() -> JSON:
+        models = list_of(ModelInspection)
+        return _with_defs_from(models, obj({"models": {k: v for k, v in models.items() if k != "$defs"}},
+                                           description="model inspect: one entry per path, in order"))
+
     def doctor() -> JSON:
         return obj({"report": {"type": "object"}, "bundle": NS},
                    description="everything a support request needs (docs/support.md)")
@@ -275,7 +281,7 @@ def _results() -> Dict[str, Callable[[], JSON]]:
     return {"detect": detect, "plan": plan, "verify": verify, "generate": generate, "install": install,
             "upgrade": install, "status": status, "repair": repair, "rollback": rollback, "uninstall": uninstall,
             "gc": gc, "build": build, "fetch": fetch, "manifest": manifest, "channel": channel, "bundle": bundle,
-            "serve": serve, "completion": completion, "cache": cache, "doctor": doctor}
+            "serve": serve, "completion": completion, "cache": cache, "doctor": doctor, "model": model}
 
 
 def _with_defs_from(source: JSON, body: JSON) -> JSON:

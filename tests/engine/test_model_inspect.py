@@ -1,0 +1,207 @@
+"""`accelstack model inspect` / ``accelstack.inspect_model``: the family, size, weight types, parts
+and missing companions of model files, read from their headers only (issue 26, first part).
+
+Every file is synthesized with its family's real tensor names and shapes (tests/engine/model_specs.py)
+and a sparse data region, so a 22 GiB FLUX.1 [dev] costs kilobytes; the CLI runs as a real
+subprocess and its --json line is validated against the shipped schema.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import model_specs as m
+import pytest
+
+import accelstack
+from accelstack import schemas
+from accelstack.engine.errors import EngineError, ModelLoadError
+from accelstack.engine.model_families import DATA_FILE, knowledge, parse_knowledge
+from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.modelfile import DIFFUSERS_PARTS
+
+from engine_helpers import cli_env, run_cli
+
+QUANT = {k: (s, "Q4_K" if len(s) == 2 and s[1] % 256 == 0 else "F32") for k, (s, _) in m.flux("schnell").items()}
+
+# file name -> (writer, spec, family, variant, role, the companions still needed)
+CASES = {
+    "flux1-dev.safetensors": (m.write_safetensors, m.flux("dev"), "flux", "dev", "diffusion_model",
+                              ["flux-vae", "clip-l", "t5xxl"]),
+    "flux1-schnell.safetensors": (m.write_safetensors, m.flux("schnell"), "flux", "schnell", "diffusion_model",
+                                  ["flux-vae", "clip-l", "t5xxl"]),
+    "flux1-fill-dev.safetensors": (m.write_safetensors, m.flux("fill"), "flux", "fill", "diffusion_model",
+                                   ["flux-vae", "clip-l", "t5xxl"]),
+    "flux-original.safetensors": (m.write_safetensors, m.flux("dev", "model.diffusion_model."), "flux", "dev",
+                                  "diffusion_model", ["flux-vae", "clip-l", "t5xxl"]),
+    "flux-diffusers.safetensors": (m.write_safetensors, m.flux_diffusers(dev=True), "flux", "dev", "diffusion_model",
+                                   ["flux-vae", "clip-l", "t5xxl"]),
+    "flux-diffusers-schnell.safetensors": (m.write_safetensors, m.flux_diffusers(dev=False), "flux", "schnell",
+                                           "diffusion_model", ["flux-vae", "clip-l", "t5xxl"]),
+    "flux1-schnell-Q4_K.gguf": (m.write_gguf, QUANT, "flux", "schnell", "diffusion_model",
+                                ["flux-vae", "clip-l", "t5xxl"]),
+    "chroma-unlocked-v50.safetensors": (m.write_safetensors, m.chroma(), "chroma", "", "diffusion_model",
+                                        ["flux-vae", "t5xxl"]),
+    "sd1-diffusers-prefixes.safetensors": (m.write_safetensors, m.sd1_diffusers(), "sd1", "", "checkpoint", []),
+    "v1-5-pruned-emaonly.safetensors": (m.write_safetensors, m.sd1_original(), "sd1", "", "checkpoint", []),
+    "v1-5-pruned-emaonly.ckpt": (m.write_ckpt, m.sd1_original(), "sd1", "", "checkpoint", []),
+    "sd1-unet.safetensors": (m.write_safetensors, m.unet_original(768), "sd1", "", "diffusion_model",
+                             ["sd-vae", "clip-l"]),
+    "sd1-inpainting.safetensors": (m.write_safetensors, m.unet_original(768, in_ch=9), "sd1", "inpaint",
+                                   "diffusion_model", ["sd-vae", "clip-l"]),
+    "v2-1_768-ema-pruned.safetensors": (m.write_safetensors, m.sd2_original(), "sd2", "", "checkpoint", []),
+    "sd_xl_base_1.0.safetensors": (m.write_safetensors, m.sdxl_original(), "sdxl", "", "checkpoint", []),
+    "sd_xl_refiner_1.0.safetensors": (m.write_safetensors, m.sdxl_refiner(), "sdxl-refiner", "", "checkpoint", []),
+    "sd3_medium.safetensors": (m.write_safetensors, m.sd3_original(), "sd3", "", "checkpoint", []),
+    "z_image_turbo_bf16.safetensors": (m.write_safetensors, m.z_image(), "z-image", "", "diffusion_model",
+                                       ["flux-vae", "qwen3-4b"]),
+    "qwen_image_fp8.safetensors": (m.write_safetensors, m.qwen_image(), "qwen-image", "", "diffusion_model",
+                                   ["wan-vae", "qwen2.5-vl-7b"]),
+    "ae.safetensors": (m.write_safetensors, m.sd_vae("", 16), "none", "", "vae", []),
+    "clip_l.safetensors": (m.write_safetensors, m.clip_hf("", 768), "none", "", "text_encoder", []),
+    "t5xxl_fp16.safetensors": (m.write_safetensors, m.t5xxl(), "none", "", "text_encoder", []),
+    "qwen_3_4b.safetensors": (m.write_safetensors, m.qwen3_4b(), "none", "", "text_encoder", []),
+    "mystery.safetensors": (m.write_safetensors, {"foo.bar.weight": ((4, 4), "F32"), "foo.baz": ((2,), "F32")},
+                            "unknown", "", "unknown", []),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("models")
+    for name, (writer, spec, *_rest) in CASES.items():
+        writer(d / name, spec)
+    return d
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_kind_of_file_gets_its_family_role_and_missing_companions(models, name):
+    _writer, spec, family, variant, role, needs = CASES[name]
+    r = inspect_model(models / name)
+    assert (r.family, r.variant, r.role) == (family, variant, role), r.evidence
+    assert [c.kind for c in r.needs] == needs
+    assert r.tensors == len(spec)
+    assert r.parameters == sum(m._count(shape) for shape, _ in spec.values())
+    assert r.evidence or family == "none"
+
+
+def test_flux_dev_reads_its_real_size_and_names_the_files_it_still_needs(models):
+    r = inspect_model(models / "flux1-dev.safetensors")
+    assert 11.8e9 < r.parameters < 12.0e9  # FLUX.1 [dev] has 11.9 B parameters
+    assert r.size_bytes > 23e9 and (models / "flux1-dev.safetensors").stat().st_blocks * 512 < 10e6  # sparse
+    assert r.family_name == "FLUX.1 [dev]" and [w.dtype for w in r.weight_types] == ["BF16"]
+    files = {c.kind: c.files for c in r.needs}
+    assert files["flux-vae"] == ["ae.safetensors"] and files["clip-l"] == ["clip_l.safetensors"]
+    assert "t5xxl_fp16.safetensors" in files["t5xxl"]
+    assert any("guidance_in" in e for e in r.evidence) and "get_sd_version" in r.source
+
+
+def test_gguf_quantization_is_named(models):
+    r = inspect_model(models / "flux1-schnell-Q4_K.gguf")
+    assert r.quantization == "Q4_K" and {w.dtype for w in r.weight_types} == {"Q4_K", "F32"}
+
+
+def test_parts_of_a_full_checkpoint_and_of_separate_files(models):
+    sdxl = inspect_model(models / "sd_xl_base_1.0.safetensors")
+    assert [(p.component, p.kind, p.layout) for p in sdxl.parts] == [
+        ("diffusion_model", "sdxl", "original"), ("vae", "sd-vae", "original"),
+        ("text_encoder", "clip-l", "original"), ("text_encoder", "clip-g", "original")]
+    sd3 = inspect_model(models / "sd3_medium.safetensors")
+    assert {p.kind for p in sd3.parts if p.component == "text_encoder"} == {"clip-l", "clip-g", "t5xxl"}
+    assert "flux" in inspect_model(models / "ae.safetensors").fits
+    assert inspect_model(models / "t5xxl_fp16.safetensors").parts[0].kind == "t5xxl"
+    assert inspect_model(models / "qwen_3_4b.safetensors").fits == ["z-image"]
+
+
+def test_ckpt_names_and_shapes_come_from_the_pickle_without_unpickling(models):
+    r = inspect_model(models / "v1-5-pruned-emaonly.ckpt")
+    assert r.format == "ckpt" and {w.dtype for w in r.weight_types} == {"F16"}
+    same = inspect_model(models / "v1-5-pruned-emaonly.safetensors")
+    assert [(p.kind, p.prefix, p.parameters) for p in r.parts] == [(p.kind, p.prefix, p.parameters) for p in same.parts]
+
+
+def test_ckpt_with_training_state_beside_the_weights(tmp_path):
+    r = inspect_model(m.write_ckpt(tmp_path / "sd1-trained.ckpt", m.sd1_original(), extra=True))
+    assert (r.family, r.role, r.tensors) == ("sd1", "checkpoint", len(m.sd1_original()))
+
+
+def test_a_diffusers_folder_is_read_as_stable_diffusion_cpp_prefixes_it(tmp_path):
+    spec = m.sd1_diffusers()
+    for part, prefix in zip(DIFFUSERS_PARTS, ("unet.", "vae.", "te.")):
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        m.write_safetensors(tmp_path / part, {k[len(prefix):]: v for k, v in spec.items() if k.startswith(prefix)})
+    r = inspect_model(tmp_path)
+    assert (r.format, r.family, r.role, r.needs) == ("diffusers", "sd1", "checkpoint", [])
+    assert 1.0e9 < r.parameters < 1.1e9  # UNet 860 M + VAE 84 M + CLIP-L 123 M
+
+
+def test_unknown_file_says_what_it_found(models):
+    r = inspect_model(models / "mystery.safetensors")
+    assert r.family == "unknown" and "foo.bar (1)" in r.evidence[-1]
+
+
+def test_a_legacy_pickle_is_unknown_with_the_reason(tmp_path):
+    import pickle
+
+    path = tmp_path / "old.ckpt"
+    path.write_bytes(b"".join(pickle.dumps(x, protocol=2) for x in (1, 2, {}, {"a": 1}, [])))
+    r = inspect_model(path)
+    assert r.family == "unknown" and r.parameters is None and "legacy" in r.evidence[0]
+
+
+def test_bad_files_keep_their_typed_errors(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    with pytest.raises(ModelLoadError, match="not JSON"):
+        inspect_model(bad)
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        accelstack.inspect_model(tmp_path / "missing.safetensors")
+
+
+def test_public_api_inspects_several_paths_in_order(models):
+    got = accelstack.inspect_models([models / "ae.safetensors", models / "flux1-dev.safetensors"])
+    assert [r.role for r in got] == ["vae", "diffusion_model"]
+
+
+def test_shipped_rules_cite_their_sources_and_bad_data_is_refused():
+    k = knowledge()
+    assert all(k.source(f.source).startswith(("sd.cpp 0.4.7", "Stability-AI")) for f in k.families)
+    ids = [f.id for f in k.families]
+    for family in ("sd1", "sd2", "sdxl", "sdxl-refiner", "sd3", "flux", "chroma", "z-image", "qwen-image"):
+        assert family in ids
+    assert ids.index("sdxl") < ids.index("flux") < ids.index("sd1")  # sd.cpp's order: SDXL, Flux, then SD1/SD2
+    doc = json.loads(DATA_FILE.read_text())
+    doc["families"]["rules"][0]["source"] = "NOWHERE"
+    with pytest.raises(EngineError, match="NOWHERE"):
+        parse_knowledge(doc)
+    doc = json.loads(DATA_FILE.read_text())
+    doc["families"]["rules"][0]["needs"]["text_encoders"] = ["no-such-encoder"]
+    with pytest.raises(EngineError, match="no-such-encoder"):
+        parse_knowledge(doc)
+
+
+def test_cli_text_and_json(models, tmp_path):
+    env = cli_env(tmp_path / "cache", tmp_path)
+    out = run_cli(["model", "inspect", models / "flux1-dev.safetensors", models / "v1-5-pruned-emaonly.ckpt"], env)
+    assert out.returncode == 0, out.stderr
+    assert "flux1-dev.safetensors: FLUX.1 [dev]" in out.stdout
+    assert "usually ae.safetensors" in out.stdout and "usually clip_l.safetensors" in out.stdout
+    assert "still needs  nothing" in out.stdout  # the SD 1.5 checkpoint holds all its parts
+    out = run_cli(["model", "inspect", "--json", models / "flux1-schnell-Q4_K.gguf", models / "mystery.safetensors"], env)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0 and len(lines) == 1, out.stderr
+    line = json.loads(lines[0])
+    jsonschema.validate(line["result"], schemas.load("model"))
+    assert [r["family"] for r in line["result"]["models"]] == ["flux", "unknown"]
+    assert line["result"]["models"][0]["quantization"] == "Q4_K"
+
+
+def test_cli_exit_codes(models, tmp_path):
+    env = cli_env(tmp_path / "cache", tmp_path)
+    missing = run_cli(["model", "inspect", tmp_path / "nope.safetensors", "--json"], env)
+    assert missing.returncode == 2 and json.loads(missing.stdout)["event"] == "error"
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    assert run_cli(["model", "inspect", bad], env).returncode == 1
+    assert run_cli(["model", "inspect"], env).returncode == 2
