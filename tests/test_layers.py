@@ -26,6 +26,8 @@ FORBIDDEN = {
     "core": ("service", "commands", "cli"),
     "service": ("commands", "cli"),  # the core over HTTP: it may use the core and below, never the CLI
 }
+# accelstack.compat (other tools' interfaces, such as torchruntime's) is an app of the core, like the CLI: nothing imports it
+FORBIDDEN = {layer: banned + ("compat",) for layer, banned in FORBIDDEN.items()}
 
 
 def _modules() -> Dict[str, Path]:
@@ -105,9 +107,10 @@ def test_no_import_cycles_between_modules():
 
 
 # -- the structure the design promises (issue 24), measured on the source -------------------------
-CORE_AND_ABOVE = ("core", "service", "commands", "cli")
+CORE_AND_ABOVE = ("core", "service", "commands", "cli", "compat")
 # the one OS access object of detection: LiveSystem reads the live environment for the System protocol
-ENV_READERS = {"accelstack.settings", "accelstack.hardware.live"}
+ENV_READERS = {"accelstack.settings", "accelstack.hardware.live",
+               "accelstack.compat.torchruntime.configuration"}  # torchruntime's configure(): it sets os.environ
 # HTTP: artifacts/ is the network; the engine's client talks to its own worker on 127.0.0.1 and the
 # service serves on loopback (neither ever reaches another host)
 HTTP_MODULES = ("urllib.request", "http.client", "requests", "urllib3", "httpx")

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
-from .. import core
+from .. import core, fsio
 from ..errors import UsageError
 from ..hardware.report import GPU, HardwareReport, Problem
 from ..settings import Timeouts
@@ -15,6 +17,8 @@ __all__ = ["register", "run", "render"]
 
 GiB = 1024 ** 3
 DEFAULT_TIMEOUT = Timeouts.detect
+FORMATS = ("text", "json", "nfd", "prometheus")
+FLEET_FORMATS = ("nfd", "prometheus")  # the files fleet tools read (docs/fleet.md)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  accelstack detect --capture bug/       also save everything detection read (attach it to a bug report)\n"
         "  accelstack detect --replay bug/        detect from a capture, on any OS\n"
         "  accelstack detect --refresh            enumerate Vulkan devices again instead of using the kept answer\n"
+        "  accelstack detect --format nfd --output /etc/kubernetes/node-feature-discovery/features.d/accelstack\n"
+        "                                         Kubernetes node labels, read by Node Feature Discovery's local source\n"
+        "  accelstack detect --format prometheus --output /var/lib/node_exporter/textfile_collector/accelstack.prom\n"
+        "                                         the same facts as metrics, read by node_exporter's textfile collector\n"
+        "\nnfd and prometheus also report each stack's active runtime and its last verify verdict (from the\n"
+        "runtime home, --home; none for --replay). --output writes the file atomically (a temporary dot-file\n"
+        "renamed over it), so NFD and the node exporter never read half a file; run it from a timer (docs/fleet.md).\n"
         "\nThe Vulkan enumeration (a child process that loads every Vulkan driver) is kept in the cache folder\n"
         "and redone when a driver, the loader, a GPU or the Vulkan environment variables change.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -37,7 +48,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--capture", metavar="DIR", help="save every file, command output and platform fact read into DIR")
     src.add_argument("--replay", metavar="DIR", help="detect from a capture directory instead of this machine")
-    p.add_argument("--json", action="store_true", help="print the HardwareReport as JSON")
+    p.add_argument("--json", action="store_true", help="print the HardwareReport as JSON (the same as --format json)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="text (default): for people; json: the HardwareReport; nfd: a Node Feature Discovery "
+                   "feature file (name=value node labels); prometheus: a node-exporter textfile (gauges)")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="nfd, prometheus: write the file here, atomically, instead of printing it (the textfile "
+                   "collector reads only names ending in .prom; NFD every file but dot-files)")
+    p.add_argument("--expires-in", type=float, default=None, metavar="S",
+                   help="nfd: NFD ignores the labels S seconds from now unless the file is written again "
+                   "(its `# +expiry-time=` directive)")
+    p.add_argument("--home", metavar="DIR",
+                   help="the runtime home: where free disk is measured and, for nfd and prometheus, whose active "
+                   "runtimes are reported (default: ACCELSTACK_HOME or the user data dir)")
     p.add_argument("--refresh", action="store_true",
                    help="run the Vulkan enumeration again instead of using its kept answer (a capture always runs it)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
@@ -45,9 +68,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _format(args: argparse.Namespace) -> str:
+    """The output format asked for, every combination that cannot be honoured refused before detection."""
+    fmt = args.format or ("json" if args.json else "text")
+    if args.json and fmt != "json":
+        raise UsageError(f"--json and --format {fmt} ask for two outputs", "pass one of them")
+    fleet = fmt in FLEET_FORMATS
+    if args.output and not fleet:
+        raise UsageError("--output writes an nfd or prometheus file", "add --format nfd or --format prometheus, "
+                         "or redirect the output (`accelstack detect --json > report.json`)")
+    if args.expires_in is not None and fmt != "nfd":
+        raise UsageError("--expires-in sets the expiry of an NFD feature file", "add --format nfd")
+    if args.expires_in is not None and not 0 < args.expires_in < 10 ** 9:  # nan, inf and past 2050 too
+        raise UsageError("--expires-in must be a positive number of seconds (below 1000000000)")
+    if args.output:
+        check_output_path(Path(args.output), f"the {fmt} file")
+    return fmt
+
+
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    fmt = _format(args)
     # (core.ReplaySystem and core.CapturingSystem load on first use: `detect --json` does not pay for them)
     if args.replay:  # the replayed machine's own home rule, never this machine's cache
         report = core.detect(core.ReplaySystem(args.replay), timeout=args.timeout)
@@ -60,10 +102,39 @@ def run(args: argparse.Namespace) -> int:
         capturing.save(args.capture)
     else:
         report = core.detect(settings=settings_from_args(args), refresh=args.refresh, timeout=args.timeout)
+    if fmt in FLEET_FORMATS:
+        return _write_fleet(args, fmt, report)
+    args.json = fmt == "json"
     text = "" if args.json else render(report)  # --json prints the report alone
     if args.capture and not args.json:
         text += f"\n\ncapture written to {args.capture} (replay it with `accelstack detect --replay {args.capture}`)"
     emit(args, report, text)
+    return 0
+
+
+def _write_fleet(args: argparse.Namespace, fmt: str, report: HardwareReport) -> int:
+    """The NFD or Prometheus file of ``report`` and this machine's active runtimes, printed or written."""
+    from . import fleet_format  # only these two formats need it: a cold `detect --json` does not load it
+
+    # a replay is another machine: this machine's runtimes are not its own
+    runtimes = [] if args.replay else core.installed_runtimes(report, settings_from_args(args))
+    if fmt == "nfd":
+        expires = None if args.expires_in is None else time.time() + args.expires_in
+        text = fleet_format.nfd_text(core.node_labels(report, runtimes), report.source, expires)
+    else:
+        text = fleet_format.prometheus_text(core.node_metrics(report, runtimes))
+    if args.capture:  # stdout holds the file alone
+        print(f"capture written to {args.capture}", file=sys.stderr)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    target = Path(args.output)
+    try:
+        fsio.write_text(target, text, make_parents=True)
+    except OSError as exc:  # checked before detection, but the disk may have filled or changed since
+        raise UsageError(f"cannot write the {fmt} file to {target}: {exc.strerror or exc}",
+                         "free some space or choose another output path", code="output-path") from None
+    print(f"{fmt} file written to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -115,6 +186,8 @@ def render(r: HardwareReport) -> str:
     ]
     for g in r.gpus:
         lines += _gpu_line(g)
+    for n in r.npus:  # not GPUs: listed for apps that can use one, never in the order below
+        lines.append(f"NPU      {n.name} (pci {n.pci_vendor_id}:{n.pci_device_id} at {n.bus_id}, driver {n.driver or 'none bound'})")
     if r.rocm_version:
         lines.append(f"ROCm     {r.rocm_version} installed")
     lines.append("APIs")

@@ -27,11 +27,13 @@ _EXPORTS = {
     "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "verify": ".running", "generate": ".running",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
+    "inspect_model": ".models", "inspect_models": ".models", "ModelInspection": ".models",
     # what the CLI and the service use on one path only, loaded when that path runs
     "NoRuntimeError": ".running", "install_bundle": ".bundles", "create_bundle": ".bundles",
     "check_bundle_output": ".bundles",
     "report_for": ".reports", "saved_report": ".reports", "GenerateRequest": ".direct",
     "manifest_for_builds": ".building", "write_manifest_dir": ".building",
+    "node_labels": ".fleet", "node_metrics": ".fleet", "installed_runtimes": ".fleet",
     "LiveSystem": "..hardware.system", "ReplaySystem": "..hardware.system", "CapturingSystem": "..hardware.system",
 }
 
