@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import List
 
 from .....engine.torch_check import run_check
+from .....serde import plural
 from ..torch_device_utils import get_device_count, get_installed_torch_platform
 
 __all__ = ["TESTS", "TestResult", "run_tests", "test"]
@@ -40,7 +41,7 @@ def _import() -> TestResult:
 
 def _devices() -> TestResult:
     name, _ = get_installed_torch_platform()
-    return TestResult("devices", True, f"{get_device_count()} {name} device(s)")
+    return TestResult("devices", True, plural(get_device_count(), f"{name} device"))
 
 
 def _workload(label: str) -> TestResult:
