@@ -14,9 +14,10 @@ as pip's lazy-wheel reader does; at most one wheel per platform of the newest li
 
 AMD's own indexes (a variant with ``device_extra``, e.g. ``rocm-amd`` on https://repo.amd.com/rocm/whl-multi-arch/)
 are checked the same way (``amd_findings``, skipped with ``--no-amd``): their simple pages for torch and
-torchvision (PEP 691 JSON or PEP 503 HTML) must hold each line the matrix names for each platform, and
-the newest torch wheel's METADATA (PEP 658 ``.metadata`` file, else range requests) must offer a
-``device-gfxNNNN`` extra for every target the matrix lists, and no target it lacks.
+torchvision (PEP 691 JSON or PEP 503 HTML) must hold each line the matrix names for each platform
+(``win_amd64`` wheels for Windows, ``linux_x86_64`` for Linux), and the newest torch wheel's METADATA
+(PEP 658 ``.metadata`` file, else range requests) must offer a ``device-gfxNNNN`` extra for every target
+the matrix lists for that platform, and no target it lacks.
 
 A new torch release then is a data change reviewed in minutes: run this, edit torch.json, rerun.
 The comparison (``compare``) is pure and is what tests/manifests/test_torch_data_script.py checks.
@@ -44,8 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "accelstack" / "manifests" / "data" / "torch.json"
 SIMPLE_URL = "https://pypi.org/simple/torch/"
 _WHEEL = re.compile(r"^torch-(?P<version>[^-]+)-(?P<py>cp\d+)-(?P<abi>cp\d+t?|abi3|none)-(?P<plat>.+)\.whl$")
+# linux_x86_64: AMD tags its multi-arch Linux wheels so (TheRock publish_pytorch_to_release_bucket.py); PyPI has none
 _PLATFORM = {"manylinux_2_28_x86_64": "linux-x86_64", "manylinux_2_28_aarch64": "linux-arm64", "win_amd64": "windows-x86_64",
-             "macosx_14_0_arm64": "macos-arm64", "macosx_11_0_arm64": "macos-arm64"}
+             "macosx_14_0_arm64": "macos-arm64", "macosx_11_0_arm64": "macos-arm64", "linux_x86_64": "linux-x86_64"}
 _CUDA_DEP = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)\b", re.I)
 _CUDA_TOOLKIT = re.compile(r"^cuda-toolkit(?:\[[^\]]*\])?==(\d+)\.(\d+)", re.I)
 _SYSTEM = {"linux": "Linux", "windows": "Windows", "macos": "Darwin"}

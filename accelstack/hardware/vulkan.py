@@ -7,10 +7,10 @@ turns a crashing or hanging driver into a problem instead of a dead detection.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..limits import MalformedInput, parse_json
 from .common import Probe
 from .protocol import CommandResult
 from .report import GPU, VulkanDevice, VulkanHeap
@@ -49,8 +49,8 @@ def driver_version(raw: int, vendor_id: int) -> str:
 def parse(text: str) -> Tuple[str, List[VulkanDevice], str]:
     """(loader version, devices, error) from the probe's JSON; malformed entries are skipped."""
     try:
-        data = json.loads(text.strip().splitlines()[-1]) if text.strip() else None
-    except ValueError:
+        data = parse_json(text.strip().splitlines()[-1], what="the Vulkan probe's answer") if text.strip() else None
+    except MalformedInput:  # not JSON, or nested past the parser's depth
         data = None
     if not isinstance(data, dict):
         return "", [], "the Vulkan probe printed no result"

@@ -1,4 +1,5 @@
-"""Windows: one PowerShell/CIM call for GPUs, VRAM (registry), CPU and its features; nvidia-smi for NVIDIA.
+"""Windows: one PowerShell/CIM call for GPUs, VRAM (registry), CPU and its features; nvidia-smi for NVIDIA,
+then the registry's DriverVersion for an NVIDIA GPU whose driver version neither of them gave.
 
 Win32_VideoController.AdapterRAM is a 32-bit field that caps at 4 GiB, so the real VRAM comes from
 the display class registry key's ``HardwareInformation.qwMemorySize`` (or nvidia-smi); without
@@ -6,17 +7,18 @@ either, a full AdapterRAM is only a lower bound (``GPU.vram_at_least``), never t
 """
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from ..errors import Action
+from ..limits import MalformedInput, parse_json
 from . import tables
 from .common import Probe, check_driver_age, classify_kind, fill_nvidia, nvidia_driver_hint, query_nvidia_smi
 from .cpu import normalize_features, x86_64_level
 from .report import GPU, HardwareReport
 
-__all__ = ["ADAPTER_RAM_CAP", "NVIDIA_SMI_EXES", "POWERSHELL", "SCRIPT", "SYSTEM_DIR", "VULKAN_DLL", "gpus", "nvidia_driver_from_windows", "probe"]
+__all__ = ["ADAPTER_RAM_CAP", "NVIDIA_SMI_EXES", "POWERSHELL", "REGISTRY_DRIVER", "REGISTRY_DRIVER_SCRIPT", "SCRIPT", "SYSTEM_DIR", "VULKAN_DLL",
+           "gpus", "nvidia_driver_from_windows", "probe"]
 
 SCRIPT = (
     "$ErrorActionPreference='SilentlyContinue';"
@@ -30,6 +32,22 @@ SCRIPT = (
     "$o|ConvertTo-Json -Depth 4 -Compress"
 )
 POWERSHELL = ["powershell", "-NoProfile", "-NonInteractive", "-Command", SCRIPT]
+# The driver version of each display adapter's driver key, read only when WMI and nvidia-smi left an
+# NVIDIA GPU's version unknown; a command of its own, so that SCRIPT's recorded command line (and every
+# capture made with it) stays as it is. Microsoft documents the key (Class\{ClassGUID}, the Display
+# class's GUID: learn.microsoft.com/windows-hardware/drivers/install/system-defined-device-setup-classes-
+# available-to-vendors) and both values (DriverVersion and MatchingDeviceId under the device's software
+# key: .../install/devpkey-device-driverversion, .../install/devpkey-device-matchingdeviceid). PowerShell's
+# JSON rather than `reg query`: reg's /v names one value (this needs two, joined by key), its /s descends
+# into the Properties subkey that refuses non-administrators, and its text columns are for people; the
+# '0*' wildcard names only the adapters' keys, as SCRIPT's own registry read does.
+REGISTRY_DRIVER_SCRIPT = (
+    "$ErrorActionPreference='SilentlyContinue';"
+    "ConvertTo-Json -Compress -InputObject @(Get-ItemProperty "
+    "'HKLM:\\SYSTEM\\CurrentControlSet\\Control\\Class\\{4d36e968-e325-11ce-bfc1-08002be10318}\\0*' "
+    "| Select-Object MatchingDeviceId,DriverVersion)"
+)
+REGISTRY_DRIVER = ["powershell", "-NoProfile", "-NonInteractive", "-Command", REGISTRY_DRIVER_SCRIPT]
 # IsProcessorFeaturePresent ids (winnt.h PF_*) -> our feature names.
 _PF = {"13": "sse3", "19": "neon", "36": "ssse3", "37": "sse4.1", "38": "sse4.2", "39": "avx", "40": "avx2", "41": "avx512f", "43": "dotprod", "46": "sve"}
 VULKAN_DLL = "C:\\Windows\\System32\\vulkan-1.dll"
@@ -53,9 +71,9 @@ def probe(p: Probe, report: HardwareReport) -> None:
     data: Dict[str, Any] = {}
     if res.stdout.strip():
         try:
-            parsed = json.loads(res.stdout)
+            parsed = parse_json(res.stdout, what="the PowerShell hardware query's output")
             data = parsed if isinstance(parsed, dict) else {}
-        except ValueError:
+        except MalformedInput:  # not JSON, or nested past the parser's depth
             p.problem("powershell_garbage", "the PowerShell hardware query printed output that could not be understood",
                       "attach a capture of this machine's detection to a bug report", "warning", action=Action.REPORT_BUG)
     elif not res.timed_out:
@@ -88,7 +106,8 @@ def nvidia_driver_from_windows(version: str) -> str:
 
     The rule Chromium applies to the registry's driver version (crrev.com/1241aea5, "the actual NVIDIA
     driver version is parsed from the driver version in the Windows registry"); a real machine shows
-    it: WMI's 31.0.15.3713 beside nvidia-smi's 537.13 (shared/reference/hardware-dumps/016)."""
+    it: WMI's 31.0.15.3713 beside nvidia-smi's 537.13 (shared/reference/hardware-dumps/016). The registry's
+    DriverVersion is the same string (31.0.15.5222 -> 552.22; the-database/mpv-AnimeJaNai#81 checks 31.0.15.7652 -> 576.52)."""
     digits = "".join(version.split(".")[-2:])
     if len(digits) < 5 or not (digits.isascii() and digits.isdigit()):
         return ""
@@ -159,11 +178,16 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
     if nvidia:
         # the driver's own nvidia-smi.exe, where the driver installs it, even when it is not on PATH
         smi = query_nvidia_smi(p, next((x for x in NVIDIA_SMI_EXES if p.system.exists(x)), "nvidia-smi")) or []
+        registry_versions: Optional[List[Dict[str, Any]]] = None  # read once, and only when a version is still unknown
         for i, g in enumerate(nvidia):
             s = next((s for s in smi if s.name == g.name), smi[i] if i < len(smi) else None)
             if s:
                 g.bus_id = s.bus_id
             fill_nvidia(g, s, "windows")
+            if not g.driver_version and g.driver != "basic-display":
+                if registry_versions is None:
+                    registry_versions = _registry_driver_versions(p)
+                _driver_from_registry(g, registry_versions)
             win = p.system.platform().win_version
             if g.cuda_driver_version:
                 check_driver_age(p, g, "windows", win)
@@ -175,10 +199,37 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
                 # the adapter carries NVIDIA's own name, so NVIDIA's driver is installed: only its version is unknown
                 g.sources.append("driver: NVIDIA's (the adapter has NVIDIA's name), version unknown")
                 p.problem("nvidia_driver_version_unknown",
-                          f"{g.name} has NVIDIA's driver installed, but its version could not be read (no DriverVersion, nvidia-smi did not answer)",
+                          f"{g.name} has NVIDIA's driver installed, but its version could not be read (not in WMI or the registry, and nvidia-smi did not answer)",
                           "run `nvidia-smi` to see the driver version; if it fails, repair the driver: "
                           + nvidia_driver_hint(g.compute_capability, True, "windows", win), "warning", g.index)
     return found
+
+
+def _registry_driver_versions(p: Probe) -> List[Dict[str, Any]]:
+    """The display adapters' driver keys (MatchingDeviceId, DriverVersion); none when the read failed or
+    printed what is not JSON (the version then stays unknown, and the report says so)."""
+    res = p.run(REGISTRY_DRIVER, "registry")
+    if not res.ok or not res.stdout.strip():
+        return []
+    try:
+        return _as_list(parse_json(res.stdout, what="the registry's driver keys"))
+    except MalformedInput:  # not JSON, or nested past the parser's depth
+        return []
+
+
+def _driver_from_registry(g: GPU, entries: List[Dict[str, Any]]) -> None:
+    """The NVIDIA driver version of the driver keys installed for this GPU's PCI ids, when they agree."""
+    ids = re.compile(rf"\\ven_{g.pci_vendor_id}&dev_{g.pci_device_id}(?![0-9a-f])")
+    found: Set[str] = set()
+    for entry in entries:
+        match, raw = entry.get("MatchingDeviceId"), entry.get("DriverVersion")
+        if isinstance(match, str) and isinstance(raw, str) and ids.search(match.lower()) and re.fullmatch(r"[0-9]{1,5}(\.[0-9]{1,6}){3}", raw):
+            found.add(nvidia_driver_from_windows(raw))
+    found.discard("")
+    if len(found) == 1:
+        g.driver_version = found.pop()
+        g.cuda_driver_version = tables.cuda_for_driver(g.driver_version, "windows")
+        g.sources.append("driver: registry DriverVersion of the display adapter's driver key (matched by MatchingDeviceId)")
 
 
 def _hip_runtime(p: Probe, g: GPU) -> None:

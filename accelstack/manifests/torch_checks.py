@@ -89,6 +89,10 @@ class TorchEval:
     collapsed: Optional[Tuple[str, str]] = None  # (code, reason) for a rejection before any line was checked
     covers: List[Device] = field(default_factory=list)
     candidate: Optional[Candidate] = None
+    # ROCm ranking on one GPU (see _TorchResolver.rank_native_first): 0 first; 1 needs HSA_OVERRIDE_GFX_VERSION
+    # where AMD's index runs the target's own code; 2 defers to a build that holds the target natively
+    rank: int = 0
+    rank_why: str = ""  # why the rank put it behind, for its "not chosen" text
 
     @property
     def best(self) -> Optional[LineOk]:
@@ -118,7 +122,7 @@ class TorchEval:
             # same torch line: a build whose publication is confirmed first, then one the driver runs natively
             # before one that relies on minor-version compatibility
             unverified = bool(self.best.build.unverified or self.best.variant.unverified)
-            return (0, -rel.major, -rel.minor, unverified, self.best.via_compat, -len(self.covers), self.order)
+            return (0, self.rank, -rel.major, -rel.minor, unverified, self.best.via_compat, -len(self.covers), self.order)
         return (1, self.order)
 
 

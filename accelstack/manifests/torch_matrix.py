@@ -19,7 +19,8 @@ The matrix (``data/torch.json``, ``kind: "torch"``) holds, besides the envelope:
            "broken_gfx": {"gfx906": "why"}, "platforms": {"linux-x86_64": {"gfx": [...]}}},
           {"name": "rocm-amd", "backend": "rocm", "rocm": "7.14", "index": "https://repo.amd.com/rocm/whl-multi-arch/",
            "device_extra": "device-{gfx}", "hip_runtime": "7", "driver_update": "update the Adrenalin driver to 26.2.2 or newer",
-           "platforms": {"windows-x86_64": {"gfx": [...], "gfx_build_only": ["gfx1200", "gfx1201"]}}},
+           "platforms": {"windows-x86_64": {"gfx": [...], "gfx_build_only": ["gfx1200", "gfx1201"]},
+                         "linux-x86_64": {"gfx": [...], "gfx_build_only": [...], "defer_to_native": "why"}}},
           {"name": "directml", "backend": "directml", "package": "torch-directml==0.2.5.dev240914",
            "pins": "2.4.1", "index": "pypi", "platforms": {"windows-x86_64": {"windows_min_build": 16299}}}],
         "extras": [{"package": "triton-windows", "spec": "<3.4", "install": "optional",
@@ -97,6 +98,7 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
         ptx=get_str_list(obj, "ptx", path, pattern=CC),
         gfx=get_str_list(obj, "gfx", path, pattern=GFX),
         gfx_build_only=get_str_list(obj, "gfx_build_only", path, pattern=GFX),
+        defer_to_native=get_str(obj, "defer_to_native", path, required=False),
         macos_min=get_version(obj, "macos_min", path, required=False),
         windows_min_build=get(obj, "windows_min_build", path, int, required=False, default=0),
         glibc=get_version(obj, "glibc", path, required=False),
@@ -105,6 +107,8 @@ def _parse_platform_build(obj: object, path: str, backend: str) -> PlatformBuild
     )
     if backend == "cuda" and not (build.sm or build.ptx):
         raise fail(join(path, "sm"), "missing (a CUDA build must list the SM architectures compiled in)")
+    if build.defer_to_native and backend != "rocm":
+        raise fail(join(path, "defer_to_native"), "only a ROCm build can yield to builds that hold the GPU's gfx target natively")
     if backend == "rocm" and not build.gfx:
         raise fail(join(path, "gfx"), "missing (a ROCm build must list the gfx targets compiled in)")
     return build

@@ -107,8 +107,30 @@ class _TorchResolver(TorchDeviceRules):
         out = [self.evaluate(dev, backend, n, tier, i) for i, n in enumerate(published)]
         for ev in out:
             ev.covers = self.covers(ev)
+        if backend == "rocm" and dev is not None:
+            self.rank_native_first(out, dev)
         out.sort(key=lambda e: e.sort_key())
         return out
+
+    @staticmethod
+    def rank_native_first(evals: List[TorchEval], dev: Device) -> None:
+        """The GPU's own code first. A build marked ``defer_to_native`` (AMD's index on Linux) yields to
+        any build that holds the target natively (PyTorch's own wheel), whatever torch it gives; where
+        none does, it runs the target's own code and so ranks before HSA_OVERRIDE_GFX_VERSION, which
+        runs another target's code (and which AMD's ROCm never gets)."""
+        ok = [e for e in evals if e.best]
+        native = sorted((e for e in ok if not e.top.build.defer_to_native and dev.gfx in e.top.build.gfx
+                         and "HSA_OVERRIDE_GFX_VERSION" not in e.top.env), key=lambda e: e.sort_key())
+        deferring = [e for e in ok if e.top.build.defer_to_native]
+        for e in deferring:
+            if native:
+                e.rank = 2
+                e.rank_why = f"PyTorch's own {native[0].name} holds {dev.gfx} natively ({e.top.build.defer_to_native})"
+        own = [e for e in deferring if e.rank == 0]
+        for e in ok:
+            if own and "HSA_OVERRIDE_GFX_VERSION" in e.top.env:
+                e.rank = 1
+                e.rank_why = f"{own[0].name} runs {dev.gfx}'s own code, without HSA_OVERRIDE_GFX_VERSION"
 
     def candidate(self, ev: TorchEval, chosen: Optional[TorchEval]) -> Candidate:
         gpus = [i for d in (ev.covers or ([ev.device] if ev.device else [])) for i in d.indexes]
@@ -146,6 +168,8 @@ class _TorchResolver(TorchDeviceRules):
 
     def why_not(self, e: TorchEval, chosen: TorchEval) -> str:
         if e.device is chosen.device and e.backend == chosen.backend:
+            if e.rank_why and e.rank > chosen.rank:
+                return e.rank_why
             a, b = e.top.release.version, chosen.top.release.version
             if b > a:
                 return f"{chosen.name} gives a newer torch ({chosen.top.release.torch})"
@@ -240,6 +264,9 @@ class _TorchResolver(TorchDeviceRules):
             if late:
                 plan.notes.append(f"warning: AMD builds {var.name} for {', '.join(late)} but has not release-tested it on this OS; "
                                   "if torch does not find the GPU, the next candidate is the fallback")
+            if self.m.os == "linux":
+                plan.notes.append(f"{var.name} is AMD's ROCm, which fails to start when HSA_OVERRIDE_GFX_VERSION is set: "
+                                  "unset it where torch runs (the plan sets none)")
         plan.packages = packages
         index = build.index or var.index
         url = "" if index == "pypi" else (index or matrix.index_url.replace("{variant}", var.name))

@@ -50,6 +50,9 @@ class PlatformBuild:
     gfx: List[str] = field(default_factory=list)
     # gfx targets the publisher builds but does not release-test on this platform (offered with a warning)
     gfx_build_only: List[str] = field(default_factory=list)
+    # ranking rule with its reason: this build ranks after any other build of its backend that holds the
+    # GPU's target natively (AMD's index on Linux yields to PyTorch's own ROCm wheels), "" for none
+    defer_to_native: str = ""
     macos_min: str = ""
     windows_min_build: int = 0
     glibc: str = ""

@@ -194,7 +194,7 @@ def test_configure_sets_the_plans_variables_and_keeps_the_users(monkeypatch):
 
 def test_configure_sets_no_gfx_override_where_accelstacks_data_refuses_it(monkeypatch):
     """The Radeon 680M (gfx1035, integrated): torchruntime sets HSA_OVERRIDE_GFX_VERSION=10.3.5 (its own gfx); accelstack's
-    plan is the CPU build (no torch ROCm wheel has gfx1035, the override is unreliable on iGPUs, /dev/kfd is closed)."""
+    plan is the CPU build (/dev/kfd is closed; with it open the plan is AMD's own gfx1035 build, never the override)."""
     from manifests.test_torchruntime_diff import torchruntime_gpus
     from torchruntime import configuration as theirs
 

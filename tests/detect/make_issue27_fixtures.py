@@ -9,6 +9,7 @@ each README names the public dump, what is verbatim from it, what is transcribed
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -88,6 +89,49 @@ def windows_rtx4060_laptop_driver_unread_smi_system32() -> CaptureBuilder:
     return b
 
 
+# -- Windows dGPU laptop: NVIDIA driver version in neither WMI nor nvidia-smi, but in the registry --------
+
+# Microsoft's documentation of the key and the two values the registry read takes from each adapter's key:
+REGISTRY_URLS = ("https://learn.microsoft.com/windows-hardware/drivers/install/system-defined-device-setup-classes-available-to-vendors "
+                 "(Display adapters: class GUID {4d36e968-e325-11ce-bfc1-08002be10318}); "
+                 "https://learn.microsoft.com/windows-hardware/drivers/install/hklm-system-currentcontrolset-control-registry-tree "
+                 "(HKLM\\SYSTEM\\CurrentControlSet\\Control\\Class: a subkey per setup class); "
+                 "https://learn.microsoft.com/windows-hardware/drivers/install/devpkey-device-driverversion and "
+                 "https://learn.microsoft.com/windows-hardware/drivers/install/devpkey-device-matchingdeviceid (the registry values "
+                 "DriverVersion and MatchingDeviceId under the device's software key)")
+
+
+def ps_json(value: object) -> str:
+    """``value`` as Windows PowerShell 5.1's ConvertTo-Json -Compress prints it (``&`` ``'`` ``<`` ``>`` escaped), CRLF-ended."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for ch, esc in (("&", "\\u0026"), ("'", "\\u0027"), ("<", "\\u003c"), (">", "\\u003e")):
+        text = text.replace(ch, esc)
+    return text + "\r\n"
+
+
+def windows_rtx4060_laptop_driver_from_registry() -> CaptureBuilder:
+    """The RTX 4060 laptop with WMI's DriverVersion missing and no nvidia-smi anywhere: the registry has the version."""
+    from accelstack.hardware.windows import REGISTRY_DRIVER
+
+    b = CaptureBuilder(system="Windows", machine="AMD64", release="11", version="10.0.26200", win_version="10.0.26200")
+    b.powershell({
+        "gpus": [i11d.ADL_INTEL, dict(i11d.ADL_NVIDIA, DriverVersion=None)],
+        "registry": [
+            {"DriverDesc": "Intel(R) UHD Graphics", "MatchingDeviceId": "pci\\ven_8086&dev_46a3", "HardwareInformation.qwMemorySize": None},
+            {"DriverDesc": "NVIDIA GeForce RTX 4060 Laptop GPU", "MatchingDeviceId": "pci\\ven_10de&dev_28a0", "HardwareInformation.qwMemorySize": 8589934592},
+        ],
+        "cpu": i11d.ADL_CPU, "features": i11d.ADL_FEATURES,
+    })
+    b.command(mf.SMI_QUERY, missing=True)
+    b.command(REGISTRY_DRIVER, stdout=ps_json([
+        {"MatchingDeviceId": "pci\\ven_8086&dev_46a3", "DriverVersion": i11d.ADL_INTEL["DriverVersion"]},
+        {"MatchingDeviceId": "pci\\ven_10de&dev_28a0", "DriverVersion": i11d.ADL_NVIDIA["DriverVersion"]},
+    ]))
+    b.device(mf.VULKAN_DLL)
+    b.memory = [16 * GIB, None]
+    return b
+
+
 # -- Kepler GTX 680 on driver 331 (both the driver and the architecture rule CUDA wheels out) ----------
 
 GTX680_URLS = ("https://github.com/FoldingAtHome/fah-issues/issues/878 (GeForce GTX 680 = PCI\\VEN_10DE&DEV_1180, a Kepler GK104); "
@@ -160,6 +204,23 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
             ["nothing: the inventory is a table, not a probe's output"],
             ["as in i11d-windows-rtx4060-laptop-partial-wmi; nvidia-smi's row as in i11d-windows-adl-uhd46a3-rtx4060-laptop (driver 581.15, 8.9)"],
             ["nvidia-smi.exe present in C:\\Windows\\System32 and answering there, not on PATH"],
+        ),
+    ),
+    "windows-nvidia-rtx4060-laptop-driver-from-registry": (
+        windows_rtx4060_laptop_driver_from_registry,
+        url_readme(
+            "windows-nvidia-rtx4060-laptop-driver-from-registry",
+            "The i11d RTX 4060 laptop with a partial WMI report (no DriverVersion for the NVIDIA adapter) and no nvidia-smi, "
+            "neither on PATH nor in C:\\Windows\\System32: detection reads the display class registry keys' DriverVersion "
+            "(matched to the GPU by MatchingDeviceId) in a second, separate PowerShell read, and Windows' 32.0.15.8115 is NVIDIA's 581.15.",
+            f"{i11d.ADL_URL}; the registry key and values: {REGISTRY_URLS}",
+            ["nothing: the inventory is a table, and no public paste of this read's output was found"],
+            ["as in i11d-windows-adl-uhd46a3-rtx4060-laptop: adapters, PCI ids, driver versions (32.0.101.7082 Intel, "
+             "32.0.15.8115 = NVIDIA 581.15), Windows build, CPU; here the driver versions are the registry read's answer"],
+            ["a partial report: WMI's DriverVersion of the NVIDIA adapter is null, nvidia-smi is found nowhere",
+             "the registry read's JSON as Windows PowerShell 5.1's ConvertTo-Json -Compress prints it, the adapters' keys in "
+             "the order of the first query's registry list, MatchingDeviceId written as there (detection matches it in any case)",
+             "registry qwMemorySize 8 GiB for the NVIDIA adapter, 16 GiB RAM, vulkan-1.dll present (as in the i11d fixture)"],
         ),
     ),
     "linux-nvidia-gtx680-331": (

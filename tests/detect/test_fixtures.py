@@ -276,6 +276,15 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    driver_version="581.15", compute_capability="8.9", cuda_driver_version="13.0", vram_total=8188 * MIB)],
         apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 1), problems=set(),
     ),
+    # issue 27: the NVIDIA driver version from the registry's DriverVersion (WMI had none, nvidia-smi is nowhere)
+    "windows-nvidia-rtx4060-laptop-driver-from-registry": dict(
+        os="windows", version="10.0.26200", arch="x86_64", ngpus=2,
+        gpus=[dict(vendor="intel", name="Intel(R) UHD Graphics", kind="integrated", pci_device_id="46a3"),
+              dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", driver="wddm",
+                   driver_version="581.15", compute_capability="8.9", cuda_driver_version="13.0", vram_total=8 * GIB, vram_at_least=None)],
+        gpu_sources={1: "driver: registry DriverVersion of the display adapter's driver key (matched by MatchingDeviceId)"},
+        apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 1), problems=set(),
+    ),
     "linux-nvidia-gtx680-331": dict(
         os="linux", version="Ubuntu 14.04 LTS", arch="x86_64", ngpus=1,
         gpus=[dict(vendor="nvidia", name="GeForce GTX 680", kind="discrete", pci_device_id="1180", driver="nvidia", driver_version="331.38",

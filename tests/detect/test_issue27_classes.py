@@ -6,17 +6,22 @@ the variations a dump does not show are built here with the same CaptureBuilder.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
 from accelstack import schemas
-from accelstack.hardware import tables
+from accelstack.hardware import detect, tables, windows
+from accelstack.hardware.capture import CapturingSystem
 from accelstack.hardware.common import classify_kind
 from accelstack.hardware.report import HardwareReport
+from accelstack.hardware.system import ReplaySystem
+from accelstack.manifests import Manifests, Request, resolve
 from accelstack.serde import from_dict, to_dict
 
-from .conftest import CAPTURES, make_fixture, replay
+from .conftest import CAPTURES, TEST_HOME, make_fixture, replay
 
 MTL = "linux-intel-meteorlake-7d55-npu"
 XDNA = "linux-amd-phoenix-780m-npu-amdxdna"
@@ -184,3 +189,100 @@ def test_still_unread_the_report_says_so():
     g = r.gpus[1]
     assert (g.driver, g.driver_version, g.cuda_driver_version) == ("wddm", "", "")
     assert "nvidia_driver_version_unknown" in r.problem_codes()
+
+
+# -- Windows: the registry's DriverVersion when WMI and nvidia-smi(.exe) gave none -----------------------
+
+REGISTRY = "windows-nvidia-rtx4060-laptop-driver-from-registry"
+FULL_WMI = "i11d-windows-adl-uhd46a3-rtx4060-laptop"
+
+
+class _Recording(ReplaySystem):
+    """A replay that remembers which commands detection ran."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.ran: list = []
+
+    def run(self, argv, timeout=5.0):  # type: ignore[override]
+        self.ran.append(list(argv))
+        return super().run(argv, timeout)
+
+
+def _registry_capture(dest, stdout: str, returncode: int = 0):
+    """The partial-WMI laptop copied to ``dest``, whose registry read answers ``stdout``."""
+    src = Path(shutil.copytree(CAPTURES / PARTIAL_WMI, dest))
+    index = json.loads((src / "capture.json").read_text(encoding="utf-8"))
+    n = len(index["commands"])
+    index["commands"].append({"argv": list(windows.REGISTRY_DRIVER), "returncode": returncode, "stdout": f"commands/{n}.out",
+                              "stderr": f"commands/{n}.err", "timed_out": False, "missing": False, "duration_ms": 0.0})
+    (src / "commands" / f"{n}.out").write_text(stdout, encoding="utf-8")
+    (src / "commands" / f"{n}.err").write_text("", encoding="utf-8")
+    (src / "capture.json").write_text(json.dumps(index), encoding="utf-8")
+    return src
+
+
+def test_the_registry_gives_the_version_when_wmi_and_nvidia_smi_did_not():
+    r = replay(CAPTURES / REGISTRY)
+    g = r.gpus[1]
+    assert (g.driver_version, g.cuda_driver_version, g.vram_total) == ("581.15", "13.0", 8 * 1024 ** 3)
+    assert any("registry" in s and "DriverVersion" in s for s in g.sources), g.sources
+    assert "nvidia_driver_version_unknown" not in r.problem_codes()
+    assert (r.preference[0].api, r.preference[0].gpu) == ("cuda", 1)
+
+
+def test_the_registry_is_read_only_when_the_version_is_still_unknown():
+    for name, needed in ((FULL_WMI, False), (SMI_SYSTEM32, False), (REGISTRY, True), (PARTIAL_WMI, True)):
+        system = _Recording(str(CAPTURES / name))
+        detect(system, home=TEST_HOME, timeout=5.0)
+        assert (list(windows.REGISTRY_DRIVER) in system.ran) is needed, name
+        assert system.ran[0] == list(windows.POWERSHELL), "the first query's command line is unchanged"
+
+
+def test_the_registry_read_is_recorded_in_a_capture_and_replays(tmp_path):
+    capturing = CapturingSystem(ReplaySystem(str(CAPTURES / REGISTRY)))
+    first = detect(capturing, home=TEST_HOME, timeout=5.0)
+    capturing.save(str(tmp_path / "again"))
+    index = json.loads((tmp_path / "again" / "capture.json").read_text(encoding="utf-8"))
+    assert list(windows.REGISTRY_DRIVER) in [c["argv"] for c in index["commands"]]
+    assert replay(tmp_path / "again").gpus[1].driver_version == first.gpus[1].driver_version == "581.15"
+
+
+def test_the_registry_entry_is_matched_by_the_pci_ids(tmp_path):
+    entries = [{"MatchingDeviceId": "pci\\ven_10de&dev_28a01", "DriverVersion": "31.0.15.5222"},  # a longer id is another device
+               {"MatchingDeviceId": "pci\\ven_10de&dev_2860", "DriverVersion": "31.0.15.5222"},   # another NVIDIA GPU
+               {"MatchingDeviceId": "PCI\\VEN_10DE&DEV_28A0&SUBSYS_0B9A1028", "DriverVersion": "31.0.15.5222"}]
+    r = replay(_registry_capture(tmp_path / "all", json.dumps(entries)))
+    assert r.gpus[1].driver_version == "552.22"  # Windows' 31.0.15.5222 is NVIDIA's 552.22
+    r = replay(_registry_capture(tmp_path / "others", json.dumps(entries[:2])))
+    assert r.gpus[1].driver_version == "" and "nvidia_driver_version_unknown" in r.problem_codes()
+
+
+@pytest.mark.parametrize("stdout, returncode", [
+    ("", 0), ("garbage\r\n", 0), ("[", 0), ("[" * 100_000, 0), ("null", 0), ("42", 0), ('"31.0.15.5222"', 0), ("[[], 1, null]", 0),
+    ('{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": "31.0.15.5222"}', 1),  # the command failed
+    ('{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0"}', 0),
+    ('{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": 3101552220}', 0),
+    ('{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": "not.a.version"}', 0),
+    ('{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": "31.0.15.' + "9" * 100_000 + '"}', 0),
+    ('{"MatchingDeviceId": ["pci\\\\ven_10de&dev_28a0"], "DriverVersion": "31.0.15.5222"}', 0),
+    # two entries for this GPU that disagree: neither is taken
+    ('[{"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": "31.0.15.5222"},'
+     ' {"MatchingDeviceId": "pci\\\\ven_10de&dev_28a0", "DriverVersion": "32.0.15.8115"}]', 0),
+])
+def test_garbage_from_the_registry_gives_no_version_and_no_crash(tmp_path, stdout, returncode):
+    r = replay(_registry_capture(tmp_path / "cap", stdout, returncode))
+    g = r.gpus[1]
+    assert (g.driver_version, g.cuda_driver_version) == ("", "")
+    assert "nvidia_driver_version_unknown" in r.problem_codes()
+    assert not any(p.code.startswith("probe_failed") for p in r.problems)
+
+
+def test_a_version_from_the_registry_gets_the_ordinary_cuda_plan():
+    """Not the lowest-floor fallback of an unread driver: the plan of the driver the registry names."""
+    unread = resolve(replay(CAPTURES / PARTIAL_WMI), Request(stack="torch", python="3.11"), Manifests.builtin())
+    assert unread.variant == "cu118" and any("could not be read" in n for n in unread.notes)  # what it was before
+    plan = resolve(replay(CAPTURES / REGISTRY), Request(stack="torch", python="3.11"), Manifests.builtin())
+    full = resolve(replay(CAPTURES / FULL_WMI), Request(stack="torch", python="3.11"), Manifests.builtin())
+    assert (plan.backend, plan.variant, plan.gpus) == (full.backend, full.variant, full.gpus) == ("cuda", "cu130", [1])
+    assert not any("could not be read" in n for n in plan.notes)

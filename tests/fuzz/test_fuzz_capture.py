@@ -260,6 +260,19 @@ def test_system_profiler_json_that_is_not_an_object_does_not_raise(tmp_path, out
     assert report.os.name == "macos"
 
 
+@pytest.mark.parametrize("output", [b"[]", b"5", b"null", b'"text"', b"[" * 100_000, b'{"DriverVersion": [5]}',
+                                    b'[{"MatchingDeviceId": 5, "DriverVersion": "31.0.15.5222"}, null]', b"\xff\xfe garbage"])
+def test_registry_driver_json_that_is_no_list_of_keys_does_not_raise(tmp_path, output):
+    """The Windows registry read of an NVIDIA GPU's driver version (issue 27): garbage gives no version."""
+    root = copy_of(tmp_path, "windows-nvidia-rtx4060-laptop-driver-from-registry")
+    doc = json.loads((root / "capture.json").read_text(encoding="utf-8"))
+    for c in doc["commands"]:
+        if "DriverVersion)" in c["argv"][-1] and c.get("stdout"):
+            (root / c["stdout"]).write_bytes(output)
+    report = detect(ReplaySystem(str(root)), home=HOME)
+    assert report.gpus[1].driver_version == "" and "nvidia_driver_version_unknown" in report.problem_codes()
+
+
 def test_a_failing_probe_stage_becomes_a_problem_and_detection_goes_on(tmp_path, monkeypatch):
     from accelstack.hardware import linux
 
@@ -291,3 +304,22 @@ def test_a_gpu_name_read_from_a_4_mb_file_does_not_stall_the_name_rules(tmp_path
     (root / "files" / "proc" / "device-tree" / "model").write_bytes(b"a" * (MAX_CAPTURE_FILE_BYTES + 10))
     with bounded("detect over a 4 MB device-tree model"):
         detect(ReplaySystem(str(root)), home=HOME)
+
+
+@pytest.mark.parametrize("output", [b"[" * 100_000, b'{"gpus": ' * 50_000])
+def test_the_first_powershell_query_nested_past_the_parsers_depth_is_garbage_not_a_failed_stage(tmp_path, output):
+    """JSON nested deeper than the parser goes raises RecursionError, not ValueError: the report says the
+    query printed what could not be understood (a hint to capture), not that a detection stage broke."""
+    root = copy_of(tmp_path, "windows-nvidia-rtx4060-591")
+    doc = json.loads((root / "capture.json").read_text(encoding="utf-8"))
+    first = next(c for c in doc["commands"] if c["argv"][0] == "powershell" and c.get("stdout"))
+    (root / first["stdout"]).write_bytes(output)
+    report = detect(ReplaySystem(str(root)), home=HOME)
+    codes = report.problem_codes()
+    assert "powershell_garbage" in codes and not any(c.startswith("probe_failed") for c in codes), codes
+
+
+def test_a_vulkan_probe_answer_nested_past_the_parsers_depth_is_no_result():
+    from accelstack.hardware import vulkan
+
+    assert vulkan.parse("[" * 100_000) == ("", [], "the Vulkan probe printed no result")

@@ -29,6 +29,7 @@ FIXTURES = {
     "linux-nvidia-gtx680-331":                   ("cpu", ">=2.14", "cpu", None),        # sm_30: no torch CUDA wheel has its kernels
     "linux-nvidia-no-devices-rtx3090-550":       ("cpu", ">=2.14", "cpu", None),        # driver loaded, GPU not initialized
     "windows-nvidia-rtx4060-laptop-driver-unread-smi-system32": ("cu130", ">=2.14", "cuda", None),  # version from System32's nvidia-smi.exe
+    "windows-nvidia-rtx4060-laptop-driver-from-registry": ("cu130", ">=2.14", "cuda", None),  # version from the registry's DriverVersion
     "i11p-linux-amd-ellesmere-gfx803":           ("cpu", ">=2.14", "cpu", None),        # gfx803: in no current ROCm
     "container-amd-mi300x-kfd-einval":           ("cpu", ">=2.14", "cpu", None),        # /dev/kfd EINVAL: ROCm unusable
     "linux-amd-2x-rx7900xtx-rocm":               ("rocm7.14", ">=2.14", "rocm", None),
@@ -69,7 +70,7 @@ CONSTRUCTED = {
     "gtx970-580": (machine(nvidia(name="NVIDIA GeForce GTX 970", cc="5.2", vram=4)), ("cu126", ">=2.14", "vulkan", "cuda")),  # ggml cuda12 starts at sm_61
     "k80-525": (machine(nvidia(name="Tesla K80", cc="3.7", cuda="12.0", driver="525.60.13", vram=12)), ("cu118", "~=2.7.0", "vulkan", None)),  # no toolkit that builds ggml compiles for sm_37
     "v100-580-windows": (machine(nvidia(name="Tesla V100", cc="7.0", vram=16), os="windows"), ("cu126", ">=2.14", "cuda", None)),
-    "rx6700xt-gfx1031": (machine(amd(name="AMD Radeon RX 6700 XT", gfx="gfx1031", vram=12)), ("rocm7.2", "~=2.13.0", "rocm", None)),
+    "rx6700xt-gfx1031": (machine(amd(name="AMD Radeon RX 6700 XT", gfx="gfx1031", vram=12)), ("rocm-amd", ">=2.14", "rocm", None)),  # AMD's own gfx1031 build, not gfx1030 code through the override
     "radeon-vii-gfx906": (machine(amd(name="AMD Radeon VII", gfx="gfx906", vram=16)), ("rocm6.3", "~=2.8.0", "rocm", None)),
     "m1-macos13": (machine(apple(name="Apple M1"), os="macos", arch="arm64", version="13.6"), ("mps", "~=2.8.0", "metal", None)),
     "arc-a770-windows": (machine(intel(), os="windows"), ("xpu", ">=2.14", "vulkan", "sycl")),

@@ -261,15 +261,17 @@ def test_two_nvidia_cards_sharing_a_build_use_both():
 
 # -- AMD: gfx targets, overrides, visible devices ----------------------------------------------------
 def test_rdna2_discrete_uses_the_override_where_the_rocm_allows_it():
-    plan = plan_of(machine(amd(name="AMD Radeon RX 6700 XT", gfx="gfx1031", vram=12)))
-    assert (plan.variant, plan.torch_version) == ("rocm7.2", "2.13")
+    # torch < 2.11: before AMD's own gfx1031 build (rocm-amd, chosen otherwise: test_amd_linux_rocm.py)
+    plan = plan_of(machine(amd(name="AMD Radeon RX 6700 XT", gfx="gfx1031", vram=12)), "torch", "torch<2.11")
+    assert (plan.variant, plan.torch_version) == ("rocm7.1", "2.10")
     assert plan.env == {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}
     assert "this ROCm fails when HSA_OVERRIDE_GFX_VERSION is set" in candidate(plan, "rocm7.14").reason
 
 
 def test_integrated_rdna2_is_refused_with_the_reason():
+    # PyTorch's wheels refuse it; AMD's index builds gfx1036 itself (test_amd_linux_rocm.py)
     plan = plan_of(machine(amd(name="AMD Radeon 680M", gfx="gfx1036", kind="integrated", vram=None)))
-    assert plan.backend == "cpu"
+    assert plan.variant == "rocm-amd" and "HSA_OVERRIDE_GFX_VERSION" not in plan.env
     reason = candidate(plan, "rocm6.2").reason
     assert reason == ("rocm6.2 rejected: gfx1036 (AMD Radeon 680M) is not supported by torch 2.5 rocm6.2; "
                       "HSA_OVERRIDE_GFX_VERSION cannot map an integrated RDNA2 reliably")
@@ -284,9 +286,11 @@ def test_gfx906_gets_the_last_rocm_that_works_on_it():
 def test_laptop_dgpu_with_override_hides_the_igpu():
     report = machine(amd(0, name="AMD Radeon RX 6500M", gfx="gfx1034", vram=4),
                      amd(1, name="AMD Radeon Graphics", gfx="gfx1035", kind="integrated", vram=None))
-    plan = plan_of(report)
+    plan = plan_of(report, "torch", "torch<2.11")  # before AMD's own gfx1034 build
     assert plan.gpus == [0]
     assert plan.env == {"HSA_OVERRIDE_GFX_VERSION": "10.3.0", "HIP_VISIBLE_DEVICES": "0"}
+    plan = plan_of(report)  # AMD's own build: gfx1034's code, no override, the iGPU still hidden
+    assert (plan.variant, plan.gpus, plan.env) == ("rocm-amd", [0], {"HIP_VISIBLE_DEVICES": "0"})
 
 
 def test_rocm_unreachable_says_what_to_do():
@@ -302,12 +306,12 @@ def test_rocm_unreachable_says_what_to_do():
         machine(nvidia(name="NVIDIA GeForce GTX 1060 6GB", cc="6.1", cuda="", driver="", driver_name="nouveau"), apis={}),
         machine(nvidia(cc="", cuda="", driver="")),
         machine(amd(gfx="")),
-        machine(amd(name="AMD Radeon RX 5700 XT", gfx="gfx1010")),
+        machine(amd(name="AMD Radeon RX 580", gfx="gfx803", vram=8)),  # RDNA1 (gfx1010) has AMD's own build now
         machine(GPU(index=0, vendor="other", name="ASPEED Graphics Family", kind="integrated")),
         machine(intel(name="Intel HD Graphics 4600", generation="Gen7.5 (Haswell)", kind="integrated", vram=None)),
         machine(nvidia(), os="macos", arch="x86_64", version="10.15.7"),
     ],
-    ids=["nouveau", "nvidia-no-facts", "amd-no-gfx", "rdna1", "other-vendor", "old-intel", "nvidia-on-mac"],
+    ids=["nouveau", "nvidia-no-facts", "amd-no-gfx", "polaris", "other-vendor", "old-intel", "nvidia-on-mac"],
 )
 def test_unsupported_gpus_fall_back_to_cpu_with_a_reason(report):
     plan = plan_of(report)

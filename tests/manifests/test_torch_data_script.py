@@ -113,6 +113,9 @@ def test_the_bundled_matrix_matches_the_pypi_snapshot_it_was_checked_against():
 WINDOWS_GFX = ["gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
                "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx900", "gfx906", "gfx1153",
                "gfx1200", "gfx1201"]
+LINUX_GFX = ["gfx942", "gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035",
+             "gfx1036", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1200", "gfx1201",
+             "gfx900", "gfx906", "gfx908", "gfx90a", "gfx950", "gfx1153"]
 
 
 def _amd_metadata(targets):
@@ -121,8 +124,9 @@ def _amd_metadata(targets):
     ) + "Provides-Extra: device-all\n"
 
 
-def _serve_amd_index(root, torch_versions, torchvision_versions, targets):
-    """A PEP 503 index as AMD's looks: local versions, win_amd64 wheels, PEP 658 metadata files."""
+def _serve_amd_index(root, torch_versions, torchvision_versions, targets, linux_targets):
+    """A PEP 503 index as AMD's looks: local versions, win_amd64 and linux_x86_64 wheels (AMD tags its Linux
+    wheels linux_x86_64, not manylinux), each offering its OS's targets, PEP 658 metadata files."""
     import hashlib
     from urllib.parse import quote
 
@@ -131,11 +135,12 @@ def _serve_amd_index(root, torch_versions, torchvision_versions, targets):
         page.mkdir(parents=True)
         anchors = []
         for v in versions:
-            name = f"{package}-{v}+rocm7.14.0-cp312-cp312-win_amd64.whl"
-            meta = _amd_metadata(targets).encode()
-            (page / name).write_bytes(b"PK not a real wheel")
-            (page / f"{name}.metadata").write_bytes(meta)
-            anchors.append(f'<a href="{quote(name)}" data-core-metadata="sha256={hashlib.sha256(meta).hexdigest()}">{name}</a><br/>')
+            for tag, offered in (("win_amd64", targets), ("linux_x86_64", linux_targets)):
+                name = f"{package}-{v}+rocm7.14.0-cp312-cp312-{tag}.whl"
+                meta = _amd_metadata(offered).encode()
+                (page / name).write_bytes(b"PK not a real wheel")
+                (page / f"{name}.metadata").write_bytes(meta)
+                anchors.append(f'<a href="{quote(name)}" data-core-metadata="sha256={hashlib.sha256(meta).hexdigest()}">{name}</a><br/>')
         (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(anchors) + "\n</body></html>\n")
 
 
@@ -147,8 +152,8 @@ def amd_index(tmp_path):
 
     servers = []
 
-    def start(torch_versions, torchvision_versions, targets):
-        _serve_amd_index(tmp_path, torch_versions, torchvision_versions, targets)
+    def start(torch_versions, torchvision_versions, targets, linux_targets=tuple(LINUX_GFX)):
+        _serve_amd_index(tmp_path, torch_versions, torchvision_versions, targets, linux_targets)
         handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
         handler.log_message = lambda *a: None  # type: ignore[attr-defined]
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -172,7 +177,8 @@ def test_amd_index_matching_the_matrix_only_confirms_what_is_marked_unverified(a
     matrix, url = amd_index(["2.14.0", "2.13.0", "2.12.0", "2.11.0"], ["0.29.0", "0.28.0", "0.27.0", "0.26.0"], WINDOWS_GFX)
     found = td.amd_findings(matrix)
     assert {f.kind for f in found} == {"amd-confirmed"}
-    assert sorted(f.line for f in found) == ["2.11", "2.12", "2.13", "2.14"]
+    assert sorted(f.line for f in found) == ["2.11", "2.11", "2.12", "2.12", "2.13", "2.13", "2.14", "2.14"]
+    assert {f.text.split(" for ")[1].split(" ")[0] for f in found} == {"windows-x86_64", "linux-x86_64"}
     assert all(url in f.text and "drop its 'unverified'" in f.text for f in found)
 
 
@@ -188,6 +194,18 @@ def test_amd_index_drift_is_found(amd_index):
         "rocm-amd on windows-x86_64 lists gfx1010, but torch-2.14.0+rocm7.14.0-cp312-cp312-win_amd64.whl has no device-gfx1010 extra",
         "torch-2.14.0+rocm7.14.0-cp312-cp312-win_amd64.whl offers device-gfx1250; torch.json lists it neither as release-ready (gfx) "
         "nor as build-only (gfx_build_only) on windows-x86_64",
+    }
+
+
+def test_amd_linux_wheels_are_checked_against_the_linux_targets(amd_index):
+    linux = [g for g in LINUX_GFX if g != "gfx942"] + ["gfx90c"]
+    matrix, url = amd_index(["2.14.0", "2.13.0", "2.12.0", "2.11.0"], ["0.29.0", "0.28.0", "0.27.0", "0.26.0"], WINDOWS_GFX, linux)
+    found = td.amd_findings(matrix)
+    assert not [f for f in found if f.kind == "amd-index"]  # linux_x86_64 wheels are the linux-x86_64 platform
+    assert {f.text for f in found if f.kind == "amd-extra"} == {
+        "rocm-amd on linux-x86_64 lists gfx942, but torch-2.14.0+rocm7.14.0-cp312-cp312-linux_x86_64.whl has no device-gfx942 extra",
+        "torch-2.14.0+rocm7.14.0-cp312-cp312-linux_x86_64.whl offers device-gfx90c; torch.json lists it neither as release-ready (gfx) "
+        "nor as build-only (gfx_build_only) on linux-x86_64",
     }
 
 

@@ -54,8 +54,9 @@ DISAGREEMENTS = {
         "the 780M (gfx1103) has no /dev/kfd in the capture, so ROCm cannot run; its XDNA NPU is reported as an NPU, never a GPU "
         "(issue 27). torchruntime maps gfx1103 to rocm6.2, whose wheels have no gfx1103 code and hang with the override (PT-179653)"),
     "linux-amd-680m-apu-proxmox": ("rocm6.2", "cpu",
-        "gfx1035 (integrated RDNA2) is in no torch ROCm wheel and the override to gfx1030 is unreliable on iGPUs; "
-        "the capture also shows /dev/kfd is not accessible, so ROCm cannot run at all"),
+        "gfx1035 (integrated RDNA2) is in no PyTorch ROCm wheel and the override to gfx1030 is unreliable on iGPUs; "
+        "the capture also shows /dev/kfd is not accessible, so ROCm cannot run at all (with /dev/kfd open, ours is AMD's own "
+        "gfx1035 build, rocm-amd, release-ready on Linux in TheRock SUPPORTED_GPUS.md: test_amd_linux_rocm.py)"),
     "linux-amd-780m-apu-docker": ("rocm6.2", "rocm7.14",
         "rocm6.2 wheels have no gfx1103 code objects and HSA_OVERRIDE_GFX_VERSION=11.0.0 hangs gfx1103 (PT-179653); "
         "rocm7.14 lists gfx1103 natively"),
@@ -107,6 +108,9 @@ DISAGREEMENTS = {
     "windows-nvidia-rtx4060-laptop-driver-unread-smi-system32": ("cu128", "cu130",
         "nvidia-smi.exe in System32 reads driver 581.15 (CUDA 13.0) where WMI had no version; both run, cu130 gives torch 2.15, "
         "cu128 ends at 2.11"),
+    "windows-nvidia-rtx4060-laptop-driver-from-registry": ("cu128", "cu130",
+        "the registry's DriverVersion 32.0.15.8115 reads driver 581.15 (CUDA 13.0) where WMI had no version and no nvidia-smi "
+        "answered (issue 27); both run, cu130 gives torch 2.15, cu128 ends at 2.11"),
     "windows-nvidia-rtx4060-591": ("cu128", "cu130",
         "both run (driver reports CUDA 13.1); cu130 gives torch 2.14, cu128 ends at 2.11"),
     "windows7-laptop-intel-hd-quadro-m2000m-441": ("cu124", "cpu",
