@@ -181,7 +181,7 @@ def node_metrics(report: HardwareReport, runtimes: Sequence[RuntimeFact] = ()) -
         _family("problem_info", "a problem detection found (see `accelstack detect` for what to do)",
                 [Sample({"code": p.code, "severity": p.severity}, 1.0) for p in _unique_problems(report)]),
         _family("detect_duration_seconds", "how long detection took",
-                [Sample({}, report.duration_ms / 1000.0)]),
+                [Sample({}, round(report.duration_ms / 1000.0, 6))]),
     ]
     return [f for f in families if f.samples]
 
