@@ -154,6 +154,13 @@ class GgmlChecks:
                 return ("driver", f"the driver of {dev.name} reported no CUDA version; a local ggml CUDA build needs {need}")
             return None
         if backend == "rocm":
+            if self.m.os == "windows":
+                # Vulkan is ggml's default on AMD Windows (issue 27): a ROCm build there is used only when a
+                # published one lists the target, since building it needs AMD's HIP SDK (hipcc), which a first
+                # run does not have and a Vulkan build does not need
+                return ("no-local-build", f"a local ROCm build for {dev.name} on Windows needs AMD's HIP SDK; "
+                                          f"on Windows ggml uses ROCm only from a published build that lists {dev.gfx or 'its target'}, "
+                                          "and Vulkan otherwise")
             if dev.gfx and dev.gfx not in rules.rocm_build_gfx:
                 return ("kernels", f"{dev.gfx} ({dev.name}) is a target of no current ROCm release, so no local ROCm build can run on it "
                                    f"(current ROCm compiles for {rules.rocm_build_gfx[0]} to {rules.rocm_build_gfx[-1]})")

@@ -143,9 +143,11 @@ class _GgmlResolver(GgmlChecks):
         m = self.m
         evals: List[_Eval] = []
         hardware: List[_Eval] = []  # the first eval of each (device, backend) the hardware can run
+        order: List[Tuple[Optional[Device], str]] = []  # the (device, backend) slots in preference order
         for tier_i, dev, backend in slots(m.devices, self.tiers):
             if backend not in self.backends_for(dev):
                 continue
+            order.append((dev, backend))
             group = self.evaluate(dev, cast(Backend, backend), tier_i)
             evals.extend(group)
             if group and not (group[0].fail and group[0].fail[0] in ("api", "device", "forced-backend", "cpu-device")):
@@ -163,6 +165,8 @@ class _GgmlResolver(GgmlChecks):
         plan = Plan(stack="ggml", summary="", request=self.request)
         plan.candidates = merge_identical_rejections([self.candidate(e, chosen) for e in evals] + self.build_rejects)
         best_hw = hardware[0] if hardware else None
+        if chosen is not None and best_hw is not None and _slot(order, best_hw) > _slot(order, chosen):
+            best_hw = None  # the published build is preferred to any build this machine could make itself
         if chosen is not None:
             self.fill(plan, chosen)
         if best_hw is not None and (chosen is None or best_hw.device is not chosen.device or best_hw.backend != chosen.backend):
@@ -304,6 +308,11 @@ class _GgmlResolver(GgmlChecks):
         keys = [k for k in ("sm", "cuda_max", "cuda_toolkit", "jetpack", "gfx", "vulkan", "metal", "intel_generation", "cpu_features") if props.get(k)]
         reason = f"{BACKEND_TEXT[e.backend]} for {where} on {m.os} {m.arch}" + (" (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")" if keys else "")
         return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=dev.indexes if dev else [], properties=props, reason=reason)
+
+
+def _slot(order: List[Tuple[Optional[Device], str]], e: _Eval) -> int:
+    """Where ``e``'s (device, backend) comes in the preference order."""
+    return next(i for i, (dev, backend) in enumerate(order) if dev is e.device and backend == e.backend)
 
 
 def resolve_ggml(machine: Machine, request: Request, reqs: Requirements, manifests: Manifests) -> Plan:

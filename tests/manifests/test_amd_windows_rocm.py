@@ -207,3 +207,18 @@ def test_ggml_uses_rocm_only_with_a_hip7_driver_and_a_listed_target_else_vulkan(
     assert old.backend == "vulkan"
     rocm = next(c for c in old.candidates if c.backend == "rocm")
     assert not rocm.accepted and "HIP runtime 6" in rocm.reason and "Adrenalin Edition driver to 26.2.2 or newer" in rocm.reason
+
+
+def test_ggml_on_amd_windows_without_a_published_rocm_build_is_a_local_vulkan_build_not_rocm():
+    """Issue 27: "ggml on AMD Windows: Vulkan stays the default; a ROCm/HIP variant is planned only where a
+    published build lists the gfx target". With no channel, the local build is Vulkan, and the plan says why
+    not ROCm (a local ROCm build on Windows needs AMD's HIP SDK, which no first run has)."""
+    from accelstack.manifests.resolve import Manifests
+
+    plan = plan_of(replay("windows-amd-890m-gfx1150-hip7"), "ggml", manifests=Manifests.builtin())
+    assert plan.status == "needs-build" and plan.backend == "vulkan", plan.summary
+    local = next(c for c in plan.candidates if c.name == "local-rocm")
+    assert not local.accepted and "published" in local.reason and "HIP SDK" in local.reason
+    # with a published ROCm build that lists gfx1150, ggml uses it; no note proposes a local ROCm build
+    published = plan_of(replay("windows-amd-890m-gfx1150-hip7"), "ggml")
+    assert published.backend == "rocm" and not any("local ROCm build" in n for n in published.notes)
