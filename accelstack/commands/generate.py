@@ -34,12 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
         "  accelstack generate --runtime ~/rt/cpu -m sd15.safetensors -p 'a lighthouse at dusk' -o out.png\n"
         "  accelstack generate --runtime ~/rt/cuda --backend cuda -m model.gguf -p cat -W 768 -H 512 "
-        "--steps 25 --sampler dpm++2m --scheduler karras -b 4 -o 'cat-%d.png'",
+        "--steps 25 --sampler dpm++2m --scheduler karras -b 4 -o 'cat-%d.png'\n"
+        "  accelstack generate -m sd15.safetensors --lora-dir ~/loras --embeddings-dir ~/embeddings \\\n"
+        "      -p 'a lighthouse <lora:watercolor:0.8>, glowstyle' -o out.png\n\n"
+        "LoRA: <lora:NAME:WEIGHT> in the prompt applies NAME.safetensors (or .gguf or .pt; NAME may be the whole file name) from\n"
+        "--lora-dir; NAME is a plain file name (no folders, no leading dot), WEIGHT a number from -10 to 10\n"
+        "(about 1 is full strength, 0 changes nothing). Embeddings: every .safetensors/.gguf/.pt/.bin file of\n"
+        "--embeddings-dir is loaded and its file name (glowstyle.safetensors -> glowstyle) used in the prompt\n"
+        "brings its vectors in. Both are checked against the model before it loads; the result and each\n"
+        "PNG name the LoRAs applied and the embeddings loaded.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_runtime_arguments(p)
     p.add_argument("--model", "-m", required=True, metavar="PATH", help="model file or diffusers folder")
-    p.add_argument("--prompt", "-p", required=True)
+    p.add_argument("--prompt", "-p", required=True, help="the text; <lora:NAME:WEIGHT> applies a LoRA of --lora-dir")
     p.add_argument("--negative-prompt", "-n", default="")
     p.add_argument("--width", "-W", type=int, default=512, help="multiple of 8 (default 512)")
     p.add_argument("--height", "-H", type=int, default=512, help="multiple of 8 (default 512)")
@@ -51,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-count", "-b", type=int, default=1)
     p.add_argument("--output", "-o", default="output.png",
                    help="PNG path; with several images, %%d or {n} is the number, else name-1.png, name-2.png...")
+    p.add_argument("--lora-dir", default="", metavar="DIR",
+                   help="folder the prompt's <lora:NAME:WEIGHT> tags are looked up in (NAME.safetensors, .gguf or .pt)")
+    p.add_argument("--embeddings-dir", default="", metavar="DIR",
+                   help="folder of textual-inversion embeddings, each used in the prompt by its file name")
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -60,7 +72,8 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None) -> Tu
     and the model file too: all that can be refused is refused here, before any work starts."""
     request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width,
                               height=args.height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
-                              scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count).validate()
+                              scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
+                              lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir).validate()
     options = engine_options(args, settings)
     direct.check_outputs(direct.output_paths(args.output, request.batch_count))
     check_given_dirs(args, "--runtime")
@@ -88,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
              f"  device {dev.name if dev else '?'}{' — ' + dev.description if dev and dev.description else ''}; "
              f"load {report.load_seconds or 0:.2f} s, {report.step_seconds:.2f} s/step ({report.its_per_second:.2f} it/s), "
              f"total {report.total_seconds:.2f} s"]
+    if report.loras or report.embeddings:
+        lines.append("  " + "; ".join(filter(None, [
+            "LoRA " + ", ".join(f"{x.name} {x.weight:g}" for x in report.loras) if report.loras else "",
+            "embeddings " + ", ".join(report.embeddings) if report.embeddings else ""])))
     if report.restarts:
         lines.append(f"  (the worker was restarted {plural(report.restarts, 'time')} along the way)")
     data = to_dict(report)

@@ -22,14 +22,14 @@ import dataclasses
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, List, Mapping, Union
 
 from ..errors import Action
 from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput, parse_yaml
 from .errors import ConfigError
 
 __all__ = ["EngineOptions", "load_config", "apply_overrides", "options_from_mapping", "shown", "SECTION",
-           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE"]
+           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE", "RUN_ONLY", "config_keys"]
 
 SECTION = "engine"
 KNOWN_SECTIONS = (SECTION,)
@@ -63,12 +63,27 @@ class EngineOptions:
     threads: int = 0
     weight_type: str = "default"
     memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory)
+    # Not a config key: the embedding files generate checked and staged in its private folder
+    # (engine.companions), which the worker loads with the model.
+    embeddings: List[str] = dataclasses.field(default_factory=list)
 
     def validate(self) -> EngineOptions:
         """Raise :class:`ConfigError` for a value outside its range (also run by the worker)."""
         for f in dataclasses.fields(self):
+            if f.name in RUN_ONLY:
+                continue
             _coerce(f.name, getattr(self, f.name), "engine options", allow_auto=False)
+        if not isinstance(self.embeddings, list) or not all(isinstance(p, str) and p for p in self.embeddings):
+            raise ConfigError("engine options: embeddings must be a list of file paths")
         return self
+
+
+RUN_ONLY = ("embeddings",)  # fields a run sets, never read from config.yaml or flags
+
+
+def config_keys() -> List[str]:
+    """The options config.yaml and the command line may set."""
+    return [f.name for f in dataclasses.fields(EngineOptions) if f.name not in RUN_ONLY]
 
 
 def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
@@ -111,7 +126,7 @@ def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
         return EngineOptions()
     if not isinstance(section, Mapping):
         raise ConfigError(f"{where}: '{SECTION}' must be a mapping of options, got {type(section).__name__}")
-    names = [f.name for f in dataclasses.fields(EngineOptions)]
+    names = config_keys()
     values: Dict[str, Any] = {}
     for key, value in section.items():
         if key not in names:
@@ -152,7 +167,7 @@ def load_config(path: Union[str, Path], *, missing_ok: bool = False) -> EngineOp
 def apply_overrides(options: EngineOptions, overrides: Mapping[str, Any]) -> EngineOptions:
     """Options with CLI flags applied on top (``None`` values mean 'not given')."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    names = set(config_keys())
     values = dataclasses.asdict(options)
     for key, value in given.items():
         if key not in names:

@@ -17,8 +17,9 @@ from typing import List, Optional, Union
 from .. import __version__, fsio
 from ..events import ProgressCallback, null_progress
 from ..hardware.live import LiveSystem
+from .companions import AppliedLora, Companions, prepare_companions
 from .config import EngineOptions
-from .errors import GenerationError, OutputPathError
+from .errors import GenerationError, InvalidRequestError, OutputPathError
 from .memory import UNET_SHARE, MemoryEstimate, check, estimate
 from .modelfile import check_model
 from .png import parameters_text, write_png
@@ -51,6 +52,8 @@ class GenerateReport:
     its_per_second: float = 0.0
     total_seconds: float = 0.0
     restarts: int = 0
+    loras: List[AppliedLora] = field(default_factory=list)  # the prompt's <lora:...> tags, as applied
+    embeddings: List[str] = field(default_factory=list)  # textual-inversion embeddings loaded (prompt words)
 
 
 def output_paths(output: Union[str, Path], count: int) -> List[Path]:
@@ -97,7 +100,8 @@ def check_outputs(paths: List[Path]) -> List[Path]:
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
-                   stack: str = "stable-diffusion.cpp") -> str:
+                   stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None) -> str:
+    extra = companions or Companions()
     return parameters_text(request.prompt, request.negative_prompt, {
         "Steps": request.steps,
         "Sampler": result.sampler or request.sampler,
@@ -107,16 +111,18 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Size": f"{request.width}x{request.height}",
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
         "Version": f"accelstack {__version__} ({stack})",
+        "LoRA": "; ".join(f"{lora.name}:{lora.weight:g}" for lora in extra.loras),
+        "Embeddings": "; ".join(extra.embeddings),
     })
 
 
 def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str,
-                stack: str = "stable-diffusion.cpp") -> List[Path]:
+                stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None) -> List[Path]:
     paths = output_paths(output, len(result.images))
     for path, img in zip(paths, result.images):
         try:
             write_png(path, img.width, img.height, img.pixels,
-                      {"parameters": png_parameters(request, result, img.seed, model, stack)})
+                      {"parameters": png_parameters(request, result, img.seed, model, stack, companions)})
         except OSError as exc:  # checked before the work, but the disk may have filled or changed since
             raise _output_error(path, exc.strerror or str(exc), "free some space or choose another output path") from None
     return paths
@@ -154,21 +160,33 @@ def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest
     check_outputs(output_paths(output, request.batch_count))  # bad outputs fail before the model loads
     info = check_model(model)
     runtime.check()
+    if (request.lora_dir or request.embeddings_dir) and not runtime.traits.companions:
+        raise InvalidRequestError(f"LoRAs and embeddings are not supported on the {runtime.traits.library} stack",
+                                  hint="generate with a stable-diffusion.cpp runtime, or leave out the LoRA and "
+                                  "embeddings folders")
     need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
     if not runtime.traits.memory_estimate:  # the estimate is stable-diffusion.cpp's; diffusers differs
         options = dataclasses.replace(options, memory_check=False)
     if options.memory_check:
         check(need, request, options, available_ram())
-    with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
-                    model_label=Path(model).name) as sup:  # the name given (a probe's folder, not its file)
-        _check_device_memory(sup, need, request, options)
-        result = sup.generate(request, attempts=attempts)
-        load_seconds = result.load_seconds
-    paths = save_images(result, request, output, info.path, runtime.traits.library)
+    # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
+    # model's tensors before the worker starts; the worker gets only the staged copies.
+    extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info)
+    try:
+        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths))
+        sent = dataclasses.replace(request, lora_dir=extra.lora_dir, embeddings_dir="")
+        with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
+                        model_label=Path(model).name) as sup:  # the name given (a probe's folder, not its file)
+            _check_device_memory(sup, need, request, options)
+            result = sup.generate(sent, attempts=attempts)
+            load_seconds = result.load_seconds
+    finally:
+        extra.cleanup()
+    paths = save_images(result, request, output, info.path, runtime.traits.library, extra)
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
         scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts)
+        restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings)

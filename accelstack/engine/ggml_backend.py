@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import os
 import random
 import sys
 from typing import IO, Any, List, Optional, Sequence, Tuple
@@ -133,13 +134,21 @@ class GgmlBackend(WorkerBackend):
         model = probe_weights(model) or model  # the probe's folder: its weights file
         threads = options.threads or max(1, int(self.sd_cpp.sd_get_num_physical_cores()))
         self.log_tail.clear()
+        # The bindings (0.4.7) build the embeddings array from ``self._embedding_items``, an attribute
+        # they never set (their list is a local), so embedding_paths fails with an AttributeError: a
+        # subclass provides the same items, built as they build them (name: the file name's stem).
+        items = [self.sd_cpp.sd_embedding_t(name=os.path.splitext(os.path.basename(p))[0].encode("utf-8"),
+                                            path=p.encode("utf-8")) for p in options.embeddings]
+        self._callbacks.append(items)  # the C side reads the names and paths while it loads
+        factory = type("StableDiffusion", (self.bindings.StableDiffusion,), {"_embedding_items": items})
         try:
-            sd = self.bindings.StableDiffusion(
+            sd = factory(
                 model_path=model,
                 n_threads=threads,
                 wtype=options.weight_type,
                 offload_params_to_cpu=options.offload_to_cpu,
                 diffusion_flash_attn=options.flash_attention,
+                embedding_paths=list(options.embeddings),  # staged and checked by the parent (engine.companions)
                 vae_decode_only=True,
                 verbose=True,  # output goes through our log callback, not print()
             )
@@ -197,6 +206,9 @@ class GgmlBackend(WorkerBackend):
         sampler, scheduler = self.resolve_defaults(req.sampler, req.scheduler)
         self.log_tail.clear()  # this job's log lines only (its timing, its errors)
         tile = f"{self.vae_tile_size}x{self.vae_tile_size}"
+        # The folder the prompt's <lora:NAME:WEIGHT> tags resolve in: the parent's private staging
+        # of the checked files (the bindings read it at each generate_image).
+        self.sd.lora_model_dir = req.lora_dir
         try:
             images = self.sd.generate_image(
                 prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..limits import (
     MAX_CFG_SCALE,
@@ -25,7 +25,8 @@ from ..limits import (
 from ..verdict import DeviceInfo
 from .errors import InvalidRequestError
 
-__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens", "SAMPLERS",
+__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
+           "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS",
            "SCHEDULERS", "PHASES", "MIN_SIDE", "MAX_SIDE", "SIDE_MULTIPLE", "MAX_STEPS", "MAX_BATCH", "TOKEN_FILE",
            "MAX_TOKEN_BYTES", "EXIT_OK", "EXIT_LOAD_FAILED", "EXIT_ORPHANED", "EXIT_CANCELLED"]
 
@@ -42,9 +43,52 @@ MAX_STEPS, MAX_BATCH = 1000, 64
 _WEIGHT = re.compile(r":([+-]?[.\d]+)\)")
 _C_FLOAT_PREFIX = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
 _FLT_MAX, _FLT_MIN = 3.4028234e38, 1.1754944e-38
-# The bindings load "<lora:path:weight>" tags of a prompt as LoRA files from any path; this engine
-# takes no LoRAs, so such a tag is refused (else a prompt could make the worker read any file).
-_LORA_TAG = re.compile(r"<lora:[^:>]+:[^>]+>", re.IGNORECASE)
+# The bindings load "<lora:path:weight>" tags of a prompt as LoRA files from any path (an absolute
+# one too, and "name" + .pt/.safetensors/.gguf: stable_diffusion.py ``_extract_and_build_loras``).
+# So a tag is taken only when its name is a plain file name, resolved by the parent inside the
+# request's lora_dir (:mod:`accelstack.engine.companions`); any other tag is refused.
+_LORA_TAG = re.compile(r"<lora:([^:>]+):([^>]+)>", re.IGNORECASE)
+# A plain name: word characters, dots, dashes and inner spaces; no separator, no leading dot, no "..".
+_PLAIN_NAME = re.compile(r"\w[\w.\- ]{0,199}")
+_LORA_WEIGHT = re.compile(r"[+-]?(?:\d{1,6}(?:\.\d{0,8})?|\.\d{1,8})")
+MAX_LORA_WEIGHT = 10.0  # |weight|: LoRAs are trained for about 1; 10 is far past any useful strength
+MAX_LORAS = 16  # distinct LoRAs in one prompt
+
+
+def check_companion_name(name: str, what: str = "LoRA") -> str:
+    """``name`` if it is a plain file name (no separator, no leading dot, no ".."), else
+    :class:`InvalidRequestError`: such names are resolved only inside the folder given."""
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name or name.endswith((" ", ".")):
+        raise InvalidRequestError(
+            f"the {what} name {_shown(name)} is not a plain file name",
+            hint=f"name a file of the {what} folder by its name alone (letters, digits, _ - . and inner spaces; "
+            "no path separators, no leading dot, no '..')")
+    return name
+
+
+def lora_tags(text: str) -> List[Tuple[str, float]]:
+    """The ``<lora:NAME:WEIGHT>`` tags of ``text`` as (name, weight), weights of a name repeated summed
+    (as the bindings do); :class:`InvalidRequestError` for a tag that is not lower case, a name that is
+    not plain, or a weight that is not a number within +-:data:`MAX_LORA_WEIGHT`."""
+    found: Dict[str, float] = {}
+    for match in _LORA_TAG.finditer(text):
+        name, raw = match.group(1), match.group(2)
+        if not match.group(0).startswith("<lora:"):
+            raise InvalidRequestError(f"the tag {_shown(match.group(0))} must be written <lora:NAME:WEIGHT> in lower case",
+                                      hint="stable-diffusion.cpp reads only the lower-case tag")
+        check_companion_name(name)
+        weight = float(raw) if _LORA_WEIGHT.fullmatch(raw) else None
+        if weight is None or abs(weight) > MAX_LORA_WEIGHT:
+            raise InvalidRequestError(f"the LoRA weight {_shown(raw)} of {_shown(name)} is not a number from "
+                                      f"{-MAX_LORA_WEIGHT:g} to {MAX_LORA_WEIGHT:g}",
+                                      hint=f"write the tag as <lora:{name}:0.8>")
+        found[name] = found.get(name, 0.0) + weight
+        if abs(found[name]) > MAX_LORA_WEIGHT:  # repeated tags add up (the bindings sum them)
+            raise InvalidRequestError(f"the LoRA {_shown(name)} is named more than once, with weights that add up to "
+                                      f"{found[name]:g}, past {MAX_LORA_WEIGHT:g}", hint="name each LoRA once")
+        if len(found) > MAX_LORAS:
+            raise InvalidRequestError(f"the prompt names more than {MAX_LORAS} LoRAs", hint="apply fewer LoRAs")
+    return list(found.items())
 
 
 def prompt_tokens(text: str) -> int:
@@ -80,8 +124,10 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
     except UnicodeEncodeError:
         raise InvalidRequestError(f"{name} is not valid Unicode text (it holds a lone surrogate)",
                               hint=f"retype the {name}") from None
-    if _LORA_TAG.search(text):
-        raise InvalidRequestError(f"{name} holds a <lora:...> tag; LoRAs are not supported by this engine",
+    if name == "prompt":
+        lora_tags(text)  # a tag's name and weight (that a folder is given: GenerateRequest.validate)
+    elif _LORA_TAG.search(text):
+        raise InvalidRequestError(f"{name} holds a <lora:...> tag; LoRAs apply from the prompt only",
                               hint=f"remove the <lora:...> tag from the {name}")
     for match in _WEIGHT.finditer(text):
         number = _C_FLOAT_PREFIX.match(match.group(1))
@@ -121,11 +167,20 @@ class GenerateRequest:
     seed: int = 42
     batch_count: int = 1
     clip_skip: int = -1
+    lora_dir: str = ""  # the folder <lora:NAME:WEIGHT> names are resolved in (the parent stages them)
+    embeddings_dir: str = ""  # a folder of textual-inversion embeddings, each triggered by its file name
 
     def validate(self) -> GenerateRequest:
         """Raise :class:`InvalidRequestError` naming the bad field and what is allowed."""
         check_prompt(self.prompt, "prompt")
         check_prompt(self.negative_prompt, "negative prompt")
+        for name in ("lora_dir", "embeddings_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or "\x00" in value or len(value) > 4096:
+                raise InvalidRequestError(f"{name.replace('_', ' ')} must be a folder path, got {_shown(value)}")
+        if lora_tags(self.prompt) and not self.lora_dir:
+            raise InvalidRequestError("the prompt holds a <lora:NAME:WEIGHT> tag but no LoRA folder is given",
+                                      hint="name the folder holding the LoRA files (--lora-dir), or remove the tag")
         for name in ("width", "height"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v % SIDE_MULTIPLE or not MIN_SIDE <= v <= MAX_SIDE:

@@ -46,10 +46,11 @@ class StackTraits:
     library_note: bool  # the runtime may name outside libraries in its note (CUDA's, shared by the home)
     device_check: bool  # the worker reports the device the model went to: verify fails a GPU build that ran on its CPU
     memory_estimate: bool  # :mod:`accelstack.engine.memory`'s estimate (stable-diffusion.cpp's) applies
+    companions: bool = False  # takes <lora:...> tags and embeddings (engine.companions stages them)
 
 
 GGML = StackTraits(stack="ggml", library="stable-diffusion.cpp", package="stable_diffusion_cpp", library_note=True,
-                   device_check=True, memory_estimate=True)
+                   device_check=True, memory_estimate=True, companions=True)
 TORCH = StackTraits(stack="torch", library="diffusers", package="", library_note=False, device_check=False,
                     memory_estimate=False)
 # A Runtime's ``backend`` -> its stack's traits: what ``backend`` may be.

@@ -257,8 +257,12 @@ class Jobs:
         model = self._model(o.text("model", MAX_SHORT, required=True))
         prompt = o.text("prompt", MAX_TEXT, required=True)
         request: Dict[str, Any] = {}
+        for name in ("lora_dir", "embeddings_dir"):  # folder names of the models directory, like the model
+            given = o.text(name, MAX_SHORT)
+            if given:
+                request[name] = str(self._model(given, folder=True))
         for f in dataclasses.fields(core.GenerateRequest):
-            if f.name == "prompt" or f.name not in o.data:
+            if f.name in ("prompt", "lora_dir", "embeddings_dir") or f.name not in o.data:
                 continue
             default = f.default
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):
@@ -269,17 +273,18 @@ class Jobs:
         return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
                                               on_progress=progress, **request)
 
-    def _model(self, name: str) -> Path:
+    def _model(self, name: str, folder: bool = False) -> Path:
         """A model the service was started with: a name from the models directory's listing (never
-        a path from the request)."""
+        a path from the request); with ``folder``, one of its folders (of LoRAs or embeddings)."""
         if self.models_dir is None:
             raise BadRequest("this service has no models directory, so it cannot generate",
                              hint="start the service with a models directory", code="no-models")
         try:
-            names = {p.name: p for p in self.models_dir.iterdir() if not p.name.startswith(".")}
+            names = {p.name: p for p in self.models_dir.iterdir()
+                     if not p.name.startswith(".") and (not folder or (p.is_dir() and not p.is_symlink()))}
         except OSError as exc:
             raise BadRequest(f"the models directory cannot be read ({exc.strerror or exc})", code="no-models") from None
         if name not in names:
-            raise BadRequest(f"there is no model {name!r} in the service's models directory",
+            raise BadRequest(f"there is no {'folder' if folder else 'model'} {name!r} in the service's models directory",
                              hint=f"choose one of: {', '.join(sorted(names)) or '(none)'}", code="bad-request")
         return names[name]

@@ -1,0 +1,390 @@
+"""LoRAs and textual-inversion embeddings for one generation: resolved, checked and staged.
+
+The bindings would load a ``<lora:NAME:WEIGHT>`` tag's NAME from any path (absolute, or with
+``..``) and an embedding from any file. So the parent resolves each name only inside the folder
+the request names (a plain name, no separator, no leading dot, no ``..``: see
+:func:`~accelstack.engine.protocol.check_companion_name`), opens it without following links and
+refuses what is not a regular file. Time of check and time of use: stable-diffusion.cpp reopens
+the file by path, so the checked file is staged first into a private folder of this run (a hard
+link to the very inode that was opened, verified by device and inode; a copy from the open file
+when a link is impossible, such as across file systems) and the headers are checked on the staged
+file, which is what the worker loads: nothing another process does to the user's folder after
+the check reaches the worker.
+
+A LoRA must touch the model: its tensor names, after the conversions stable-diffusion.cpp applies
+(``convert_tensor_name`` in its ``name_conversion.cpp``), must name weights of the model, with
+matching sizes (else its ``GGML_ASSERT`` aborts the worker). Supported conventions, for UNet models
+(SD 1.x/2.x/XL): kohya ``lora_unet_``/``lora_te_``/``lora_te1_``/``lora_te2_`` names (LDM or diffusers
+block names), sd.cpp/LDM dotted names (``model.diffusion_model.…``, ``cond_stage_model.…``, with or
+without a ``lora.`` prefix), diffusers/PEFT ``unet.…``/``text_encoder.…`` names, with ``lora_down``/
+``lora_up``, ``lora_A``/``lora_B``, ``lora.down``/``lora.up`` and ``alpha``. An embedding's vectors
+must be as wide as one of the model's CLIP text encoders (768 for SD 1.x).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from .ckpt_index import checkpoint_index
+from .errors import InvalidRequestError, ModelLoadError
+from .gguf_check import gguf_index
+from .model_io import TensorInfo, open_regular
+from .modelfile import DIFFUSERS_PARTS, ModelFile, check_model
+from .protocol import check_companion_name, lora_tags
+
+__all__ = ["AppliedLora", "Companions", "prepare_companions", "tensor_index", "canonical_module",
+           "LORA_EXTENSIONS", "EMBEDDING_EXTENSIONS", "MAX_EMBEDDINGS", "MAX_EMBEDDING_VECTORS"]
+
+# The order the bindings try extensions in (stable_diffusion.py ``_extract_and_build_loras``).
+LORA_EXTENSIONS = (".pt", ".safetensors", ".gguf")
+EMBEDDING_EXTENSIONS = (".safetensors", ".gguf", ".pt", ".bin")
+MAX_EMBEDDINGS = 256
+MAX_EMBEDDING_VECTORS = 75  # one prompt chunk; sd.cpp also caps an embedding at 100 MB (conditioner.hpp)
+_DIFFUSERS_PREFIXES = ("unet.", "vae.", "te.")  # what sd.cpp prefixes a diffusers folder's parts with
+
+
+@dataclass
+class AppliedLora:
+    """A LoRA of the prompt: its name (as in the tag), summed weight, and how many model weights it changes."""
+
+    name: str
+    weight: float
+    tensors: int = 0
+
+
+@dataclass
+class Companions:
+    """What a run stages for the worker: ``folder`` (private, removed by :meth:`cleanup`) holds
+    ``lora/`` (the lora_dir the worker is given) and ``embeddings/``."""
+
+    loras: List[AppliedLora] = field(default_factory=list)
+    embeddings: List[str] = field(default_factory=list)  # names, as the prompt triggers them
+    lora_dir: str = ""
+    embedding_paths: List[str] = field(default_factory=list)
+    folder: str = ""
+
+    def cleanup(self) -> None:
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = ""
+
+
+# -- staging ------------------------------------------------------------------------------------------
+def _folder(path: str, what: str) -> str:
+    try:
+        real = os.path.realpath(os.path.expanduser(path))
+        st = os.stat(real)
+    except (OSError, ValueError) as exc:
+        raise InvalidRequestError(f"the {what} folder {path} cannot be read: {getattr(exc, 'strerror', None) or exc}",
+                                  hint=f"name an existing folder of {what} files") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidRequestError(f"the {what} folder {path} is not a folder", hint=f"name the folder holding the {what} files")
+    return real
+
+
+def _stage(folder: str, name: str, dest_dir: str, what: str) -> Optional[str]:
+    """Link (else copy) ``folder/name`` into ``dest_dir`` if it is a regular file there (not a link);
+    None when it does not exist. The staged file is the inode that was opened."""
+    source = os.path.join(folder, name)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        if stat.S_ISLNK(os.lstat(source).st_mode):
+            raise InvalidRequestError(f"the {what} {name} in {folder} is a symbolic link",
+                                      hint=f"put the {what} file itself in the folder, not a link to it")
+        fd = os.open(source, flags)
+    except FileNotFoundError:
+        return None
+    except InvalidRequestError:
+        raise
+    except OSError as exc:  # ELOOP: it became a link since the lstat
+        raise InvalidRequestError(f"the {what} {name} in {folder} cannot be opened: {exc.strerror or exc}",
+                                  hint=f"put a regular {what} file there") from None
+    dest = os.path.join(dest_dir, name)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidRequestError(f"the {what} {name} in {folder} is not a regular file",
+                                      hint=f"a {what} is a .safetensors, .gguf or .pt file")
+        if os.path.dirname(os.path.realpath(source)) != folder:
+            raise InvalidRequestError(f"the {what} {name} resolves outside {folder}")
+        try:
+            os.link(source, dest, follow_symlinks=False)
+            linked = os.stat(dest, follow_symlinks=False)
+            if (linked.st_dev, linked.st_ino) != (st.st_dev, st.st_ino):  # replaced between open and link
+                os.unlink(dest)
+                raise OSError("replaced")
+        except OSError:
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as src, open(dest, "xb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    finally:
+        os.close(fd)
+    return dest
+
+
+# -- tensor names ---------------------------------------------------------------------------------------
+def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
+    """The tensors of a checked file (None: a legacy pickle, whose names are not read)."""
+    path = Path(info.path)
+    if info.kind == "safetensors":
+        from .safetensors_check import safetensors_index
+
+        return safetensors_index(path)
+    if info.kind == "gguf":
+        fh, size = open_regular(path)
+        with fh:
+            return gguf_index(path, fh, size)
+    if info.kind == "diffusers":
+        from .safetensors_check import safetensors_index
+
+        out: List[TensorInfo] = []
+        for part, prefix in zip(DIFFUSERS_PARTS, _DIFFUSERS_PREFIXES):
+            out += [t._replace(name=prefix + t.name) for t in safetensors_index(path / part)]
+        return out
+    return checkpoint_index(path) if info.tensors else None
+
+
+_PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, longest first
+    ("model.diffusion_model.", "unet"), ("diffusion_model.", "unet"), ("unet.", "unet"),
+    ("cond_stage_model.transformer.", "te"), ("cond_stage_model.1.transformer.", "te2"),
+    ("conditioner.embedders.0.transformer.", "te"), ("conditioner.embedders.1.model.", "te2"),
+    ("text_encoder.2.", "te2"), ("text_encoder_2.", "te2"), ("text_encoder.", "te"), ("te.", "te"),
+    ("te1.", "te"), ("te2.", "te2"),
+)
+_KOHYA = (("lora_unet_", "unet"), ("lora_te1_", "te"), ("lora_te2_", "te2"), ("lora_te_", "te"))
+# diffusers UNet block names -> LDM ones (the same formula for SD 1.x, 2.x and XL: 2 layers a block)
+_RESNET_INNER = {"norm1": "in_layers_0", "conv1": "in_layers_2", "time_emb_proj": "emb_layers_1",
+                 "norm2": "out_layers_0", "conv2": "out_layers_3", "conv_shortcut": "skip_connection"}
+_BLOCK = re.compile(r"^(down_blocks|up_blocks)_(\d+)_(attentions|resnets)_(\d+)_(.*)$")
+_MID = re.compile(r"^mid_block_(attentions|resnets)_(\d+)_(.*)$")
+_LORA_PARTS = re.compile(r"(?:[._]lora[._](?:down|up|mid)|\.lora_(?:down|up|mid|A|B)(?:\.default)?|\.alpha|\.scale|\.diff(?:_b)?|"
+                         r"\.hada_\w+|\.lokr_\w+|\.lora_linear)(?:\.weight)?$")
+
+
+def _ldm_unet(flat: str) -> str:
+    m = _BLOCK.match(flat)
+    if m:
+        kind, i, inner, j, rest = m.group(1), int(m.group(2)), m.group(3), int(m.group(4)), m.group(5)
+        index = 3 * i + j + 1 if kind == "down_blocks" else 3 * i + j
+        if inner == "resnets":
+            rest = _RESNET_INNER.get(rest, rest)
+        return f"{'input' if kind == 'down_blocks' else 'output'}_blocks_{index}_{0 if inner == 'resnets' else 1}_{rest}"
+    m = _MID.match(flat)
+    if m:
+        inner, j, rest = m.group(1), int(m.group(2)), m.group(3)
+        if inner == "resnets":
+            return f"middle_block_{2 * j}_{_RESNET_INNER.get(rest, rest)}"
+        return f"middle_block_1_{rest}"
+    return flat
+
+
+def canonical_module(name: str) -> Optional[Tuple[str, str]]:
+    """(part, flattened LDM module name) of a model weight or LoRA module name, or None when the
+    name belongs to no part a LoRA can change (the VAE, or an unknown layout)."""
+    for prefix in ("lora.lora.", "lora."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    part, rest = "", ""
+    for prefix, which in _KOHYA:
+        if name.startswith(prefix):
+            part, rest = which, name[len(prefix):]
+            break
+    else:
+        for prefix, which in _PART_PREFIXES:
+            if name.startswith(prefix):
+                part, rest = which, name[len(prefix):].replace(".", "_")
+                break
+    if not part:
+        return None
+    return part, (_ldm_unet(rest) if part == "unet" else rest)
+
+
+def _lora_modules(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:
+    """{(part, module): {"down"|"up"|...: shape}} of a LoRA's tensors."""
+    out: Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]] = {}
+    for t in tensors:
+        m = _LORA_PARTS.search(t.name)
+        if not m:
+            continue
+        base = t.name[:m.start()]
+        key = canonical_module(base)
+        if key is None:
+            continue
+        role = m.group(0)
+        kind = "down" if ("down" in role or "lora_A" in role) else "up" if ("up" in role or "lora_B" in role) else "other"
+        out.setdefault(key, {})[kind] = tuple(t.shape)
+    return out
+
+
+def _count(shape: Iterable[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _model_weights(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Tuple[int, ...]]:
+    out: Dict[Tuple[str, str], Tuple[int, ...]] = {}
+    for t in tensors:
+        if t.name.endswith(".weight"):
+            key = canonical_module(t.name[:-len(".weight")])
+            if key is not None:
+                out[key] = tuple(t.shape)
+    return out
+
+
+def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ...]]) -> int:
+    """How many model weights the LoRA at ``path`` changes; InvalidRequestError when none, or when a
+    size does not fit (stable-diffusion.cpp would abort on it)."""
+    tensors = _index(path, name, "LoRA")
+    modules = _lora_modules(tensors)
+    if not modules:
+        raise InvalidRequestError(f"the LoRA {name} holds no LoRA tensors stable-diffusion.cpp reads "
+                                  f"({len(tensors)} tensors, none named like lora_down/lora_up or lora_A/lora_B)",
+                                  hint="use a LoRA in the kohya, diffusers/PEFT or stable-diffusion.cpp naming")
+    matched = 0
+    for key, roles in modules.items():
+        shape = model.get(key)
+        if shape is None:
+            continue
+        down, up = roles.get("down"), roles.get("up")
+        if down and up and len(down) >= 2:
+            out_rows, in_count = int(up[0]), _count(down[1:])
+            want_rows, want_in = int(shape[0]), _count(shape[1:])
+            fits = (out_rows, in_count) == (want_rows, want_in) or (
+                len(shape) == 2 and in_count == want_in and out_rows < want_rows)  # sd.cpp pads that case
+            if not fits:
+                raise InvalidRequestError(
+                    f"the LoRA {name} does not fit this model: its {'_'.join(key)} is {out_rows}x{in_count}, "
+                    f"the model's weight {'x'.join(map(str, shape))}",
+                    hint="the LoRA was trained for another model family; use one made for this model")
+        matched += 1
+    if not matched:
+        sample = sorted(modules)[0]
+        raise InvalidRequestError(
+            f"the LoRA {name} changes nothing in this model: none of its {len(modules)} modules "
+            f"(such as {sample[0]}:{sample[1][:80]}) names a weight of the model",
+            hint="the LoRA was made for another model family (or another naming); use one made for this model")
+    return matched
+
+
+def _index(path: str, name: str, what: str) -> List[TensorInfo]:
+    try:
+        info = check_model(path)
+        tensors = tensor_index(info)
+    except ModelLoadError as exc:
+        reason = exc.message.split(": ", 1)[-1]
+        raise InvalidRequestError(f"the {what} {name} cannot be read: {reason}",
+                                  hint=f"re-download the {what} file or remove it from the folder") from None
+    if tensors is None:
+        raise InvalidRequestError(f"the {what} {name} is a legacy torch pickle whose tensors are not read without "
+                                  "unpickling it", hint=f"convert the {what} to safetensors")
+    return tensors
+
+
+def _encoder_widths(tensors: List[TensorInfo]) -> Set[int]:
+    return {int(t.shape[-1]) for t in tensors
+            if t.name.endswith("token_embedding.weight") and len(t.shape) == 2}
+
+
+def _check_embedding(name: str, path: str, widths: Set[int]) -> None:
+    # Vectors only: an A1111 .pt also holds its token id (an integer tensor), which is no vector.
+    tensors = [t for t in _index(path, name, "embedding") if t.shape and not t.dtype.upper().startswith(("I", "U", "BOOL"))]
+    if not tensors:
+        raise InvalidRequestError(f"the embedding {name} holds no vectors", hint="use a textual-inversion embedding file")
+    for t in tensors:
+        rows = _count(t.shape[:-1])
+        if len(t.shape) > 2 or int(t.shape[-1]) not in widths or not 1 <= rows <= MAX_EMBEDDING_VECTORS:
+            raise InvalidRequestError(
+                f"the embedding {name} does not fit this model: its tensor {t.name[:60]} is "
+                f"{'x'.join(map(str, t.shape))}, the model's text encoder takes vectors of "
+                f"{' or '.join(map(str, sorted(widths)))} (at most {MAX_EMBEDDING_VECTORS} of them)",
+                hint="use an embedding trained for this model family")
+
+
+# -- entry point ----------------------------------------------------------------------------------------
+def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: ModelFile) -> Companions:
+    """Resolve, stage and check the prompt's LoRAs in ``lora_dir`` and every embedding of
+    ``embeddings_dir`` against ``model``; the caller removes the staging (:meth:`Companions.cleanup`)."""
+    tags = lora_tags(prompt)
+    if tags and not lora_dir:
+        raise InvalidRequestError("the prompt holds a <lora:NAME:WEIGHT> tag but no LoRA folder is given",
+                                  hint="name the folder holding the LoRA files, or remove the tag")
+    if not tags and not embeddings_dir:
+        return Companions()
+    lora_src = _folder(lora_dir, "LoRA") if tags else ""
+    emb_src = _folder(embeddings_dir, "embeddings") if embeddings_dir else ""
+    out = Companions(folder=tempfile.mkdtemp(prefix="accelstack-companions-"))
+    try:
+        model_tensors = tensor_index(model)
+        if model_tensors is None:
+            raise InvalidRequestError(f"the model {model.path} is a legacy torch pickle whose tensor names are not read, "
+                                      "so LoRAs and embeddings cannot be checked against it",
+                                      hint="convert the model to safetensors")
+        if tags:
+            out.lora_dir = os.path.join(out.folder, "lora")
+            os.mkdir(out.lora_dir, 0o700)
+            weights = _model_weights(model_tensors)
+            for name, weight in tags:
+                if not math.isfinite(weight):
+                    raise InvalidRequestError(f"the LoRA weight of {name} is not a finite number")
+                candidates = [name] if name.lower().endswith(LORA_EXTENSIONS) else [name + ext for ext in LORA_EXTENSIONS]
+                staged = None
+                for candidate in candidates:
+                    staged = _stage(lora_src, candidate, out.lora_dir, "LoRA")
+                    if staged:
+                        break
+                if staged is None:
+                    raise InvalidRequestError(f"there is no LoRA {name!r} in {lora_dir}",
+                                              hint=f"looked for {', '.join(candidates)}; name a file of the folder")
+                out.loras.append(AppliedLora(name, round(weight, 6), _check_lora(name, staged, weights)))
+        if emb_src:
+            out.embeddings, out.embedding_paths = _embeddings(emb_src, embeddings_dir, out.folder, model_tensors)
+    except BaseException:
+        out.cleanup()
+        raise
+    return out
+
+
+def _embeddings(source: str, given: str, folder: str, model_tensors: List[TensorInfo]) -> Tuple[List[str], List[str]]:
+    widths = _encoder_widths(model_tensors)
+    if not widths:
+        raise InvalidRequestError("this model has no CLIP text encoder that textual-inversion embeddings apply to",
+                                  hint="leave out the embeddings folder for this model")
+    dest = os.path.join(folder, "embeddings")
+    os.mkdir(dest, 0o700)
+    try:
+        entries = sorted(os.listdir(source))
+    except OSError as exc:
+        raise InvalidRequestError(f"the embeddings folder {given} cannot be read: {exc.strerror or exc}") from None
+    names: Dict[str, str] = {}
+    paths: List[str] = []
+    for entry in entries:
+        stem, ext = os.path.splitext(entry)
+        if ext.lower() not in EMBEDDING_EXTENSIONS or entry.startswith("."):
+            continue  # not an embedding file (a README, a preview image)
+        check_companion_name(stem, "embedding")
+        if not re.fullmatch(r"[\w\-]+", stem):
+            raise InvalidRequestError(f"the embedding {entry!r} has a name that is not one prompt word",
+                                      hint="rename it to letters, digits, _ and - only (its name is how a prompt uses it)")
+        if stem.lower() in names:
+            raise InvalidRequestError(f"the embeddings {names[stem.lower()]!r} and {entry!r} have the same name "
+                                      "(names are not case-sensitive in a prompt)", hint="rename or remove one")
+        if len(names) >= MAX_EMBEDDINGS:
+            raise InvalidRequestError(f"the embeddings folder holds more than {MAX_EMBEDDINGS} embeddings",
+                                      hint="keep the ones you use in a folder of their own")
+        staged = _stage(source, entry, dest, "embedding")
+        if staged is None:
+            continue  # gone since the listing
+        _check_embedding(stem, staged, widths)
+        names[stem.lower()] = entry
+        paths.append(staged)
+    return [os.path.splitext(names[k])[0] for k in sorted(names)], paths

@@ -1,0 +1,44 @@
+"""Tiny LoRA and embedding files for the probe model (SD 1.x), synthesized by the tests."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+
+# Attention projections of the probe (SD 1.x in diffusers names, under the probe file's "unet." prefix).
+BLOCKS = [f"down_blocks.{i}.attentions.{j}" for i in range(3) for j in range(2)] + ["mid_block.attentions.0"]
+WIDTH = {"down_blocks.0": 320, "down_blocks.1": 640, "down_blocks.2": 1280, "mid_block": 1280}
+
+
+def write_safetensors(path: Path, tensors: Dict[str, np.ndarray]) -> Path:
+    header, offset, blobs = {}, 0, []
+    for name, value in tensors.items():
+        raw = np.ascontiguousarray(value, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(value.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    head = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    return path
+
+
+def kohya_lora(path: Path, seed: int = 7, rank: int = 4, scale: float = 0.5) -> Path:
+    """A tiny random kohya-style LoRA on the probe's attention projections."""
+    rng = np.random.default_rng(seed)
+    tensors: Dict[str, np.ndarray] = {}
+    for block in BLOCKS:
+        c = WIDTH[block.rsplit(".", 2)[0] if block.startswith("down") else "mid_block"]
+        for proj in ("to_q", "to_v", "to_out.0"):
+            key = f"lora_unet_{block}.transformer_blocks.0.attn1.{proj}".replace(".", "_")
+            tensors[f"{key}.lora_down.weight"] = rng.normal(0, scale, (rank, c))
+            tensors[f"{key}.lora_up.weight"] = rng.normal(0, scale, (c, rank))
+            tensors[f"{key}.alpha"] = np.array(float(rank))
+    return write_safetensors(path, tensors)
+
+
+def embedding(path: Path, rows: int = 2, width: int = 768, seed: int = 3) -> Path:
+    rng = np.random.default_rng(seed)
+    return write_safetensors(path, {"emb_params": rng.normal(0, 0.5, (rows, width))})

@@ -1,0 +1,130 @@
+"""Fuzzing LoRA tags and embedding file names (issue 26).
+
+A real folder holds one good LoRA, a link to a good LoRA outside it, a FIFO and a sub-folder; a
+sibling folder outside holds another good LoRA. Hostile ``<lora:NAME:WEIGHT>`` tags (separators,
+``..``, absolute paths, NULs, odd Unicode, huge or non-finite weights) either raise
+``InvalidRequestError`` or stage exactly the good LoRA of the folder, within a time and memory
+bound. Embedding folders with hostile file names either refuse with ``InvalidRequestError`` or load
+only names that are one prompt word. The model is a tiny safetensors file with SD 1.x tensor names.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accelstack.engine.companions import prepare_companions
+from accelstack.engine.errors import InvalidRequestError
+from accelstack.engine.modelfile import check_model
+from accelstack.engine.protocol import GenerateRequest, lora_tags
+
+from .fuzzing import Counter, bounded, fuzz
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from companion_files import embedding, write_safetensors  # noqa: E402  (the engine tests' tiny files)
+
+STATS = {"lora tags": Counter(), "lora accepted": Counter(), "embedding folders": Counter()}
+QKV = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q"
+
+
+def _lora(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    key = "lora_unet_" + QKV.replace(".", "_")
+    return write_safetensors(path, {f"{key}.lora_down.weight": rng.normal(0, 1, (2, 320)),
+                                    f"{key}.lora_up.weight": rng.normal(0, 1, (320, 2))})
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lora-fuzz")
+    model = write_safetensors(root / "model.safetensors", {
+        f"unet.{QKV}.weight": np.zeros((320, 320)), "te.text_model.embeddings.token_embedding.weight": np.zeros((4, 768))})
+    loras, outside = root / "loras", root / "outside"
+    loras.mkdir()
+    outside.mkdir()
+    _lora(loras / "style.safetensors")
+    _lora(outside / "secret.safetensors")
+    (loras / "evil.safetensors").symlink_to(outside / "secret.safetensors")
+    os.mkfifo(loras / "pipe.safetensors")
+    (loras / "dir.safetensors").mkdir()
+    return root, check_model(model)
+
+
+NAMES = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["style", "style.safetensors", "../outside/secret", "/etc/passwd", "..", ".", ".style", "evil",
+                     "pipe", "dir", "style/", "loras/style", "|high_noise|style", "style\x00", "STYLE", "style ",
+                     "..\\outside\\secret", "~/style", "%2e%2e/secret", "sty\u202ele", "style" * 60]),
+    st.builds(lambda a, b: a + b, st.sampled_from(["../", "/", "./", "\\", ""]), st.text(max_size=10)))
+WEIGHTS = st.one_of(st.sampled_from(["1", "0", "-1", "nan", "inf", "-inf", "1e40", "1e-50", "10", "10.0001", "0x1", "1_0",
+                                     " 1", "", "1:2", "1" * 400]),
+                    st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text(max_size=8))
+
+
+@fuzz(int(os.environ.get("FUZZ_LORA_EXAMPLES", "300")))
+@given(name=NAMES, weight=WEIGHTS, upper=st.booleans())
+def test_hostile_lora_tags_are_refused_or_resolve_inside_the_folder(scene, name, weight, upper):
+    root, model = scene
+    STATS["lora tags"]()
+    prompt = f"a cat {'<LORA' if upper else '<lora'}:{name}:{weight}>"
+    with bounded("a LoRA tag"):
+        try:
+            GenerateRequest(prompt=prompt, lora_dir=str(root / "loras")).validate()
+            found = prepare_companions(prompt, str(root / "loras"), "", model)
+        except InvalidRequestError:
+            return
+    try:
+        if not found.loras:  # no tag the bindings would read (the text does not hold one)
+            assert not re.search(r"<lora:[^:>]+:[^>]+>", prompt)
+            return
+        STATS["lora accepted"]()
+        staged = os.listdir(found.lora_dir)
+        assert staged == ["style.safetensors"], (name, staged)
+        assert (Path(found.lora_dir) / staged[0]).read_bytes() == (root / "loras" / "style.safetensors").read_bytes()
+        assert all(abs(x.weight) <= 10 for x in found.loras)
+    finally:
+        found.cleanup()
+
+
+@fuzz(40)
+@given(names=st.lists(st.one_of(st.text(min_size=1, max_size=20), st.sampled_from(["ok", "a b", "émoji😀", "x-y", "_"])),
+                      min_size=1, max_size=4, unique=True),
+       ext=st.sampled_from([".safetensors", ".pt", ".gguf", ".bin", ".txt"]))
+def test_hostile_embedding_names_are_refused_or_are_one_prompt_word(tmp_path_factory, scene, names, ext):
+    _root, model = scene
+    folder = tmp_path_factory.mktemp("embs")
+    STATS["embedding folders"]()
+    made = []
+    for name in names:
+        try:
+            embedding(folder / (name + ext))
+            made.append(name)
+        except (OSError, ValueError):  # a name the file system refuses (a separator, NUL, too long)
+            pass
+    with bounded("an embeddings folder"):
+        try:
+            found = prepare_companions("cat", "", str(folder), model)
+        except InvalidRequestError:
+            shutil.rmtree(folder)
+            return
+    found.cleanup()
+    for name in found.embeddings:
+        assert re.fullmatch(r"[\w\-]+", name) and name in made
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("text", ["<lora:a:1><lora:b:2>" * 9, "<lora:" + "x" * 5000 + ":1>", "<lora:a:" + "9" * 5000 + ">",
+                                  "<lora:<lora:a:1>:1>", "<lora::1>", "<lora:a:>"])
+def test_lora_tag_edge_cases_are_typed(text):
+    try:
+        tags = lora_tags(text)
+    except InvalidRequestError:
+        return
+    assert all(abs(w) <= 10 for _n, w in tags)
