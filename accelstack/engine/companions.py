@@ -27,11 +27,11 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from . import workdirs
 from .ckpt_index import checkpoint_index
 from .errors import InvalidRequestError, ModelLoadError
 from .gguf_check import gguf_index
@@ -61,7 +61,8 @@ class AppliedLora:
 
 @dataclass
 class Companions:
-    """What a run stages for the worker: ``folder`` (private, removed by :meth:`cleanup`) holds
+    """What a run stages for the worker: ``folder`` (a marked worker folder, private, removed by
+    :meth:`cleanup`, or by :func:`workdirs.clean_stale` after a killed run) holds
     ``lora/`` (the lora_dir the worker is given) and ``embeddings/``."""
 
     loras: List[AppliedLora] = field(default_factory=list)
@@ -322,7 +323,7 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
         return Companions()
     lora_src = _folder(lora_dir, "LoRA") if tags else ""
     emb_src = _folder(embeddings_dir, "embeddings") if embeddings_dir else ""
-    out = Companions(folder=tempfile.mkdtemp(prefix="accelstack-companions-"))
+    out = Companions(folder=str(workdirs.make()))  # marked: a killed run's copies go with clean_stale
     try:
         model_tensors = tensor_index(model)
         if model_tensors is None:

@@ -177,6 +177,28 @@ def test_the_staged_lora_is_the_inode_checked_and_the_staging_is_private(tmp_pat
     assert not Path(found.lora_dir).exists()
 
 
+def test_a_staging_left_by_a_killed_run_is_removed_by_the_stale_folder_cleanup(tmp_path, probe_info):
+    """A run killed with SIGKILL runs no ``finally``: its staged LoRA copies must not stay in the temp dir
+    for ever. The staging is a marked worker folder, so the next start's ``workdirs.clean_stale`` removes
+    it once its maker is dead, as it removes a killed supervisor's folders."""
+    import time
+
+    from accelstack.engine import workdirs
+
+    loras = _folder_with(tmp_path)
+    found = prepare_companions("cat <lora:style:1>", str(loras), "", probe_info)
+    try:
+        marker = Path(found.folder) / workdirs.MARKER
+        doc = json.loads(marker.read_text(encoding="utf-8"))
+        doc["pid"], doc["started"] = 2 ** 22 + 12345, 0.0  # the maker is gone, as after a SIGKILL
+        marker.write_text(json.dumps(doc), encoding="utf-8")
+        removed = workdirs.clean_stale(Path(found.folder).parent, now=time.time() + 10 * workdirs.WORKER_DIR_STALE_SECONDS)
+        assert Path(found.folder) in removed and not Path(found.folder).exists()
+        assert (loras / "style.safetensors").is_file()  # the user's file stays
+    finally:
+        found.cleanup()
+
+
 def test_embeddings_are_checked_against_the_text_encoder(tmp_path, probe_info):
     embs = tmp_path / "embs"
     embs.mkdir()
