@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from .machine import Device, cc_parts, is_jetson, l4t_of
 
-__all__ = ["HwRules", "branch_note", "cuda_driver_check", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
+__all__ = ["HwRules", "branch_note", "cuda_driver_check", "driver_floor", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
 
 BUILTIN = "hw-rules.json"
 STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
@@ -139,6 +139,16 @@ def branch_note(cc: str) -> str:
     return f" (R{arch.last_branch} is the last driver branch for {arch.name} GPUs)"
 
 
+def driver_floor(cuda: str, full_min: str, *, native: bool, os_name: str, policy: str = "") -> Tuple[str, bool]:
+    """(the oldest driver that runs a CUDA ``cuda`` build on ``os_name``, whether that is the CUDA major's
+    family floor): NVIDIA's minor-version compatibility (NV-MVC) for a build with native code for the GPU,
+    else the full toolkit's Table-3 driver ``full_min`` (PTX is compiled by the driver, NV-PTX-JIT)."""
+    floor = hw_rules().floor(Version(cuda).major, os_name)
+    if policy != STRICT and native and floor:
+        return floor, True
+    return full_min, False
+
+
 def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os_name: str, what: str,
                       policy: str = "") -> Tuple[Optional[str], str]:
     """Whether the driver of ``dev`` runs a CUDA ``cuda`` build: (why not, or None; how it runs).
@@ -150,14 +160,13 @@ def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os
     """
     tk = Version(cuda)
     os_text = "Windows" if os_name == "windows" else "Linux"
-    floor = hw_rules().floor(tk.major, os_name)
+    need_drv, minor = driver_floor(cuda, full_min, native=native, os_name=os_name, policy=policy)
     g = dev.first
-    minor = policy != STRICT and native and bool(floor)
     if minor:
-        need_cuda, need_drv = Version(f"{tk.major}.0"), floor
-        rule = f"a CUDA {tk.major}.x driver (>= {floor} on {os_text}, NVIDIA minor-version compatibility)"
+        need_cuda = Version(f"{tk.major}.0")
+        rule = f"a CUDA {tk.major}.x driver (>= {need_drv} on {os_text}, NVIDIA minor-version compatibility)"
     else:
-        need_cuda, need_drv = tk, full_min
+        need_cuda = tk
         rule = f"CUDA {cuda}" + (f" (driver >= {full_min} on {os_text})" if full_min else "")
         if policy != STRICT and not native:
             rule += ", because it reaches this GPU only through PTX, which an older driver cannot compile"

@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 
 from packaging.version import Version
 
-from .hw_rules import STRICT, hw_rules
+from .hw_rules import driver_floor, hw_rules
 from .machine import Device, cuda_kernels_for, sm_name, version_of
 from .torch_checks import TorchChecks
 from .torch_matrix import CudaToolkit
@@ -57,12 +57,10 @@ class TorchDeviceRules(TorchChecks):
                 f"{dev.cc}), whatever the driver{branch}; use the CPU, or a GPU of a newer architecture")
 
     def floor_of(self, tk: CudaToolkit, native: bool) -> str:
-        """The oldest driver that runs a build of toolkit ``tk``, by NVIDIA's rules (as cuda_driver_check applies them)."""
+        """The oldest driver that runs a build of toolkit ``tk``, by NVIDIA's rules (those cuda_driver_check applies)."""
         os_name = self.m.driver_os
-        family = hw_rules().floor(version_of(tk.cuda).major, os_name)
-        if native and family and self.request.cuda_driver != STRICT:
-            return family
-        return tk.driver.get(os_name, "")
+        return driver_floor(tk.cuda, tk.driver.get(os_name, ""), native=native, os_name=os_name,
+                            policy=self.request.cuda_driver)[0]
 
     def lowest_floor(self, dev: Device) -> Optional[Tuple[Version, str]]:
         """(driver floor, variant) of the CUDA build that runs on ``dev`` with the oldest driver."""
