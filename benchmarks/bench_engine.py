@@ -16,7 +16,13 @@ the CPU has it; built once into the build cache under its own key): both generat
 with the same probe model (default 256x256, 4 steps), alternating, and it prints both times and
 the ratio cpu/native (product goal: <= 1.10, within 10% of the best speed the hardware allows).
 
+With ``--family F`` (issue 26) the same comparison runs on family F's synthesized probe
+(:mod:`accelstack.engine.probe_families`: ``flux``, ``chroma``; ``sd1`` is the default probe), one
+file loaded with ``-m`` by both, with the family's CFG scale (1 for Flux and Chroma) and its forced
+options (Chroma: flash attention off); the verify line is ``verify --family F``.
+
     python benchmarks/bench_engine.py [--size 128] [--steps 4] [--runs 2] [--keep-probe]
+    python benchmarks/bench_engine.py --family flux [--size 128] [--steps 4] [--runs 2]
     python benchmarks/bench_engine.py --vs-native [--size 256] [--steps 4] [--runs 2]
 """
 from __future__ import annotations
@@ -79,6 +85,18 @@ def timed(cmd, env=None):
     return wall, res.stdout
 
 
+def library_seconds(out: str) -> float:
+    """``library_seconds`` of ``accelstack generate --json``'s result line (JSON Lines: events first)."""
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            if data.get("event") == "result":
+                return data["result"].get("library_seconds") or float("nan")
+            if "library_seconds" in data:  # the single JSON object of older versions
+                return data["library_seconds"] or float("nan")
+    return float("nan")
+
+
 def generate_cmd(rt: Path, probe_path: str, out: Path, size: int, steps: int, seed: int, threads: str):
     return [sys.executable, "-m", "accelstack", "generate", "--runtime", str(rt), "-m", probe_path,
             "-p", "a lighthouse on a cliff at dusk", "-W", str(size), "-H", str(size), "--steps", str(steps),
@@ -116,7 +134,7 @@ def vs_native(args) -> None:
                 seconds, out = timed(generate_cmd(rt, probe.path, work / f"{name}.png", args.size, args.steps, args.seed,
                                                   threads), env)
                 wall[name].append(seconds)
-                lib[name].append(json.loads(out)["library_seconds"] or float("nan"))
+                lib[name].append(library_seconds(out))
         a, b = read_png(work / "cpu.png").rgb(), read_png(work / "native.png").rgb()
         worst = max((abs(x - y) for x, y in zip(a, b)), default=0) if len(a) == len(b) else None
     finally:
@@ -138,6 +156,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep-probe", action="store_true", help="keep the freshly synthesized probe folder")
+    ap.add_argument("--family", default="sd1", metavar="F",
+                    help="the model family whose synthesized probe both generate with (default sd1)")
     ap.add_argument("--vs-native", action="store_true",
                     help="compare the cpu variant with a GGML_NATIVE=ON build for this CPU instead of sd-cli")
     args = ap.parse_args()
@@ -147,8 +167,10 @@ def main() -> None:
         return
     args.size = args.size or 128
 
+    from accelstack.engine.config import EngineOptions
     from accelstack.engine.png import read_png
-    from accelstack.engine.probe_model import ensure_probe_model
+    from accelstack.engine.probe_families import family_spec
+    from accelstack.engine.probe_family_files import ensure_family_probe
     from accelstack.engine.runtime import Runtime
     from accelstack.engine.verification import verify
     from accelstack.publisher.build import VARIANTS, build_ggml
@@ -169,17 +191,22 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     try:
         # a fresh folder: measures synthesis (kept with --keep-probe, else removed when this script ends)
-        probe = ensure_probe_model(4321, cache_root=work / "probe", keep=args.keep_probe)
-        print(f"probe synthesis:  {probe.seconds:7.2f} s for {probe.parameters / 1e9:.2f} B values "
+        spec = family_spec(args.family)
+        probe = ensure_family_probe(spec.family, 4321, cache_root=work / "probe", keep=args.keep_probe)
+        print(f"{spec.family} probe synthesis:  {probe.seconds:7.2f} s for {probe.parameters / 1e9:.2f} B values "
               f"({probe.size_bytes / 1e9:.2f} GB of {probe.dtype})")
+        forced = dict(spec.options)
+        flash = forced.get("flash_attention", True)
+        cfg = f"{spec.cfg_scale:g}"
 
         env = dict(os.environ, ACCELSTACK_CACHE=str(work / "cache"), ACCELSTACK_CONFIG=str(work / "none.yaml"))
         t = time.perf_counter()
         report = verify(Runtime(rt, "cpu"), output=work / "verify.png", probe_seed=4321, probe_cache=work / "probe",
-                        records=work / "cache" / "verify")
+                        records=work / "cache" / "verify", options=EngineOptions(),
+                        families=None if spec.family == "sd1" else [spec.family])
         verify_total = time.perf_counter() - t
-        print(f"verify total:     {verify_total:7.2f} s ({report.verdict}; load {report.load_seconds:.2f} s, "
-              f"step {report.step_seconds:.2f} s, probe cached)")
+        print(f"verify total:     {verify_total:7.2f} s ({report.verdict}; load {report.load_seconds or 0:.2f} s, "
+              f"step {report.step_seconds or 0:.2f} s, probe cached{'' if report.ok else '; ' + report.reason})")
 
         import psutil
 
@@ -188,12 +215,15 @@ def main() -> None:
                       seed=str(args.seed))
         ours_cmd = [sys.executable, "-m", "accelstack", "generate", "--runtime", str(rt), "-m", probe.path,
                     "-p", common["prompt"], "-W", common["size"], "-H", common["size"], "--steps", common["steps"],
-                    "--seed", common["seed"], "--sampler", "euler", "--scheduler", "discrete", "--cfg-scale", "7",
-                    "--threads", threads, "-o", str(work / "ours.png"), "--json"]
-        cli_cmd = [str(sd_cli), "-m", probe.path, "-p", common["prompt"], "-W", common["size"], "-H", common["size"],
+                    "--seed", common["seed"], "--sampler", "euler", "--scheduler", "discrete", "--cfg-scale", cfg,
+                    "--threads", threads, "--offload-to-cpu", "--flash-attention" if flash else "--no-flash-attention",
+                    "-o", str(work / "ours.png"), "--json"]
+        model = probe.model  # the probe's one weights file, for both (sd-cli's -m does not take the probe's folder)
+        ours_cmd[ours_cmd.index(probe.path)] = model
+        cli_cmd = [str(sd_cli), "-m", model, "-p", common["prompt"], "-W", common["size"], "-H", common["size"],
                    "--steps", common["steps"], "-s", common["seed"], "--sampling-method", "euler",
-                   "--scheduler", "discrete", "--cfg-scale", "7", "-t", threads, "--diffusion-fa", "--offload-to-cpu",
-                   "-o", str(work / "sdcli.png"), "-v"]
+                   "--scheduler", "discrete", "--cfg-scale", cfg, "-t", threads, *(["--diffusion-fa"] if flash else []),
+                   "--offload-to-cpu", "-o", str(work / "sdcli.png"), "-v"]
         ours_t, cli_t, ours_gen, cli_gen = [], [], [], []
         for _ in range(args.runs):
             wall, out = timed(cli_cmd)
@@ -202,12 +232,12 @@ def main() -> None:
             cli_gen.append(float(m[-1]) if m else float("nan"))
             wall, out = timed(ours_cmd, env)
             ours_t.append(wall)
-            ours_gen.append(json.loads(out)["library_seconds"] or float("nan"))
+            ours_gen.append(library_seconds(out))
         a, b = read_png(work / "ours.png"), read_png(work / "sdcli.png")
         pa, pb = a.rgb(), b.rgb()
         worst = max((abs(x - y) for x, y in zip(pa, pb)), default=0) if len(pa) == len(pb) else None
-        print(f"image: {args.size}x{args.size}, {args.steps} steps euler/discrete, seed {args.seed}, {threads} threads, "
-              f"{args.runs} runs each (min)")
+        print(f"{spec.family} probe, image: {args.size}x{args.size}, {args.steps} steps euler/discrete, cfg {cfg}, "
+              f"seed {args.seed}, {threads} threads, {args.runs} runs each (min)")
         print(f"sd-cli             {min(cli_t):7.2f} s  (generate_image {min(cli_gen):.2f} s)")
         print(f"accelstack generate{min(ours_t):7.2f} s  (generate_image {min(ours_gen):.2f} s)")
         print(f"ratio accelstack/sd-cli  {min(ours_t) / min(cli_t):6.3f} whole process, "

@@ -8,6 +8,7 @@ from typing import Optional, Tuple
 from .. import core
 from ..core import direct
 from ..core.direct import SAMPLERS, SCHEDULERS, GenerateRequest
+from ..core.direct import protocol as _protocol
 from ..serde import plural, to_dict
 from ..settings import Settings
 from .common import emit, settings_from_args
@@ -23,6 +24,12 @@ from .verify import (
 )
 
 __all__ = ["register", "prepare", "run"]
+
+# The request fields the component, img2img and ControlNet flags fill (argparse names them alike).
+COMPONENT_FIELDS = tuple(_protocol.COMPONENT_FLAGS) + _protocol.IMAGE_FIELDS + ("strength", "control_strength")
+DEFAULT_STRENGTH, DEFAULT_CONTROL_STRENGTH = _protocol.DEFAULT_STRENGTH, _protocol.DEFAULT_CONTROL_STRENGTH
+MAX_CONTROL_STRENGTH = _protocol.MAX_CONTROL_STRENGTH
+flag_of = _protocol.flag_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,11 +49,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(about 1 is full strength, 0 changes nothing). Embeddings: every .safetensors/.gguf/.pt/.bin file of\n"
         "--embeddings-dir is loaded and its file name (glowstyle.safetensors -> glowstyle) used in the prompt\n"
         "brings its vectors in. Both are checked against the model before it loads; the result and each\n"
-        "PNG name the LoRAs applied and the embeddings loaded.",
+        "PNG name the LoRAs applied and the embeddings loaded.\n\n"
+        "Components: --diffusion-model (instead of --model) with --vae, --clip-l, --clip-g, --t5xxl, --llm as the\n"
+        "family needs (Flux: --vae ae.safetensors --clip-l clip_l.safetensors --t5xxl t5xxl_fp16.safetensors);\n"
+        "with --model, a --vae or text encoder replaces the checkpoint's own. Each file is checked against the\n"
+        "model's family first (`accelstack model inspect` shows what a file is and what it needs).\n"
+        "img2img: --init-image PNG --strength 0.75 (the PNG must have the requested --width/--height).\n"
+        "ControlNet (SD 1.x, 2.x, XL): --control-net PATH --control-image PNG [--control-strength 0.9].",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_runtime_arguments(p)
-    p.add_argument("--model", "-m", required=True, metavar="PATH", help="model file or diffusers folder")
+    p.add_argument("--model", "-m", default="", metavar="PATH",
+                   help="model file or diffusers folder (or give --diffusion-model and its components instead)")
     p.add_argument("--prompt", "-p", required=True, help="the text; <lora:NAME:WEIGHT> applies a LoRA of --lora-dir")
     p.add_argument("--negative-prompt", "-n", default="")
     p.add_argument("--width", "-W", type=int, default=512, help="multiple of 8 (default 512)")
@@ -63,6 +77,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="folder the prompt's <lora:NAME:WEIGHT> tags are looked up in (NAME.safetensors, .gguf or .pt)")
     p.add_argument("--embeddings-dir", default="", metavar="DIR",
                    help="folder of textual-inversion embeddings, each used in the prompt by its file name")
+    g = p.add_argument_group("components, img2img and ControlNet")
+    g.add_argument("--diffusion-model", default="", metavar="PATH",
+                   help="the diffusion model (UNet/transformer) alone, instead of --model (Flux, SD3, Z-Image...)")
+    g.add_argument("--vae", default="", metavar="PATH", help="a VAE file (replaces the checkpoint's own)")
+    g.add_argument("--clip-l", default="", metavar="PATH", help="CLIP-L text encoder (SD 1.x/XL/3.x, Flux)")
+    g.add_argument("--clip-g", default="", metavar="PATH", help="CLIP-G text encoder (SDXL, SD 3.x)")
+    g.add_argument("--t5xxl", default="", metavar="PATH", help="T5-XXL text encoder (SD 3.x, Flux, Chroma)")
+    g.add_argument("--llm", default="", metavar="PATH",
+                   help="LLM text encoder (Qwen3 4B for Z-Image, Qwen2.5-VL 7B for Qwen-Image)")
+    g.add_argument("--taesd", default="", metavar="PATH", help="tiny autoencoder: a fast, rougher decode")
+    g.add_argument("--init-image", default="", metavar="PNG",
+                   help="img2img: start from this PNG (its size must be --width x --height; nothing is resized)")
+    g.add_argument("--strength", type=float, default=DEFAULT_STRENGTH,
+                   help=f"img2img: how much of the init image is redrawn, 0 to 1 (default {DEFAULT_STRENGTH:g})")
+    g.add_argument("--control-net", default="", metavar="PATH",
+                   help="a ControlNet for the model's family (SD 1.x, 2.x or XL); needs --control-image")
+    g.add_argument("--control-image", default="", metavar="PNG",
+                   help="the control image (an edge map, pose, depth map) of --width x --height")
+    g.add_argument("--control-strength", type=float, default=DEFAULT_CONTROL_STRENGTH,
+                   help=f"ControlNet strength, 0 to {MAX_CONTROL_STRENGTH:g} (default {DEFAULT_CONTROL_STRENGTH:g})")
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -73,11 +107,13 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None) -> Tu
     request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width,
                               height=args.height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
-                              lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir).validate()
+                              lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
+                              **{name: getattr(args, name) for name in COMPONENT_FIELDS}).validate()
     options = engine_options(args, settings)
     direct.check_outputs(direct.output_paths(args.output, request.batch_count))
     check_given_dirs(args, "--runtime")
-    direct.check_model(args.model)  # a missing or damaged model is reported before anything else starts
+    # A missing or damaged model, component file or image is reported before anything else starts.
+    direct.check_components(request, args.model or None)
     return request, options
 
 
@@ -87,14 +123,15 @@ def run(args: argparse.Namespace) -> int:
     with progress_renderer(json_mode=args.json) as progress:
         if args.runtime or core.stack_for_backend(args.backend) is not None:  # a runtime given by hand: the engine alone
             runtime = runtime_from_args(args)  # a torch one's engine packages checked, with the pip command adding them
-            report = direct.generate(runtime, args.model, request, args.output, options=options, progress=progress)
+            report = direct.generate(runtime, args.model or None, request, args.output, options=options,
+                                     progress=progress)
         else:  # the installed runtime, through the core
             wanted = {k: v for k, v in dataclasses.asdict(request).items() if k != "prompt"}
             with no_runtime_says_what_to_do():
-                report = core.generate(args.model, args.prompt, args.output, settings=s,
+                report = core.generate(args.model or None, args.prompt, args.output, settings=s,
                                        options=options, on_progress=progress, **wanted)
     dev = report.device
-    noise = f"  ({PROBE_NOISE})" if direct.is_probe_model(args.model) else ""
+    noise = f"  ({PROBE_NOISE})" if args.model and direct.is_probe_model(args.model) else ""
     lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
              f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
@@ -105,6 +142,15 @@ def run(args: argparse.Namespace) -> int:
         lines.append("  " + "; ".join(filter(None, [
             "LoRA " + ", ".join(f"{x.name} {x.weight:g}" for x in report.loras) if report.loras else "",
             "embeddings " + ", ".join(report.embeddings) if report.embeddings else ""])))
+    used = [f"{flag_of(k)} {v}" for k, v in report.components.items()]
+    if report.init_image:
+        used.append(f"init image {report.init_image} (strength {report.strength:g})")
+    if report.control_image:
+        used.append(f"control image {report.control_image} (strength {report.control_strength:g})")
+    if used:
+        lines.append("  " + "; ".join(used))
+    if report.memory is not None and report.memory.changed:  # the planner gave up speed to fit: say why
+        lines.append(f"  memory: {report.memory.reason}")
     if report.restarts:
         lines.append(f"  (the worker was restarted {plural(report.restarts, 'time')} along the way)")
     data = to_dict(report)

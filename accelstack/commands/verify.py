@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple, Union
 
 from .. import core
 from ..core import direct
@@ -23,6 +23,9 @@ __all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_a
 # The probe model's weights are random by design (nothing is downloaded): its image proves the
 # runtime computes, deterministically and like the CPU build; it is not meant to show anything.
 PROBE_NOISE = "noise by design: the probe model has random weights"
+FAMILY_HELP = "; ".join(f"{name} ({spec.note})" for name, spec in direct.FAMILIES.items())
+MODEL_STATEMENT = ("the runtime ran this family's kernels with a reduced probe of random weights; "
+                   "the file itself was inspected, not loaded")
 RUNTIME_HINT = "run `accelstack install` first, or pass --runtime DIR (a directory the " \
                "stable-diffusion-cpp-python wheel is installed in)"
 
@@ -35,21 +38,40 @@ def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
                    help="what the runtime was built for: cpu (default), cuda, vulkan, rocm, metal, ... or torch")
 
 
+def _auto_on_off(text: str) -> Union[bool, str]:
+    """``--offload-to-cpu auto|on|off`` (and true/false/yes/no): a bool, or "auto"."""
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected auto, on or off, got {direct.shown(text)}")
+
+
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine options (override config.yaml)")
     g.add_argument("--config", metavar="PATH", help="config.yaml to read (default: the user config dir's)")
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="use flash attention in the diffusion model (default: on)")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false")
-    g.add_argument("--offload-to-cpu", dest="offload_to_cpu", action="store_true", default=None,
-                   help="keep weights in RAM and move them to VRAM when needed (default: on)")
+    # --offload-to-cpu and --vae-tiling alone mean on, as before the planner; a value says auto, on or off.
+    g.add_argument("--offload-to-cpu", dest="offload_to_cpu", nargs="?", const=True, default=None,
+                   type=_auto_on_off, metavar="auto|on|off",
+                   help="keep weights in RAM and move them to VRAM when needed (default: auto = when they "
+                   "do not fit the GPU)")
     g.add_argument("--no-offload-to-cpu", dest="offload_to_cpu", action="store_false")
-    g.add_argument("--vae-tiling", dest="vae_tiling", action="store_true", default=None,
-                   help="decode in tiles to save memory (default: off)")
+    g.add_argument("--vae-tiling", dest="vae_tiling", nargs="?", const=True, default=None, type=_auto_on_off,
+                   metavar="auto|on|off",
+                   help="decode in tiles to save memory (default: auto = when the decode would not fit)")
     g.add_argument("--no-vae-tiling", dest="vae_tiling", action="store_false")
-    g.add_argument("--vae-tile-size", type=int, default=None, metavar="N", help="tile edge in latent pixels (>= 4)")
+    g.add_argument("--vae-tile-size", type=int, default=None, metavar="N",
+                   help="tile edge in latent pixels, 4..512 (default: auto = the largest that fits when tiling)")
     g.add_argument("--threads", default=None, metavar="N|auto", help="CPU threads (default: auto = physical cores)")
-    g.add_argument("--weight-type", default=None, metavar="TYPE", help="convert weights on load: f16, q8_0, ...")
+    g.add_argument("--weight-type", default=None, metavar="TYPE",
+                   help="convert weights on load: auto (default: q8_0, then q4_k, only when nothing else fits), "
+                   "default (as stored), f16, q8_0, ...")
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false", default=None,
                    help="generate even when the memory estimate exceeds the free RAM/VRAM")
 
@@ -131,9 +153,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "synthesized Stable Diffusion 1.x probe model (no download), twice with the same seed, and check "
         "the size, the pixels and determinism (and, for a GPU runtime given --cpu-runtime, agreement with "
         "the CPU build). Prints PASS or FAIL with the reason, the device, load time, step time and it/s, "
-        "and writes the PNG. Exit code 0 on PASS, 1 on FAIL.",
+        "and writes the PNG. Exit code 0 on PASS, 1 on FAIL.\n\n"
+        "Model families: the SD 1.x probe proves the runtime, not the kernels of other architectures. "
+        "--family F (repeatable) verifies with a reduced probe of family F instead, synthesized the same way: "
+        + FAMILY_HELP + ". Each family's image goes beside the output (verify-<backend>-<family>.png). "
+        "--model PATH (repeatable) reads the file's headers, names its family and verifies with that "
+        "family's probe: it proves the runtime runs the family's kernels on this device; the file itself "
+        "is not loaded (`accelstack generate` does that). sd3 and sdxl have no probe: the smallest model "
+        "stable-diffusion.cpp builds for them is bigger than the SD 1.x probe (docs/engine.md).",
         epilog="examples:\n"
         "  accelstack verify --runtime ~/rt/cpu\n"
+        "  accelstack verify --family flux --family sd1\n"
+        "  accelstack verify --model ~/models/flux1-dev-Q4_K.gguf --json\n"
         "  accelstack verify --runtime ~/rt/cuda --backend cuda --cpu-runtime ~/rt/cpu --json\n"
         "  accelstack verify --backend torch --runtime ~/venvs/torch   (a venv or a pip --target dir)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -146,6 +177,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="largest mean difference (0-255) from the CPU image that passes (default 8)")
     p.add_argument("--probe-seed", type=int, default=None, metavar="N", help="seed of the synthesized probe model")
     p.add_argument("--no-diffusers", action="store_true", help="torch: skip the diffusers pipeline step")
+    p.add_argument("--family", action="append", metavar="F", dest="families",
+                   help=f"verify with a reduced probe of model family F (repeatable): {', '.join(direct.family_names())}; "
+                   "default: sd1 alone")
+    p.add_argument("--model", action="append", metavar="PATH", dest="models",
+                   help="verify the probe of this model file's family (repeatable; the file is only inspected)")
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -153,15 +189,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_verify_args(args)
     named = core.stack_for_backend(args.backend)
+    if named is not None and (args.families or args.models):
+        raise UsageError(f"--family and --model verify the ggml engine's runtimes, not a {named.name} environment",
+                         "drop them, or name a ggml runtime (--runtime DIR, --backend cpu/cuda/vulkan/...)")
     if named is not None:  # a stack's environment (torch): its own check, no probe generation on the engine
         return _run_stack_check(args, named.name)
     s = settings_from_args(args)
+    families, models = _families_from_args(args)
     options = engine_options(args, s)
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
     engine = {"options": options, "cpu_runtime": cpu,
               "tolerance": direct.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
               "probe_seed": direct.DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
               "keep_probe": False}  # verified once: the temporary probe goes while the worker exits
+    if families is not None:
+        engine["families"] = families
     with progress_renderer(json_mode=args.json) as progress:
         if args.runtime:  # a directory given by hand: the engine's check alone
             report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
@@ -172,12 +214,42 @@ def run(args: argparse.Namespace) -> int:
     if not args.runtime and not report.ok:
         text += ("\n  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
                  "fails, `accelstack plan` shows why this build was chosen")
-    emit(args, {"verdict": report.verdict, **to_dict(report)}, text, ok=report.ok)
+    payload = {"verdict": report.verdict, **to_dict(report)}
+    if models:
+        payload["models"] = [{**to_dict(m), "statement": MODEL_STATEMENT} for m in models]
+        text += "".join(f"\n  model       {m.path}: {m.family_name or m.family} -> the {m.probe} probe" for m in models)
+        text += f"\n              ({MODEL_STATEMENT})"
+    emit(args, payload, text, ok=report.ok)
     return 0 if report.ok else 1
+
+
+def _families_from_args(args: argparse.Namespace) -> Tuple[Optional[List[str]], List[direct.ModelFamily]]:
+    """The families ``--family`` and ``--model`` name (None: neither given, the default check),
+    each known, and the models' inspections: refused before any work."""
+    families = list(args.families or [])
+    models = direct.probe_families_of(args.models) if args.models else []
+    families += [m.probe for m in models]
+    if not families:
+        return None, models
+    return direct.check_families(families), models
 
 
 def _secs(v: Optional[float]) -> str:
     return "?" if v is None else f"{v:.2f} s"
+
+
+def _render_families(r) -> List[str]:
+    """One line per family of a ``--family``/``--model`` verify."""
+    lines = []
+    for family, f in (r.details.get("families") or {}).items():
+        fam = f.get("details", {}).get("family", {})
+        what = f"{fam.get('name', family)}, {fam['parameters'] / 1e6:.0f} M parameters" if fam.get("parameters") else family
+        state = "PASS" if f.get("ok") else "FAIL " + f.get("reason", "")
+        lines.append(f"  {family:<11} {state}  ({what}; load {_secs(f.get('load_seconds'))}, "
+                     f"generate {_secs(f.get('generate_seconds'))})")
+        if f.get("image"):
+            lines.append(f"  {'':<11} image {f['image']}")
+    return lines
 
 
 def render(r) -> str:
@@ -192,6 +264,7 @@ def render(r) -> str:
         f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
         "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
     ]
+    lines += _render_families(r)
     det = next((c for c in r.checks if c.name == "deterministic"), None)
     if det is not None and det.detail != IDENTICAL:  # compared with an earlier verify, or failed
         lines.append(f"  repeat      {det.detail}")

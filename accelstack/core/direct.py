@@ -10,11 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
+from ..engine import protocol  # the request's fields and limits, for the CLI's flags
+from ..engine.components import check_components
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import RuntimeNotFoundError
 from ..engine.generation import GenerateReport, check_outputs, output_paths
 from ..engine.generation import generate as _generate
 from ..engine.modelfile import check_model
+from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
 from ..engine.probe_layout import probe_weights
 from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
 from ..engine.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
@@ -26,8 +29,9 @@ from ..events import ProgressCallback, null_progress
 from ..settings import Settings
 from ..verdict import VerifyReport
 
-__all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "IDENTICAL", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
-           "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model",
+__all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
+           "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
+           "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
            "check_outputs", "engine_options", "generate", "is_probe_model", "output_paths", "shown", "torch_details",
            "verify", "verify_torch_runtime"]
 
@@ -43,7 +47,7 @@ def verify(runtime: Runtime, settings: Settings, *, output: Optional[Union[str, 
            progress: ProgressCallback = null_progress, **engine: Any) -> VerifyReport:
     """The engine's check of ``runtime`` (the probe image goes to ``output``, default
     ``verify-<backend>.png`` in the settings' verify folder); ``engine``: options, cpu_runtime,
-    tolerance, probe_seed, keep_probe."""
+    tolerance, probe_seed, keep_probe, families (the model families' probes to verify, default SD 1.x's)."""
     out = Path(output) if output is not None else default_output(runtime.backend, settings.verify_dir)
     return _verify(runtime, out, probe_cache=settings.probe_cache, records=settings.verify_dir, progress=progress,
                    **engine)
@@ -59,9 +63,10 @@ def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict
     return verify_torch(python=python, env=env, probe=probe, progress=progress)
 
 
-def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest, output: Union[str, Path], *,
+def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path], *,
              options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress) -> GenerateReport:
-    """Generate ``request`` with ``model`` on ``runtime``; the PNG(s) go to ``output``."""
+    """Generate ``request`` with ``model`` (None: the request's ``diffusion_model``) on ``runtime``;
+    the PNG(s) go to ``output``."""
     return _generate(runtime, model, request, output, options=options, progress=progress)
 
 

@@ -65,7 +65,7 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
     return report
 
 
-def generate(model: Union[str, Path], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
+def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
              stack: str = "ggml", settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None,
              options: Any = None, **request: Any) -> Any:
     """Generate images with an installed runtime (default: the active one); ``request`` takes the

@@ -4,12 +4,19 @@ The file has one section that this module owns::
 
     engine:
       flash_attention: true    # flash attention in the diffusion model (less memory)
-      offload_to_cpu: true     # keep weights in RAM, move them to VRAM when needed
-      vae_tiling: false        # decode the image in tiles (less memory, slower)
-      vae_tile_size: 32        # tile edge in latent pixels (x8 in image pixels), 4..512
+      offload_to_cpu: auto     # keep weights in RAM, move them to VRAM when needed: auto, true or false
+      vae_tiling: auto         # decode the image in tiles (less memory, slower): auto, true or false
+      vae_tile_size: auto      # tile edge in latent pixels (x8 in image pixels): auto or 4..512
       threads: auto            # CPU threads: auto (physical cores) or 1..512 (ggml's thread limit)
-      weight_type: default     # convert weights on load: default (as stored), f16, q8_0, ...
+      weight_type: auto        # convert weights on load: auto, default (as stored), f16, q8_0, q4_k, ...
       memory_check: true       # refuse a generation whose memory estimate exceeds the free RAM/VRAM
+
+``auto`` (the default of ``offload_to_cpu``, ``vae_tiling``, ``vae_tile_size`` and ``weight_type``) lets the memory
+planner (:mod:`accelstack.engine.memory_plan`) choose, per generation, the cheapest setting that
+fits the model, the image size and this machine's free memory: weights on the GPU when they fit,
+VAE tiling only when the decode would not fit (with the tile size it picks), weight conversion
+only as a last resort. A value given (``true``/``false``/a type, here or as a flag) always wins.
+The worker never sees ``auto``: :meth:`EngineOptions.concrete` (or the planner) resolves it first.
 
 Invalid keys and values raise :class:`ConfigError` naming the key and the allowed values. The file
 is read through :func:`accelstack.limits.parse_yaml` (size cap, no aliases, depth check), only if
@@ -22,14 +29,14 @@ import dataclasses
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..errors import Action
 from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput, parse_yaml
 from .errors import ConfigError
 
 __all__ = ["EngineOptions", "load_config", "apply_overrides", "options_from_mapping", "shown", "SECTION",
-           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE", "RUN_ONLY", "config_keys"]
+           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE", "RUN_ONLY", "config_keys", "AUTO", "AUTO_KEYS", "LEGACY"]
 
 SECTION = "engine"
 KNOWN_SECTIONS = (SECTION,)
@@ -38,6 +45,11 @@ KNOWN_SECTIONS = (SECTION,)
 WEIGHT_TYPES = ("default", "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k", "q5_1", "q5_0", "q4_k", "q4_1",
                 "q4_0", "q3_k", "q2_k")
 MIN_TILE = 4
+AUTO = "auto"  # the planner chooses (engine.memory_plan)
+AUTO_KEYS = ("offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type")  # the options that may be auto
+# What each auto option meant before the planner existed: what a caller that plans nothing gets
+# (EngineOptions.concrete), e.g. verify's 64x64 probe.
+LEGACY: Dict[str, Any] = {"offload_to_cpu": True, "vae_tiling": False, "vae_tile_size": 32, "weight_type": "default"}
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -54,31 +66,63 @@ def _is_int(value: Any) -> bool:
 
 @dataclass
 class EngineOptions:
-    """How the ggml worker loads a model. ``threads`` 0 means auto (physical cores)."""
+    """How the ggml worker loads a model. ``threads`` 0 means auto (physical cores); ``"auto"`` in
+    ``offload_to_cpu``, ``vae_tiling`` and ``weight_type`` means "the memory planner chooses"."""
 
     flash_attention: bool = True
-    offload_to_cpu: bool = True
-    vae_tiling: bool = False
-    vae_tile_size: int = 32
+    offload_to_cpu: Union[bool, str] = AUTO  # True, False or "auto"
+    vae_tiling: Union[bool, str] = AUTO  # True, False or "auto"
+    vae_tile_size: Union[int, str] = AUTO  # 4..512 or "auto" (the planner picks it when it tiles)
     threads: int = 0
-    weight_type: str = "default"
+    weight_type: str = AUTO
     memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory)
     # Not a config key: the embedding files generate checked and staged in its private folder
     # (engine.companions), which the worker loads with the model.
     embeddings: List[str] = dataclasses.field(default_factory=list)
+    # Not config keys either: component files generate checked (--vae, --clip-l, --control-net...,
+    # protocol.COMPONENT_FLAGS), passed to StableDiffusion(...); vae_encode for an img2img run.
+    diffusion_model: str = ""
+    vae: str = ""
+    clip_l: str = ""
+    clip_g: str = ""
+    t5xxl: str = ""
+    llm: str = ""
+    taesd: str = ""
+    control_net: str = ""
+    vae_encode: bool = False
+    # Chroma's DiT mask is not supported with flash attention (stable-diffusion.cpp warns, and the
+    # image is NaN): generate turns the mask off then, as sd.cpp's docs/chroma.md example does.
+    chroma_dit_mask: bool = True
 
-    def validate(self) -> EngineOptions:
-        """Raise :class:`ConfigError` for a value outside its range (also run by the worker)."""
+    def validate(self, concrete: bool = False) -> EngineOptions:
+        """Raise :class:`ConfigError` for a value outside its range (also run by the worker);
+        ``concrete``: also for an ``auto`` left unresolved (what the worker loads with)."""
         for f in dataclasses.fields(self):
             if f.name in RUN_ONLY:
                 continue
             _coerce(f.name, getattr(self, f.name), "engine options", allow_auto=False)
+        left = self.auto_keys()
+        if concrete and left:
+            raise ConfigError(f"engine options: {', '.join(left)} must be resolved (not auto) before the worker loads",
+                              hint="resolve them with accelstack.engine.memory_plan.plan or EngineOptions.concrete()")
         if not isinstance(self.embeddings, list) or not all(isinstance(p, str) and p for p in self.embeddings):
             raise ConfigError("engine options: embeddings must be a list of file paths")
         return self
 
+    def auto_keys(self) -> List[str]:
+        """The options still ``auto`` (left for the planner)."""
+        return [k for k in AUTO_KEYS if getattr(self, k) == AUTO]
 
-RUN_ONLY = ("embeddings",)  # fields a run sets, never read from config.yaml or flags
+    def concrete(self, choices: Optional[Mapping[str, Any]] = None) -> EngineOptions:
+        """A copy with every ``auto`` replaced: by ``choices`` (the planner's) where given, else by
+        what it meant before the planner (:data:`LEGACY`). Given values are kept: they always win."""
+        picked = dict(choices or {})
+        values = {k: picked.get(k, LEGACY[k]) for k in self.auto_keys()}
+        return dataclasses.replace(self, **values) if values else self
+
+
+RUN_ONLY = ("embeddings", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net",
+            "vae_encode", "chroma_dit_mask")  # fields a run sets, never read from config.yaml or flags
 
 
 def config_keys() -> List[str]:
@@ -88,14 +132,18 @@ def config_keys() -> List[str]:
 
 def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
     """One YAML value to its option type, or a ConfigError naming the key and what is allowed."""
+    if key in AUTO_KEYS and isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO  # every caller accepts auto here: the worker's check is validate(concrete=True)
     if key in ("flash_attention", "offload_to_cpu", "vae_tiling", "memory_check"):
         if isinstance(value, bool):
             return value
+        if key in AUTO_KEYS:
+            raise ConfigError(f"{where}: {SECTION}.{key} must be true or false (or auto), got {shown(value)}")
         raise ConfigError(f"{where}: {SECTION}.{key} must be true or false, got {shown(value)}")
     if key == "vae_tile_size":
         if _is_int(value) and MIN_TILE <= value <= MAX_VAE_TILE:
             return value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be an integer from {MIN_TILE} to {MAX_VAE_TILE} "
+        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or an integer from {MIN_TILE} to {MAX_VAE_TILE} "
                           f"(latent pixels), got {shown(value)}")
     if key == "threads":
         if (allow_auto and value == "auto") or (_is_int(value) and 0 <= value <= MAX_THREADS):
@@ -107,7 +155,8 @@ def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
         text = value.lower() if isinstance(value, str) else value
         if isinstance(text, str) and text in WEIGHT_TYPES:
             return text
-        raise ConfigError(f"{where}: {SECTION}.{key} must be one of {', '.join(WEIGHT_TYPES)}, got {shown(value)}")
+        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or one of {', '.join(WEIGHT_TYPES)}, "
+                          f"got {shown(value)}")
     raise AssertionError(key)
 
 

@@ -9,25 +9,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from .. import __version__, fsio
 from ..events import ProgressCallback, null_progress
 from ..hardware.live import LiveSystem
+from . import workdirs
 from .companions import AppliedLora, Companions, prepare_companions
+from .components import CheckedComponents, check_components
 from .config import EngineOptions
 from .errors import GenerationError, InvalidRequestError, OutputPathError
-from .memory import UNET_SHARE, MemoryEstimate, check, estimate
-from .modelfile import check_model
+from .memory import MemoryEstimate, check, estimate
+from .memory_plan import MemoryPlan, plan_for_files
 from .png import parameters_text, write_png
-from .protocol import DeviceInfo, GenerateRequest, GenerateResult
+from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
-__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters",
+__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
            "available_ram", "NAME_MAX"]
 
 
@@ -54,6 +58,13 @@ class GenerateReport:
     restarts: int = 0
     loras: List[AppliedLora] = field(default_factory=list)  # the prompt's <lora:...> tags, as applied
     embeddings: List[str] = field(default_factory=list)  # textual-inversion embeddings loaded (prompt words)
+    memory: Optional[MemoryPlan] = None  # the memory planner's estimate and choices (None: not estimated, torch)
+    # Component files given on their own, by request field ("vae": "vae-ft-mse.safetensors"): names only.
+    components: Dict[str, str] = field(default_factory=dict)
+    init_image: str = ""  # img2img: the init image's file name, with the denoising strength
+    strength: Optional[float] = None
+    control_image: str = ""  # ControlNet (components["control_net"]): the control image's name, its strength
+    control_strength: Optional[float] = None
 
 
 def output_paths(output: Union[str, Path], count: int) -> List[Path]:
@@ -100,8 +111,12 @@ def check_outputs(paths: List[Path]) -> List[Path]:
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
-                   stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None) -> str:
+                   stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None,
+                   components: Optional[CheckedComponents] = None) -> str:
     extra = companions or Companions()
+    names = components.names() if components is not None else {}
+    img2img = components is not None and bool(components.init_rgb)
+    control = components is not None and bool(components.control_rgb)
     return parameters_text(request.prompt, request.negative_prompt, {
         "Steps": request.steps,
         "Sampler": result.sampler or request.sampler,
@@ -113,16 +128,23 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Version": f"accelstack {__version__} ({stack})",
         "LoRA": "; ".join(f"{lora.name}:{lora.weight:g}" for lora in extra.loras),
         "Embeddings": "; ".join(extra.embeddings),
+        # A1111's names where it has one ("Denoising strength", "VAE"); file names only, never paths.
+        "Denoising strength": f"{request.strength:g}" if img2img else "",
+        "VAE": names.get("vae", ""),
+        "Text encoders": "; ".join(names[k] for k in ("clip_l", "clip_g", "t5xxl", "llm") if k in names),
+        "TAESD": names.get("taesd", ""),
+        "ControlNet": f"{names.get('control_net', '')} {request.control_strength:g}" if control else "",
     })
 
 
 def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str,
-                stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None) -> List[Path]:
+                stack: str = "stable-diffusion.cpp", companions: Optional[Companions] = None,
+                components: Optional[CheckedComponents] = None) -> List[Path]:
     paths = output_paths(output, len(result.images))
     for path, img in zip(paths, result.images):
         try:
             write_png(path, img.width, img.height, img.pixels,
-                      {"parameters": png_parameters(request, result, img.seed, model, stack, companions)})
+                      {"parameters": png_parameters(request, result, img.seed, model, stack, companions, components)})
         except OSError as exc:  # checked before the work, but the disk may have filled or changed since
             raise _output_error(path, exc.strerror or str(exc), "free some space or choose another output path") from None
     return paths
@@ -140,53 +162,105 @@ def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: Generat
     dev = sup.last_status.device if sup.last_status is not None else None
     if not options.memory_check or not need.vram or dev is None or dev.kind == "cpu" or not dev.memory_free:
         return
-    # Loaded weights already left the free memory; offloaded ones come in for sampling.
-    extra = need.activations + (int(need.weights * UNET_SHARE) if options.offload_to_cpu else 0)
+    # Loaded weights already left the free memory; the working memory (and offloaded weights) come in.
+    extra = need.vram - need.loaded
     check(MemoryEstimate(need.weights, need.activations, need.images, ram=0, vram=extra),
           request, options, None, vram_free=dev.memory_free)
 
 
-def generate(runtime: Runtime, model: Union[str, Path], request: GenerateRequest, output: Union[str, Path],
+def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
              options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
              progress: ProgressCallback = null_progress, attempts: int = 2) -> GenerateReport:
     """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``.
 
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
-    raises :class:`ModelLoadError` naming the file and the reason.
+    raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
+    request names a diffusion model of its own (``request.diffusion_model``).
     """
     start = time.perf_counter()
     request.validate()
     options = (options or EngineOptions()).validate()
     check_outputs(output_paths(output, request.batch_count))  # bad outputs fail before the model loads
-    info = check_model(model)
+    # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
+    # (--init-image, --control-image): checked against the model's family before anything starts.
+    checked = check_components(request, str(model) if model else None, components_supported=runtime.traits.companions,
+                               library=runtime.traits.library)
+    info = checked.model
     runtime.check()
     if (request.lora_dir or request.embeddings_dir) and not runtime.traits.companions:
         raise InvalidRequestError(f"LoRAs and embeddings are not supported on the {runtime.traits.library} stack",
                                   hint="generate with a stable-diffusion.cpp runtime, or leave out the LoRA and "
                                   "embeddings folders")
-    need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
-    if not runtime.traits.memory_estimate:  # the estimate is stable-diffusion.cpp's; diffusers differs
-        options = dataclasses.replace(options, memory_check=False)
-    if options.memory_check:
-        check(need, request, options, available_ram())
+    memory_plan: Optional[MemoryPlan] = None
+    if runtime.traits.memory_estimate:  # the planner (engine.memory_plan) resolves every "auto" so that it fits
+        memory_plan = plan_for_files([info.path, *checked.paths.values()],
+                                     request.width, request.height,
+                                     request.batch_count, options, gpu=runtime.is_gpu, ram_free=available_ram())
+        options, need = memory_plan.apply(options), memory_plan.estimate()
+    if checked.family == "chroma" and options.flash_attention:  # see EngineOptions.chroma_dit_mask
+        options = dataclasses.replace(options, chroma_dit_mask=False)
+    else:  # the estimate is stable-diffusion.cpp's; diffusers differs: "auto" is the old default there
+        options = dataclasses.replace(options.concrete(), memory_check=False)
+        need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
     # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
     # model's tensors before the worker starts; the worker gets only the staged copies.
     extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info)
     try:
-        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths))
-        sent = dataclasses.replace(request, lora_dir=extra.lora_dir, embeddings_dir="")
-        with Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
-                        model_label=Path(model).name) as sup:  # the name given (a probe's folder, not its file)
+        files: Dict[str, Any] = dict(checked.paths)
+        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), vae_encode=bool(checked.init_rgb),
+                                      **files)
+        label = Path(model).name if model else Path(info.path).name  # the name given (a probe's folder, not its file)
+        with wire_images(request, checked) as wired, Supervisor(
+                runtime, model=info.path, options=options, policy=policy, progress=progress, model_label=label) as sup:
+            sent = dataclasses.replace(request, lora_dir=extra.lora_dir, embeddings_dir="", **wired)
             _check_device_memory(sup, need, request, options)
             result = sup.generate(sent, attempts=attempts)
             load_seconds = result.load_seconds
     finally:
         extra.cleanup()
-    paths = save_images(result, request, output, info.path, runtime.traits.library, extra)
+    paths = save_images(result, request, output, info.path, runtime.traits.library, extra, checked)
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
         scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings)
+        restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
+        **_image_report(request, checked))
+
+
+@contextmanager
+def wire_images(request: GenerateRequest, checked: CheckedComponents) -> Iterator[Dict[str, Any]]:
+    """The request's image and component fields as the worker gets them: the components travel in
+    the engine options, and the images' RGB bytes in files of a private folder of the run (mode 0700,
+    marked: a killed run's goes with the stale-folder cleanup), removed when the block ends. Not in the
+    request's body: the worker reads at most 256 KiB of one (limits.WORKER_MAX_BODY_BYTES)."""
+    fields: Dict[str, Any] = {name: "" for name in PATH_FIELDS}
+    fields["control_net"] = checked.paths.get("control_net", "")  # validate(): a control image needs it
+    folder: Optional[Path] = None
+    try:
+        for name, rgb in (("init_pixels", checked.init_rgb), ("control_pixels", checked.control_rgb)):
+            if rgb:
+                folder = folder or workdirs.make()
+                target = folder / f"{name}.rgb"
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(rgb)
+                fields[name] = str(target)
+        yield fields
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _image_report(request: GenerateRequest, checked: CheckedComponents) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if checked.init_rgb:
+        out.update(init_image=_given_name(request.init_image), strength=request.strength)
+    if checked.control_rgb:
+        out.update(control_image=_given_name(request.control_image), control_strength=request.control_strength)
+    return out
+
+
+def _given_name(path: str) -> str:
+    return os.path.basename(path) if path else "(pixels)"

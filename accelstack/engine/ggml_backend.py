@@ -12,13 +12,13 @@ import ctypes
 import os
 import random
 import sys
-from typing import IO, Any, List, Optional, Sequence, Tuple
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..serde import plural
 from .config import EngineOptions
 from .errors import GenerationError, ModelLoadError
 from .probe_layout import probe_weights
-from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
+from .protocol import COMPONENT_FLAGS, DeviceInfo, GeneratedImage, GenerateRequest, read_pixels
 from .worker_backend import WorkerBackend, load_runtime_libraries
 
 __all__ = ["GgmlBackend", "initialized_backends", "INIT_MARK", "LOG_LEVELS", "DEVICE_KINDS"]
@@ -141,15 +141,23 @@ class GgmlBackend(WorkerBackend):
                                             path=p.encode("utf-8")) for p in options.embeddings]
         self._callbacks.append(items)  # the C side reads the names and paths while it loads
         factory = type("StableDiffusion", (self.bindings.StableDiffusion,), {"_embedding_items": items})
+        # Component files the parent checked (engine.components), each as the bindings' argument:
+        # a diffusion model given alone is the worker's model, loaded as diffusion_model_path.
+        files = {argument: getattr(options, name) for name, (_flag, argument) in COMPONENT_FLAGS.items()
+                 if getattr(options, name) and name != "diffusion_model"}
+        if options.diffusion_model:
+            files["diffusion_model_path"] = model
         try:
             sd = factory(
-                model_path=model,
+                model_path="" if options.diffusion_model else model,
+                **files,
                 n_threads=threads,
                 wtype=options.weight_type,
                 offload_params_to_cpu=options.offload_to_cpu,
                 diffusion_flash_attn=options.flash_attention,
+                chroma_use_dit_mask=options.chroma_dit_mask,
                 embedding_paths=list(options.embeddings),  # staged and checked by the parent (engine.companions)
-                vae_decode_only=True,
+                vae_decode_only=not options.vae_encode,  # img2img encodes its init image
                 verbose=True,  # output goes through our log callback, not print()
             )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -160,8 +168,8 @@ class GgmlBackend(WorkerBackend):
         self.sd = sd
         self.initialized = initialized_backends([line for _lvl, line in self.log_tail])
         self.threads = threads
-        self.vae_tiling = options.vae_tiling
-        self.vae_tile_size = options.vae_tile_size
+        self.vae_tiling = options.vae_tiling is True  # the parent resolves "auto" (engine.memory_plan) before
+        self.vae_tile_size = options.vae_tile_size if isinstance(options.vae_tile_size, int) else 32
 
     def _logged_seconds(self) -> Optional[float]:
         """stable-diffusion.cpp's own timing of the last generate_image (from its log line)."""
@@ -201,6 +209,21 @@ class GgmlBackend(WorkerBackend):
             pass  # an older library: keep "default"
         return sampler, scheduler
 
+    @staticmethod
+    def _images(req: GenerateRequest) -> Dict[str, Any]:
+        """The init and control images as the bindings take them (PIL images, Pillow being in the
+        runtime), from the pixels the parent read and checked; no image: the bindings' defaults."""
+        from PIL import Image
+
+        out: Dict[str, Any] = {}
+        if req.init_pixels:
+            out["init_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.init_pixels, req))
+            out["strength"] = float(req.strength)
+        if req.control_pixels:
+            out["control_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.control_pixels, req))
+            out["control_strength"] = float(req.control_strength)
+        return out
+
     def generate(self, req: GenerateRequest) -> Tuple[List[GeneratedImage], int, str, str]:
         seed = req.seed if req.seed >= 0 else random.randint(0, 2 ** 31 - 1)
         sampler, scheduler = self.resolve_defaults(req.sampler, req.scheduler)
@@ -209,12 +232,13 @@ class GgmlBackend(WorkerBackend):
         # The folder the prompt's <lora:NAME:WEIGHT> tags resolve in: the parent's private staging
         # of the checked files (the bindings read it at each generate_image).
         self.sd.lora_model_dir = req.lora_dir
+        images_in = self._images(req)
         try:
             images = self.sd.generate_image(
                 prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,
                 sample_steps=req.steps, cfg_scale=float(req.cfg_scale), sample_method=req.sampler,
                 scheduler=req.scheduler, seed=seed, batch_count=req.batch_count, clip_skip=req.clip_skip,
-                vae_tiling=self.vae_tiling, vae_tile_size=tile,
+                vae_tiling=self.vae_tiling, vae_tile_size=tile, **images_in,
             )
         except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks)
             raise GenerationError(f"the runtime rejected the request: {exc}") from None

@@ -46,7 +46,7 @@ class WorkerLauncher:
         self.model = os.path.abspath(model) if model else ""  # the worker runs in its own folder
         self.stage = stage
         self.model_label = model_label or (Path(self.model).name if self.model else "")
-        self.options = (options or EngineOptions()).validate()
+        self.options = (options or EngineOptions()).validate().concrete()  # the worker never gets "auto"
         self.policy = policy or SupervisorPolicy()
         self.progress = progress
         self.extra_env = dict(extra_env or {})

@@ -30,8 +30,11 @@ latent pixels (the table's last row). Formula::
     RAM  (GPU)  = weights + images                  VRAM = activations + weights (x UNET_SHARE with offload)
 
 Batches are sampled and decoded one image at a time, so only the images grow with the batch.
-It is an estimate, for refusing what cannot fit, not for packing memory: other models (SDXL,
-Flux) have other constants, and the weight type conversion is not counted.
+It is an estimate, for refusing what cannot fit, not for packing memory. These are SD 1.x's
+constants; :mod:`accelstack.engine.memory_plan` holds every family's (derived from these), splits
+the need by phase and chooses the ``auto`` options; ``estimate`` and ``check`` here remain for the
+SD 1.x probe and for callers that plan nothing (an ``auto`` option counts as its safe default:
+weights offloaded, the VAE untiled).
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ class MemoryEstimate:
     images: int
     ram: int
     vram: int  # 0 for a CPU runtime
+    loaded: int = 0  # of vram: what the loaded model already holds (weights not offloaded)
 
     def describe(self) -> str:
         return (f"model {_gib(self.weights)} + working memory {_gib(self.activations)} + images {_gib(self.images)}")
@@ -77,8 +81,9 @@ def activations(width: int, height: int, options: EngineOptions) -> int:
     """Working memory of one image (see the module's formula)."""
     pixels = width * height
     decoded = pixels
-    if options.vae_tiling:
-        tile = (options.vae_tile_size * LATENT_SCALE) ** 2
+    if options.vae_tiling is True:  # "auto" not planned: untiled, the most it needs
+        size = options.vae_tile_size if isinstance(options.vae_tile_size, int) else 32  # auto: the old default
+        tile = (size * LATENT_SCALE) ** 2
         decoded = min(pixels, tile)
     latent = pixels // (LATENT_SCALE * LATENT_SCALE)
     unet = UNET_PER_LATENT * latent
@@ -92,8 +97,10 @@ def estimate(model_bytes: int, request: GenerateRequest, options: EngineOptions,
     images = IMAGE_PER_PIXEL * request.width * request.height * request.batch_count
     if not gpu:
         return MemoryEstimate(model_bytes, act, images, ram=model_bytes + act + images, vram=0)
-    resident = int(model_bytes * UNET_SHARE) if options.offload_to_cpu else model_bytes
-    return MemoryEstimate(model_bytes, act, images, ram=model_bytes + images, vram=act + resident)
+    offload = options.offload_to_cpu is not False  # "auto" not planned: the safe default (weights in RAM)
+    resident = int(model_bytes * UNET_SHARE) if offload else model_bytes
+    return MemoryEstimate(model_bytes, act, images, ram=model_bytes + images, vram=act + resident,
+                          loaded=0 if offload else model_bytes)
 
 
 def largest_side(budget: int, fixed: int, options: EngineOptions, batch: int) -> int:
@@ -128,13 +135,13 @@ def check(est: MemoryEstimate, request: GenerateRequest, options: EngineOptions,
         side = largest_side(have, fixed, options, request.batch_count)
         if side and side < max(request.width, request.height):
             ways.append(f"a smaller image (about {side}x{side} fits: --width {side} --height {side})")
-        if not options.vae_tiling:
+        if options.vae_tiling is not True:
             ways.append("VAE tiling (--vae-tiling)")
         if not options.flash_attention:
             ways.append("flash attention (--flash-attention)")
         if request.batch_count > 1:
             ways.append("a smaller batch (--batch-count)")
-        if what == "GPU memory" and not options.offload_to_cpu:
+        if what == "GPU memory" and options.offload_to_cpu is False:
             ways.append("weights kept in RAM until needed (--offload-to-cpu)")
         if est.weights > have // 2:
             ways.append("a smaller (quantized) model")

@@ -77,10 +77,12 @@ def check_model(path: Union[str, Path]) -> ModelFile:
         raise fail(p, "it is not a regular file (a pipe, device or socket)", hint="pass a model file or folder")
     fh, size = open_regular(p)
     with fh:
-        magic = fh.read(8)
+        magic = fh.read(9)
         if size == 0:
             raise fail(p, "the file is empty")
         suffix = p.suffix.lower()
+        if _safetensors_head(magic, size):  # before the pickle test: a header length may start with 0x80
+            return ModelFile(str(p), "safetensors", size, safetensors_tensors(p))
         if magic[:4] == b"GGUF":
             return ModelFile(str(p), "gguf", size, gguf_tensors(p, _rewind(fh), size))
         if suffix == ".gguf":
@@ -101,6 +103,15 @@ def check_model(path: Union[str, Path]) -> ModelFile:
         return ModelFile(str(p), "safetensors", size, safetensors_tensors(p))
     except ModelLoadError:
         raise fail(p, "unknown model format (not safetensors, GGUF or a torch checkpoint)") from None
+
+
+def _safetensors_head(magic: bytes, size: int) -> bool:
+    """Whether the file starts as safetensors does: an 8-byte little-endian header length that fits
+    the file, then the header's JSON object. Its first byte is 0x80 (a torch pickle's magic) for 1
+    header length in 256, so this is told first."""
+    if len(magic) < 9 or magic[8:9] != b"{":
+        return False
+    return 2 <= int.from_bytes(magic[:8], "little") <= size - 8
 
 
 def _rewind(fh: BinaryIO) -> BinaryIO:

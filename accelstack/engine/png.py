@@ -8,6 +8,8 @@ so other tools show them. Writing needs only zlib; the reader exists so that tes
 from __future__ import annotations
 
 import errno
+import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -17,7 +19,8 @@ from typing import Dict, List, Union
 from .. import fsio
 from .errors import OutputPathError, OutputWriteError
 
-__all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "parameters_text", "SIGNATURE"]
+__all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "read_input_png",
+           "parameters_text", "SIGNATURE", "MAX_INPUT_SIDE", "MAX_INPUT_BYTES"]
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -159,6 +162,64 @@ def decode_png(data: bytes) -> PngImage:
 
 def read_png(path: Union[str, Path]) -> PngImage:
     return decode_png(Path(path).read_bytes())
+
+
+# Caps of an input image (img2img, ControlNet): the request's sides are at most 4096 (protocol.MAX_SIDE),
+# and a PNG of 4096 x 4096 RGBA with no compression at all is 64 MiB + one filter byte a row.
+MAX_INPUT_SIDE = 4096
+MAX_INPUT_BYTES = 80 * 1024 * 1024
+
+
+def read_input_png(path: Union[str, Path], max_side: int = MAX_INPUT_SIDE, max_bytes: int = MAX_INPUT_BYTES) -> PngImage:
+    """An input image, bounded: only a regular file (a FIFO is refused without blocking), at most
+    ``max_bytes`` read, the sides checked from IHDR before anything is inflated (a 20000 x 20000
+    header is refused at once), then decoded to RGB.
+    :class:`PngError` says what is wrong; :class:`OSError` when it cannot be read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PngError("it is not a regular file (a pipe, device or folder)")
+        if st.st_size > max_bytes:
+            raise PngError(f"it is {st.st_size} bytes; input images of at most {max_bytes // (1024 * 1024)} MiB are read")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = fh.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if not data.startswith(SIGNATURE):
+        raise PngError("not a PNG file")
+    if len(data) < 33 or data[12:16] != b"IHDR":
+        raise PngError("a PNG must start with its IHDR chunk")
+    width, height = struct.unpack(">II", data[16:24])
+    if not (1 <= width <= max_side and 1 <= height <= max_side):
+        raise PngError(f"it is {width}x{height}; input images of at most {max_side}x{max_side} are read")
+    return _decode_with_pillow(data, width, height)
+
+
+def _decode_with_pillow(data: bytes, width: int, height: int) -> PngImage:
+    """Pillow (a dependency of the package, in C) decodes every PNG variant (16-bit, palette,
+    interlaced) at C speed; the sides were checked above, and Pillow caps text chunks itself
+    (PngImagePlugin.MAX_TEXT_CHUNK), so its work is bounded by the checked size."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as img:
+            if img.size != (width, height):
+                raise PngError("the PNG's size is not the one its header says")
+            rgb = img.convert("RGB")
+            return PngImage(width, height, 3, rgb.tobytes())
+    except PngError:
+        raise
+    except (OSError, ValueError, SyntaxError, EOFError, IndexError, struct.error, zlib.error,
+            Image.DecompressionBombError) as exc:  # what Pillow raises for a damaged file
+        raise PngError(f"damaged or unreadable PNG ({str(exc)[:120]})") from None
 
 
 def parameters_text(prompt: str, negative_prompt: str, fields: Dict[str, object]) -> str:

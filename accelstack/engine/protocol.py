@@ -7,7 +7,9 @@ parent, so bad input fails before any process starts.
 from __future__ import annotations
 
 import base64
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,7 +28,9 @@ from ..verdict import DeviceInfo
 from .errors import InvalidRequestError
 
 __all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
-           "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS",
+           "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS", "COMPONENT_FLAGS",
+           "IMAGE_FIELDS", "PATH_FIELDS", "flag_of", "DEFAULT_STRENGTH", "DEFAULT_CONTROL_STRENGTH",
+           "MAX_CONTROL_STRENGTH", "read_pixels",
            "SCHEDULERS", "PHASES", "MIN_SIDE", "MAX_SIDE", "SIDE_MULTIPLE", "MAX_STEPS", "MAX_BATCH", "TOKEN_FILE",
            "MAX_TOKEN_BYTES", "EXIT_OK", "EXIT_LOAD_FAILED", "EXIT_ORPHANED", "EXIT_CANCELLED"]
 
@@ -53,6 +57,52 @@ _PLAIN_NAME = re.compile(r"\w[\w.\- ]{0,199}")
 _LORA_WEIGHT = re.compile(r"[+-]?(?:\d{1,6}(?:\.\d{0,8})?|\.\d{1,8})")
 MAX_LORA_WEIGHT = 10.0  # |weight|: LoRAs are trained for about 1; 10 is far past any useful strength
 MAX_LORAS = 16  # distinct LoRAs in one prompt
+
+# img2img and ControlNet defaults: the bindings' own (stable_diffusion.py generate_image: strength
+# 0.75, control_strength 0.9). Strength is a fraction of the schedule ([0, 1], checked there too);
+# the ControlNet's strength scales its residuals (src/unet.hpp), 2 is already far past useful.
+DEFAULT_STRENGTH = 0.75
+DEFAULT_CONTROL_STRENGTH = 0.9
+MAX_CONTROL_STRENGTH = 2.0
+# Components a request may name as files of their own, by field, with the command-line flag and the
+# StableDiffusion(...) argument of the bindings (stable_diffusion.py __init__) each is passed as.
+COMPONENT_FLAGS: Dict[str, Tuple[str, str]] = {
+    "diffusion_model": ("--diffusion-model", "diffusion_model_path"),
+    "vae": ("--vae", "vae_path"),
+    "clip_l": ("--clip-l", "clip_l_path"),
+    "clip_g": ("--clip-g", "clip_g_path"),
+    "t5xxl": ("--t5xxl", "t5xxl_path"),
+    "llm": ("--llm", "llm_path"),
+    "taesd": ("--taesd", "taesd_path"),
+    "control_net": ("--control-net", "control_net_path"),
+}
+IMAGE_FIELDS = ("init_image", "control_image")  # PNG paths the parent reads
+PATH_FIELDS = tuple(COMPONENT_FLAGS) + IMAGE_FIELDS  # every field that names a file of the caller's
+
+
+def read_pixels(path: str, request: GenerateRequest) -> bytes:
+    """The RGB bytes of an image file the parent wrote (``init_pixels``/``control_pixels``): a regular
+    file of exactly width x height x 3 bytes, else :class:`InvalidRequestError`."""
+    want = request.width * request.height * 3
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot read the image pixels {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size != want:
+            raise InvalidRequestError(f"the image pixels {path} are not a file of {request.width}x{request.height} "
+                                      f"RGB pixels ({want} bytes)")
+        data = fh.read(want + 1)
+    if len(data) != want:
+        raise InvalidRequestError(f"the image pixels {path} changed while read")
+    return data
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a request field ("--clip-g" for clip_g)."""
+    return COMPONENT_FLAGS[name][0] if name in COMPONENT_FLAGS else "--" + name.replace("_", "-")
 
 
 def check_companion_name(name: str, what: str = "LoRA") -> str:
@@ -154,7 +204,8 @@ EXIT_CANCELLED = 75
 
 @dataclass
 class GenerateRequest:
-    """One text-to-image job. ``seed`` < 0 picks a random seed (reported back)."""
+    """One generation job (text-to-image, or img2img with an init image). ``seed`` < 0 picks a
+    random seed (reported back)."""
 
     prompt: str
     negative_prompt: str = ""
@@ -169,6 +220,26 @@ class GenerateRequest:
     clip_skip: int = -1
     lora_dir: str = ""  # the folder <lora:NAME:WEIGHT> names are resolved in (the parent stages them)
     embeddings_dir: str = ""  # a folder of textual-inversion embeddings, each triggered by its file name
+    # Components given as files of their own (parent side: checked, then sent to the worker as load
+    # options, never in the request it gets). See COMPONENT_FLAGS.
+    diffusion_model: str = ""
+    vae: str = ""
+    clip_l: str = ""
+    clip_g: str = ""
+    t5xxl: str = ""
+    llm: str = ""
+    taesd: str = ""
+    control_net: str = ""
+    # img2img and ControlNet: PNG paths the parent reads (bounded), sent as pixels (``*_pixels``).
+    init_image: str = ""
+    strength: float = DEFAULT_STRENGTH
+    control_image: str = ""
+    control_strength: float = DEFAULT_CONTROL_STRENGTH
+    # The wire form of the images: a file of width x height x 3 RGB bytes the parent wrote in the run's
+    # private folder (a worker reads at most WORKER_MAX_BODY_BYTES of a request, 256 KiB; a 512x512
+    # image is 1 MiB in base64).
+    init_pixels: str = ""
+    control_pixels: str = ""
 
     def validate(self) -> GenerateRequest:
         """Raise :class:`InvalidRequestError` naming the bad field and what is allowed."""
@@ -181,6 +252,10 @@ class GenerateRequest:
         if lora_tags(self.prompt) and not self.lora_dir:
             raise InvalidRequestError("the prompt holds a <lora:NAME:WEIGHT> tag but no LoRA folder is given",
                                       hint="name the folder holding the LoRA files (--lora-dir), or remove the tag")
+        for name in PATH_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, str) or "\x00" in value or len(value) > 4096:
+                raise InvalidRequestError(f"{flag_of(name)} must be a file path, got {_shown(value)}")
         for name in ("width", "height"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v % SIDE_MULTIPLE or not MIN_SIDE <= v <= MAX_SIDE:
@@ -207,7 +282,31 @@ class GenerateRequest:
                 or not MIN_CLIP_SKIP <= self.clip_skip <= MAX_CLIP_SKIP):
             raise InvalidRequestError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
                                   f"(-1 or 0: the model's default), got {_shown(self.clip_skip)}")
+        self._validate_images()
         return self
+
+    def _validate_images(self) -> None:
+        """img2img and ControlNet fields: strengths in range, pixel files named by a plain path, and a
+        ControlNet only with its control image (and the other way round)."""
+        for name, top in (("strength", 1.0), ("control_strength", MAX_CONTROL_STRENGTH)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= top:
+                raise InvalidRequestError(f"{flag_of(name)} must be a number from 0 to {top:g}, got {_shown(v)}")
+        for name in ("init_pixels", "control_pixels"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or "\x00" in v or len(v) > 4096:
+                raise InvalidRequestError(f"{name.replace('_', ' ')} must be the path of a file of {self.width}x"
+                                          f"{self.height} RGB pixels, got {_shown(v)}")
+        has_control_image = bool(self.control_image or self.control_pixels)
+        if self.control_net and not has_control_image:
+            raise InvalidRequestError("a ControlNet is given (--control-net) without the image that guides it",
+                                      hint="add --control-image PNG (an edge map, a pose, a depth map...)")
+        if has_control_image and not self.control_net:
+            raise InvalidRequestError("a control image is given (--control-image) without a ControlNet",
+                                      hint="add --control-net PATH (a ControlNet made for the model's family), "
+                                      "or leave out the control image")
+        if self.init_image and self.init_pixels:
+            raise InvalidRequestError("give the init image as a path or as pixels, not both")
 
 
 def _shown(value: Any, limit: int = 40) -> str:

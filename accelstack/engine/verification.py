@@ -8,6 +8,8 @@ of this runtime recorded its image: :mod:`accelstack.engine.probe_record`), and 
 * ``device``        on a GPU runtime: the model was loaded onto a GPU device, as the runtime
                     itself says (a GPU build whose device is not found runs on its CPU backend:
                     that is a FAIL, not a slow PASS);
+* ``family``        with a family's probe (``families=``, :mod:`.probe_families`): the runtime built
+                    the architecture the probe is (stable-diffusion.cpp's own "Version:" log line);
 * ``size``          the image has the requested size;
 * ``pixels``        the pixels are not constant and not mostly saturated (stable-diffusion.cpp
                     casts NaN/inf to black or white, so a non-finite result shows up here);
@@ -25,10 +27,11 @@ stores it in receipts).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
@@ -36,13 +39,15 @@ from .config import EngineOptions
 from .errors import EngineError
 from .generation import check_outputs
 from .png import parameters_text, write_png
-from .probe_model import DEFAULT_SEED, ensure_probe_model
+from .probe_families import DEFAULT_FAMILY, check_families, family_output, family_spec, merge_reports
+from .probe_family_files import ensure_family_probe
+from .probe_model import DEFAULT_SEED
 from .probe_record import ImageRecord, image_digest, recall, record_key, remember
 from .protocol import DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
 from .supervisor import Supervisor, SupervisorPolicy
 
-__all__ = ["verify", "pixel_stats", "image_diff", "probe_request", "default_output", "DEFAULT_TOLERANCE",
+__all__ = ["verify", "family_output", "pixel_stats", "image_diff", "probe_request", "default_output", "DEFAULT_TOLERANCE",
            "DEFAULT_MAX_TOLERANCE", "IDENTICAL", "PROBE_SEED"]
 
 log = logging.getLogger(__name__)
@@ -84,9 +89,11 @@ def image_diff(a: bytes, b: bytes) -> Tuple[float, int]:
     return sum(diffs) / len(diffs), max(diffs)
 
 
-def probe_request(seed: int = PROBE_SEED) -> GenerateRequest:
+def probe_request(seed: int = PROBE_SEED, family: str = DEFAULT_FAMILY) -> GenerateRequest:
+    """The probe generation: 64x64, one step; a family's own CFG (1 for the guidance-distilled Flux:
+    no unconditional pass, as its users run it)."""
     return GenerateRequest(prompt=PROBE_PROMPT, width=PROBE_SIZE, height=PROBE_SIZE, steps=PROBE_STEPS,
-                           cfg_scale=7.0, sampler="euler", scheduler="discrete", seed=seed)
+                           cfg_scale=family_spec(family).cfg_scale, sampler="euler", scheduler="discrete", seed=seed)
 
 
 def default_output(backend: str, folder: Path) -> Path:
@@ -98,9 +105,43 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
            options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
            cpu_runtime: Optional[Runtime] = None, tolerance: float = DEFAULT_TOLERANCE, probe_seed: int = DEFAULT_SEED,
            seed: int = PROBE_SEED, progress: ProgressCallback = null_progress,
-           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True) -> VerifyReport:
+           max_tolerance: int = DEFAULT_MAX_TOLERANCE, keep_probe: bool = True,
+           families: Optional[Sequence[str]] = None) -> VerifyReport:
     """Verify ``runtime`` by generating with it; see the module docstring for the checks. (A
     torch runtime runs the torch generation worker; :func:`verify_torch` is its lighter check.)
+
+    ``families`` (None: the SD 1.x probe alone, install's check) verifies each family's probe in
+    turn (:mod:`.probe_families`): one report, PASS when every family passes, whose checks are named
+    ``<family>:<check>`` and whose ``details["families"]`` holds each family's own report; a family's
+    image goes to :func:`family_output`. An unknown family is an :class:`InvalidRequestError` before
+    any work.
+    """
+    options = _concrete(options)
+    kwargs: Dict[str, Any] = dict(probe_cache=probe_cache, records=records, options=options, policy=policy,
+                                  cpu_runtime=cpu_runtime, tolerance=tolerance, probe_seed=probe_seed, seed=seed,
+                                  progress=progress, max_tolerance=max_tolerance, keep_probe=keep_probe)
+    if families is None:
+        return _verify_family(runtime, output, DEFAULT_FAMILY, **kwargs)
+    names = check_families(families)
+    check_outputs([family_output(output, f) for f in names])
+    start = time.perf_counter()
+    reports = [(f, _verify_family(runtime, family_output(output, f), f, **kwargs)) for f in names]
+    return merge_reports(reports, time.perf_counter() - start)
+
+
+def _concrete(options: Optional[EngineOptions]) -> EngineOptions:
+    """The options with every ``auto`` resolved as before the memory planner: the probe is 64x64,
+    nothing to plan (config.EngineOptions.concrete; an explicit value is kept)."""
+    base = options if options is not None else EngineOptions()
+    concrete = getattr(base, "concrete", None)
+    return concrete() if callable(concrete) else base
+
+
+def _verify_family(runtime: Runtime, output: Union[str, Path], family: str, *, probe_cache: Path,
+                   records: Optional[Path], options: Optional[EngineOptions], policy: Optional[SupervisorPolicy],
+                   cpu_runtime: Optional[Runtime], tolerance: float, probe_seed: int, seed: int,
+                   progress: ProgressCallback, max_tolerance: int, keep_probe: bool) -> VerifyReport:
+    """Verify ``runtime`` with ``family``'s probe (see :func:`verify`).
 
     The caller names every path (the core passes its Settings'): ``output`` (the probe image, e.g.
     :func:`default_output`), ``probe_cache`` (where the probe model is made) and ``records`` (where
@@ -117,14 +158,19 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
     # One task for the whole check, advancing as each check is made; under it, the probe's
     # preparation (stage probe), the worker's start, the model's loading and each generation's
     # steps (stage generate, as in any generation: apps group them by stage).
-    task = f"{runtime.backend} runtime"
-    expected = len(_CHECKS) + (1 if _gpu_engine(runtime) else 0) + (1 if runtime.is_gpu and cpu_runtime is not None else 0)
+    spec = family_spec(family)
+    sd1 = family == DEFAULT_FAMILY
+    if spec.options and options is not None:  # what this family's probe must run with (its reason in details)
+        options = dataclasses.replace(options, **dict(spec.options))
+    task = f"{runtime.backend} runtime" + ("" if sd1 else f" ({family})")
+    expected = len(_CHECKS) + (1 if _gpu_engine(runtime) else 0) + (1 if runtime.is_gpu and cpu_runtime is not None else 0) \
+        + (0 if sd1 else 1)
     progress(ProgressEvent("start", "verify", task=task, total=expected, extra={"unit": "check", "eta": False},
                            message="preparing the probe model"))
 
     def supervisor(model: str) -> Supervisor:
         return Supervisor(runtime, model=model, options=options, policy=policy, progress=progress,
-                          model_label="the probe model")
+                          model_label="the probe model" if sd1 else f"the {family} probe model")
 
     early: List[Supervisor] = []  # the worker, started while the probe is written: it imports the runtime meanwhile
 
@@ -133,7 +179,7 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
         early[0].prestart()
 
     try:
-        probe = ensure_probe_model(probe_seed, cache_root=probe_cache, progress=progress, on_synthesis=start_early)
+        probe = ensure_family_probe(family, probe_seed, cache_root=probe_cache, progress=progress, on_synthesis=start_early)
     except BaseException as exc:
         for sup in early:
             sup.stop()
@@ -142,8 +188,13 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
         raise
     report = VerifyReport(ok=False, reason="", runtime=str(runtime.path), backend=runtime.backend, probe_seconds=probe.seconds, probe_path=probe.path,
                           probe_temporary=probe.temporary)
-    request = probe_request(seed)
+    request = probe_request(seed, family)
     out = Path(output)
+    if not sd1:
+        report.details["family"] = {"id": family, "name": spec.name, "sdcpp_version": spec.sdcpp_version,
+                                    "parameters": probe.parameters, "reduced": spec.note}
+        if spec.options:
+            report.details["family"]["options"] = {"set": dict(spec.options), "why": spec.options_reason}
 
     def check(name: str, ok: bool, detail: str) -> None:
         report.checks.append(VerifyCheck(name, ok, detail))
@@ -177,12 +228,16 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
             return fail(fell_back)
         if _gpu_engine(runtime):
             check("device", True, _device_name(st.device))
+        if not sd1:  # the runtime took the probe for the family it is (its own "Version:" log line)
+            version = _logged_version(sup.log_tail(400))
+            check("family", version == spec.sdcpp_version,
+                  f"stable-diffusion.cpp loaded it as {version or 'an unnamed version'} (expected {spec.sdcpp_version})")
         # The deterministic check compares with this runtime's image from an earlier passing verify
         # when one is recorded (probe_record), else with a second generation here.
         key = record_key(backend=runtime.backend, runtime_version=st.runtime_version, system_info=st.system_info,
                          device=st.device, options=sup.options, env=runtime.env, request=request,
                          probe={"format": probe.format_version, "seed": probe.seed, "dtype": probe.dtype,
-                                "parameters": probe.parameters})
+                                "parameters": probe.parameters, **({} if sd1 else {"family": family})})
         earlier = recall(Path(records), key) if records is not None else None
         second: Optional[GenerateResult] = None
         try:
@@ -213,7 +268,7 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
             meta = parameters_text(request.prompt, "", {"Steps": request.steps, "Sampler": first.sampler,
                                                         "Schedule type": first.scheduler, "CFG scale": request.cfg_scale,
                                                         "Seed": img.seed, "Size": f"{img.width}x{img.height}",
-                                                        "Model": f"accelstack probe (seed {probe_seed})"})
+                                                        "Model": f"accelstack {'' if sd1 else family + ' '}probe (seed {probe_seed})"})
             report.image = str(write_png(out, img.width, img.height, pixels, {"parameters": meta}))
         if compare and size_ok and cpu_runtime is not None:
             sup.stop()  # one model in memory at a time
@@ -237,6 +292,15 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
 
 
 _CHECKS = ("load", "size", "pixels", "deterministic")  # every runtime's; a GPU one adds device and cpu-match
+_VERSION_MARK = "Version: "  # stable-diffusion.cpp's log line naming the version it detected (src/stable-diffusion.cpp)
+
+
+def _logged_version(lines: Sequence[str]) -> str:
+    """The model version stable-diffusion.cpp logged while loading ("" when the line is not there)."""
+    for line in reversed(lines):
+        if _VERSION_MARK in line:
+            return line.split(_VERSION_MARK, 1)[1].strip()
+    return ""
 
 
 def _gpu_engine(runtime: Runtime) -> bool:

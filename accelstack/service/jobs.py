@@ -52,6 +52,10 @@ __all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_Q
            "event_data", "Job", "JobListener", "Jobs"]
 
 KINDS = ("install", "repair", "upgrade", "verify", "generate")
+# A generate job's options that name files: names in the models directory, never paths.
+GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net", "init_image",
+                  "control_image")
+WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
 MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
 MAX_QUEUED = 16  # jobs of one kind waiting to run (home-changing kinds: one queued or running at all)
@@ -254,15 +258,22 @@ class Jobs:
 
     def _prepare_generate(self, o: Options, out: Path) -> Call:
         stack = o.stack()
-        model = self._model(o.text("model", MAX_SHORT, required=True))
-        prompt = o.text("prompt", MAX_TEXT, required=True)
         request: Dict[str, Any] = {}
+        # Component files and images (vae, clip_l, control_net, init_image...) are names in the models
+        # directory too, like the model; a diffusion_model may stand in for the model.
+        for name in GENERATE_FILES:
+            given = o.text(name, MAX_SHORT)
+            if given:
+                request[name] = str(self._model(given))
+        named = o.text("model", MAX_SHORT, required="diffusion_model" not in request)
+        model = self._model(named) if named else None
+        prompt = o.text("prompt", MAX_TEXT, required=True)
         for name in ("lora_dir", "embeddings_dir"):  # folder names of the models directory, like the model
             given = o.text(name, MAX_SHORT)
             if given:
                 request[name] = str(self._model(given, folder=True))
         for f in dataclasses.fields(core.GenerateRequest):
-            if f.name in ("prompt", "lora_dir", "embeddings_dir") or f.name not in o.data:
+            if f.name in ("prompt", "lora_dir", "embeddings_dir", *GENERATE_FILES, *WIRE_ONLY) or f.name not in o.data:
                 continue
             default = f.default
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):

@@ -189,8 +189,8 @@ def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime,
     req = GenerateRequest(prompt="x", width=4096, height=4096, steps=1)
     started = []
     monkeypatch.setattr(generation.Supervisor, "start", lambda self: started.append(1))
-    with pytest.raises(InsufficientMemoryError) as err:
-        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png")
+    with pytest.raises(InsufficientMemoryError) as err:  # untiled, as set (auto would tile it: test_memory_plan)
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False))
     assert "needs about" in err.value.message and not started and not (tmp_path / "big.png").exists()
     with pytest.raises(ConfigError):
         apply_overrides(EngineOptions(), {"memory_check": "no"})

@@ -27,7 +27,8 @@ from engine_helpers import cli_env, run_cli
 def test_defaults_when_no_config_file(tmp_path):
     assert load_config(Settings.resolve().config_file, missing_ok=True) == EngineOptions()  # ACCELSTACK_CONFIG: a missing file
     opts = EngineOptions()
-    assert opts.flash_attention and opts.offload_to_cpu and not opts.vae_tiling and opts.threads == 0
+    assert opts.flash_attention and opts.threads == 0  # offload, VAE tiling, weight type: auto (engine.memory_plan)
+    assert (opts.offload_to_cpu, opts.vae_tiling, opts.weight_type) == ("auto", "auto", "auto")
 
 
 def test_valid_config_file(tmp_path):

@@ -229,6 +229,32 @@ def test_install_backend_vulkan_verifies_on_lavapipe_against_the_cpu_build(publi
 
 
 @real
+def test_verify_family_flux_on_lavapipe_against_the_cpu_build(published, tmp_path, monkeypatch, lavapipe):
+    """``verify --family flux`` on the vulkan build: the reduced Flux probe (rotary attention, RMS q/k
+    norms, the 16-channel VAE) loaded onto lavapipe, and its image compared with the CPU build's (the
+    per-family cpu-match check). Flash attention off, as above (llvmpipe's shader compile). The probe
+    is 128 M parameters, most of them CLIP-L: far smaller than the SD 1.x probe above."""
+    from accelstack.core.detection import detect
+
+    _url, _key, cpu_dir, vk_dir = published
+    device = next(d for d in detect().vulkan_devices if d.type == "cpu")
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", str(device.index))
+    report = verify(Runtime(path=vk_dir, backend="vulkan"), output=tmp_path / "flux.png", probe_cache=tmp_path / "probe",
+                    records=None, cpu_runtime=Runtime(path=cpu_dir, backend="cpu"), families=["flux"],
+                    options=EngineOptions(flash_attention=False), keep_probe=False)
+    if not report.ok and _lavapipe_heap_bug(report, device.driver_info):
+        pytest.xfail(f"{device.driver_info} lavapipe crashed: {report.reason}")
+    assert report.ok, f"{report.reason}\n" + "\n".join(report.log_tail)
+    checks = {c.name: c for c in report.checks}
+    assert [n for n in checks] == ["flux:load", "flux:device", "flux:family", "flux:size", "flux:pixels",
+                                   "flux:deterministic", "flux:cpu-match"]
+    assert report.device is not None and report.device.name == "Vulkan0" and "llvmpipe" in report.device.description
+    assert report.cpu_max_diff is not None and report.cpu_max_diff > 0, "identical to the CPU's: it ran on the CPU"
+    print(f"\nlavapipe ({device.driver_info}) verify --family flux: {report.total_seconds:.1f} s, "
+          f"vs CPU mean {report.cpu_mean_diff}, max {report.cpu_max_diff}")
+
+
+@real
 def test_generate_runs_on_lavapipe_through_the_cli(published, probe_model, tmp_path, lavapipe):
     """`accelstack generate --backend vulkan` on the vulkan build, with GGML_VK_VISIBLE_DEVICES naming
     lavapipe: the image is made on Vulkan0 (llvmpipe), not on the CPU backend, and the JSON result says

@@ -1,0 +1,239 @@
+"""Component files, img2img and ControlNet: checked in the parent, before any process starts.
+
+A request may name a model's parts as files of their own (``--diffusion-model``, ``--vae``,
+``--clip-l``, ``--clip-g``, ``--t5xxl``, ``--llm``, ``--taesd``), a ControlNet (``--control-net``
+with ``--control-image``) and an init image (``--init-image``). stable-diffusion.cpp loads each
+file it is given under a fixed prefix (src/stable-diffusion.cpp ``new_sd_ctx``: ``vae.``,
+``text_encoders.clip_l.transformer.``...) and fails on a file of the wrong kind late, or not at all
+(a T5-XXL next to an SD 1.x UNet is read and never used), so each is checked here: the file itself
+like the model (:func:`~accelstack.engine.modelfile.check_model`: missing, a folder, a pipe, a
+damaged header), then what its headers say it is (:func:`~accelstack.engine.model_inspect.inspect_model`)
+against the family of the model. Images are read with a bounded PNG reader
+(:func:`~accelstack.engine.png.read_input_png`) and must have the request's size: nothing is
+resized, so the pixels the worker gets are the ones the user gave.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .companions import tensor_index
+from .errors import InvalidRequestError, ModelLoadError
+from .model_inspect import ModelInspection, inspect_model
+from .modelfile import ModelFile, check_model
+from .png import PngError, read_input_png
+from .protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
+
+__all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "UNET_FAMILIES"]
+
+# The text-encoder kinds (data/model_families.json "text_encoders") each flag takes.
+TEXT_ENCODER_KINDS: Dict[str, Tuple[str, ...]] = {
+    "clip_l": ("clip-l", "openclip-h"),  # SD 2.x's OpenCLIP-H goes where SD 1.x's CLIP-L does (cond_stage_model.)
+    "clip_g": ("clip-g",),
+    "t5xxl": ("t5xxl",),
+    "llm": ("qwen3-4b", "qwen2.5-vl-7b"),
+}
+# src/control.hpp ControlNetBlock: an SD 1.x layout, with SD 2.x's and SDXL's context widths and depths
+# (its other branch is SVD, a video model); new_sd_ctx builds it with the model's own version, so a
+# ControlNet serves UNet models of its own family only. Keyed by the width attn2.to_k takes.
+CONTROLNET_FAMILIES: Dict[int, str] = {768: "sd1", 1024: "sd2", 2048: "sdxl"}
+UNET_FAMILIES = ("sd1", "sd2", "sdxl", "sdxl-refiner")
+HINT_BLOCK = "input_hint_block."  # the control image's encoder: what makes a file a ControlNet
+
+
+@dataclass
+class CheckedComponents:
+    """What :func:`check_components` found: the model file, its family, the component files by
+    request field (checked paths), and the images as RGB pixels."""
+
+    model: ModelFile
+    family: str
+    paths: Dict[str, str] = field(default_factory=dict)
+    init_rgb: bytes = b""
+    control_rgb: bytes = b""
+
+    def names(self) -> Dict[str, str]:
+        """Field -> the file's name (never its path: results and PNGs name files only)."""
+        return {name: os.path.basename(path) for name, path in self.paths.items()}
+
+
+def _component_error(name: str, path: str, reason: str, hint: str = "") -> InvalidRequestError:
+    return InvalidRequestError(f"{flag_of(name)} {path}: {reason}", hint=hint or None)
+
+
+def _check_file(name: str, path: str) -> ModelFile:
+    """``path`` as a model-format file (never a folder), or an InvalidRequestError naming the flag."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise _component_error(name, path, "the file does not exist", "check the path") from None
+    except (OSError, ValueError) as exc:  # ELOOP (a symlink loop), EACCES, a NUL
+        raise _component_error(name, path, f"cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _component_error(name, path, "it is a folder", "name the component's file (.safetensors or .gguf)")
+    try:
+        return check_model(path)
+    except ModelLoadError as exc:
+        reason = exc.message.split(": ", 1)[-1] if exc.message.startswith("cannot load model") else exc.message
+        raise _component_error(name, path, reason, exc.hint or "") from None
+
+
+def _inspect(name: str, path: str) -> ModelInspection:
+    try:
+        return inspect_model(path)
+    except ModelLoadError as exc:
+        raise _component_error(name, path, exc.message, exc.hint or "") from None
+
+
+def _kinds(insp: ModelInspection, component: str) -> List[str]:
+    return [p.kind for p in insp.parts if p.component == component]
+
+
+def _family_needs(family: str) -> Optional[Tuple[Tuple[str, ...], Tuple[str, ...]]]:
+    """(VAE kinds, text-encoder kinds) the family takes (data/model_families.json), or None."""
+    from .model_families import knowledge
+
+    for rule in knowledge().families:
+        if rule.id == family:
+            return tuple(rule.vaes), tuple(rule.text_encoders)
+    return None
+
+
+def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[ModelFile, str]:
+    """The model (--model) or the diffusion model (--diffusion-model): exactly one, and its family."""
+    if model and request.diffusion_model:
+        raise InvalidRequestError("both --model and --diffusion-model are given",
+                                  hint="give a whole checkpoint with --model, or its diffusion model alone with "
+                                  "--diffusion-model (and its VAE and text encoders with --vae, --clip-l...)")
+    if not model and not request.diffusion_model:
+        raise InvalidRequestError("no model is given", hint="give --model PATH (a checkpoint) or --diffusion-model PATH")
+    if model:
+        info = check_model(model)  # ModelLoadError / ModelNotFoundError, as before
+        try:
+            family = inspect_model(model).family
+        except ModelLoadError:
+            family = "unknown"
+        return info, family
+    path = request.diffusion_model
+    info = _check_file("diffusion_model", path)
+    insp = _inspect("diffusion_model", path)
+    parts = [p for p in insp.parts if p.component == "diffusion_model"]
+    if not parts or insp.family in ("none", "unknown"):
+        raise _component_error("diffusion_model", path, f"it holds no diffusion model of a family stable-diffusion.cpp "
+                               f"tells (the file is a {insp.role.replace('_', ' ')})",
+                               "name the diffusion model (UNet or transformer) file, or a whole checkpoint with --model")
+    if insp.family in UNET_FAMILIES:
+        raise _component_error(
+            "diffusion_model", path, f"a {insp.family_name} UNet cannot be loaded as a diffusion model alone by "
+            "stable-diffusion.cpp 0.4.7: it tells SD 1.x/2.x from the CLIP token embedding under "
+            "cond_stage_model. and SDXL from a second text encoder (src/model.cpp get_sd_version), but gives a "
+            "separate --clip-l the UNet prefix only when the diffusion model alone was told a UNet "
+            "(src/stable-diffusion.cpp new_sd_ctx), so the version is never found (tried: 'get sd version from "
+            "file failed')", "give the whole checkpoint with --model (and --vae or --clip-l to replace its parts)")
+    return info, insp.family
+
+
+def _check_component(name: str, path: str, family: str) -> None:
+    """A component file that exists, reads, and is of a kind the model's family takes."""
+    _check_file(name, path)
+    if name == "taesd":
+        return  # a tiny autoencoder (taesd, taef1...): its kinds are not told apart here
+    insp = _inspect(name, path)
+    needs = _family_needs(family)
+    if name == "vae":
+        kinds = _kinds(insp, "vae")
+        if not kinds:
+            raise _component_error(name, path, f"it holds no VAE (the file is a {insp.role.replace('_', ' ')})",
+                                   "name a VAE file (such as vae-ft-mse-840000-ema-pruned.safetensors or ae.safetensors)")
+        if needs and needs[0] and not set(kinds) & set(needs[0]):
+            raise _component_error(name, path, f"its VAE ({', '.join(sorted(set(kinds)))}) is not the one the "
+                                   f"model's family, {family}, decodes with ({', '.join(needs[0])})",
+                                   "use a VAE made for the model's family")
+        return
+    wanted = TEXT_ENCODER_KINDS[name]
+    if needs is not None and not set(wanted) & set(needs[1]):
+        raise _component_error(name, path, f"the model's family, {family}, has no {flag_of(name)[2:]} text encoder (it takes "
+                               f"{', '.join(needs[1]) or 'none given separately'}; data/model_families.json, "
+                               "from src/conditioner.hpp)", f"leave out {flag_of(name)}")
+    kinds = _kinds(insp, "text_encoder")
+    if not kinds:
+        raise _component_error(name, path, f"it holds no text encoder (the file is a {insp.role.replace('_', ' ')})",
+                               f"name a {'/'.join(wanted)} text encoder file")
+    if not set(kinds) & set(wanted):
+        raise _component_error(name, path, f"it is a {', '.join(sorted(set(kinds)))} text encoder, not "
+                               f"{' or '.join(wanted)}", "give each text encoder with its own flag")
+
+
+def _check_controlnet(path: str, family: str) -> None:
+    """An SD-family ControlNet whose cross-attention width is the model's (src/control.hpp)."""
+    info = _check_file("control_net", path)
+    tensors = tensor_index(info)
+    if tensors is None:
+        raise _component_error("control_net", path, "a legacy torch pickle whose tensors are not read without "
+                               "unpickling it", "convert the ControlNet to safetensors")
+    if not any(HINT_BLOCK in t.name for t in tensors):
+        raise _component_error("control_net", path, "it is not a ControlNet (it has no input_hint_block., the "
+                               "control image's encoder of src/control.hpp)",
+                               "name a ControlNet in the original layout (control_v11p_sd15_canny.pth converted "
+                               "to safetensors, or such)")
+    if family not in CONTROLNET_FAMILIES.values():
+        raise InvalidRequestError(
+            f"the model's family, {family}, takes no ControlNet: stable-diffusion.cpp 0.4.7 runs ControlNets only with "
+            "SD 1.x, SD 2.x and SDXL UNets (src/control.hpp ControlNetBlock)",
+            hint="leave out --control-net and --control-image")
+    widths = {int(t.shape[1]) for t in tensors if t.name.endswith("attn2.to_k.weight") and len(t.shape) == 2}
+    own = sorted({CONTROLNET_FAMILIES.get(w, f"context width {w}") for w in widths})
+    if own and family not in own:
+        raise _component_error("control_net", path, f"it is a ControlNet for {', '.join(own)}, not for this "
+                               f"{family} model (its cross-attention takes {', '.join(map(str, sorted(widths)))}-wide "
+                               "text vectors)", f"use a ControlNet made for {family}")
+
+
+def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:
+    try:
+        img = read_input_png(path)
+    except FileNotFoundError:
+        raise _component_error(name, path, "the file does not exist", "check the path") from None
+    except (OSError, ValueError) as exc:  # PngError is a ValueError; OSError: ELOOP, EACCES, EISDIR
+        reason = str(exc) if isinstance(exc, PngError) else (getattr(exc, "strerror", None) or str(exc))
+        raise _component_error(name, path, reason, "give an 8-bit PNG image") from None
+    if (img.width, img.height) != (request.width, request.height):
+        raise _component_error(name, path, f"it is {img.width}x{img.height}, the request {request.width}x"
+                               f"{request.height}; images are not resized",
+                               f"generate at --width {img.width} --height {img.height}, or resize the image")
+    return img.pixels
+
+
+def check_components(request: GenerateRequest, model: Optional[str], *, components_supported: bool = True,
+                     library: str = "stable-diffusion.cpp") -> CheckedComponents:
+    """Check the model, every component file and image of ``request``; InvalidRequestError (or the
+    model's ModelLoadError) with the flag and file named, before any process starts."""
+    given = [name for name in COMPONENT_FLAGS if getattr(request, name)]
+    images = [name for name in ("init_image", "control_image") if getattr(request, name)]
+    if (given or images or request.init_pixels or request.control_pixels) and not components_supported:
+        flags = ", ".join(flag_of(n) for n in given + images) or "--init-image"
+        raise InvalidRequestError(f"{flags}: not supported on the {library} stack",
+                                  hint="generate with a stable-diffusion.cpp runtime, or leave them out")
+    info, family = _check_model_file(request, model)
+    out = CheckedComponents(model=info, family=family)
+    if request.diffusion_model:
+        out.paths["diffusion_model"] = info.path
+    for name in given:
+        if name in ("diffusion_model", "control_net"):
+            continue
+        _check_component(name, getattr(request, name), family)
+        out.paths[name] = getattr(request, name)
+    if request.control_net:
+        _check_controlnet(request.control_net, family)
+        out.paths["control_net"] = request.control_net
+    if request.init_image:
+        out.init_rgb = _read_image("init_image", request.init_image, request)
+    elif request.init_pixels:  # a caller that wrote the pixels itself
+        out.init_rgb = read_pixels(request.init_pixels, request)
+    if request.control_image:
+        out.control_rgb = _read_image("control_image", request.control_image, request)
+    elif request.control_pixels:
+        out.control_rgb = read_pixels(request.control_pixels, request)
+    return out

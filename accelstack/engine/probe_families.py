@@ -1,0 +1,287 @@
+"""Per-family probe models: the smallest model of each family that stable-diffusion.cpp loads as that family.
+
+``verify`` proves a runtime with the SD 1.x probe (:mod:`accelstack.engine.probe_model`). A PASS
+there says nothing about the kernels another family runs (Flux's rotary attention and RMS norms,
+SD3's joint blocks...), so ``verify --family F`` synthesizes a *reduced* probe of family ``F`` in
+the same way (seeded pooled values, F8_E5M2 stored, one safetensors file, temporary folder with an
+owner, swept when the owner is gone: :mod:`accelstack.engine.probe_family_files`), and generates
+with it.
+
+How small each family can be is decided by stable-diffusion.cpp, which infers most sizes from the
+tensors it finds (the source of each fact is cited where the shapes are built):
+
+* **flux** (FLUX.1): the hidden size comes from ``txt_in.weight``, the head size from the q/k norm
+  scales and the depths from the block names (``FluxRunner`` in src/flux.hpp); the rotary axes
+  (16, 56, 56) fix the head size at 128, so one head of 128, one double and one single block. The
+  text context width is T5-XXL's 4096 (``txt_in``'s input) even without T5: with only CLIP-L,
+  stable-diffusion.cpp warns and feeds zeros of that width (``FluxCLIPEmbedder`` in
+  src/conditioner.hpp), so no T5 (24 layers x 4096, fixed in src/t5.hpp: 4.8 G parameters) is
+  needed. CLIP-L's size is fixed (``CLIPTextModel`` in src/clip.hpp: 123 M). The 16-channel VAE's
+  decoder width is read from ``decoder.conv_in`` (``detect_decoder_ch`` in src/auto_encoder_kl.hpp),
+  and the worker loads it decode-only, so the decoder is a quarter-width one without encoder.
+  ``guidance_in`` makes it FLUX.1 [dev] (the guidance embedding, src/flux.hpp).
+* **chroma**: the same Flux blocks without their per-block modulations; ``distilled_guidance_layer``
+  makes stable-diffusion.cpp build Chroma (src/stable-diffusion.cpp ``new_sd_ctx``, src/flux.hpp
+  ``FluxRunner``), whose ``ChromaApproximator`` is fixed at 5 layers of 5120 (262 M parameters,
+  fed 344 modulation indices whatever the depth): most of the probe. Its text encoder is T5-XXL
+  only; without it stable-diffusion.cpp warns and uses zeros (``T5CLIPEmbedder``). Flash attention
+  is off for this probe: stable-diffusion.cpp warns that Chroma's DiT mask does not work with it,
+  and the image is NaN (all white) with it on the CPU build.
+
+Not offered, with the reason (measured on the 2-core CPU build, stable-diffusion.cpp 0.4.7):
+
+* **sd3**: ``MMDiT`` starts its depth at 24 and block names only raise it (src/mmdit.hpp), so the
+  smallest MMDiT is SD3-medium-sized: 2.09 G parameters, a 2.1 GB probe, 4.1 GB of RAM, 11 s to
+  load. And it does not run without CLIP-G (694 M, fixed in src/clip.hpp): with CLIP-L alone,
+  ``SD3CLIPEmbedder`` aborts concatenating a 1-D pooled vector with 2-D zeros ("Tensor concat
+  requires same rank"), and with no text encoder the first step crashes (SIGSEGV).
+* **sdxl**: the UNet's widths are fixed (src/unet.hpp); the smallest layout it detects (Segmind
+  Vega's: no middle block, fewer transformer blocks) is about 0.75 G parameters, and SDXL's
+  conditioner always builds CLIP-G (694 M) beside CLIP-L (src/conditioner.hpp): about 1.6 G
+  parameters in all (estimated from the shapes, not synthesized here).
+
+The file holds all parts under the prefixes stable-diffusion.cpp reads in an all-in-one checkpoint
+(src/name_conversion.cpp ``convert_tensor_name``): ``model.diffusion_model.`` (original names, which
+``get_sd_version`` in src/model.cpp looks at), ``vae.`` (diffusers names, converted to
+``first_stage_model.``) and ``text_encoders.clip_l.transformer.`` (what ``FluxCLIPEmbedder`` loads),
+so the worker loads it as any model file (``model_path`` only).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+
+from ..serde import to_dict
+from ..verdict import VerifyCheck, VerifyReport
+from .config import shown
+from .errors import InvalidRequestError
+from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _vae_mid, sd1_tensors
+
+__all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
+           "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
+           "family_output", "merge_reports"]
+
+Parts = Dict[str, Dict[str, Shape]]  # {tensor-name prefix: {name: shape}}
+
+DEFAULT_FAMILY = "sd1"
+
+# Flux's fixed dimensions (src/flux.hpp FluxParams; src/conditioner.hpp FluxCLIPEmbedder)
+FLUX_HEAD = 128  # sum of the rotary axes_dim {16, 56, 56}: the head size is fixed
+FLUX_CONTEXT = 4096  # T5-XXL's width: txt_in's input, zeros of it when T5 is missing
+FLUX_VEC = 768  # CLIP-L's pooled output: vector_in's input
+FLUX_LATENT = 16  # latent channels; patch 2x2 -> img_in's input of 64
+FLUX_MLP_RATIO = 4
+CHROMA_APPROX = 5120  # ChromaApproximator's inner width and depth, fixed (src/flux.hpp)
+CHROMA_APPROX_LAYERS = 5
+
+
+def _mlp_embedder(out: Dict[str, Shape], name: str, n_in: int, hidden: int) -> None:
+    _linear(out, f"{name}.in_layer", hidden, n_in)
+    _linear(out, f"{name}.out_layer", hidden, hidden)
+
+
+def _flux_attention(out: Dict[str, Shape], name: str, hidden: int) -> None:
+    _linear(out, f"{name}.qkv", 3 * hidden, hidden)  # qkv_bias true for FLUX.1
+    out[f"{name}.norm.query_norm.scale"] = (FLUX_HEAD,)
+    out[f"{name}.norm.key_norm.scale"] = (FLUX_HEAD,)
+    _linear(out, f"{name}.proj", hidden, hidden)
+
+
+def flux_tensors(hidden: int = FLUX_HEAD, double: int = 1, single: int = 1, guidance: bool = True,
+                 chroma: bool = False) -> Dict[str, Shape]:
+    """The FLUX.1 diffusion model's tensors in its original names (src/flux.hpp ``Flux``); ``chroma``:
+    Chroma's, whose per-block modulations are pruned and come from one ``distilled_guidance_layer``
+    (``ChromaApproximator``: 5 layers of 5120, fixed, fed 344 modulation indices whatever the depth)."""
+    out: Dict[str, Shape] = {}
+    mlp = hidden * FLUX_MLP_RATIO
+    _linear(out, "img_in", hidden, FLUX_LATENT * 4)
+    if chroma:
+        d = CHROMA_APPROX
+        _linear(out, "distilled_guidance_layer.in_proj", d, FLUX_LATENT * 4)  # in_dim 64
+        for i in range(CHROMA_APPROX_LAYERS):
+            out[f"distilled_guidance_layer.norms.{i}.scale"] = (d,)
+            _mlp_embedder(out, f"distilled_guidance_layer.layers.{i}", d, d)
+        _linear(out, "distilled_guidance_layer.out_proj", hidden, d)
+    else:
+        _mlp_embedder(out, "time_in", 256, hidden)
+        _mlp_embedder(out, "vector_in", FLUX_VEC, hidden)
+        if guidance:
+            _mlp_embedder(out, "guidance_in", 256, hidden)
+    _linear(out, "txt_in", hidden, FLUX_CONTEXT)
+    for i in range(double):
+        b = f"double_blocks.{i}"
+        for side in ("img", "txt"):
+            if not chroma:
+                _linear(out, f"{b}.{side}_mod.lin", 6 * hidden, hidden)
+            _flux_attention(out, f"{b}.{side}_attn", hidden)
+            _linear(out, f"{b}.{side}_mlp.0", mlp, hidden)
+            _linear(out, f"{b}.{side}_mlp.2", hidden, mlp)
+    for i in range(single):
+        b = f"single_blocks.{i}"
+        _linear(out, f"{b}.linear1", 3 * hidden + mlp, hidden)
+        _linear(out, f"{b}.linear2", hidden, hidden + mlp)
+        out[f"{b}.norm.query_norm.scale"] = (FLUX_HEAD,)
+        out[f"{b}.norm.key_norm.scale"] = (FLUX_HEAD,)
+        if not chroma:
+            _linear(out, f"{b}.modulation.lin", 3 * hidden, hidden)
+    _linear(out, "final_layer.linear", FLUX_LATENT * 4, hidden)
+    if not chroma:
+        _linear(out, "final_layer.adaLN_modulation.1", 2 * hidden, hidden)
+    return out
+
+
+def vae_decoder_tensors(latent: int, ch: int = 32) -> Dict[str, Shape]:
+    """A decode-only KL VAE in diffusers names, channel multipliers (1, 2, 4, 4) of ``ch``
+    (src/auto_encoder_kl.hpp: the decoder's width is read from ``decoder.conv_in``; no
+    ``post_quant_conv`` for the 16-channel DiT VAEs)."""
+    out: Dict[str, Shape] = {}
+    chans = [ch * m for m in (1, 2, 4, 4)]
+    rev = list(reversed(chans))
+    _conv(out, "decoder.conv_in", rev[0], latent, 3)
+    _vae_mid(out, "decoder.mid_block", rev[0])
+    prev = rev[0]
+    for i, c in enumerate(rev):
+        for j in range(3):
+            _resnet(out, f"decoder.up_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, None)
+        if i < 3:
+            _conv(out, f"decoder.up_blocks.{i}.upsamplers.0.conv", c, c, 3)
+        prev = c
+    _norm(out, "decoder.conv_norm_out", chans[0])
+    _conv(out, "decoder.conv_out", 3, chans[0], 3)
+    return out
+
+
+def _flux_parts() -> Parts:
+    return {"model.diffusion_model.": flux_tensors(),
+            "vae.": vae_decoder_tensors(FLUX_LATENT),
+            "text_encoders.clip_l.transformer.": sd1_tensors()["text_encoder"]}
+
+
+def _chroma_parts() -> Parts:
+    return {"model.diffusion_model.": flux_tensors(chroma=True),
+            "vae.": vae_decoder_tensors(FLUX_LATENT)}
+
+
+@dataclass(frozen=True)
+class FamilyProbeSpec:
+    """One family's probe: its parts, what stable-diffusion.cpp calls it, how it is generated."""
+
+    family: str  # our family id (accelstack.engine.model_inspect names it so)
+    name: str
+    sdcpp_version: str  # the version stable-diffusion.cpp logs ("Version: Flux")
+    parts: Callable[[], Parts]
+    cfg_scale: float = 7.0
+    # engine options the family's probe runs with whatever was asked, with the reason
+    options: Tuple[Tuple[str, Any], ...] = ()
+    options_reason: str = ""
+    note: str = ""  # what is reduced, for people
+    sources: List[str] = field(default_factory=list)
+
+
+FAMILIES: Dict[str, FamilyProbeSpec] = {
+    "sd1": FamilyProbeSpec("sd1", "Stable Diffusion 1.x (full size)", "SD 1.x",
+                           lambda: {"unet.": sd1_tensors()["unet"], "vae.": sd1_tensors()["vae"],
+                                    "te.": sd1_tensors()["text_encoder"]},
+                           note="the full SD 1.x architecture"),
+    "flux": FamilyProbeSpec("flux", "FLUX.1 [dev] (reduced)", "Flux", _flux_parts, cfg_scale=1.0,
+                            note="1 double + 1 single block of one 128-wide head, full CLIP-L, no T5-XXL "
+                                 "(zeros of its width), quarter-width decode-only 16-channel VAE",
+                            sources=["src/flux.hpp FluxRunner", "src/conditioner.hpp FluxCLIPEmbedder",
+                                     "src/auto_encoder_kl.hpp detect_decoder_ch"]),
+    "chroma": FamilyProbeSpec("chroma", "Chroma (reduced)", "Flux", _chroma_parts, cfg_scale=1.0,
+                              options=(("flash_attention", False),),
+                              options_reason="stable-diffusion.cpp does not support Chroma's DiT mask with flash "
+                              "attention (its warning in src/stable-diffusion.cpp new_sd_ctx): with it the probe's "
+                              "image is NaN (all white) on the CPU build",
+                              note="Flux blocks as above with Chroma's fixed 5x5120 modulation approximator "
+                                   "(262 M), flash attention off, no T5-XXL (zeros of its width), quarter-width decode-only VAE",
+                              sources=["src/flux.hpp ChromaApproximator", "src/conditioner.hpp T5CLIPEmbedder",
+                                       "src/stable-diffusion.cpp new_sd_ctx (distilled_guidance_layer: Chroma)"]),
+}
+
+
+def family_names() -> List[str]:
+    return list(FAMILIES)
+
+
+def family_spec(family: str) -> FamilyProbeSpec:
+    """The probe of ``family``; an unknown one is an :class:`InvalidRequestError` naming the known ones."""
+    spec = FAMILIES.get(family) if isinstance(family, str) else None
+    if spec is None:
+        raise InvalidRequestError(f"no probe for the model family {shown(family)}",
+                                  hint=f"the families verify knows: {', '.join(FAMILIES)}")
+    return spec
+
+
+def check_families(families: Sequence[str]) -> List[str]:
+    """``families`` without repeats, each known (else :class:`InvalidRequestError`), before any work."""
+    if isinstance(families, str) or not families:
+        raise InvalidRequestError("name at least one model family to verify",
+                                  hint=f"the families verify knows: {', '.join(FAMILIES)}")
+    return [family_spec(f).family for f in dict.fromkeys(families)]
+
+
+# -- a user's model file -> the probe of its family ---------------------------------------------------
+# model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
+PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "flux": "flux", "chroma": "chroma"}
+
+
+@dataclass
+class ModelFamily:
+    """A model file ``verify --model`` was given: the family it is and the probe that stands for it."""
+
+    path: str
+    family: str  # model_inspect's id
+    family_name: str
+    probe: str  # the FAMILIES key verified
+
+
+def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
+    """Inspect each model file (headers only) and name the probe of its family; a file whose family
+    has no probe is an :class:`InvalidRequestError` before any work (bad files raise as in ``model inspect``)."""
+    from .model_inspect import inspect_model  # the file readers, only when a model is named
+
+    out: List[ModelFamily] = []
+    for path in paths:
+        found = inspect_model(path)
+        probe = PROBE_OF_FAMILY.get(found.family)
+        if probe is None:
+            known = ", ".join(sorted(PROBE_OF_FAMILY))
+            raise InvalidRequestError(f"{path} is {found.family_name or found.family}: verify has no probe for that family",
+                                      hint=f"verify --model knows the families {known}; `accelstack model inspect "
+                                           f"{path}` shows what the file is")
+        out.append(ModelFamily(str(found.path), found.family, found.family_name, probe))
+    return out
+
+
+# -- how a family's verify is reported ----------------------------------------------------------------
+def family_output(output: Union[str, Path], family: str) -> Path:
+    """Where a family's probe image goes: ``output`` for SD 1.x, else ``<stem>-<family><suffix>``
+    beside it (``verify-cpu.png`` -> ``verify-cpu-flux.png``)."""
+    out = Path(output)
+    return out if family == DEFAULT_FAMILY else out.with_name(f"{out.stem}-{family}{out.suffix or '.png'}")
+
+
+def merge_reports(reports: List[Tuple[str, VerifyReport]], seconds: float) -> VerifyReport:
+    """One report of the families' reports (``verify(families=...)``): the first one's figures,
+    every family's checks named ``<family>:<check>``, each family's own report in ``details["families"]``."""
+    first = reports[0][1]
+    merged = VerifyReport(ok=all(r.ok for _f, r in reports), reason="; ".join(f"{f}: {r.reason}" for f, r in reports
+                                                                               if not r.ok),
+                          runtime=first.runtime, backend=first.backend, device=first.device,
+                          load_seconds=first.load_seconds, step_seconds=first.step_seconds,
+                          its_per_second=first.its_per_second, generate_seconds=first.generate_seconds,
+                          probe_seconds=round(sum(r.probe_seconds for _f, r in reports), 3), probe_path=first.probe_path,
+                          probe_temporary=first.probe_temporary, image=first.image, total_seconds=round(seconds, 4),
+                          pixels=first.pixels)
+    for family, r in reports:
+        merged.checks += [VerifyCheck(f"{family}:{c.name}", c.ok, c.detail) for c in r.checks]
+        if r.cpu_mean_diff is not None and (merged.cpu_mean_diff is None or r.cpu_mean_diff > merged.cpu_mean_diff):
+            merged.cpu_mean_diff = r.cpu_mean_diff
+        if r.cpu_max_diff is not None:
+            merged.cpu_max_diff = max(merged.cpu_max_diff or 0, r.cpu_max_diff)
+        if not r.ok and not merged.log_tail:
+            merged.log_tail = r.log_tail
+    merged.details["families"] = {f: {k: v for k, v in to_dict(r).items() if k != "log_tail"} for f, r in reports}
+    return merged

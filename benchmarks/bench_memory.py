@@ -1,0 +1,109 @@
+"""The memory planner's estimate against the peak measured on this machine (issue 26).
+
+For the SD 1.x probe model on the CPU build (the cached ``cpu`` wheel, installed once into a
+temporary folder), for each VAE setting (untiled, tiles of 8 and 16 latent pixels) one worker
+loads the model with the options the planner would send, then generates 1-step images of growing
+sizes. Before each generation the worker's peak RSS is reset (``5`` into ``/proc/PID/clear_refs``);
+after it, the peak above the RSS it had before (``VmHWM - VmRSS``) is the working memory measured,
+as the table in :mod:`accelstack.engine.memory` was. The planner's working memory is its RAM need
+less the weights (``BASE + the largest phase's activations + images``). Printed per row: the
+estimate, the measurement, their ratio; and once per worker the loaded RSS against the planner's
+weights (the RSS also holds Python and the library). Goal: every ratio within 15 % (0.85 .. 1.15);
+the estimate is meant to stay on the high side (a ratio >= 1 refuses nothing that fits).
+
+Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
+
+    python benchmarks/bench_memory.py [--sizes 128,256,384] [--tiles 0,8,16] [--threads N] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+MIB = 1 << 20
+
+
+def _status(pid: int) -> Dict[str, int]:
+    """VmRSS and VmHWM of ``pid`` in bytes."""
+    out: Dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def _reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (proc(5))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
+    ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
+    ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
+    ap.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    args = ap.parse_args()
+
+    from accelstack.engine.config import EngineOptions
+    from accelstack.engine.memory_plan import plan_for_files
+    from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+    from accelstack.engine.protocol import GenerateRequest
+    from accelstack.engine.runtime import Runtime
+    from accelstack.engine.supervisor import Supervisor
+    from accelstack.publisher.build import build_ggml
+    from accelstack.settings import Settings
+
+    settings = Settings.resolve()
+    probe = ensure_probe_model(DEFAULT_SEED, cache_root=settings.probe_cache, keep=True)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    rows: List[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
+        wheel = Path(build_ggml("cpu", settings).wheel)
+        runtime_dir = Path(work) / "runtime"
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--no-index", "--target", str(runtime_dir), str(wheel)], check=True)
+        runtime = Runtime(path=runtime_dir, backend="cpu")
+        for tile in (int(t) for t in args.tiles.split(",")):
+            given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads)
+            first = plan_for_files([probe.path], sizes[0], sizes[0], 1, given, gpu=False, ram_free=None)
+            options = first.apply(given)
+            with Supervisor(runtime, model=probe.path, options=options) as sup:
+                pid = sup.pid
+                assert pid is not None
+                loaded = _status(pid)["VmRSS"]
+                print(f"# tiles {tile or 'off'}: loaded RSS {loaded / MIB:.0f} MiB, planner's weights "
+                      f"{first.weights / MIB:.0f} MiB (ratio {first.weights / loaded:.2f})", file=sys.stderr)
+                for side in sizes:
+                    if tile and side // 8 <= tile:
+                        continue  # one tile holds the whole latent: the same as untiled
+                    plan = plan_for_files([probe.path], side, side, 1, given, gpu=False, ram_free=None)
+                    before = _status(pid)["VmRSS"]
+                    _reset_peak(pid)
+                    sup.generate(GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=1),
+                                 attempts=1)
+                    measured = _status(pid)["VmHWM"] - before
+                    estimate = plan.ram_need - plan.weights
+                    rows.append({"side": side, "tile": tile, "estimate_mib": round(estimate / MIB, 1),
+                                 "measured_mib": round(measured / MIB, 1), "ratio": round(estimate / measured, 3),
+                                 "loaded_rss_mib": round(loaded / MIB, 1), "weights_mib": round(plan.weights / MIB, 1)})
+                    r = rows[-1]
+                    print(f"{side:>5} {('tile ' + str(tile)) if tile else 'untiled':>8}  estimate {r['estimate_mib']:>7.0f} MiB"
+                          f"  measured {r['measured_mib']:>7.0f} MiB  ratio {r['ratio']:.2f}", file=sys.stderr)
+    within = all(0.85 <= r["ratio"] <= 1.15 for r in rows)
+    if args.json:
+        print(json.dumps({"rows": rows, "within_15_percent": within}, indent=2))
+    else:
+        print(f"{'all' if within else 'NOT all'} estimates within 15% of the measured peak")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

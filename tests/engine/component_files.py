@@ -1,0 +1,147 @@
+"""Component files for the SD 1.x probe, synthesized by the tests: a standalone VAE (the probe's own
+VAE tensors), an SD 1.x ControlNet (full size: stable-diffusion.cpp fixes its widths), PNG images."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Dict, Tuple
+
+from accelstack.engine.png import encode_png
+from accelstack.engine.probe_layout import probe_weights
+from accelstack.engine.probe_weights import Pools, write_part
+
+Shape = Tuple[int, ...]
+
+
+def standalone_vae(probe_path: str, out: Path, prefix: str = "vae.") -> Path:
+    """The probe's VAE as a file of its own: its ``vae.`` tensors, bytes as stored, names without the
+    prefix (the diffusers VAE names stable-diffusion.cpp reads from ``vae_path`` under ``vae.``,
+    src/stable-diffusion.cpp new_sd_ctx)."""
+    return extract_part(probe_path, out, prefix)
+
+
+def extract_part(probe_path: str, out: Path, prefix: str) -> Path:
+    """The tensors of a probe file under ``prefix`` as a file of their own, names without it (the
+    component files users have: stable-diffusion.cpp gives each its prefix back as it loads it)."""
+    src = probe_weights(probe_path) or probe_path
+    with open(src, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+        base = 8 + n
+        items = [(k, v) for k, v in header.items() if k.startswith(prefix)]
+        new: Dict[str, object] = {}
+        offset = 0
+        for name, meta in items:
+            a, b = meta["data_offsets"]
+            new[name[len(prefix):]] = {"dtype": meta["dtype"], "shape": meta["shape"], "data_offsets": [offset, offset + b - a]}
+            offset += b - a
+        raw = json.dumps(new).encode()
+        raw += b" " * (-(8 + len(raw)) % 8)
+        with open(out, "wb") as dst:
+            dst.write(struct.pack("<Q", len(raw)) + raw)
+            for _name, meta in items:
+                a, b = meta["data_offsets"]
+                fh.seek(base + a)
+                dst.write(fh.read(b - a))
+    return out
+
+
+# -- an SD 1.x ControlNet in the original (LDM) names src/control.hpp ControlNetBlock declares -------
+def _linear(out: Dict[str, Shape], name: str, n_out: int, n_in: int, bias: bool = True) -> None:
+    out[f"{name}.weight"] = (n_out, n_in)
+    if bias:
+        out[f"{name}.bias"] = (n_out,)
+
+
+def _conv(out: Dict[str, Shape], name: str, n_out: int, n_in: int, k: int) -> None:
+    out[f"{name}.weight"] = (n_out, n_in, k, k)
+    out[f"{name}.bias"] = (n_out,)
+
+
+def _norm(out: Dict[str, Shape], name: str, n: int) -> None:
+    out[f"{name}.weight"] = (n,)
+    out[f"{name}.bias"] = (n,)
+
+
+def _resblock(out: Dict[str, Shape], name: str, n_in: int, n_out: int, emb: int) -> None:
+    """src/common_block.hpp ResBlock."""
+    _norm(out, f"{name}.in_layers.0", n_in)
+    _conv(out, f"{name}.in_layers.2", n_out, n_in, 3)
+    _linear(out, f"{name}.emb_layers.1", n_out, emb)
+    _norm(out, f"{name}.out_layers.0", n_out)
+    _conv(out, f"{name}.out_layers.3", n_out, n_out, 3)
+    if n_in != n_out:
+        _conv(out, f"{name}.skip_connection", n_out, n_in, 1)
+
+
+def _transformer(out: Dict[str, Shape], name: str, c: int, context: int) -> None:
+    """src/common_block.hpp SpatialTransformer (convolution projections: SD 1.x)."""
+    _norm(out, f"{name}.norm", c)
+    _conv(out, f"{name}.proj_in", c, c, 1)
+    b = f"{name}.transformer_blocks.0"
+    for attn, kv in (("attn1", c), ("attn2", context)):
+        _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
+        _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
+        _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
+        _linear(out, f"{b}.{attn}.to_out.0", c, c)
+    _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)
+    _linear(out, f"{b}.ff.net.2", c, 4 * c)
+    for i in (1, 2, 3):
+        _norm(out, f"{b}.norm{i}", c)
+    _conv(out, f"{name}.proj_out", c, c, 1)
+
+
+def controlnet_shapes(context: int = 768) -> Dict[str, Shape]:
+    """Every tensor of an SD 1.x ControlNet (src/control.hpp: model_channels 320, channel_mult
+    1 2 4 4, attention at the first three levels, zero convolutions, the hint encoder)."""
+    out: Dict[str, Shape] = {}
+    ch0, temb = 320, 1280
+    _linear(out, "time_embed.0", temb, ch0)
+    _linear(out, "time_embed.2", temb, temb)
+    _conv(out, "input_blocks.0.0", ch0, 4, 3)
+    _conv(out, "zero_convs.0.0", ch0, ch0, 1)
+    hint = [(16, 3), (16, 16), (32, 16), (32, 32), (96, 32), (96, 96), (256, 96), (ch0, 256)]
+    for i, (n_out, n_in) in enumerate(hint):
+        _conv(out, f"input_hint_block.{2 * i}", n_out, n_in, 3)
+    ch, idx = ch0, 0
+    for level, mult in enumerate((1, 2, 4, 4)):
+        for _ in range(2):
+            idx += 1
+            _resblock(out, f"input_blocks.{idx}.0", ch, mult * ch0, temb)
+            ch = mult * ch0
+            if level < 3:
+                _transformer(out, f"input_blocks.{idx}.1", ch, context)
+            _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
+        if level < 3:
+            idx += 1
+            _conv(out, f"input_blocks.{idx}.0.op", ch, ch, 3)
+            _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
+    _resblock(out, "middle_block.0", ch, ch, temb)
+    _transformer(out, "middle_block.1", ch, context)
+    _resblock(out, "middle_block.2", ch, ch, temb)
+    _conv(out, "middle_block_out.0", ch, ch, 1)
+    return out
+
+
+def write_controlnet(path: Path, context: int = 768, seed: int = 11, prefix: str = "control_model.") -> Path:
+    """A random SD 1.x ControlNet (F8_E5M2, ~361 M parameters, ~361 MB) made like the probe's weights."""
+    pools = Pools(seed, "F8_E5M2")
+    try:
+        write_part(path, controlnet_shapes(context), pools, {"accelstack": "test controlnet"}, lambda n: None, prefix)
+    finally:
+        pools.close()
+    return path
+
+
+def write_png_image(path: Path, width: int, height: int, seed: int = 0) -> Path:
+    """A deterministic RGB test pattern (gradients and stripes) as a PNG."""
+    rgb = bytearray(width * height * 3)
+    for y in range(height):
+        for x in range(width):
+            i = 3 * (y * width + x)
+            rgb[i] = (x * 255 // max(1, width - 1) + seed) & 0xFF
+            rgb[i + 1] = (y * 255 // max(1, height - 1)) & 0xFF
+            rgb[i + 2] = 255 if ((x // 8) + (y // 8) + seed) % 2 else 0
+    path.write_bytes(encode_png(width, height, bytes(rgb)))
+    return path

@@ -1,0 +1,322 @@
+"""The memory planner (issue 26, "Settings that fit this machine"): ``auto`` offload, VAE tiling
+and weight type chosen from the model files' headers, the image size and the free memory.
+
+The planner's unit tests read synthesized files of each family (tests/engine/model_specs.py:
+real tensor names, sparse data, padded here to the published parameter counts so the sizes are
+the real ones) on simulated 4/6/8/16 GiB GPUs and small RAM. One test generates for real on the
+CPU build with the SD 1.x probe, with the free RAM the planner sees lowered so that the untiled
+decode does not fit: ``auto`` tiles the VAE, the image is made, and the reason is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict
+
+import model_specs as m
+import pytest
+
+from accelstack.cli import main
+from accelstack.commands.verify import add_engine_arguments
+from accelstack.core import direct
+from accelstack.engine import generation
+from accelstack.engine.config import AUTO, LEGACY, EngineOptions, apply_overrides, load_config, options_from_mapping
+from accelstack.engine.errors import ConfigError, InsufficientMemoryError
+from accelstack.engine.memory_plan import FAMILIES, MemoryPlan, plan_for_files
+from accelstack.engine.png import read_png
+from accelstack.engine.protocol import GenerateRequest
+from accelstack.serde import from_dict, to_dict
+
+GIB = 2 ** 30
+
+
+# -- synthesized files at their published sizes -----------------------------------------------------------
+def _params(spec: m.Spec, prefix: str) -> int:
+    total = 0
+    for name, (shape, _dtype) in spec.items():
+        if name.startswith(prefix):
+            n = 1
+            for d in shape:
+                n *= d
+            total += n
+    return total
+
+
+def _padded(spec: m.Spec, sizes: Dict[str, int], dtype: str = "F16") -> m.Spec:
+    """``spec`` with one filler tensor per prefix, so each part has its published parameter count."""
+    out = dict(spec)
+    for prefix, target in sizes.items():
+        missing = target - _params(spec, prefix)
+        assert missing > 0, prefix
+        out[f"{prefix}filler.weight"] = ((missing,), dtype)
+    return out
+
+
+def sd1_file(folder: Path) -> Path:
+    # v1-5-pruned-emaonly: UNet 859.5M, VAE 83.7M, CLIP-L 123.1M parameters (as the probe's parts)
+    spec = _padded(m.sd1_original(), {"model.diffusion_model.": 859_520_964, "first_stage_model.": 83_653_863,
+                                       "cond_stage_model.transformer.": 123_060_480})
+    return m.write_safetensors(folder / "v1-5-pruned-emaonly.safetensors", spec)
+
+
+def sdxl_file(folder: Path) -> Path:
+    # sd_xl_base_1.0: UNet 2.567B, VAE 83.7M, CLIP-L 123.1M, CLIP-G 694.7M parameters
+    spec = _padded(m.sdxl_original(), {"model.diffusion_model.": 2_567_463_684, "first_stage_model.": 83_653_863,
+                                        "conditioner.embedders.0.transformer.": 123_060_480,
+                                        "conditioner.embedders.1.": 694_659_841})
+    return m.write_safetensors(folder / "sd_xl_base_1.0.safetensors", spec)
+
+
+def flux_files(folder: Path) -> Dict[str, str]:
+    """FLUX.1 [dev] (bf16, 11.9B parameters: the real tensors) with ae, clip_l and t5xxl files."""
+    ae = _padded(m.sd_vae("", 16), {"decoder.": 49_490_199, "encoder.": 34_163_664}, "F32")
+    t5 = _padded(m.t5xxl(), {"encoder.block.": 4_762_310_656 - 32128 * 4096 - 4096})
+    clip = _padded(m.clip_hf("", 768), {"text_model.": 123_060_480})
+    return {"model": str(m.write_safetensors(folder / "flux1-dev.safetensors", m.flux("dev"))),
+            "vae": str(m.write_safetensors(folder / "ae.safetensors", ae)),
+            "t5xxl": str(m.write_safetensors(folder / "t5xxl_fp16.safetensors", t5)),
+            "clip_l": str(m.write_safetensors(folder / "clip_l.safetensors", clip))}
+
+
+def _gpu(files, side, vram, ram=64 * GIB, options=None, batch=1) -> MemoryPlan:
+    return plan_for_files(files, side, side, batch, options or EngineOptions(), gpu=True, ram_free=ram,
+                          vram_free=None if vram is None else int(vram * GIB))
+
+
+def test_the_files_have_their_published_sizes(tmp_path):
+    """The synthesized files are sized as the real ones (so the planner's figures are the real ones)."""
+    sdxl = _gpu([sdxl_file(tmp_path)], 1024, 64)
+    assert sdxl.family == "sdxl" and 6.4 * GIB < sdxl.weights < 6.6 * GIB  # 3.47B parameters in f16
+    flux = flux_files(tmp_path)
+    p = _gpu([flux["model"], flux["vae"], flux["clip_l"], flux["t5xxl"]], 1024, 64)
+    assert p.family == "flux"
+    by_phase = {x.phase: x.weights for x in p.phases}
+    assert 22 * GIB < by_phase["diffusion"] < 22.5 * GIB  # flux1-dev.safetensors: 23.8 GB
+    assert 9 * GIB < by_phase["text encoders"] < 9.2 * GIB  # t5xxl_fp16 9.5 GB + clip_l 0.25 GB
+    assert by_phase["vae decode"] < 0.4 * GIB  # ae.safetensors 335 MB (f32)
+
+
+# -- SDXL on a 16/8/6/4 GiB GPU ----------------------------------------------------------------------------
+def test_sdxl_on_gpus_of_each_size(tmp_path):
+    model = [sdxl_file(tmp_path)]
+    big = _gpu(model, 1024, 16)
+    assert (big.offload_to_cpu, big.vae_tiling, big.weight_type) == (False, False, "default") and not big.changed
+    assert big.reason.startswith("Stable Diffusion XL at 1024x1024 needs ~") and "no memory savings needed" in big.reason
+    eight = _gpu(model, 1024, 8)  # the weights fit; the untiled decode (6.4 GiB) does not
+    assert (eight.offload_to_cpu, eight.vae_tiling, eight.weight_type) == (False, True, "default")
+    assert eight.vram_need <= 8 * GIB and f"tiling the VAE (tile {eight.vae_tile_size})" in eight.reason
+    six = _gpu(model, 1024, 6)
+    assert (six.offload_to_cpu, six.vae_tiling, six.weight_type) == (True, True, "default")
+    assert six.reason.endswith(f"6.0 GiB free: offloading weights to RAM and tiling the VAE (tile {six.vae_tile_size})")
+    assert six.ram_need > six.weights  # offloaded: the weights live in RAM
+    four = _gpu(model, 1024, 4)  # the UNet alone (4.8 GiB in f16) does not fit: converted, the last resort
+    assert four.weight_type == "q8_0" and four.vram_need <= 4 * GIB and "converting the weights to q8_0" in four.reason
+    for p in (big, eight, six, four):
+        assert p.fits and p.vram_need <= p.vram_free and p.device == "gpu"
+        assert set(p.chosen) == {"offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type"}
+        options = p.apply(EngineOptions())
+        assert not options.auto_keys() and options.validate(concrete=True) is options
+    with pytest.raises(InsufficientMemoryError) as err:  # 1 GiB: nothing fits, the error says what to lower
+        _gpu(model, 1024, 1)
+    assert "Stable Diffusion XL at 1024x1024 needs about" in err.value.message and "1.0 GiB is available" in err.value.message
+    assert "smaller (quantized) model" in err.value.hint and "--no-memory-check" in err.value.hint
+
+
+def test_a_smaller_image_needs_no_savings(tmp_path):
+    small = _gpu([sdxl_file(tmp_path)], 512, 10)  # on 10 GiB: 1024x1024 would tile the VAE
+    assert (small.offload_to_cpu, small.vae_tiling, small.weight_type) == (False, False, "default")
+    assert _gpu([sdxl_file(tmp_path)], 1024, 10).vae_tiling
+
+
+# -- FLUX.1 with its companions -------------------------------------------------------------------------
+def test_flux_on_a_16_gib_gpu_and_on_small_ram(tmp_path):
+    f = flux_files(tmp_path)
+    files = [f["model"], f["vae"], f["clip_l"], f["t5xxl"]]
+    p = _gpu(files, 1024, 16)  # 22 GiB of bf16 weights: offloaded, and still too many for the diffusion phase
+    assert p.family == "flux" and p.offload_to_cpu and p.weight_type == "q8_0"
+    assert p.reason.startswith("FLUX.1 at 1024x1024 needs ~") and "16.0 GiB free" in p.reason
+    assert "offloading weights to RAM" in p.reason and "converting the weights to q8_0 on load" in p.reason
+    roomy = _gpu(files, 1024, 40)
+    assert (roomy.offload_to_cpu, roomy.vae_tiling, roomy.weight_type) == (False, False, "default")
+    # 16 GiB of RAM on a CPU runtime: the weights alone (31 GiB as stored, 17 GiB as q8_0) need q4_k
+    cpu = plan_for_files(files, 1024, 1024, 1, EngineOptions(), gpu=False, ram_free=16 * GIB)
+    assert cpu.weight_type == "q4_k" and cpu.ram_need <= 16 * GIB and cpu.device == "cpu" and cpu.vram_need == 0
+    # the component files may come in the options (as generate passes them to the worker)
+    via_options = plan_for_files([f["model"]], 1024, 1024, 1, EngineOptions(vae=f["vae"], clip_l=f["clip_l"],
+                                 t5xxl=f["t5xxl"]), gpu=False, ram_free=16 * GIB)
+    assert via_options.weights == cpu.weights and via_options.weight_type == "q4_k"
+
+
+# -- SD 1.x, RAM and the unknown ---------------------------------------------------------------------------
+def test_sd1_on_a_cpu_with_small_ram_tiles_the_vae(tmp_path):
+    model = [sd1_file(tmp_path)]
+    roomy = plan_for_files(model, 512, 512, 1, EngineOptions(), gpu=False, ram_free=16 * GIB)
+    assert not roomy.vae_tiling and roomy.offload_to_cpu is LEGACY["offload_to_cpu"] and not roomy.changed
+    tight = plan_for_files(model, 512, 512, 1, EngineOptions(), gpu=False, ram_free=roomy.ram_need - 256 * 2 ** 20)
+    assert tight.vae_tiling and tight.weight_type == "default" and tight.ram_need <= tight.ram_free
+    assert "RAM" in tight.reason and f"tiling the VAE (tile {tight.vae_tile_size})" in tight.reason
+    assert tight.vae_tile_size < 64  # the largest tile that fits, smaller than the latent (64)
+    unknown = plan_for_files(model, 512, 512, 1, EngineOptions(), gpu=False, ram_free=None)
+    assert not unknown.vae_tiling and "free RAM unknown" in unknown.reason
+
+
+def test_an_unknown_gpu_keeps_weights_in_ram(tmp_path):
+    """Before the worker starts, its GPU's free memory is not known: weights stay in RAM (the old
+    default), and the worker's report is checked after loading (generation._check_device_memory)."""
+    p = _gpu([sd1_file(tmp_path)], 512, None)
+    assert p.offload_to_cpu and not p.vae_tiling and p.vram_free is None and not p.changed
+    assert "GPU memory is not known before the worker starts" in p.reason
+
+
+def test_each_family_constant_names_its_source():
+    for family, fam in FAMILIES.items():
+        assert fam.source and (family == "sd1" or "not measured" in fam.source or "upper bound" in fam.source), family
+    assert "measured" in FAMILIES["sd1"].source
+
+
+# -- explicit options win ----------------------------------------------------------------------------------
+def test_explicit_options_always_win(tmp_path):
+    model = [sdxl_file(tmp_path)]
+    given = EngineOptions(offload_to_cpu=False, vae_tiling=False, weight_type="default")
+    with pytest.raises(InsufficientMemoryError) as err:  # on 6 GiB, as set, it does not fit: refused, not changed
+        _gpu(model, 1024, 6, options=given)
+    assert "6.0 GiB is available" in err.value.message and "--offload-to-cpu" in err.value.hint
+    unchecked = _gpu(model, 1024, 6, options=EngineOptions(offload_to_cpu=False, vae_tiling=False,
+                                                            weight_type="default", vae_tile_size=32, memory_check=False))
+    assert (unchecked.offload_to_cpu, unchecked.vae_tiling, unchecked.weight_type) == (False, False, "default")
+    assert not unchecked.fits and "the memory check is off" in unchecked.reason and not unchecked.chosen
+    tiles = _gpu(model, 1024, 16, options=EngineOptions(vae_tiling=True, vae_tile_size=16))
+    assert tiles.vae_tiling and tiles.vae_tile_size == 16 and tiles.chosen == ["offload_to_cpu", "weight_type"]
+    assert tiles.apply(EngineOptions(vae_tiling=True, vae_tile_size=16)).vae_tile_size == 16
+    typed = _gpu(model, 1024, 6, options=EngineOptions(weight_type="q4_k"))
+    assert typed.weight_type == "q4_k" and "converting" not in typed.reason  # as given, not a saving made
+    # memory_check off and nothing fits: the auto options economize, but never convert the weights
+    loose = _gpu(model, 1024, 1, options=EngineOptions(memory_check=False))
+    assert loose.weight_type == "default" and loose.vae_tiling and loose.offload_to_cpu and not loose.fits
+
+
+
+def test_a_given_tile_size_is_kept_when_tiling_is_auto(tmp_path):
+    # --vae-tile-size 24 with tiling left auto: when the planner tiles, it tiles with 24 (the size given
+    # wins); only a tile size left auto is the planner's to pick. It was silently replaced by the plan's.
+    model = [sd1_file(tmp_path)]
+    roomy = plan_for_files(model, 512, 512, 1, EngineOptions(), gpu=False, ram_free=16 * GIB)
+    tight = roomy.ram_need - 256 * 2 ** 20
+    given = plan_for_files(model, 512, 512, 1, EngineOptions(vae_tile_size=24), gpu=False, ram_free=tight)
+    assert given.vae_tiling and given.vae_tile_size == 24 and "vae_tile_size" not in given.chosen
+    assert given.apply(EngineOptions(vae_tile_size=24)).vae_tile_size == 24
+    picked = plan_for_files(model, 512, 512, 1, EngineOptions(), gpu=False, ram_free=tight)
+    assert picked.vae_tiling and "vae_tile_size" in picked.chosen
+    assert picked.apply(EngineOptions()).vae_tile_size == picked.vae_tile_size
+    assert EngineOptions().concrete().vae_tile_size == 32  # nothing planned: the old default
+
+def test_the_plan_round_trips_through_json(tmp_path):
+    p = _gpu([sdxl_file(tmp_path)], 1024, 6)
+    data = json.loads(json.dumps(to_dict(p)))
+    assert data["changed"] is True and data["reason"] == p.reason and data["offload_to_cpu"] is True
+    assert [x["phase"] for x in data["phases"]] == ["text encoders", "diffusion", "vae decode"]
+    assert from_dict(MemoryPlan, data) == p
+
+
+# -- config.yaml and flags ---------------------------------------------------------------------------------
+def test_auto_is_the_default_and_old_configs_keep_working(tmp_path):
+    opts = EngineOptions()
+    assert opts.auto_keys() == ["offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type"]
+    assert opts.concrete() == EngineOptions(offload_to_cpu=True, vae_tiling=False, vae_tile_size=32, weight_type="default")
+    assert opts.validate() is opts  # auto is valid everywhere but in the worker
+    with pytest.raises(ConfigError, match="must be resolved"):
+        opts.validate(concrete=True)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("engine:\n  offload_to_cpu: false\n  vae_tiling: true\n  weight_type: q8_0\n")  # an old file
+    assert load_config(cfg) == EngineOptions(offload_to_cpu=False, vae_tiling=True, weight_type="q8_0")
+    cfg.write_text("engine:\n  offload_to_cpu: auto\n  vae_tiling: AUTO\n  weight_type: Auto\n")
+    assert load_config(cfg) == EngineOptions()
+    assert options_from_mapping({"engine": {"vae_tiling": "auto"}}).vae_tiling == AUTO
+    assert apply_overrides(EngineOptions(vae_tiling=True), {"vae_tiling": "auto"}).vae_tiling == AUTO
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("offload_to_cpu", "sometimes", "must be true or false (or auto)"),
+    ("vae_tiling", 1, "must be true or false (or auto)"),
+    ("vae_tiling", ["auto"], "must be true or false (or auto)"),
+    ("vae_tiling", "auto" * 100, "..."),
+    ("weight_type", "q9", "must be auto or one of"),
+    ("weight_type", {"auto": 1}, "must be auto or one of"),
+    ("flash_attention", "auto", "must be true or false"),  # only the three planned options take auto
+    ("memory_check", "auto", "must be true or false"),
+])
+def test_hostile_values_are_config_errors(tmp_path, key, value, words):
+    with pytest.raises(ConfigError) as err:
+        options_from_mapping({"engine": {key: value}}, where="config.yaml")
+    assert f"engine.{key}" in err.value.message and words in err.value.message and len(err.value.message) < 400
+
+
+def test_flags_take_auto_on_and_off():
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    args = p.parse_args([])
+    assert args.offload_to_cpu is None and args.vae_tiling is None and args.weight_type is None  # config decides
+    assert p.parse_args(["--vae-tiling"]).vae_tiling is True  # alone: on, as before the planner
+    assert p.parse_args(["--no-vae-tiling"]).vae_tiling is False
+    assert p.parse_args(["--vae-tiling", "auto"]).vae_tiling == AUTO
+    assert p.parse_args(["--offload-to-cpu", "off"]).offload_to_cpu is False
+    assert p.parse_args(["--offload-to-cpu", "ON"]).offload_to_cpu is True
+    assert p.parse_args(["--offload-to-cpu"]).offload_to_cpu is True
+    assert apply_overrides(EngineOptions(), {"weight_type": p.parse_args(["--weight-type", "auto"]).weight_type}) \
+        == EngineOptions()
+
+
+def test_a_bad_flag_value_is_a_usage_error(capsys):
+    assert main(["generate", "-m", "x.safetensors", "-p", "x", "--vae-tiling", "sometimes"]) == 2
+    err = capsys.readouterr().err
+    assert "expected auto, on or off" in err and "Traceback" not in err
+
+
+# -- for real: auto fits a generation that the defaults would not ------------------------------------------
+def _planned(probe_model, side: int, ram=None) -> MemoryPlan:
+    return plan_for_files([probe_model.path], side, side, 1, EngineOptions(), gpu=False, ram_free=ram)
+
+
+def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_runtime, probe_model, monkeypatch,
+                                                                  capsys):
+    """One real generation, through the CLI: the reason is in its output and in the report (and
+    so in the JSON result), and the worker was given concrete options."""
+    side = 128  # 16x16 latent: a tile of 8 decodes a quarter of the image at a time
+    untiled = _planned(probe_model, side)
+    tiled = plan_for_files([probe_model.path], side, side, 1, EngineOptions(vae_tiling=True, vae_tile_size=8),
+                           gpu=False, ram_free=None)
+    ram = (untiled.ram_need + tiled.ram_need) // 2  # between: only the tiled decode fits
+    monkeypatch.setattr(generation, "available_ram", lambda: ram)
+    req = GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=7)
+    with pytest.raises(InsufficientMemoryError):  # the options as they were before auto: refused before any work
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "old.png", options=EngineOptions().concrete())
+    assert not (tmp_path / "old.png").exists()
+    sent, reports = [], []
+    real_supervisor, real_generate = generation.Supervisor, direct.generate
+
+    class Watching(real_supervisor):  # type: ignore[misc,valid-type]
+        def __init__(self, *args, **kwargs):
+            sent.append(kwargs["options"])
+            super().__init__(*args, **kwargs)
+
+    def generate(*args, **kwargs):
+        reports.append(real_generate(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(generation, "Supervisor", Watching)
+    monkeypatch.setattr(direct, "generate", generate)
+    out = tmp_path / "auto.png"
+    assert main(["generate", "--runtime", str(cpu_runtime.path), "-m", probe_model.path, "-p", "a red cube",
+                 "--width", str(side), "--height", str(side), "--steps", "1", "--seed", "7", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    image = read_png(out)
+    assert (image.width, image.height) == (side, side)
+    plan_ = reports[0].memory
+    assert plan_ is not None and plan_.vae_tiling and plan_.vae_tile_size == 8 and plan_.changed
+    assert plan_.ram_free == ram and plan_.ram_need <= ram
+    assert "tiling the VAE (tile 8)" in plan_.reason and plan_.reason.startswith("Stable Diffusion 1.x at 128x128")
+    assert f"memory: {plan_.reason}" in text
+    assert sent and sent[0].vae_tiling is True and sent[0].vae_tile_size == 8 and not sent[0].auto_keys()
+    memory = json.loads(json.dumps(to_dict(reports[0])))["memory"]  # what --json prints as the result
+    assert memory["vae_tiling"] is True and memory["reason"] == plan_.reason and memory["changed"] is True

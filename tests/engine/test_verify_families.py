@@ -1,0 +1,146 @@
+"""``verify --family F`` / ``--model PATH``: per-family probes on the real CPU runtime.
+
+Each family's probe is synthesized here from a seed (no download), recognized as that family by our
+``inspect_model`` and by stable-diffusion.cpp (its "Version:" log line), and generates a 64x64
+one-step image that passes verify's checks. The folders follow the SD 1.x probe's rules: a kept
+``<family>-f<format>-s<seed>`` entry, or one temporary folder per process with an owner, swept once
+that process is gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from model_specs import sd2_original, write_safetensors
+
+from accelstack.engine.errors import InvalidRequestError
+from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.png import read_png
+from accelstack.engine.probe_families import FAMILIES, check_families, probe_families_of
+from accelstack.engine.probe_family_files import FAMILY_FORMAT_VERSION, ensure_family_probe, family_dir_name
+from accelstack.engine.probe_model import MARKER, OWNER, TEMP_PREFIX, WEIGHTS
+from accelstack.engine.verification import family_output, verify
+
+from cli_helpers import error_of, result_of
+from engine_helpers import cli_env, run_cli
+
+FAST_FAMILIES = ["flux", "chroma"]  # the non-SD1 probes: flux 2 s, chroma 10 s (two generations) on two cores
+
+
+@pytest.mark.parametrize("family", FAST_FAMILIES)
+def test_the_probe_is_its_family_for_inspect(family, tmp_path):
+    probe = ensure_family_probe(family, 7, tmp_path, keep=True)
+    assert Path(probe.path).name == f"{family}-f{FAMILY_FORMAT_VERSION}-s7" == family_dir_name(family, 7)
+    found = inspect_model(probe.model)
+    assert found.family == family, found.evidence
+    assert found.role == "checkpoint"
+    assert {p.component for p in found.parts} >= {"diffusion_model", "vae"}
+    marker = json.loads((Path(probe.path) / MARKER).read_text())
+    assert marker["family"] == family and marker["parameters"] == probe.parameters
+    again = ensure_family_probe(family, 7, tmp_path, keep=True)
+    assert again.cached and again.path == probe.path and again.size_bytes == probe.size_bytes
+
+
+def test_flux_probe_is_flux_dev_with_clip_l_and_no_t5(tmp_path):
+    probe = ensure_family_probe("flux", 7, tmp_path, keep=True)
+    found = inspect_model(probe.model)
+    assert (found.family, found.variant) == ("flux", "dev")
+    assert {p.kind for p in found.parts} == {"flux", "flux-vae", "clip-l"}
+    assert [c.kind for c in found.needs] == ["t5xxl"]  # stable-diffusion.cpp runs without it (zeros)
+    assert probe.parameters < 140_000_000  # CLIP-L (123 M, fixed) is most of it
+
+
+@pytest.mark.parametrize("family", FAST_FAMILIES)
+def test_verify_family_passes_on_the_cpu_runtime(family, cpu_runtime, tmp_path):
+    out = tmp_path / "verify-cpu.png"
+    t0 = time.perf_counter()
+    report = verify(cpu_runtime, out, probe_cache=tmp_path / "probe", records=None, families=[family], keep_probe=False)
+    seconds = time.perf_counter() - t0
+    assert report.ok, (report.reason, report.log_tail)
+    names = [c.name for c in report.checks]
+    assert names == [f"{family}:{n}" for n in ("load", "family", "size", "pixels", "deterministic")]
+    fam = next(c for c in report.checks if c.name == f"{family}:family")
+    assert f"as {FAMILIES[family].sdcpp_version} " in fam.detail
+    one = report.details["families"][family]
+    assert one["ok"] and one["details"]["family"]["id"] == family
+    assert report.image == str(family_output(out, family)) == str(tmp_path / f"verify-cpu-{family}.png")
+    img = read_png(report.image)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    assert f"accelstack {family} probe" in img.text["parameters"]
+    assert not list((tmp_path / "probe").glob(f"{TEMP_PREFIX}*")), "the temporary probe is removed after"
+    print(f"verify --family {family}: {seconds:.2f} s")  # the figure the closing note quotes (-s)
+
+
+def test_verify_cli_family_flux_json(cpu_runtime, tmp_path):
+    cache = tmp_path / "cache"
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--family", "flux", "--json"], cli_env(cache, tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = result_of(res.stdout)
+    assert report["verdict"] == "PASS"
+    assert [c["name"] for c in report["checks"]][:2] == ["flux:load", "flux:family"]
+    assert report["details"]["families"]["flux"]["ok"]
+    assert (cache / "verify" / "verify-cpu-flux.png").is_file()
+    assert not list((cache / "probe").glob(f"{TEMP_PREFIX}*"))
+
+
+def test_unknown_family_is_a_typed_error_naming_the_known_ones(cpu_runtime, tmp_path):
+    with pytest.raises(InvalidRequestError) as err:
+        verify(cpu_runtime, tmp_path / "v.png", probe_cache=tmp_path / "probe", records=None, families=["flux", "sdxxl"])
+    assert "sdxxl" in err.value.message and all(f in err.value.hint for f in FAMILIES)
+    assert not (tmp_path / "probe").exists(), "refused before any work"
+    with pytest.raises(InvalidRequestError):
+        check_families([])
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--family", "nope", "--json"], cli_env(tmp_path / "c", tmp_path))
+    assert res.returncode == 2
+    err_line = error_of(res.stdout)
+    assert "nope" in err_line["message"] and "flux" in err_line["hint"]
+
+
+def test_verify_model_names_the_files_family_probe(cpu_runtime, tmp_path):
+    flux = ensure_family_probe("flux", 3, tmp_path / "models", keep=True)
+    assert [(m.family, m.probe) for m in probe_families_of([flux.model])] == [("flux", "flux")]
+    sd2 = write_safetensors(tmp_path / "sd2.safetensors", sd2_original())
+    with pytest.raises(InvalidRequestError) as err:
+        probe_families_of([flux.model, str(sd2)])
+    assert "sd2.safetensors" in err.value.message and "no probe" in err.value.message
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--model", flux.model, "--json"],
+                  cli_env(tmp_path / "cache", tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = result_of(res.stdout)
+    assert report["models"][0]["probe"] == "flux" and "not loaded" in report["models"][0]["statement"]
+    assert list(report["details"]["families"]) == ["flux"]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_family_folders_follow_the_probe_sweep_and_owner_rules(tmp_path):
+    import socket
+
+    root = tmp_path / "probe"
+    root.mkdir()
+    dead = root / f"{TEMP_PREFIX}{family_dir_name('flux', 5)}-dead"
+    dead.mkdir()
+    (dead / OWNER).write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname(), "created": 0}))
+    alive = root / f"{TEMP_PREFIX}{family_dir_name('flux', 5)}-alive"
+    alive.mkdir()
+    (alive / OWNER).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "created": 0}))
+    probe = ensure_family_probe("flux", 5, root)
+    assert probe.temporary and Path(probe.path).name.startswith(f"{TEMP_PREFIX}flux-f{FAMILY_FORMAT_VERSION}-s5-")
+    assert not dead.exists(), "a gone process's family probe is swept"
+    assert alive.exists(), "a running process's is not"
+    owner = json.loads((Path(probe.path) / OWNER).read_text())
+    assert owner["pid"] == os.getpid()
+    assert (Path(probe.path) / WEIGHTS).is_file() and (Path(probe.path) / MARKER).is_file()
+    same = ensure_family_probe("flux", 5, root)
+    assert same.path == probe.path and same.cached, "one temporary probe per process"
+    probe.release()
+    assert not Path(probe.path).exists()
