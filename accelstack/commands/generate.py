@@ -32,6 +32,9 @@ MAX_CONTROL_STRENGTH = _protocol.MAX_CONTROL_STRENGTH
 flag_of = _protocol.flag_of
 
 
+DEFAULT_SIDE = 512  # the size of SD 1.x's training images, and a size every family takes
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
@@ -63,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model file or diffusers folder (or give --diffusion-model and its components instead)")
     p.add_argument("--prompt", "-p", required=True, help="the text; <lora:NAME:WEIGHT> applies a LoRA of --lora-dir")
     p.add_argument("--negative-prompt", "-n", default="")
-    p.add_argument("--width", "-W", type=int, default=512, help="multiple of 8 (default 512)")
-    p.add_argument("--height", "-H", type=int, default=512, help="multiple of 8 (default 512)")
+    p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
+    p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--cfg-scale", type=float, default=7.0)
     p.add_argument("--sampler", default="default", metavar="NAME", help="one of: " + ", ".join(SAMPLERS))
@@ -101,11 +104,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def image_size(args: argparse.Namespace) -> Tuple[int, int]:
+    """The size asked for: --width/--height, else the --init-image's (img2img redraws that picture;
+    nothing is resized), else 512. An unreadable image is reported by the component check."""
+    size = direct.input_png_size(args.init_image) if args.init_image and (args.width is None or args.height is None) else None
+    default = size or (DEFAULT_SIDE, DEFAULT_SIDE)
+    return (args.width if args.width is not None else default[0], args.height if args.height is not None else default[1])
+
+
 def prepare(args: argparse.Namespace, settings: Optional[Settings] = None) -> Tuple[GenerateRequest, direct.EngineOptions]:
     """The request and engine options from the arguments, every value checked, the output paths
     and the model file too: all that can be refused is refused here, before any work starts."""
-    request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width,
-                              height=args.height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
+    width, height = image_size(args)
+    request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
+                              height=height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
                               scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
                               lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
                               **{name: getattr(args, name) for name in COMPONENT_FIELDS}).validate()

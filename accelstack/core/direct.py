@@ -17,6 +17,7 @@ from ..engine.errors import RuntimeNotFoundError
 from ..engine.generation import GenerateReport, check_outputs, output_paths
 from ..engine.generation import generate as _generate
 from ..engine.modelfile import check_model
+from ..engine.png import input_png_size
 from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
 from ..engine.probe_layout import probe_weights
 from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
@@ -32,7 +33,7 @@ from ..verdict import VerifyReport
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "engine_options", "generate", "is_probe_model", "output_paths", "shown", "torch_details",
+           "check_outputs", "engine_options", "generate", "input_png_size", "is_probe_model", "output_paths", "shown", "torch_details",
            "verify", "verify_torch_runtime"]
 
 

@@ -14,7 +14,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from .. import fsio
 from .errors import OutputPathError, OutputWriteError
@@ -168,6 +168,27 @@ def read_png(path: Union[str, Path]) -> PngImage:
 # and a PNG of 4096 x 4096 RGBA with no compression at all is 64 MiB + one filter byte a row.
 MAX_INPUT_SIDE = 4096
 MAX_INPUT_BYTES = 80 * 1024 * 1024
+
+
+def input_png_size(path: Union[str, Path]) -> Optional[Tuple[int, int]]:
+    """(width, height) from a PNG's IHDR, or None when ``path`` is not a readable regular PNG file
+    (:func:`read_input_png` says why, later): reads 24 bytes, never blocks on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, 24)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(head) < 24 or not head.startswith(SIGNATURE) or head[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", head[16:24])
+    return int(width), int(height)
 
 
 def read_input_png(path: Union[str, Path], max_side: int = MAX_INPUT_SIDE, max_bytes: int = MAX_INPUT_BYTES) -> PngImage:

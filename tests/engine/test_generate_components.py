@@ -418,3 +418,19 @@ def test_a_flux_lora_and_an_embedding_apply_to_the_flux_probe(cpu_runtime, flux_
     assert [(lora.name, lora.weight) for lora in report.loras] == [("fluxstyle", 1.0)]
     assert report.embeddings == ["fluxword"]
     assert "LoRA: fluxstyle:1" in text and "Embeddings: fluxword" in text
+
+
+def test_img2img_without_a_size_takes_the_init_images(probe_model, tmp_path):
+    # A user who gives --init-image and no --width/--height means "this picture": the request takes the
+    # image's size (it was refused as not 512x512, the defaults'); a size given is still checked against it.
+    from accelstack.cli import build_parser
+    from accelstack.commands.generate import prepare
+
+    init = write_png_image(tmp_path / "photo.png", 96, 64, seed=2)
+    base = ["generate", "-m", probe_model.path, "-p", "a lighthouse", "--init-image", str(init), "-o", str(tmp_path / "o.png")]
+    request, _options = prepare(build_parser().parse_args(base))
+    assert (request.width, request.height) == (96, 64)
+    with pytest.raises(InvalidRequestError, match="96x64"):
+        prepare(build_parser().parse_args(base + ["--width", "64", "--height", "64"]))
+    plain, _options = prepare(build_parser().parse_args(base[:5] + ["-o", str(tmp_path / "p.png")]))
+    assert (plain.width, plain.height) == (512, 512)  # no init image: the default size
