@@ -8,12 +8,12 @@ instead, which find it from its receipt and record the verdict there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..engine import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.components import check_components
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
-from ..engine.errors import RuntimeNotFoundError
+from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
 from ..engine.generation import GenerateReport, check_outputs, output_paths
 from ..engine.generation import generate as _generate
 from ..engine.modelfile import check_model
@@ -29,11 +29,12 @@ from ..engine.verification import verify as _verify
 from ..events import ProgressCallback, null_progress
 from ..settings import Settings
 from ..verdict import VerifyReport
+from .stacks import stack_info
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "engine_options", "generate", "input_png_size", "is_probe_model", "output_paths", "shown", "torch_details",
+           "check_outputs", "engine_options", "generate", "input_png_size", "verify_families", "is_probe_model", "output_paths", "shown", "torch_details",
            "verify", "verify_torch_runtime"]
 
 
@@ -43,6 +44,15 @@ def engine_options(settings: Settings, config: Optional[str], overrides: Mapping
     base = load_config(config) if config is not None else load_config(settings.config_file, missing_ok=True)
     return apply_overrides(base, overrides)
 
+
+
+def verify_families(stack: str, families: Any) -> List[str]:
+    """``families`` checked for a verify of ``stack`` (typed errors before any work): each one known,
+    on a stack whose verify can prove a family's kernels (stable-diffusion.cpp's synthesized probes)."""
+    if not stack_info(stack).model_families:
+        raise InvalidRequestError(f"model families are verified on the stable-diffusion.cpp stack only, not {stack}",
+                                  hint="leave out the families, or verify the ggml stack")
+    return check_families(families)
 
 def verify(runtime: Runtime, settings: Settings, *, output: Optional[Union[str, Path]] = None,
            progress: ProgressCallback = null_progress, **engine: Any) -> VerifyReport:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from .. import core
+from ..core import direct
 from ..core.installing import install as install_runtime
 from ..errors import AccelstackError
 from ..serde import to_dict
@@ -252,9 +253,22 @@ class Jobs:
                                                 on_progress=progress)
         if job.kind == "verify":
             stack = o.stack()
+            extra = self._verify_families(o, stack)  # the model families an app ships, as verify --family
             o.done()
-            return lambda progress: core.verify(stack=stack, settings=s, output=out / "verify.png", on_progress=progress)
+            return lambda progress: core.verify(stack=stack, settings=s, output=out / "verify.png", on_progress=progress,
+                                                **extra)
         return self._prepare_generate(o, out)
+
+    @staticmethod
+    def _verify_families(o: Options, stack: str) -> Dict[str, Any]:
+        """``families`` of a verify job, checked before the job is queued (none: the fast SD 1.x check)."""
+        families = o.strings("families")
+        if not families:
+            return {}
+        try:
+            return {"families": direct.verify_families(stack, families)}
+        except AccelstackError as exc:
+            raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None
 
     def _prepare_generate(self, o: Options, out: Path) -> Call:
         stack = o.stack()

@@ -56,10 +56,12 @@ class StackInfo:
     needs_python: bool  # plans for the target interpreter's Python version
     engine_backends: Tuple[str, ...] = ()  # engine backends that name this stack's runtimes outright ("torch")
     default: bool = False  # the stack when none is named
+    model_families: bool = False  # its verify proves other model families' kernels (verify --family)
 
 
 STACKS: Dict[str, StackInfo] = {
-    "ggml": StackInfo("ggml", "accelstack.core.stacks.ggml", reads_channels=True, needs_python=False, default=True),
+    "ggml": StackInfo("ggml", "accelstack.core.stacks.ggml", reads_channels=True, needs_python=False, default=True,
+                      model_families=True),
     "torch": StackInfo("torch", "accelstack.core.stacks.torch", reads_channels=False, needs_python=True,
                        engine_backends=("torch",)),
 }

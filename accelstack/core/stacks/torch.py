@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ...engine import Runtime, verify_torch
-from ...engine.errors import RuntimeNotFoundError
+from ...engine.errors import InvalidRequestError, RuntimeNotFoundError
 from ...errors import AccelstackError, Action, UsageError
 from ...events import ProgressCallback
 from ...hardware.report import HardwareReport
@@ -77,6 +77,9 @@ class TorchDriver:
 
     def verifier(self, settings: Settings, output: Optional[Path], engine: Dict[str, Any]) -> Verifier:
         """torch operations and a diffusers step in the target interpreter."""
+        if engine.get("families"):  # asked through the library: refused, never silently ignored
+            raise InvalidRequestError("model families are verified on the stable-diffusion.cpp stack only, not torch",
+                                      hint="leave out the families, or verify the ggml stack")
 
         def check(staged: StagedRuntime, progress: ProgressCallback) -> VerifyReport:
             # the plan's device, not the best one torch finds: a ROCm build that only reaches the CPU failed
