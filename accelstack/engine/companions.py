@@ -169,6 +169,44 @@ _LORA_PARTS = re.compile(r"(?:[._]lora[._](?:down|up|mid)|\.lora_(?:down|up|mid|
                          r"\.hada_\w+|\.lokr_\w+|\.lora_linear)(?:\.weight)?$")
 
 
+# diffusers' FLUX.1 DiT module names -> the original ones (src/name_conversion.cpp
+# convert_diffusers_dit_to_original_flux): to_q/to_k/to_v (and proj_mlp) are slices of one fused weight.
+_FLUX_DIFFUSERS = tuple((re.compile(pattern), target) for pattern, target in (
+    (r"transformer_blocks\.(\d+)\.norm1\.linear", r"double_blocks.\1.img_mod.lin"),
+    (r"transformer_blocks\.(\d+)\.norm1_context\.linear", r"double_blocks.\1.txt_mod.lin"),
+    (r"transformer_blocks\.(\d+)\.attn\.to_[qkv]", r"double_blocks.\1.img_attn.qkv"),
+    (r"transformer_blocks\.(\d+)\.attn\.add_[qkv]_proj", r"double_blocks.\1.txt_attn.qkv"),
+    (r"transformer_blocks\.(\d+)\.attn\.to_out\.0", r"double_blocks.\1.img_attn.proj"),
+    (r"transformer_blocks\.(\d+)\.attn\.to_add_out", r"double_blocks.\1.txt_attn.proj"),
+    (r"transformer_blocks\.(\d+)\.ff\.net\.0\.proj", r"double_blocks.\1.img_mlp.0"),
+    (r"transformer_blocks\.(\d+)\.ff\.net\.2", r"double_blocks.\1.img_mlp.2"),
+    (r"transformer_blocks\.(\d+)\.ff_context\.net\.0\.proj", r"double_blocks.\1.txt_mlp.0"),
+    (r"transformer_blocks\.(\d+)\.ff_context\.net\.2", r"double_blocks.\1.txt_mlp.2"),
+    (r"single_transformer_blocks\.(\d+)\.norm\.linear", r"single_blocks.\1.modulation.lin"),
+    (r"single_transformer_blocks\.(\d+)\.(?:attn\.to_[qkv]|proj_mlp)", r"single_blocks.\1.linear1"),
+    (r"single_transformer_blocks\.(\d+)\.proj_out", r"single_blocks.\1.linear2"),
+    (r"time_text_embed\.timestep_embedder\.linear_([12])", r"time_in.\1"),
+    (r"time_text_embed\.text_embedder\.linear_([12])", r"vector_in.\1"),
+    (r"time_text_embed\.guidance_embedder\.linear_([12])", r"guidance_in.\1"),
+    (r"x_embedder", "img_in"), (r"context_embedder", "txt_in"), (r"proj_out", "final_layer.linear"),
+    (r"norm_out\.linear", "final_layer.adaLN_modulation.1"),
+))
+_EMBEDDER_LAYER = {"1": "in_layer", "2": "out_layer"}
+
+
+def _flux_from_diffusers(name: str) -> Optional[str]:
+    """The original FLUX.1 module name of a diffusers DiT one (None: not a FLUX.1 DiT name)."""
+    for pattern, target in _FLUX_DIFFUSERS:
+        m = pattern.fullmatch(name)
+        if m:
+            out = m.expand(target)
+            if out.startswith(("time_in.", "vector_in.", "guidance_in.")):
+                head, layer = out.split(".")
+                out = f"{head}.{_EMBEDDER_LAYER[layer]}"
+            return out
+    return None
+
+
 def _ldm_unet(flat: str) -> str:
     m = _BLOCK.match(flat)
     if m:
@@ -193,6 +231,9 @@ def canonical_module(name: str) -> Optional[Tuple[str, str]]:
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
+    if name.startswith("transformer."):  # diffusers' DiT naming (FLUX.1's: other DiTs match nothing)
+        flux = _flux_from_diffusers(name[len("transformer."):])
+        return ("unet", flux.replace(".", "_")) if flux else None
     part, rest = "", ""
     for prefix, which in _KOHYA:
         if name.startswith(prefix):

@@ -434,3 +434,35 @@ def test_img2img_without_a_size_takes_the_init_images(probe_model, tmp_path):
         prepare(build_parser().parse_args(base + ["--width", "64", "--height", "64"]))
     plain, _options = prepare(build_parser().parse_args(base[:5] + ["-o", str(tmp_path / "p.png")]))
     assert (plain.width, plain.height) == (512, 512)  # no init image: the default size
+
+
+def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, flux_parts, tmp_path):
+    # ai-toolkit and diffusers write Flux LoRAs in diffusers' DiT names (transformer.transformer_blocks.N.attn.to_q,
+    # single_transformer_blocks.N.proj_mlp...), which stable-diffusion.cpp converts to the original ones
+    # (src/name_conversion.cpp convert_diffusers_dit_to_original_flux); to_q/to_k/to_v are thirds of the fused qkv.
+    # It was refused as holding nothing the check reads.
+    import numpy as np
+    from companion_files import write_safetensors
+
+    probe, _folder = flux_parts
+    loras = tmp_path / "loras"
+    loras.mkdir()
+    rng = np.random.default_rng(12)
+    tensors = {}
+    for module, rows in {"transformer_blocks.0.attn.to_q": 128, "transformer_blocks.0.attn.add_k_proj": 128,
+                         "transformer_blocks.0.ff.net.0.proj": 512, "single_transformer_blocks.0.proj_mlp": 512,
+                         "single_transformer_blocks.0.proj_out": 128}.items():
+        cols = 640 if module.endswith("proj_out") else 128
+        tensors[f"transformer.{module}.lora_A.weight"] = rng.normal(0, 0.5, (4, cols))
+        tensors[f"transformer.{module}.lora_B.weight"] = rng.normal(0, 0.5, (rows, 4))
+    write_safetensors(loras / "aitk.safetensors", tensors)
+    write_safetensors(loras / "zero.safetensors", {k: v * 0 if "lora_B" in k else v for k, v in tensors.items()})
+    request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, lora_dir=str(loras))
+    plain, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(prompt="a lighthouse", **request), "plain")
+    styled, _text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(
+        prompt="a lighthouse <lora:aitk:1.0>", **request), "styled")
+    assert styled != plain
+    assert [(lora.name, lora.tensors) for lora in report.loras] == [("aitk", 5)]
+    zero, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(
+        prompt="a lighthouse <lora:zero:1.0>", **request), "zero")
+    assert zero == plain  # the same LoRA with zero up-weights: the tag alone changes nothing
