@@ -26,7 +26,8 @@ from .modelfile import ModelFile, check_model
 from .png import PngError, read_input_png
 from .protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
 
-__all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "UNET_FAMILIES"]
+__all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "CONTROLNET_ABORTS",
+           "UNET_FAMILIES"]
 
 # The text-encoder kinds (data/model_families.json "text_encoders") each flag takes.
 TEXT_ENCODER_KINDS: Dict[str, Tuple[str, ...]] = {
@@ -39,6 +40,13 @@ TEXT_ENCODER_KINDS: Dict[str, Tuple[str, ...]] = {
 # (its other branch is SVD, a video model); new_sd_ctx builds it with the model's own version, so a
 # ControlNet serves UNet models of its own family only. Keyed by the width attn2.to_k takes.
 CONTROLNET_FAMILIES: Dict[int, str] = {768: "sd1", 1024: "sd2", 2048: "sdxl"}
+# ControlNet families the bundled runtime cannot run, and why: the process aborts on the first step.
+CONTROLNET_ABORTS: Dict[str, str] = {
+    "sdxl": "stable-diffusion.cpp 0.4.7 aborts on an SDXL ControlNet: its ControlNet graph is sized for SD 1.x "
+            "(src/control.hpp CONTROL_NET_GRAPH_SIZE 1536) and SDXL's transformer depths 2 and 10 overflow it on the "
+            "first step (GGML_ASSERT n_nodes < size, measured here; fixed upstream after this runtime, "
+            "leejet/stable-diffusion.cpp pull 1752)",
+}
 UNET_FAMILIES = ("sd1", "sd2", "sdxl", "sdxl-refiner")
 HINT_BLOCK = "input_hint_block."  # the control image's encoder: what makes a file a ControlNet
 
@@ -189,6 +197,10 @@ def _check_controlnet(path: str, family: str) -> None:
         raise _component_error("control_net", path, f"it is a ControlNet for {', '.join(own)}, not for this "
                                f"{family} model (its cross-attention takes {', '.join(map(str, sorted(widths)))}-wide "
                                "text vectors)", f"use a ControlNet made for {family}")
+    if family in CONTROLNET_ABORTS:
+        raise InvalidRequestError(CONTROLNET_ABORTS[family],
+                                  hint="leave out --control-net and --control-image, or use an SD 1.x or SD 2.x model "
+                                       "with a ControlNet made for it")
 
 
 def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:

@@ -28,6 +28,13 @@ tensors it finds (the source of each fact is cited where the shapes are built):
   is off for this probe: stable-diffusion.cpp warns that Chroma's DiT mask does not work with it,
   and the image is NaN (all white) with it on the CPU build.
 
+* **sdxl**: the UNet's widths are fixed (src/unet.hpp ``UnetModelBlock``); the smallest layout it
+  detects is Segmind Vega's (``get_sd_version`` in src/model.cpp says ``VERSION_SDXL_VEGA`` when
+  ``mid_block.resnets.1`` and ``up_blocks.1.attentions.0.transformer_blocks.1`` are missing: transformer
+  depths 1/1/2 and a middle block of one ResBlock), 745 M parameters; SDXL's conditioner always builds
+  CLIP-G (694 M, fixed) beside CLIP-L (123 M), so the probe is 1.56 G parameters, 1.57 GB as F8. It is
+  the largest probe (verify about 9 s on two cores), so plain ``verify`` keeps the SD 1.x one.
+
 Not offered, with the reason (measured on the 2-core CPU build, stable-diffusion.cpp 0.4.7):
 
 * **sd3**: ``MMDiT`` starts its depth at 24 and block names only raise it (src/mmdit.hpp), so the
@@ -35,10 +42,6 @@ Not offered, with the reason (measured on the 2-core CPU build, stable-diffusion
   load. And it does not run without CLIP-G (694 M, fixed in src/clip.hpp): with CLIP-L alone,
   ``SD3CLIPEmbedder`` aborts concatenating a 1-D pooled vector with 2-D zeros ("Tensor concat
   requires same rank"), and with no text encoder the first step crashes (SIGSEGV).
-* **sdxl**: the UNet's widths are fixed (src/unet.hpp); the smallest layout it detects (Segmind
-  Vega's: no middle block, fewer transformer blocks) is about 0.75 G parameters, and SDXL's
-  conditioner always builds CLIP-G (694 M) beside CLIP-L (src/conditioner.hpp): about 1.6 G
-  parameters in all (estimated from the shapes, not synthesized here).
 
 The file holds all parts under the prefixes stable-diffusion.cpp reads in an all-in-one checkpoint
 (src/name_conversion.cpp ``convert_tensor_name``): ``model.diffusion_model.`` (original names, which
@@ -152,6 +155,102 @@ def vae_decoder_tensors(latent: int, ch: int = 32) -> Dict[str, Shape]:
     return out
 
 
+# SDXL's fixed dimensions (src/unet.hpp UnetModelBlock; src/clip.hpp CLIPTextModel)
+SDXL_CHANNELS = (320, 640, 1280)  # model_channels 320, channel_mult {1, 2, 4}: fixed, not read from the tensors
+SDXL_TIME = 1280  # time_embed_dim
+SDXL_ADM = 2816  # label_emb's input (adm_in_channels)
+SDXL_CONTEXT = 2048  # CLIP-L 768 + CLIP-G 1280 (attn2.to_k's input: our inspect_model's SDXL rule)
+SDXL_VEGA_DEPTH = (0, 1, 2)  # transformer depth per level for VERSION_SDXL_VEGA (no attention at level 0)
+CLIP_G = (1280, 5120, 32)  # OPEN_CLIP_VIT_BIGG_14: hidden, intermediate, layers (fixed, not inferred)
+
+
+def _sdxl_transformer(out: Dict[str, Shape], name: str, c: int, depth: int) -> None:
+    """A linear-projection SpatialTransformer of ``depth`` blocks (src/unet.hpp, use_linear_projection)."""
+    _norm(out, f"{name}.norm", c)
+    _linear(out, f"{name}.proj_in", c, c)
+    for d in range(depth):
+        b = f"{name}.transformer_blocks.{d}"
+        for attn, kv in (("attn1", c), ("attn2", SDXL_CONTEXT)):
+            _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
+            _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_out.0", c, c)
+        _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)  # GEGLU: value and gate
+        _linear(out, f"{b}.ff.net.2", c, 4 * c)
+        for i in (1, 2, 3):
+            _norm(out, f"{b}.norm{i}", c)
+    _linear(out, f"{name}.proj_out", c, c)
+
+
+def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
+    """The smallest UNet stable-diffusion.cpp loads as SDXL, Segmind Vega's layout, in diffusers names:
+    no ``mid_block.resnets.1`` and no ``up_blocks.1.attentions.0.transformer_blocks.1`` make
+    ``get_sd_version`` (src/model.cpp) say VERSION_SDXL_VEGA, whose UnetModelBlock (src/unet.hpp)
+    has transformer depths {1, 1, 2} and a middle block of one ResBlock. The widths are fixed."""
+    out: Dict[str, Shape] = {}
+    chans, temb = SDXL_CHANNELS, SDXL_TIME
+    _conv(out, "conv_in", chans[0], 4, 3)
+    _linear(out, "time_embedding.linear_1", temb, chans[0])
+    _linear(out, "time_embedding.linear_2", temb, temb)
+    _linear(out, "add_embedding.linear_1", temb, SDXL_ADM)
+    _linear(out, "add_embedding.linear_2", temb, temb)
+    skips = [chans[0]]
+    prev = chans[0]
+    last = len(chans) - 1
+    for i, c in enumerate(chans):
+        for j in range(2):
+            _resnet(out, f"down_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, temb)
+            if SDXL_VEGA_DEPTH[i]:
+                _sdxl_transformer(out, f"down_blocks.{i}.attentions.{j}", c, SDXL_VEGA_DEPTH[i])
+            skips.append(c)
+        if i < last:
+            _conv(out, f"down_blocks.{i}.downsamplers.0.conv", c, c, 3)
+            skips.append(c)
+        prev = c
+    _resnet(out, "mid_block.resnets.0", chans[-1], chans[-1], temb)
+    for i, level in enumerate(reversed(range(len(chans)))):
+        c = chans[level]
+        for j in range(3):
+            skip = skips.pop()
+            _resnet(out, f"up_blocks.{i}.resnets.{j}", (prev if j == 0 else c) + skip, c, temb)
+            if SDXL_VEGA_DEPTH[level]:
+                _sdxl_transformer(out, f"up_blocks.{i}.attentions.{j}", c, SDXL_VEGA_DEPTH[level])
+        if level > 0:
+            _conv(out, f"up_blocks.{i}.upsamplers.0.conv", c, c, 3)
+        prev = c
+    _norm(out, "conv_norm_out", chans[0])
+    _conv(out, "conv_out", 4, chans[0], 3)
+    return out
+
+
+def clip_g_tensors() -> Dict[str, Shape]:
+    """OpenCLIP bigG's text model in Hugging Face names (src/clip.hpp OPEN_CLIP_VIT_BIGG_14: 32 layers
+    of 1280, fixed, and a 1280x1280 ``text_projection``)."""
+    out: Dict[str, Shape] = {}
+    d, inner, layers = CLIP_G
+    out["text_model.embeddings.token_embedding.weight"] = (49408, d)
+    out["text_model.embeddings.position_embedding.weight"] = (77, d)
+    for i in range(layers):
+        p = f"text_model.encoder.layers.{i}"
+        _norm(out, f"{p}.layer_norm1", d)
+        _norm(out, f"{p}.layer_norm2", d)
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            _linear(out, f"{p}.self_attn.{proj}", d, d)
+        _linear(out, f"{p}.mlp.fc1", inner, d)
+        _linear(out, f"{p}.mlp.fc2", d, inner)
+    _norm(out, "text_model.final_layer_norm", d)
+    out["text_projection.weight"] = (d, d)
+    return out
+
+
+def _sdxl_parts() -> Parts:
+    vae = vae_decoder_tensors(4)
+    _conv(vae, "post_quant_conv", 4, 4, 1)  # use_quant for the 4-channel SD VAE (src/auto_encoder_kl.hpp)
+    return {"unet.": sdxl_vega_unet_tensors(), "vae.": vae,
+            "conditioner.embedders.0.transformer.": sd1_tensors()["text_encoder"],
+            "conditioner.embedders.1.transformer.": clip_g_tensors()}
+
+
 def _flux_parts() -> Parts:
     return {"model.diffusion_model.": flux_tensors(),
             "vae.": vae_decoder_tensors(FLUX_LATENT),
@@ -198,6 +297,12 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                                    "(262 M), flash attention off, no T5-XXL (zeros of its width), quarter-width decode-only VAE",
                               sources=["src/flux.hpp ChromaApproximator", "src/conditioner.hpp T5CLIPEmbedder",
                                        "src/stable-diffusion.cpp new_sd_ctx (distilled_guidance_layer: Chroma)"]),
+    "sdxl": FamilyProbeSpec("sdxl", "Stable Diffusion XL (Vega layout)", "SDXL (Vega)", _sdxl_parts, cfg_scale=1.0,
+                            note="Segmind Vega's UNet layout (745 M: transformer depths 1/1/2, no middle "
+                                 "attention), full CLIP-L and CLIP-G (694 M), quarter-width decode-only SD VAE",
+                            sources=["src/model.cpp get_sd_version (VERSION_SDXL_VEGA)", "src/unet.hpp UnetModelBlock",
+                                     "src/conditioner.hpp FrozenCLIPEmbedderWithCustomWords", "src/clip.hpp CLIPTextModel",
+                                     "src/auto_encoder_kl.hpp detect_decoder_ch"]),
 }
 
 
@@ -224,7 +329,7 @@ def check_families(families: Sequence[str]) -> List[str]:
 
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
-PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "flux": "flux", "chroma": "chroma"}
+PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl"}
 
 
 @dataclass

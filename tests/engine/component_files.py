@@ -75,60 +75,74 @@ def _resblock(out: Dict[str, Shape], name: str, n_in: int, n_out: int, emb: int)
         _conv(out, f"{name}.skip_connection", n_out, n_in, 1)
 
 
-def _transformer(out: Dict[str, Shape], name: str, c: int, context: int) -> None:
-    """src/common_block.hpp SpatialTransformer (convolution projections: SD 1.x)."""
+def _transformer(out: Dict[str, Shape], name: str, c: int, context: int, depth: int = 1) -> None:
+    """src/common_block.hpp SpatialTransformer with convolution projections (src/control.hpp never sets
+    use_linear_projection, for SDXL either)."""
     _norm(out, f"{name}.norm", c)
     _conv(out, f"{name}.proj_in", c, c, 1)
-    b = f"{name}.transformer_blocks.0"
-    for attn, kv in (("attn1", c), ("attn2", context)):
-        _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
-        _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
-        _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
-        _linear(out, f"{b}.{attn}.to_out.0", c, c)
-    _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)
-    _linear(out, f"{b}.ff.net.2", c, 4 * c)
-    for i in (1, 2, 3):
-        _norm(out, f"{b}.norm{i}", c)
+    for d in range(depth):
+        b = f"{name}.transformer_blocks.{d}"
+        for attn, kv in (("attn1", c), ("attn2", context)):
+            _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
+            _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_out.0", c, c)
+        _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)
+        _linear(out, f"{b}.ff.net.2", c, 4 * c)
+        for i in (1, 2, 3):
+            _norm(out, f"{b}.norm{i}", c)
     _conv(out, f"{name}.proj_out", c, c, 1)
 
 
-def controlnet_shapes(context: int = 768) -> Dict[str, Shape]:
-    """Every tensor of an SD 1.x ControlNet (src/control.hpp: model_channels 320, channel_mult
-    1 2 4 4, attention at the first three levels, zero convolutions, the hint encoder)."""
+# src/control.hpp ControlNetBlock's layouts: channel_mult, transformer depth per level (0: no attention)
+# and the middle block's depth (SD 1.x: attention_resolutions {4, 2, 1}, SDXL: {4, 2}, depths {1, 2, 10})
+SD1_CONTROL = ((1, 2, 4, 4), (1, 1, 1, 0), 1)
+SDXL_CONTROL = ((1, 2, 4), (0, 2, 10), 10)
+
+
+def controlnet_shapes(context: int = 768, layout=SD1_CONTROL) -> Dict[str, Shape]:
+    """Every tensor of an SD ControlNet (src/control.hpp: model_channels 320, ``layout``'s channel_mult
+    and attention depths, zero convolutions, the hint encoder; SDXL's also has label_emb, 2816 wide)."""
     out: Dict[str, Shape] = {}
     ch0, temb = 320, 1280
+    mults, depths, middle = layout
     _linear(out, "time_embed.0", temb, ch0)
     _linear(out, "time_embed.2", temb, temb)
+    if context == 2048:
+        _linear(out, "label_emb.0.0", temb, 2816)
+        _linear(out, "label_emb.0.2", temb, temb)
     _conv(out, "input_blocks.0.0", ch0, 4, 3)
     _conv(out, "zero_convs.0.0", ch0, ch0, 1)
     hint = [(16, 3), (16, 16), (32, 16), (32, 32), (96, 32), (96, 96), (256, 96), (ch0, 256)]
     for i, (n_out, n_in) in enumerate(hint):
         _conv(out, f"input_hint_block.{2 * i}", n_out, n_in, 3)
     ch, idx = ch0, 0
-    for level, mult in enumerate((1, 2, 4, 4)):
+    last = len(mults) - 1
+    for level, mult in enumerate(mults):
         for _ in range(2):
             idx += 1
             _resblock(out, f"input_blocks.{idx}.0", ch, mult * ch0, temb)
             ch = mult * ch0
-            if level < 3:
-                _transformer(out, f"input_blocks.{idx}.1", ch, context)
+            if depths[level]:
+                _transformer(out, f"input_blocks.{idx}.1", ch, context, depths[level])
             _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
-        if level < 3:
+        if level < last:
             idx += 1
             _conv(out, f"input_blocks.{idx}.0.op", ch, ch, 3)
             _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
     _resblock(out, "middle_block.0", ch, ch, temb)
-    _transformer(out, "middle_block.1", ch, context)
+    _transformer(out, "middle_block.1", ch, context, middle)
     _resblock(out, "middle_block.2", ch, ch, temb)
     _conv(out, "middle_block_out.0", ch, ch, 1)
     return out
 
 
-def write_controlnet(path: Path, context: int = 768, seed: int = 11, prefix: str = "control_model.") -> Path:
-    """A random SD 1.x ControlNet (F8_E5M2, ~361 M parameters, ~361 MB) made like the probe's weights."""
+def write_controlnet(path: Path, context: int = 768, seed: int = 11, prefix: str = "control_model.",
+                     layout=SD1_CONTROL) -> Path:
+    """A random SD ControlNet (F8_E5M2; SD 1.x: ~361 M parameters, ~361 MB) made like the probe's weights."""
     pools = Pools(seed, "F8_E5M2")
     try:
-        write_part(path, controlnet_shapes(context), pools, {"accelstack": "test controlnet"}, lambda n: None, prefix)
+        write_part(path, controlnet_shapes(context, layout), pools, {"accelstack": "test controlnet"}, lambda n: None, prefix)
     finally:
         pools.close()
     return path

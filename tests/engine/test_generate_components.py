@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
-from component_files import controlnet_shapes, extract_part, standalone_vae, write_controlnet, write_png_image  # noqa: E402
+from component_files import (  # noqa: E402
+    SDXL_CONTROL,
+    controlnet_shapes,
+    extract_part,
+    standalone_vae,
+    write_controlnet,
+    write_png_image,
+)
 
 from accelstack.engine import generation
 from accelstack.engine.components import check_components
@@ -466,3 +473,49 @@ def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, f
     zero, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(
         prompt="a lighthouse <lora:zero:1.0>", **request), "zero")
     assert zero == plain  # the same LoRA with zero up-weights: the tag alone changes nothing
+
+
+def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_is_refused(cpu_runtime, tmp_path, monkeypatch):
+    # issue 26 "Done when" for SDXL: a kohya SDXL LoRA in LDM names (lora_unet_input_blocks_4_1_... is
+    # down_blocks.1.attentions.0 of the Vega layout's UNet) and an SDXL embedding, which holds one vector set
+    # per text encoder (clip_l: 768 wide, clip_g: 1280), on the SDXL probe: checked, applied and named.
+    # A full-size SDXL ControlNet (src/control.hpp fixes its depths 2/10 and middle 10: 1.25 G parameters,
+    # 1.25 GB as F8) killed the worker with SIGABRT on the first step (the runtime's ControlNet graph is too
+    # small for it): it is refused before any worker starts, with the reason.
+    import numpy as np
+    from companion_files import write_safetensors
+
+    from accelstack.engine.probe_family_files import ensure_family_probe
+
+    probe = ensure_family_probe("sdxl", 7, tmp_path / "cache", keep=True)
+    loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
+    loras.mkdir()
+    embeds.mkdir()
+    rng = np.random.default_rng(13)
+    tensors = {}
+    for block, c in (("input_blocks_4_1", 640), ("output_blocks_0_1", 1280)):
+        for proj in ("attn1_to_q", "attn1_to_v", "attn2_to_out_0"):
+            key = f"lora_unet_{block}_transformer_blocks_0_{proj}"
+            tensors[f"{key}.lora_down.weight"] = rng.normal(0, 0.5, (4, c))
+            tensors[f"{key}.lora_up.weight"] = rng.normal(0, 0.5, (c, 4))
+            tensors[f"{key}.alpha"] = np.array(4.0)
+    write_safetensors(loras / "xlstyle.safetensors", tensors)
+    write_safetensors(embeds / "xlword.safetensors", {"clip_l": rng.normal(0, 0.5, (2, 768)),
+                                                       "clip_g": rng.normal(0, 0.5, (2, 1280))})
+    request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, embeddings_dir=str(embeds))
+    plain, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a xlword lighthouse", **request),
+                                "plain")
+    styled, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+        prompt="a xlword lighthouse <lora:xlstyle:0.8>", lora_dir=str(loras), **request), "styled")
+    assert styled != plain  # the same prompt and embedding: the LoRA changed the image
+    assert [(lora.name, lora.weight, lora.tensors) for lora in report.loras] == [("xlstyle", 0.8, 6)]
+    assert report.embeddings == ["xlword"]
+    assert "LoRA: xlstyle:0.8" in text and "Embeddings: xlword" in text
+    net = write_controlnet(tmp_path / "canny-sdxl.safetensors", context=2048, layout=SDXL_CONTROL)
+    control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
+    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(InvalidRequestError, match="aborts on an SDXL ControlNet") as info:
+        generation.generate(cpu_runtime, probe.path, GenerateRequest(
+            prompt="a lighthouse", control_net=str(net), control_image=str(control), **request), tmp_path / "no.png")
+    assert "pull 1752" in info.value.message and "SD 1.x or SD 2.x" in info.value.hint
+    assert not (tmp_path / "no.png").exists()

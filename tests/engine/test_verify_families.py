@@ -55,6 +55,32 @@ def test_flux_probe_is_flux_dev_with_clip_l_and_no_t5(tmp_path):
     assert probe.parameters < 140_000_000  # CLIP-L (123 M, fixed) is most of it
 
 
+def test_sdxl_probe_is_sdxl_vega_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
+    """The smallest SDXL stable-diffusion.cpp loads (Vega's UNet, CLIP-L + CLIP-G): inspect names it
+    sdxl, the runtime logs "SDXL (Vega)", and it generates a non-constant 64x64 image."""
+    t0 = time.perf_counter()
+    probe = ensure_family_probe("sdxl", 7, tmp_path / "models", keep=True)
+    synth = time.perf_counter() - t0
+    found = inspect_model(probe.model)
+    assert found.family == "sdxl" and found.role == "checkpoint", found.evidence
+    assert {p.component for p in found.parts} >= {"diffusion_model", "vae", "text_encoder"}
+    assert 1_500_000_000 < probe.parameters < 1_600_000_000  # UNet 745 M + CLIP-G 694 M + CLIP-L 123 M
+    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("sdxl", "sdxl")]
+    out = tmp_path / "verify-cpu.png"
+    t1 = time.perf_counter()
+    report = verify(cpu_runtime, out, probe_cache=tmp_path / "models", records=None, families=["sdxl"],
+                    keep_probe=True)
+    seconds = time.perf_counter() - t1
+    assert report.ok, (report.reason, report.log_tail)
+    fam = next(c for c in report.checks if c.name == "sdxl:family")
+    assert "as SDXL (Vega) " in fam.detail
+    img = read_png(report.image)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    one = report.details["families"]["sdxl"]
+    print(f"sdxl probe: synthesis {synth:.1f} s, verify {seconds:.1f} s (load {one['load_seconds']} s, "
+          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")  # the figures the docs quote (-s)
+
+
 @pytest.mark.parametrize("family", FAST_FAMILIES)
 def test_verify_family_passes_on_the_cpu_runtime(family, cpu_runtime, tmp_path):
     out = tmp_path / "verify-cpu.png"

@@ -3,6 +3,7 @@ families it ships"), as ``accelstack verify --family`` does: unknown ones are re
 from __future__ import annotations
 
 import pytest
+
 from service_helpers import Service
 
 
