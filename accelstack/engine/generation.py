@@ -197,11 +197,11 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
                                      request.width, request.height,
                                      request.batch_count, options, gpu=runtime.is_gpu, ram_free=available_ram())
         options, need = memory_plan.apply(options), memory_plan.estimate()
-    if checked.family == "chroma" and options.flash_attention:  # see EngineOptions.chroma_dit_mask
-        options = dataclasses.replace(options, chroma_dit_mask=False)
     else:  # the estimate is stable-diffusion.cpp's; diffusers differs: "auto" is the old default there
         options = dataclasses.replace(options.concrete(), memory_check=False)
         need = estimate(info.size_bytes, request, options, gpu=runtime.is_gpu)
+    if checked.family == "chroma" and options.flash_attention:  # see EngineOptions.chroma_dit_mask
+        options = dataclasses.replace(options, chroma_dit_mask=False)
     # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
     # model's tensors before the worker starts; the worker gets only the staged copies.
     extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info)

@@ -304,6 +304,10 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
         reports.append(real_generate(*args, **kwargs))
         return reports[-1]
 
+    checked_after_load = []  # (options, estimate) the check against the device's free memory gets, once loaded
+    real_check = generation._check_device_memory
+    monkeypatch.setattr(generation, "_check_device_memory",
+                        lambda sup, need, req, opts: (checked_after_load.append((opts, need)), real_check(sup, need, req, opts)))
     monkeypatch.setattr(generation, "Supervisor", Watching)
     monkeypatch.setattr(direct, "generate", generate)
     out = tmp_path / "auto.png"
@@ -318,5 +322,10 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     assert "tiling the VAE (tile 8)" in plan_.reason and plan_.reason.startswith("Stable Diffusion 1.x at 128x128")
     assert f"memory: {plan_.reason}" in text
     assert sent and sent[0].vae_tiling is True and sent[0].vae_tile_size == 8 and not sent[0].auto_keys()
+    # The memory check stays on, and what it checks after the load is the planner's estimate (both were
+    # lost to an `else` that belonged to the planner's `if`: the old estimate, and the check turned off).
+    assert sent[0].memory_check is True
+    [(opts, need)] = checked_after_load
+    assert opts.memory_check is True and need.ram == plan_.ram_need and need.weights == plan_.weights
     memory = json.loads(json.dumps(to_dict(reports[0])))["memory"]  # what --json prints as the result
     assert memory["vae_tiling"] is True and memory["reason"] == plan_.reason and memory["changed"] is True
