@@ -158,7 +158,11 @@ _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, long
     ("conditioner.embedders.0.transformer.", "te"), ("conditioner.embedders.1.model.", "te2"),
     ("text_encoder.2.", "te2"), ("text_encoder_2.", "te2"), ("text_encoder.", "te"), ("te.", "te"),
     ("te1.", "te"), ("te2.", "te2"),
+    ("text_encoders.clip_l.transformer.", "te"), ("text_encoders.clip_g.transformer.", "te2"),  # a DiT's (src/stable-diffusion.cpp)
 )
+# A text encoder given as a file of its own (--clip-l, --clip-g): the prefix stable-diffusion.cpp loads
+# it under for a DiT (new_sd_ctx); its tensors count as the model's for LoRAs and embeddings.
+ENCODER_PREFIXES = {"clip_l": "text_encoders.clip_l.transformer.", "clip_g": "text_encoders.clip_g.transformer."}
 _KOHYA = (("lora_unet_", "unet"), ("lora_te1_", "te"), ("lora_te2_", "te2"), ("lora_te_", "te"))
 # diffusers UNet block names -> LDM ones (the same formula for SD 1.x, 2.x and XL: 2 layers a block)
 _RESNET_INNER = {"norm1": "in_layers_0", "conv1": "in_layers_2", "time_emb_proj": "emb_layers_1",
@@ -352,8 +356,22 @@ def _check_embedding(name: str, path: str, widths: Set[int]) -> None:
                 hint="use an embedding trained for this model family")
 
 
+def _encoder_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
+    """The tensors of separate text-encoder files (``{"clip_l": path}``), under the prefix each is loaded
+    with unless the file already names its part."""
+    out: List[TensorInfo] = []
+    for kind, path in sorted(encoders.items()):
+        prefix = ENCODER_PREFIXES.get(kind)
+        if prefix is None:
+            continue  # T5-XXL and LLM encoders take no embedding, and no LoRA is matched against them here
+        for t in _index(path, os.path.basename(path), "text encoder"):
+            out.append(t if canonical_module(t.name) is not None else t._replace(name=prefix + t.name))
+    return out
+
+
 # -- entry point ----------------------------------------------------------------------------------------
-def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: ModelFile) -> Companions:
+def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: ModelFile,
+                       encoders: Optional[Dict[str, str]] = None) -> Companions:
     """Resolve, stage and check the prompt's LoRAs in ``lora_dir`` and every embedding of
     ``embeddings_dir`` against ``model``; the caller removes the staging (:meth:`Companions.cleanup`)."""
     tags = lora_tags(prompt)
@@ -371,6 +389,7 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
             raise InvalidRequestError(f"the model {model.path} is a legacy torch pickle whose tensor names are not read, "
                                       "so LoRAs and embeddings cannot be checked against it",
                                       hint="convert the model to safetensors")
+        model_tensors = model_tensors + _encoder_tensors(encoders or {})
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)

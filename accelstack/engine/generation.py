@@ -204,7 +204,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
         options = dataclasses.replace(options, chroma_dit_mask=False)
     # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
     # model's tensors before the worker starts; the worker gets only the staged copies.
-    extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info)
+    extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths)
     try:
         files: Dict[str, Any] = dict(checked.paths)
         options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), vae_encode=bool(checked.init_rgb),

@@ -519,3 +519,26 @@ def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_i
             prompt="a lighthouse", control_net=str(net), control_image=str(control), **request), tmp_path / "no.png")
     assert "pull 1752" in info.value.message and "SD 1.x or SD 2.x" in info.value.hint
     assert not (tmp_path / "no.png").exists()
+
+
+def test_an_embedding_applies_to_a_separate_clip_l_file(cpu_runtime, flux_parts, tmp_path):
+    # Users run Flux as separate files (--diffusion-model, --vae, --clip-l). The embedding's check read the
+    # text encoder's width from the diffusion model's file alone, found none and refused "this model has no
+    # CLIP text encoder"; the --clip-l file is the encoder the embedding goes to. Same tensors, same image.
+    from companion_files import embedding
+
+    probe, folder = flux_parts
+    embeds = tmp_path / "embeddings"
+    embeds.mkdir()
+    embedding(embeds / "fluxword.safetensors", width=768)
+    request = dict(prompt="a fluxword lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0,
+                   embeddings_dir=str(embeds))
+    whole, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request), "whole")
+    split, text, report = _generate(cpu_runtime, None, tmp_path, GenerateRequest(
+        **request, diffusion_model=str(folder / "flux1-dev.safetensors"), vae=str(folder / "ae.safetensors"),
+        clip_l=str(folder / "clip_l.safetensors")), "split")
+    assert report.embeddings == ["fluxword"] and "Embeddings: fluxword" in text
+    assert split == whole
+    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):  # the DiT file alone: still refused
+        generation.generate(cpu_runtime, None, GenerateRequest(**request, diffusion_model=str(folder / "flux1-dev.safetensors"),
+                                                               vae=str(folder / "ae.safetensors")), tmp_path / "no.png")
