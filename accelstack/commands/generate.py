@@ -57,8 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "family needs (Flux: --vae ae.safetensors --clip-l clip_l.safetensors --t5xxl t5xxl_fp16.safetensors);\n"
         "with --model, a --vae or text encoder replaces the checkpoint's own. Each file is checked against the\n"
         "model's family first (`accelstack model inspect` shows what a file is and what it needs).\n"
-        "img2img: --init-image PNG --strength 0.75 (the PNG must have the requested --width/--height).\n"
-        "ControlNet (SD 1.x, 2.x, XL): --control-net PATH --control-image PNG [--control-strength 0.9].",
+        "img2img: --init-image PNG --strength 0.75 (the size is the PNG's; a --width/--height given must match).\n"
+        "ControlNet (SD 1.x, 2.x; an SDXL one aborts stable-diffusion.cpp 0.4.7 and is refused): --control-net PATH "
+        "--control-image PNG [--control-strength 0.9].",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_runtime_arguments(p)
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--strength", type=float, default=DEFAULT_STRENGTH,
                    help=f"img2img: how much of the init image is redrawn, 0 to 1 (default {DEFAULT_STRENGTH:g})")
     g.add_argument("--control-net", default="", metavar="PATH",
-                   help="a ControlNet for the model's family (SD 1.x, 2.x or XL); needs --control-image")
+                   help="a ControlNet for the model's family (SD 1.x or 2.x); needs --control-image")
     g.add_argument("--control-image", default="", metavar="PNG",
                    help="the control image (an edge map, pose, depth map) of --width x --height")
     g.add_argument("--control-strength", type=float, default=DEFAULT_CONTROL_STRENGTH,

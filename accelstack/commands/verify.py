@@ -60,7 +60,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--offload-to-cpu", dest="offload_to_cpu", nargs="?", const=True, default=None,
                    type=_auto_on_off, metavar="auto|on|off",
                    help="keep weights in RAM and move them to VRAM when needed (default: auto = when they "
-                   "do not fit the GPU)")
+                   "do not fit the GPU, or its free memory is not known before loading)")
     g.add_argument("--no-offload-to-cpu", dest="offload_to_cpu", action="store_false")
     g.add_argument("--vae-tiling", dest="vae_tiling", nargs="?", const=True, default=None, type=_auto_on_off,
                    metavar="auto|on|off",
