@@ -11,9 +11,15 @@ estimate, the measurement, their ratio; and once per worker the loaded RSS again
 weights (the RSS also holds Python and the library). Goal: every ratio within 15 % (0.85 .. 1.15);
 the estimate is meant to stay on the high side (a ratio >= 1 refuses nothing that fits).
 
+``--family sdxl`` runs the SDXL probe instead (engine.probe_families: Segmind Vega's UNet at SDXL's
+real widths, full CLIP-L and CLIP-G, but a quarter-width VAE decoder): its diffusion and text-encoder
+memory are SDXL's, its VAE's is not, so only tiled rows (``--tiles 8``: the decode is a few MiB) check
+the planner's SDXL constants. The flux and chroma probes are 128 wide (real: 3072) and check nothing.
+
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
-    python benchmarks/bench_memory.py [--sizes 128,256,384] [--tiles 0,8,16] [--threads N] [--json]
+    python benchmarks/bench_memory.py [--family sd1|sdxl] [--sizes 128,256,384] [--tiles 0,8,16]
+                                      [--threads N] [--json]
 """
 from __future__ import annotations
 
@@ -49,12 +55,16 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sdxl"),
+                    help="the probe: sd1 (default) or sdxl (real widths but a quarter-width VAE: use --tiles 8)")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON document")
     args = ap.parse_args()
 
     from accelstack.engine.config import EngineOptions
     from accelstack.engine.memory_plan import plan_for_files
-    from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+    from accelstack.engine.probe_families import family_spec
+    from accelstack.engine.probe_family_files import ensure_family_probe
+    from accelstack.engine.probe_model import DEFAULT_SEED
     from accelstack.engine.protocol import GenerateRequest
     from accelstack.engine.runtime import Runtime
     from accelstack.engine.supervisor import Supervisor
@@ -62,8 +72,9 @@ def main() -> int:
     from accelstack.settings import Settings
 
     settings = Settings.resolve()
-    probe = ensure_probe_model(DEFAULT_SEED, cache_root=settings.probe_cache, keep=True)
+    probe = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1")
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    cfg = family_spec(args.family).cfg_scale  # the probe's own, as verify --family runs it
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
         wheel = Path(build_ggml("cpu", settings).wheel)
@@ -87,8 +98,8 @@ def main() -> int:
                     plan = plan_for_files([probe.path], side, side, 1, given, gpu=False, ram_free=None)
                     before = _status(pid)["VmRSS"]
                     _reset_peak(pid)
-                    sup.generate(GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=1),
-                                 attempts=1)
+                    sup.generate(GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=1,
+                                                 cfg_scale=cfg), attempts=1)
                     measured = _status(pid)["VmHWM"] - before
                     estimate = plan.ram_need - plan.weights
                     rows.append({"side": side, "tile": tile, "estimate_mib": round(estimate / MIB, 1),

@@ -1,8 +1,8 @@
 """Each model family's working-memory constants for the planner (:mod:`accelstack.engine.memory_plan`).
 
-Kept apart from the planner's logic because they are data with a source each: SD 1.x's measured
-on this machine's CPU build (benchmarks/bench_memory.py), the others derived from the widths
-stable-diffusion.cpp's headers fix and NOT measured (each entry's ``source`` says so).
+Kept apart from the planner's logic because they are data with a source each: SD 1.x's and SDXL's
+diffusion measured on this machine's CPU build (benchmarks/bench_memory.py), the others derived from
+the widths stable-diffusion.cpp's headers fix and NOT measured (each entry's ``source`` says so).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Dict
 
 from . import memory
 
-__all__ = ["FamilyMemory", "FAMILIES", "SD1", "BASE", "MIB", "LOADED_BYTES", "TEXT_ACT"]
+__all__ = ["FamilyMemory", "FAMILIES", "SD1", "BASE", "MIB", "LOADED_BYTES", "TEXT_ACT", "GPU_PAIR_SCALE"]
 
 MIB = 1 << 20
 # SD 1.x re-measured by benchmarks/bench_memory.py (CPU build 0.4.7, the probe, 1 step, flash
@@ -20,6 +20,11 @@ MIB = 1 << 20
 # the UNet's ~23 KiB per latent pixel over BASE (engine.memory's 46 KiB was measured on an earlier
 # build and is kept below as the margin for the families that are not measured).
 BASE = 16 * MIB  # graph, tokens, latents, allocator slack
+# Without flash attention, a GPU backend allocates the attention scores in full: on lavapipe the SD 1.x
+# UNet's compute buffer grew by 32 bytes per latent pixel pair (8 heads of f32 scores; 192 MiB at
+# 384 px, 560 MiB at 512 px: benchmarks/bench_memory_vulkan.py), twice the per-pair growth of the CPU
+# build's RSS (memory.ATTENTION_PER_PAIR). Every family's pair constant is doubled on a GPU.
+GPU_PAIR_SCALE = 2
 SD1_PER_LATENT = 24 * 1024
 # Bytes per parameter once loaded, for the types ggml has no block type for.
 LOADED_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "F8_E4M3": 2.0, "F8_E5M2": 2.0, "F64": 4.0, "I64": 4.0}
@@ -51,13 +56,17 @@ FAMILIES: Dict[str, FamilyMemory] = {
     "sd2": FamilyMemory("Stable Diffusion 2.x", memory.UNET_PER_LATENT, memory.ATTENTION_PER_PAIR,
                         memory.VAE_PER_PIXEL, "SD 1.x's earlier (higher) calibration; same UNet widths "
                         "(src/unet.hpp channel_mult {1,2,4,4}); not measured"),
-    # src/unet.hpp: SDXL has no attention at its full-resolution level (attention_resolutions {4,2},
-    # channel_mult {1,2,4}): its per-pixel memory is below SD 1.x's, which is kept as an upper bound;
-    # attention pairs only at 1/4 of the pixels or less (10 heads): 1/16 of the pairs x 10/8 heads.
-    "sdxl": FamilyMemory("Stable Diffusion XL", memory.UNET_PER_LATENT, 2, memory.VAE_PER_PIXEL,
-                         "upper bound from SD 1.x's measurement (src/unet.hpp: no attention at full resolution); "
-                         "not measured"),
-    "sdxl-refiner": FamilyMemory("Stable Diffusion XL refiner", memory.UNET_PER_LATENT, 2, memory.VAE_PER_PIXEL,
+    # SDXL measured on the SDXL probe (benchmarks/bench_memory.py --family sdxl --tiles 8: Segmind Vega's
+    # UNet at SDXL's real widths, CPU build, flash attention): 41/77/130 MiB above the loaded RSS at
+    # 256/384/512 px, i.e. 11 MiB + 29.7 KiB per latent pixel. Full SDXL's deeper transformer stacks
+    # (src/unet.hpp: depth 10 at the last level) keep no more tensors alive than Vega's (no extra skip
+    # connections), so the constant is taken for both. Without flash attention, pairs only at 1/4 of
+    # the pixels or less (attention_resolutions {4,2}, 10 heads): 1/16 of the pairs x 10/8 heads
+    # (derived, not measured).
+    "sdxl": FamilyMemory("Stable Diffusion XL", 30 * 1024, 2, memory.VAE_PER_PIXEL,
+                         "diffusion measured on the SDXL probe (Vega layout, SDXL widths; bench_memory.py --family "
+                         "sdxl); VAE as SD 1.x's (the same decoder, src/auto_encoder_kl.hpp)"),
+    "sdxl-refiner": FamilyMemory("Stable Diffusion XL refiner", 30 * 1024, 2, memory.VAE_PER_PIXEL,
                                  "as SDXL (src/unet.hpp); not measured"),
     # src/mmdit.hpp: 2x2 patches (a token per 4 latent pixels), hidden 64 x depth (1536 for medium),
     # joint attention over image and text tokens: ~128 KiB of f32 per token for qkv + MLP + the

@@ -22,7 +22,8 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
                      a conversion applies to all weights but biases, scales and embeddings, model.cpp
                      tensor_should_be_converted: counted here on all of them)
     act(text)      = the largest encoder's working memory (T5/LLM: see TEXT_ACT)
-    act(diffusion) = PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention]
+    act(diffusion) = PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention;
+                     PAIR doubled on a GPU, measured on lavapipe: memory_families.GPU_PAIR_SCALE]
     act(vae)       = VAE_PER_PIXEL x decoded pixels (the image, or one tile of (8 x tile)^2)
     CPU:                  RAM  = all weights + BASE + max(act) + images
     GPU, weights on GPU:  VRAM = all weights + BASE + max(act);         RAM = BASE + images
@@ -44,7 +45,7 @@ from .config import AUTO, LEGACY, EngineOptions
 from .errors import InsufficientMemoryError
 from .gguf_check import GGML_TYPE_NAMES, GGML_TYPES
 from .memory import GIB, IMAGE_PER_PIXEL, LATENT_SCALE, MemoryEstimate
-from .memory_families import BASE, FAMILIES, LOADED_BYTES, SD1, TEXT_ACT, FamilyMemory
+from .memory_families import BASE, FAMILIES, GPU_PAIR_SCALE, LOADED_BYTES, SD1, TEXT_ACT, FamilyMemory
 from .model_inspect import ModelInspection, inspect_model
 from .protocol import MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE
 
@@ -221,7 +222,8 @@ def _need(fam: FamilyMemory, parts: List[ComponentWeights], width: int, height: 
           gpu: bool, s: _Setting) -> _Need:
     pixels = width * height
     latent = pixels // (LATENT_SCALE * LATENT_SCALE)
-    diffusion = fam.per_latent * latent + (0 if flash else fam.pair * latent * latent)
+    pair = fam.pair * (GPU_PAIR_SCALE if gpu else 1)
+    diffusion = fam.per_latent * latent + (0 if flash else pair * latent * latent)
     decoded = min(pixels, (s.tile * LATENT_SCALE) ** 2) if s.tiling else pixels
     text = max((TEXT_ACT.get(p.kind, 0) for p in parts if p.component == "text_encoder"), default=0)
     acts = {"text encoders": text, "diffusion": diffusion, "vae decode": fam.vae_per_pixel * decoded}

@@ -29,6 +29,7 @@ from accelstack.engine.protocol import GenerateRequest
 from accelstack.serde import from_dict, to_dict
 
 GIB = 2 ** 30
+MIB = 2 ** 20
 
 
 # -- synthesized files at their published sizes -----------------------------------------------------------
@@ -171,8 +172,21 @@ def test_an_unknown_gpu_keeps_weights_in_ram(tmp_path):
 
 def test_each_family_constant_names_its_source():
     for family, fam in FAMILIES.items():
-        assert fam.source and (family == "sd1" or "not measured" in fam.source or "upper bound" in fam.source), family
-    assert "measured" in FAMILIES["sd1"].source
+        assert fam.source and ("measured on" in fam.source or "not measured" in fam.source), family
+    assert "measured" in FAMILIES["sd1"].source and "measured on the SDXL probe" in FAMILIES["sdxl"].source
+
+
+def test_a_gpu_without_flash_attention_gets_the_attention_scores_lavapipe_allocated(tmp_path):
+    # benchmarks/bench_memory_vulkan.py, SD 1.x probe on lavapipe, flash attention off: the UNet's compute
+    # buffer was 192 MiB at 384 px and 560 MiB at 512 px, 32 bytes per latent pixel pair (8 heads of f32
+    # scores), twice what the CPU build's RSS showed; the plan said 135 and 352 MiB.
+    no_flash = EngineOptions(flash_attention=False)
+    for side, measured in ((384, 192.25), (512, 559.90)):
+        plan = _gpu([sd1_file(tmp_path)], side, 64, options=no_flash)
+        diffusion = next(p for p in plan.phases if p.phase == "diffusion")
+        assert diffusion.activations >= measured * MIB, (side, diffusion.activations / MIB)
+        cpu = plan_for_files([sd1_file(tmp_path)], side, side, 1, no_flash, gpu=False, ram_free=None)
+        assert next(p for p in cpu.phases if p.phase == "diffusion").activations < diffusion.activations
 
 
 # -- explicit options win ----------------------------------------------------------------------------------
