@@ -43,20 +43,24 @@ def _resnet(out: Dict[str, Shape], name: str, n_in: int, n_out: int, temb: Optio
         _conv(out, f"{name}.conv_shortcut", n_out, n_in, 1)
 
 
-def _transformer(out: Dict[str, Shape], name: str, c: int, context: int) -> None:
+def _transformer(out: Dict[str, Shape], name: str, c: int, context: int, depth: int = 1, linear: bool = False) -> None:
+    """A SpatialTransformer of ``depth`` blocks (src/common_block.hpp), with 1x1 convolution
+    projections (SD 1.x, any ControlNet) or linear ones (``use_linear_projection``: SD 2.x, SDXL)."""
+    project = (lambda n: _linear(out, n, c, c)) if linear else (lambda n: _conv(out, n, c, c, 1))
     _norm(out, f"{name}.norm", c)
-    _conv(out, f"{name}.proj_in", c, c, 1)
-    b = f"{name}.transformer_blocks.0"
-    for attn, kv in (("attn1", c), ("attn2", context)):
-        _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
-        _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
-        _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
-        _linear(out, f"{b}.{attn}.to_out.0", c, c)
-    _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)  # GEGLU: value and gate
-    _linear(out, f"{b}.ff.net.2", c, 4 * c)
-    for i in (1, 2, 3):
-        _norm(out, f"{b}.norm{i}", c)
-    _conv(out, f"{name}.proj_out", c, c, 1)
+    project(f"{name}.proj_in")
+    for d in range(depth):
+        b = f"{name}.transformer_blocks.{d}"
+        for attn, kv in (("attn1", c), ("attn2", context)):
+            _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
+            _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
+            _linear(out, f"{b}.{attn}.to_out.0", c, c)
+        _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)  # GEGLU: value and gate
+        _linear(out, f"{b}.ff.net.2", c, 4 * c)
+        for i in (1, 2, 3):
+            _norm(out, f"{b}.norm{i}", c)
+    project(f"{name}.proj_out")
 
 
 def _unet() -> Dict[str, Shape]:

@@ -59,7 +59,7 @@ from ..serde import to_dict
 from ..verdict import VerifyCheck, VerifyReport
 from .config import shown
 from .errors import InvalidRequestError
-from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _vae_mid, sd1_tensors
+from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, _vae_mid, sd1_tensors
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -164,24 +164,6 @@ SDXL_VEGA_DEPTH = (0, 1, 2)  # transformer depth per level for VERSION_SDXL_VEGA
 CLIP_G = (1280, 5120, 32)  # OPEN_CLIP_VIT_BIGG_14: hidden, intermediate, layers (fixed, not inferred)
 
 
-def _sdxl_transformer(out: Dict[str, Shape], name: str, c: int, depth: int) -> None:
-    """A linear-projection SpatialTransformer of ``depth`` blocks (src/unet.hpp, use_linear_projection)."""
-    _norm(out, f"{name}.norm", c)
-    _linear(out, f"{name}.proj_in", c, c)
-    for d in range(depth):
-        b = f"{name}.transformer_blocks.{d}"
-        for attn, kv in (("attn1", c), ("attn2", SDXL_CONTEXT)):
-            _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
-            _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
-            _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
-            _linear(out, f"{b}.{attn}.to_out.0", c, c)
-        _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)  # GEGLU: value and gate
-        _linear(out, f"{b}.ff.net.2", c, 4 * c)
-        for i in (1, 2, 3):
-            _norm(out, f"{b}.norm{i}", c)
-    _linear(out, f"{name}.proj_out", c, c)
-
-
 def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
     """The smallest UNet stable-diffusion.cpp loads as SDXL, Segmind Vega's layout, in diffusers names:
     no ``mid_block.resnets.1`` and no ``up_blocks.1.attentions.0.transformer_blocks.1`` make
@@ -201,7 +183,7 @@ def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
         for j in range(2):
             _resnet(out, f"down_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, temb)
             if SDXL_VEGA_DEPTH[i]:
-                _sdxl_transformer(out, f"down_blocks.{i}.attentions.{j}", c, SDXL_VEGA_DEPTH[i])
+                _transformer(out, f"down_blocks.{i}.attentions.{j}", c, SDXL_CONTEXT, SDXL_VEGA_DEPTH[i], linear=True)
             skips.append(c)
         if i < last:
             _conv(out, f"down_blocks.{i}.downsamplers.0.conv", c, c, 3)
@@ -214,7 +196,7 @@ def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
             skip = skips.pop()
             _resnet(out, f"up_blocks.{i}.resnets.{j}", (prev if j == 0 else c) + skip, c, temb)
             if SDXL_VEGA_DEPTH[level]:
-                _sdxl_transformer(out, f"up_blocks.{i}.attentions.{j}", c, SDXL_VEGA_DEPTH[level])
+                _transformer(out, f"up_blocks.{i}.attentions.{j}", c, SDXL_CONTEXT, SDXL_VEGA_DEPTH[level], linear=True)
         if level > 0:
             _conv(out, f"up_blocks.{i}.upsamplers.0.conv", c, c, 3)
         prev = c

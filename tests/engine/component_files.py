@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict
 
 from accelstack.engine.png import encode_png
+from accelstack.engine.probe_architecture import Shape, _conv, _linear, _norm, _transformer  # the probe's own builders
 from accelstack.engine.probe_layout import probe_weights
 from accelstack.engine.probe_weights import Pools, write_part
-
-Shape = Tuple[int, ...]
 
 
 def standalone_vae(probe_path: str, out: Path, prefix: str = "vae.") -> Path:
@@ -47,23 +46,8 @@ def extract_part(probe_path: str, out: Path, prefix: str) -> Path:
     return out
 
 
-# -- an SD 1.x ControlNet in the original (LDM) names src/control.hpp ControlNetBlock declares -------
-def _linear(out: Dict[str, Shape], name: str, n_out: int, n_in: int, bias: bool = True) -> None:
-    out[f"{name}.weight"] = (n_out, n_in)
-    if bias:
-        out[f"{name}.bias"] = (n_out,)
-
-
-def _conv(out: Dict[str, Shape], name: str, n_out: int, n_in: int, k: int) -> None:
-    out[f"{name}.weight"] = (n_out, n_in, k, k)
-    out[f"{name}.bias"] = (n_out,)
-
-
-def _norm(out: Dict[str, Shape], name: str, n: int) -> None:
-    out[f"{name}.weight"] = (n,)
-    out[f"{name}.bias"] = (n,)
-
-
+# -- an SD ControlNet in the original (LDM) names src/control.hpp ControlNetBlock declares ----------
+# (its SpatialTransformers have 1x1 convolution projections: control.hpp never sets use_linear_projection)
 def _resblock(out: Dict[str, Shape], name: str, n_in: int, n_out: int, emb: int) -> None:
     """src/common_block.hpp ResBlock."""
     _norm(out, f"{name}.in_layers.0", n_in)
@@ -73,25 +57,6 @@ def _resblock(out: Dict[str, Shape], name: str, n_in: int, n_out: int, emb: int)
     _conv(out, f"{name}.out_layers.3", n_out, n_out, 3)
     if n_in != n_out:
         _conv(out, f"{name}.skip_connection", n_out, n_in, 1)
-
-
-def _transformer(out: Dict[str, Shape], name: str, c: int, context: int, depth: int = 1) -> None:
-    """src/common_block.hpp SpatialTransformer with convolution projections (src/control.hpp never sets
-    use_linear_projection, for SDXL either)."""
-    _norm(out, f"{name}.norm", c)
-    _conv(out, f"{name}.proj_in", c, c, 1)
-    for d in range(depth):
-        b = f"{name}.transformer_blocks.{d}"
-        for attn, kv in (("attn1", c), ("attn2", context)):
-            _linear(out, f"{b}.{attn}.to_q", c, c, bias=False)
-            _linear(out, f"{b}.{attn}.to_k", c, kv, bias=False)
-            _linear(out, f"{b}.{attn}.to_v", c, kv, bias=False)
-            _linear(out, f"{b}.{attn}.to_out.0", c, c)
-        _linear(out, f"{b}.ff.net.0.proj", 8 * c, c)
-        _linear(out, f"{b}.ff.net.2", c, 4 * c)
-        for i in (1, 2, 3):
-            _norm(out, f"{b}.norm{i}", c)
-    _conv(out, f"{name}.proj_out", c, c, 1)
 
 
 # src/control.hpp ControlNetBlock's layouts: channel_mult, transformer depth per level (0: no attention)
