@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 from accelstack.engine.png import encode_png
 from accelstack.engine.probe_architecture import Shape, _conv, _linear, _norm, _transformer  # the probe's own builders
@@ -23,23 +23,33 @@ def standalone_vae(probe_path: str, out: Path, prefix: str = "vae.") -> Path:
 def extract_part(probe_path: str, out: Path, prefix: str) -> Path:
     """The tensors of a probe file under ``prefix`` as a file of their own, names without it (the
     component files users have: stable-diffusion.cpp gives each its prefix back as it loads it)."""
+    return _rewrite(probe_path, out, lambda name: name[len(prefix):] if name.startswith(prefix) else None)
+
+
+def drop_part(probe_path: str, out: Path, prefix: str) -> Path:
+    """The probe file without its tensors under ``prefix`` (a checkpoint that lacks a text encoder)."""
+    return _rewrite(probe_path, out, lambda name: None if name.startswith(prefix) else name)
+
+
+def _rewrite(probe_path: str, out: Path, rename: Callable[[str], Optional[str]]) -> Path:
+    """A safetensors copy of the tensors ``rename`` keeps (its new name; None: left out), bytes as stored."""
     src = probe_weights(probe_path) or probe_path
     with open(src, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(n))
         base = 8 + n
-        items = [(k, v) for k, v in header.items() if k.startswith(prefix)]
+        items = [(k, v, rename(k)) for k, v in header.items() if k != "__metadata__" and rename(k) is not None]
         new: Dict[str, object] = {}
         offset = 0
-        for name, meta in items:
+        for _name, meta, new_name in items:
             a, b = meta["data_offsets"]
-            new[name[len(prefix):]] = {"dtype": meta["dtype"], "shape": meta["shape"], "data_offsets": [offset, offset + b - a]}
+            new[str(new_name)] = {"dtype": meta["dtype"], "shape": meta["shape"], "data_offsets": [offset, offset + b - a]}
             offset += b - a
         raw = json.dumps(new).encode()
         raw += b" " * (-(8 + len(raw)) % 8)
         with open(out, "wb") as dst:
             dst.write(struct.pack("<Q", len(raw)) + raw)
-            for _name, meta in items:
+            for _name, meta, _new in items:
                 a, b = meta["data_offsets"]
                 fh.seek(base + a)
                 dst.write(fh.read(b - a))

@@ -542,3 +542,23 @@ def test_an_embedding_applies_to_a_separate_clip_l_file(cpu_runtime, flux_parts,
     with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):  # the DiT file alone: still refused
         generation.generate(cpu_runtime, None, GenerateRequest(**request, diffusion_model=str(folder / "flux1-dev.safetensors"),
                                                                vae=str(folder / "ae.safetensors")), tmp_path / "no.png")
+
+
+def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_runtime, tmp_path):
+    # --clip-g for real: the SDXL probe without its CLIP-G, and the CLIP-G as a file of its own (HF names,
+    # as clip_g.safetensors is shared), give the all-in-one file's pixels; stable-diffusion.cpp gives the
+    # file the prefix of the UNet models' second encoder (src/stable-diffusion.cpp new_sd_ctx).
+    from component_files import drop_part
+
+    from accelstack.engine.probe_family_files import ensure_family_probe
+
+    probe = ensure_family_probe("sdxl", 7, tmp_path / "cache", keep=True)
+    clip_g_prefix = "conditioner.embedders.1.transformer."
+    extract_part(probe.path, tmp_path / "clip_g.safetensors", clip_g_prefix)
+    rest = drop_part(probe.path, tmp_path / "sdxl-no-clip-g.safetensors", clip_g_prefix)
+    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
+    whole, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(**request), "whole")
+    split, text, report = _generate(cpu_runtime, str(rest), tmp_path, GenerateRequest(
+        **request, clip_g=str(tmp_path / "clip_g.safetensors")), "split")
+    assert report.components == {"clip_g": "clip_g.safetensors"}
+    assert split == whole
