@@ -562,3 +562,34 @@ def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_
         **request, clip_g=str(tmp_path / "clip_g.safetensors")), "split")
     assert report.components == {"clip_g": "clip_g.safetensors"}
     assert split == whole
+
+
+def test_a_chroma_lora_applies_and_an_embedding_is_refused_for_want_of_a_clip(cpu_runtime, tmp_path):
+    # Chroma's blocks are Flux's without their per-block modulation: a kohya LoRA on them applies. Its only
+    # text encoder is T5-XXL, which takes no textual-inversion embedding: refused before any worker starts.
+    import numpy as np
+    from companion_files import embedding, write_safetensors
+
+    from accelstack.engine.probe_family_files import ensure_family_probe
+
+    probe = ensure_family_probe("chroma", 1234, tmp_path / "cache", keep=True)
+    loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
+    loras.mkdir()
+    embeds.mkdir()
+    rng = np.random.default_rng(14)
+    tensors = {}
+    for module, (rows, cols) in {"double_blocks_0_img_attn_qkv": (384, 128), "single_blocks_0_linear1": (896, 128)}.items():
+        tensors[f"lora_unet_{module}.lora_down.weight"] = rng.normal(0, 0.5, (4, cols))
+        tensors[f"lora_unet_{module}.lora_up.weight"] = rng.normal(0, 0.5, (rows, 4))
+    write_safetensors(loras / "chromastyle.safetensors", tensors)
+    embedding(embeds / "word.safetensors", width=768)
+    request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
+    plain, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a lighthouse", **request), "plain")
+    styled, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+        prompt="a lighthouse <lora:chromastyle:1>", lora_dir=str(loras), **request), "styled")
+    assert styled != plain and [(lora.name, lora.tensors) for lora in report.loras] == [("chromastyle", 2)]
+    assert "LoRA: chromastyle:1" in text
+    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):
+        generation.generate(cpu_runtime, probe.path, GenerateRequest(prompt="a word", embeddings_dir=str(embeds), **request),
+                            tmp_path / "no.png")
+    assert not (tmp_path / "no.png").exists()
