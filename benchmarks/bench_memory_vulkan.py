@@ -30,9 +30,10 @@ Printed, one row each, with the estimate, the measurement and estimate/measured:
   and each frees its compute buffer, src/ggml_extend.hpp ``GGMLRunner::compute``).
 
 Goal: every ratio within 15 % (0.85 .. 1.15), the estimate meant to be on the high side (a ratio
->= 1 refuses nothing that fits). A phase's working memory is judged as the planner counts it,
-``BASE + activations`` (as bench_memory.py judges the RSS); a compute buffer smaller than BASE is
-inside the fixed margin and is shown, not judged. Exit status 0 when every judged row is within.
+>= 1 refuses nothing that fits). A phase's compute buffer is judged against the planner's
+activations alone (BASE, the graph and allocator slack, is not in that buffer); a compute buffer
+smaller than BASE is inside that fixed margin and is shown, not judged. Exit status 0 when every
+judged row is within.
 
 Linux with a Vulkan loader and lavapipe (scripts/setup-vulkan.sh; ``ACCELSTACK_NEWER_LAVAPIPE=1``
 for Mesa 25 on Debian 12, whose Mesa 22 crashes in the UNet); builds the ``vulkan`` variant when
@@ -46,7 +47,8 @@ skips: 159.6 vs 94.5 MiB); peak VRAM 1.02..1.04 up to 384 px, 0.94 at 512; the V
 buffer 6656 B per pixel up to 384 px (0.99), 7936 at 512 (0.83); the UNet's without flash
 attention about 9 MiB + 9 KiB per latent pixel + 32 B per latent pair, twice the planner's 16 B per
 pair (0.70 at 384 px, 0.63 at 512); CLIP's 1.4 MiB, inside BASE. The planner now doubles its pair
-constant on a GPU (memory_families.GPU_PAIR_SCALE); the figures after that are in docs/engine.md.
+constant on a GPU (memory_families.GPU_PAIR_SCALE): the UNet's rows are 1.13, 1.12 and 1.09 at
+256, 384 and 512 px (64 and 128: inside BASE); the rest as above (docs/engine.md).
 
     python benchmarks/bench_memory_vulkan.py [--sizes 64,128] [--offload] [--device N]
                                              [--system-lavapipe] [--threads N] [--json]
@@ -275,13 +277,15 @@ def main() -> int:
                 for pe in plan.phases:
                     measured = compute.get(pe.phase)
                     need = BASE + pe.activations
-                    judged_ratio = _ratio(need, measured)  # the planner's per-phase working need is BASE + act
+                    # The compute buffer is the phase's activations (the graph and allocator slack BASE
+                    # stands for are not in it): judged alone, unless the buffer fits inside BASE.
+                    judged_ratio = _ratio(pe.activations, measured)
                     act_rows.append({"side": side, "phase": pe.phase, "activations_mib": round(pe.activations / MIB, 2),
                                      "with_base_mib": round(need / MIB, 2),
                                      "measured_mib": round(measured / MIB, 2) if measured is not None else None,
                                      "ratio": _ratio(pe.activations, measured),
                                      "ratio_with_base": _ratio(need, measured),
-                                     "judged_on": "BASE + activations" if measured is not None and measured >= BASE
+                                     "judged_on": "activations" if measured is not None and measured >= BASE
                                      else "inside BASE: shown, not judged",
                                      "verdict": _verdict(judged_ratio) if measured is not None and measured >= BASE
                                      else "inside BASE", "seconds": round(seconds, 1)})
