@@ -13,12 +13,9 @@ the check reaches the worker.
 
 A LoRA must touch the model: its tensor names, after the conversions stable-diffusion.cpp applies
 (``convert_tensor_name`` in its ``name_conversion.cpp``), must name weights of the model, with
-matching sizes (else its ``GGML_ASSERT`` aborts the worker). Supported conventions, for UNet models
-(SD 1.x/2.x/XL): kohya ``lora_unet_``/``lora_te_``/``lora_te1_``/``lora_te2_`` names (LDM or diffusers
-block names), sd.cpp/LDM dotted names (``model.diffusion_model.…``, ``cond_stage_model.…``, with or
-without a ``lora.`` prefix), diffusers/PEFT ``unet.…``/``text_encoder.…`` names, with ``lora_down``/
-``lora_up``, ``lora_A``/``lora_B``, ``lora.down``/``lora.up`` and ``alpha``. An embedding's vectors
-must be as wide as one of the model's CLIP text encoders (768 for SD 1.x).
+matching sizes (else its ``GGML_ASSERT`` aborts the worker); the naming conventions read are
+:mod:`accelstack.engine.lora_names`'. An embedding's vectors must be as wide as one of the model's
+CLIP text encoders (768 for SD 1.x), the model's own or one given as a file (``--clip-l``).
 """
 from __future__ import annotations
 
@@ -35,6 +32,7 @@ from . import workdirs
 from .ckpt_index import checkpoint_index
 from .errors import InvalidRequestError, ModelLoadError
 from .gguf_check import gguf_index
+from .lora_names import ENCODER_PREFIXES, LORA_PARTS, canonical_module
 from .model_io import TensorInfo, open_regular
 from .modelfile import DIFFUSERS_PARTS, ModelFile, check_model
 from .protocol import check_companion_name, lora_tags
@@ -152,112 +150,11 @@ def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
     return checkpoint_index(path) if info.tensors else None
 
 
-_PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, longest first
-    ("model.diffusion_model.", "unet"), ("diffusion_model.", "unet"), ("unet.", "unet"),
-    ("cond_stage_model.transformer.", "te"), ("cond_stage_model.1.transformer.", "te2"),
-    ("conditioner.embedders.0.transformer.", "te"), ("conditioner.embedders.1.model.", "te2"),
-    ("text_encoder.2.", "te2"), ("text_encoder_2.", "te2"), ("text_encoder.", "te"), ("te.", "te"),
-    ("te1.", "te"), ("te2.", "te2"),
-    ("text_encoders.clip_l.transformer.", "te"), ("text_encoders.clip_g.transformer.", "te2"),  # a DiT's (src/stable-diffusion.cpp)
-)
-# A text encoder given as a file of its own (--clip-l, --clip-g): the prefix stable-diffusion.cpp loads
-# it under for a DiT (new_sd_ctx); its tensors count as the model's for LoRAs and embeddings.
-ENCODER_PREFIXES = {"clip_l": "text_encoders.clip_l.transformer.", "clip_g": "text_encoders.clip_g.transformer."}
-_KOHYA = (("lora_unet_", "unet"), ("lora_te1_", "te"), ("lora_te2_", "te2"), ("lora_te_", "te"))
-# diffusers UNet block names -> LDM ones (the same formula for SD 1.x, 2.x and XL: 2 layers a block)
-_RESNET_INNER = {"norm1": "in_layers_0", "conv1": "in_layers_2", "time_emb_proj": "emb_layers_1",
-                 "norm2": "out_layers_0", "conv2": "out_layers_3", "conv_shortcut": "skip_connection"}
-_BLOCK = re.compile(r"^(down_blocks|up_blocks)_(\d+)_(attentions|resnets)_(\d+)_(.*)$")
-_MID = re.compile(r"^mid_block_(attentions|resnets)_(\d+)_(.*)$")
-_LORA_PARTS = re.compile(r"(?:[._]lora[._](?:down|up|mid)|\.lora_(?:down|up|mid|A|B)(?:\.default)?|\.alpha|\.scale|\.diff(?:_b)?|"
-                         r"\.hada_\w+|\.lokr_\w+|\.lora_linear)(?:\.weight)?$")
-
-
-# diffusers' FLUX.1 DiT module names -> the original ones (src/name_conversion.cpp
-# convert_diffusers_dit_to_original_flux): to_q/to_k/to_v (and proj_mlp) are slices of one fused weight.
-_FLUX_DIFFUSERS = tuple((re.compile(pattern), target) for pattern, target in (
-    (r"transformer_blocks\.(\d+)\.norm1\.linear", r"double_blocks.\1.img_mod.lin"),
-    (r"transformer_blocks\.(\d+)\.norm1_context\.linear", r"double_blocks.\1.txt_mod.lin"),
-    (r"transformer_blocks\.(\d+)\.attn\.to_[qkv]", r"double_blocks.\1.img_attn.qkv"),
-    (r"transformer_blocks\.(\d+)\.attn\.add_[qkv]_proj", r"double_blocks.\1.txt_attn.qkv"),
-    (r"transformer_blocks\.(\d+)\.attn\.to_out\.0", r"double_blocks.\1.img_attn.proj"),
-    (r"transformer_blocks\.(\d+)\.attn\.to_add_out", r"double_blocks.\1.txt_attn.proj"),
-    (r"transformer_blocks\.(\d+)\.ff\.net\.0\.proj", r"double_blocks.\1.img_mlp.0"),
-    (r"transformer_blocks\.(\d+)\.ff\.net\.2", r"double_blocks.\1.img_mlp.2"),
-    (r"transformer_blocks\.(\d+)\.ff_context\.net\.0\.proj", r"double_blocks.\1.txt_mlp.0"),
-    (r"transformer_blocks\.(\d+)\.ff_context\.net\.2", r"double_blocks.\1.txt_mlp.2"),
-    (r"single_transformer_blocks\.(\d+)\.norm\.linear", r"single_blocks.\1.modulation.lin"),
-    (r"single_transformer_blocks\.(\d+)\.(?:attn\.to_[qkv]|proj_mlp)", r"single_blocks.\1.linear1"),
-    (r"single_transformer_blocks\.(\d+)\.proj_out", r"single_blocks.\1.linear2"),
-    (r"time_text_embed\.timestep_embedder\.linear_([12])", r"time_in.\1"),
-    (r"time_text_embed\.text_embedder\.linear_([12])", r"vector_in.\1"),
-    (r"time_text_embed\.guidance_embedder\.linear_([12])", r"guidance_in.\1"),
-    (r"x_embedder", "img_in"), (r"context_embedder", "txt_in"), (r"proj_out", "final_layer.linear"),
-    (r"norm_out\.linear", "final_layer.adaLN_modulation.1"),
-))
-_EMBEDDER_LAYER = {"1": "in_layer", "2": "out_layer"}
-
-
-def _flux_from_diffusers(name: str) -> Optional[str]:
-    """The original FLUX.1 module name of a diffusers DiT one (None: not a FLUX.1 DiT name)."""
-    for pattern, target in _FLUX_DIFFUSERS:
-        m = pattern.fullmatch(name)
-        if m:
-            out = m.expand(target)
-            if out.startswith(("time_in.", "vector_in.", "guidance_in.")):
-                head, layer = out.split(".")
-                out = f"{head}.{_EMBEDDER_LAYER[layer]}"
-            return out
-    return None
-
-
-def _ldm_unet(flat: str) -> str:
-    m = _BLOCK.match(flat)
-    if m:
-        kind, i, inner, j, rest = m.group(1), int(m.group(2)), m.group(3), int(m.group(4)), m.group(5)
-        index = 3 * i + j + 1 if kind == "down_blocks" else 3 * i + j
-        if inner == "resnets":
-            rest = _RESNET_INNER.get(rest, rest)
-        return f"{'input' if kind == 'down_blocks' else 'output'}_blocks_{index}_{0 if inner == 'resnets' else 1}_{rest}"
-    m = _MID.match(flat)
-    if m:
-        inner, j, rest = m.group(1), int(m.group(2)), m.group(3)
-        if inner == "resnets":
-            return f"middle_block_{2 * j}_{_RESNET_INNER.get(rest, rest)}"
-        return f"middle_block_1_{rest}"
-    return flat
-
-
-def canonical_module(name: str) -> Optional[Tuple[str, str]]:
-    """(part, flattened LDM module name) of a model weight or LoRA module name, or None when the
-    name belongs to no part a LoRA can change (the VAE, or an unknown layout)."""
-    for prefix in ("lora.lora.", "lora."):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
-    if name.startswith("transformer."):  # diffusers' DiT naming (FLUX.1's: other DiTs match nothing)
-        flux = _flux_from_diffusers(name[len("transformer."):])
-        return ("unet", flux.replace(".", "_")) if flux else None
-    part, rest = "", ""
-    for prefix, which in _KOHYA:
-        if name.startswith(prefix):
-            part, rest = which, name[len(prefix):]
-            break
-    else:
-        for prefix, which in _PART_PREFIXES:
-            if name.startswith(prefix):
-                part, rest = which, name[len(prefix):].replace(".", "_")
-                break
-    if not part:
-        return None
-    return part, (_ldm_unet(rest) if part == "unet" else rest)
-
-
 def _lora_modules(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:
     """{(part, module): {"down"|"up"|...: shape}} of a LoRA's tensors."""
     out: Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]] = {}
     for t in tensors:
-        m = _LORA_PARTS.search(t.name)
+        m = LORA_PARTS.search(t.name)
         if not m:
             continue
         base = t.name[:m.start()]

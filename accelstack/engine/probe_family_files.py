@@ -147,7 +147,7 @@ def _synthesize(spec: FamilyProbeSpec, root: Path, name: str, folder: Optional[P
             pools.preload(reused)
         else:
             pools.prefetch(scales)
-        partial = tmp / (probe_model.WEIGHTS + ".part")
+        partial = tmp / probe_model.PARTIAL_WEIGHTS
         meta = {"format": "pt", "generator": "accelstack probe", "family": spec.family, "seed": str(seed),
                 "probe_format": str(FAMILY_FORMAT_VERSION)}
         try:

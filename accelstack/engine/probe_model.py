@@ -83,7 +83,7 @@ from .errors import ProbeModelError
 from .probe_architecture import Architecture, sd1_tensors
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "PARTIAL_WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
            "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,8 @@ FORMAT_VERSION = 3  # bump when the files a seed produces change (2: values stor
 DTYPE = "F8_E5M2"
 DEFAULT_SEED = 1234
 MARKER = probe_layout.MARKER
-WEIGHTS = probe_layout.WEIGHTS  # written as WEIGHTS + ".part" and renamed: it appears whole
+WEIGHTS = probe_layout.WEIGHTS  # written as PARTIAL_WEIGHTS and renamed: it appears whole
+PARTIAL_WEIGHTS = WEIGHTS + ".part"  # only ever inside a new private folder of the synthesis (never a guessable path)
 OWNER = ".owner"  # in a temporary probe folder: the process that uses it
 TEMP_PREFIX = ".tmp-"
 MAX_POOLS_BYTES = 64 * POOL * DTYPES[DTYPE] + (1 << 16)  # the pools file: SD 1.x has 26 scales
@@ -354,7 +355,7 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
             pools.preload(reused)
         else:
             pools.prefetch(scales)  # encoded on a helper thread while the file is written
-        partial = tmp / (WEIGHTS + ".part")
+        partial = tmp / PARTIAL_WEIGHTS
         try:
             write_parts(partial, {probe_layout.PREFIXES[part]: tensors for part, tensors in ordered.items()}, pools,
                         _meta(seed), tick)
