@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional, Tuple
 
-__all__ = ["Shape", "Architecture", "sd1_tensors", "value_rule"]
+__all__ = ["Shape", "Architecture", "sd1_tensors", "clip_text_tensors", "value_rule"]
 
 Shape = Tuple[int, ...]
 Architecture = Dict[str, Dict[str, Shape]]  # {part: {tensor name: shape}}
@@ -140,9 +140,11 @@ def _vae() -> Dict[str, Shape]:
     return out
 
 
-def _text_encoder() -> Dict[str, Shape]:
+def clip_text_tensors(d: int = 768, layers: int = 12, inner: int = 3072, projection: bool = False) -> Dict[str, Shape]:
+    """A CLIP text model in Hugging Face names (src/clip.hpp ``CLIPTextModel``): SD 1.x's CLIP-L by
+    default; OpenCLIP bigG (1280 x 32, with a ``text_projection``) for SDXL's second encoder."""
     out: Dict[str, Shape] = {}
-    d, layers, vocab, positions = 768, 12, 49408, 77
+    vocab, positions = 49408, 77
     out["text_model.embeddings.token_embedding.weight"] = (vocab, d)
     out["text_model.embeddings.position_embedding.weight"] = (positions, d)
     for i in range(layers):
@@ -151,15 +153,17 @@ def _text_encoder() -> Dict[str, Shape]:
         _norm(out, f"{p}.layer_norm2", d)
         for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
             _linear(out, f"{p}.self_attn.{proj}", d, d)
-        _linear(out, f"{p}.mlp.fc1", 4 * d, d)
-        _linear(out, f"{p}.mlp.fc2", d, 4 * d)
+        _linear(out, f"{p}.mlp.fc1", inner, d)
+        _linear(out, f"{p}.mlp.fc2", d, inner)
     _norm(out, "text_model.final_layer_norm", d)
+    if projection:
+        out["text_projection.weight"] = (d, d)
     return out
 
 
 def sd1_tensors() -> Dict[str, Dict[str, Shape]]:
     """Every tensor of an SD 1.x model in the diffusers layout: ``{part: {name: shape}}``."""
-    return {"text_encoder": _text_encoder(), "unet": _unet(), "vae": _vae()}
+    return {"text_encoder": clip_text_tensors(), "unet": _unet(), "vae": _vae()}
 
 
 def value_rule(name: str, shape: Shape) -> Tuple[str, float]:

@@ -59,7 +59,7 @@ from ..serde import to_dict
 from ..verdict import VerifyCheck, VerifyReport
 from .config import shown
 from .errors import InvalidRequestError
-from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, _vae_mid, sd1_tensors
+from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, _vae_mid, clip_text_tensors, sd1_tensors
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -208,21 +208,8 @@ def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
 def clip_g_tensors() -> Dict[str, Shape]:
     """OpenCLIP bigG's text model in Hugging Face names (src/clip.hpp OPEN_CLIP_VIT_BIGG_14: 32 layers
     of 1280, fixed, and a 1280x1280 ``text_projection``)."""
-    out: Dict[str, Shape] = {}
     d, inner, layers = CLIP_G
-    out["text_model.embeddings.token_embedding.weight"] = (49408, d)
-    out["text_model.embeddings.position_embedding.weight"] = (77, d)
-    for i in range(layers):
-        p = f"text_model.encoder.layers.{i}"
-        _norm(out, f"{p}.layer_norm1", d)
-        _norm(out, f"{p}.layer_norm2", d)
-        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            _linear(out, f"{p}.self_attn.{proj}", d, d)
-        _linear(out, f"{p}.mlp.fc1", inner, d)
-        _linear(out, f"{p}.mlp.fc2", d, inner)
-    _norm(out, "text_model.final_layer_norm", d)
-    out["text_projection.weight"] = (d, d)
-    return out
+    return clip_text_tensors(d, layers, inner, projection=True)
 
 
 def _sdxl_parts() -> Parts:

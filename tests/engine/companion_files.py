@@ -39,6 +39,19 @@ def kohya_lora(path: Path, seed: int = 7, rank: int = 4, scale: float = 0.5) -> 
     return write_safetensors(path, tensors)
 
 
+def flux_block_lora(path: Path, seed: int, alpha: bool = True) -> Path:
+    """A tiny random kohya LoRA on the reduced Flux/Chroma probe's first double and single blocks
+    (hidden 128: fused qkv 384 rows, linear1 896)."""
+    rng = np.random.default_rng(seed)
+    tensors: Dict[str, np.ndarray] = {}
+    for module, (rows, cols) in {"double_blocks_0_img_attn_qkv": (384, 128), "single_blocks_0_linear1": (896, 128)}.items():
+        tensors[f"lora_unet_{module}.lora_down.weight"] = rng.normal(0, 0.5, (4, cols))
+        tensors[f"lora_unet_{module}.lora_up.weight"] = rng.normal(0, 0.5, (rows, 4))
+        if alpha:
+            tensors[f"lora_unet_{module}.alpha"] = np.array(4.0)
+    return write_safetensors(path, tensors)
+
+
 def embedding(path: Path, rows: int = 2, width: int = 768, seed: int = 3) -> Path:
     rng = np.random.default_rng(seed)
     return write_safetensors(path, {"emb_params": rng.normal(0, 0.5, (rows, width))})

@@ -400,20 +400,13 @@ def test_a_flux_lora_and_an_embedding_apply_to_the_flux_probe(cpu_runtime, flux_
     # issue 26 "Done when": each family's probe with a LoRA and an embedding. A kohya-named Flux LoRA
     # (lora_unet_double_blocks_0_img_attn_qkv...) on the reduced Flux probe (hidden 128) and a CLIP-L
     # (768-wide) embedding: both checked against the model, applied, and named in the result.
-    import numpy as np
-    from companion_files import embedding, write_safetensors
+    from companion_files import embedding, flux_block_lora
 
     probe, _folder = flux_parts
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()
-    rng = np.random.default_rng(11)
-    tensors = {}
-    for module, (rows, cols) in {"double_blocks_0_img_attn_qkv": (384, 128), "single_blocks_0_linear1": (896, 128)}.items():
-        tensors[f"lora_unet_{module}.lora_down.weight"] = rng.normal(0, 0.5, (4, cols))
-        tensors[f"lora_unet_{module}.lora_up.weight"] = rng.normal(0, 0.5, (rows, 4))
-        tensors[f"lora_unet_{module}.alpha"] = np.array(4.0)
-    write_safetensors(loras / "fluxstyle.safetensors", tensors)
+    flux_block_lora(loras / "fluxstyle.safetensors", seed=11)
     embedding(embeds / "fluxword.safetensors", width=768)
     request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
     plain, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(
@@ -567,8 +560,7 @@ def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_
 def test_a_chroma_lora_applies_and_an_embedding_is_refused_for_want_of_a_clip(cpu_runtime, tmp_path):
     # Chroma's blocks are Flux's without their per-block modulation: a kohya LoRA on them applies. Its only
     # text encoder is T5-XXL, which takes no textual-inversion embedding: refused before any worker starts.
-    import numpy as np
-    from companion_files import embedding, write_safetensors
+    from companion_files import embedding, flux_block_lora
 
     from accelstack.engine.probe_family_files import ensure_family_probe
 
@@ -576,12 +568,7 @@ def test_a_chroma_lora_applies_and_an_embedding_is_refused_for_want_of_a_clip(cp
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()
-    rng = np.random.default_rng(14)
-    tensors = {}
-    for module, (rows, cols) in {"double_blocks_0_img_attn_qkv": (384, 128), "single_blocks_0_linear1": (896, 128)}.items():
-        tensors[f"lora_unet_{module}.lora_down.weight"] = rng.normal(0, 0.5, (4, cols))
-        tensors[f"lora_unet_{module}.lora_up.weight"] = rng.normal(0, 0.5, (rows, 4))
-    write_safetensors(loras / "chromastyle.safetensors", tensors)
+    flux_block_lora(loras / "chromastyle.safetensors", seed=14, alpha=False)
     embedding(embeds / "word.safetensors", width=768)
     request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
     plain, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a lighthouse", **request), "plain")
