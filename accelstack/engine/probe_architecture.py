@@ -125,19 +125,24 @@ def _vae() -> Dict[str, Shape]:
     _conv(out, "encoder.conv_out", 2 * latent, chans[-1], 3)
     _conv(out, "quant_conv", 2 * latent, 2 * latent, 1)
     _conv(out, "post_quant_conv", latent, latent, 1)
-    _conv(out, "decoder.conv_in", chans[-1], latent, 3)
-    _vae_mid(out, "decoder.mid_block", chans[-1])
+    vae_decoder(out, chans, latent, layers + 1)
+    return out
+
+
+def vae_decoder(out: Dict[str, Shape], chans: Tuple[int, ...], latent: int, resnets: int = 3) -> None:
+    """A KL VAE's decoder in diffusers names (src/auto_encoder_kl.hpp): ``chans`` are the encoder's widths."""
     rev = list(reversed(chans))
+    _conv(out, "decoder.conv_in", rev[0], latent, 3)
+    _vae_mid(out, "decoder.mid_block", rev[0])
     prev = rev[0]
     for i, c in enumerate(rev):
-        for j in range(layers + 1):
+        for j in range(resnets):
             _resnet(out, f"decoder.up_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, None)
-        if i < 3:
+        if i < len(rev) - 1:
             _conv(out, f"decoder.up_blocks.{i}.upsamplers.0.conv", c, c, 3)
         prev = c
     _norm(out, "decoder.conv_norm_out", chans[0])
     _conv(out, "decoder.conv_out", 3, chans[0], 3)
-    return out
 
 
 def clip_text_tensors(d: int = 768, layers: int = 12, inner: int = 3072, projection: bool = False) -> Dict[str, Shape]:

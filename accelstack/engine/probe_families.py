@@ -59,7 +59,7 @@ from ..serde import to_dict
 from ..verdict import VerifyCheck, VerifyReport
 from .config import shown
 from .errors import InvalidRequestError
-from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, _vae_mid, clip_text_tensors, sd1_tensors
+from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, clip_text_tensors, sd1_tensors, vae_decoder
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -139,19 +139,7 @@ def vae_decoder_tensors(latent: int, ch: int = 32) -> Dict[str, Shape]:
     (src/auto_encoder_kl.hpp: the decoder's width is read from ``decoder.conv_in``; no
     ``post_quant_conv`` for the 16-channel DiT VAEs)."""
     out: Dict[str, Shape] = {}
-    chans = [ch * m for m in (1, 2, 4, 4)]
-    rev = list(reversed(chans))
-    _conv(out, "decoder.conv_in", rev[0], latent, 3)
-    _vae_mid(out, "decoder.mid_block", rev[0])
-    prev = rev[0]
-    for i, c in enumerate(rev):
-        for j in range(3):
-            _resnet(out, f"decoder.up_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, None)
-        if i < 3:
-            _conv(out, f"decoder.up_blocks.{i}.upsamplers.0.conv", c, c, 3)
-        prev = c
-    _norm(out, "decoder.conv_norm_out", chans[0])
-    _conv(out, "decoder.conv_out", 3, chans[0], 3)
+    vae_decoder(out, tuple(ch * m for m in (1, 2, 4, 4)), latent)
     return out
 
 

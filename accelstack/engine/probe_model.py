@@ -14,43 +14,29 @@ both load the same tensors through the same name conversion.
 The tensor names and shapes are produced by :func:`sd1_tensors` from the architecture's
 hyper-parameters (tests compare them with the reference list in ``shared/reference``).
 
-How it is fast (1.07 billion f16 values in a few seconds instead of 34 s of ``normal()``)
-----------------------------------------------------------------------------------------
-Values follow the rule that makes a random SD 1.x model load *and* run to a finite,
-non-constant image: norm scales 1, biases 0, weights ~ N(0, 1) / sqrt(fan_in), embeddings
-~ N(0, 1) x 0.02. Instead of sampling every value, we sample a *pool* of ``POOL`` (a prime,
-about 1 M) standard-normal-like values once, keep one f16 copy of the pool per distinct scale
-(there are about 20), and fill each tensor with consecutive *windows* of its scale's pool that
-start at pseudo-random offsets derived from ``sha256(seed, tensor name, window index)``. Writing
-a tensor is then only ``write()`` calls of slices of a ready buffer: the cost is the disk's.
-
-Why the values still run: every weight has the same marginal distribution (zero mean, unit
-variance before scaling, so activations keep their scale through the layers, the LeCun rule) as
-independent sampling would give; windows start at unrelated offsets of a prime-length pool, so
-rows and channels are not copies of each other in any systematic way; the pool's values are
-Irwin-Hall sums of 12 uniforms (mean 0, variance 1, bounded by +-6), so there are no extreme
-outliers that could overflow f16. The pool comes from a splitmix64 counter hash with exact
-integer and float arithmetic, so a seed gives the same bytes on every machine and NumPy version.
+How it is fast, and why the values still run
+--------------------------------------------
+1.07 billion f16 values in a few seconds instead of 34 s of ``normal()``: each tensor is windows of a
+seeded pool of standard-normal-like values (:mod:`accelstack.engine.probe_weights`). The values follow
+the rule that makes a random SD 1.x model load *and* run to a finite, non-constant image: norm scales 1,
+biases 0, weights ~ N(0, 1) / sqrt(fan_in) (the LeCun rule: activations keep their scale through the
+layers), embeddings ~ N(0, 1) x 0.02. Windows start at unrelated offsets of a prime-length pool, so rows
+are not copies of each other in any systematic way; the pool's values are Irwin-Hall sums of 12 uniforms
+(bounded by +-6: nothing overflows f16) from exact integer arithmetic, the same bytes everywhere.
 
 Stored as F8_E5M2 (since format 2), synthesized per use, removed after
 ----------------------------------------------------------------------
 Each value is stored as the high byte of its f16 (F8_E5M2: the f16 range, 2 mantissa bits);
 stable-diffusion.cpp widens it back to f16 as it loads, so the model in memory, every kernel and
 the check are those of an f16 SD 1.x model, from 1.07 GB written instead of 2.1 GB. No stored
-form reaches a small footprint (convolutions, 63 % of the weights, cannot be block-quantized by
-ggml, so a GGUF stays above 1.3 GB; all-F8 is 1.07 GB), while synthesis is a second or two: so by
-default (``keep=False``) the probe is written into a temporary folder
-``<probe cache>/.tmp-sd1-f2-s<seed>-XXXX/`` (an ``.owner`` file names the process), reused by
-later calls in the same process, and removed when that process exits or :meth:`ProbeModel.release`
-is called. Nothing stays on disk; a killed process's folder is swept by the next call (its owner
-is gone). Verifying twice in one process (a GPU run and its CPU comparison, a server) synthesizes
-once.
-
-``keep=True`` keeps the folder as a cache entry ``<probe cache>/sd1-f2-s<seed>/`` (built in a
-temporary sibling and renamed into place, so a crash never leaves a half-written probe that
-looks complete), made once per probe cache; a kept folder is also used by ``keep=False`` calls.
-The shapes live in :mod:`accelstack.engine.probe_architecture`, the values and the file writing
-in :mod:`accelstack.engine.probe_weights`.
+form is small (ggml cannot block-quantize convolutions, 63 % of the weights), while synthesis is a
+second or two: so by default (``keep=False``) the probe is written into a temporary folder
+``<probe cache>/.tmp-sd1-f3-s<seed>-XXXX/`` (an ``.owner`` file names the process), reused by later
+calls in the same process, removed when that process exits or on :meth:`ProbeModel.release`; a
+killed process's folder is swept by the next call. ``keep=True`` keeps it as the cache entry
+``<probe cache>/sd1-f3-s<seed>/`` (built in a temporary sibling and renamed into place, so a crash
+never leaves a half-written probe that looks complete). The other families' probes are made by the
+same code from their :class:`ProbeRecipe` (:mod:`accelstack.engine.probe_family_files`).
 """
 from __future__ import annotations
 
@@ -69,7 +55,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from filelock import FileLock
 
@@ -80,11 +66,11 @@ from ..limits import read_capped
 from ..serde import size_text
 from . import probe_layout
 from .errors import ProbeModelError
-from .probe_architecture import Architecture, sd1_tensors
+from .probe_architecture import Architecture, Shape, sd1_tensors
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "PARTIAL_WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
-           "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
+           "ProbeRecipe", "ensure_probe", "check_seed", "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
 
@@ -215,17 +201,36 @@ def _meta(seed: int) -> Dict[str, str]:
             "parts": ",".join(f"{part}={prefix}" for part, prefix in probe_layout.PREFIXES.items())}
 
 
-def _load_marker(folder: Path) -> Optional[ProbeModel]:
-    marker = folder / MARKER
+@dataclass(frozen=True)
+class ProbeRecipe:
+    """What one probe is, for :func:`ensure_probe`: the SD 1.x probe and each family's (probe_family_files)."""
+
+    name: str  # the folder name in the probe cache (a temporary one adds TEMP_PREFIX and a suffix)
+    label: str  # "probe model", "flux probe model": in progress events and messages
+    parts: Callable[[], Dict[str, Dict[str, Shape]]]  # {prefix: {tensor name: shape}}, in the file's order
+    meta: Dict[str, str]  # the safetensors header's __metadata__
+    marker: Dict[str, Any]  # written into the marker beside the common fields
+    format_version: int
+    pools_file: Optional[str] = None  # the probe cache's file of this recipe's encoded pools; None: not kept
+    family: Optional[str] = None  # the marker's "family" (None: the SD 1.x probe's marker, which has none)
+
+
+def _load_marker(folder: Path, recipe: ProbeRecipe) -> Optional[ProbeModel]:
     try:
-        data = json.loads(read_capped(marker, 64 << 10))
-        if data["format_version"] != FORMAT_VERSION or (folder / WEIGHTS).stat().st_size != data["size"]:
+        data = json.loads(read_capped(folder / MARKER, 64 << 10))
+        if (data.get("family") != recipe.family or data["format_version"] != recipe.format_version
+                or (folder / WEIGHTS).stat().st_size != data["size"]):
             return None
         return ProbeModel(path=str(folder), seed=data["seed"], format_version=data["format_version"],
                           parameters=data["parameters"], size_bytes=data["size"], cached=True,
                           dtype=data.get("dtype", DTYPE))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def check_seed(seed: int) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
+        raise ProbeModelError(f"probe seed must be an integer in [0, 2**32), got {seed!r}")
 
 
 def ensure_probe_model(seed: int, cache_root: Path, progress: ProgressCallback = null_progress,
@@ -243,36 +248,44 @@ def ensure_probe_model(seed: int, cache_root: Path, progress: ProgressCallback =
     weights file will have: the file is renamed into place whole, so a process started now can wait
     for it (``verify`` starts its worker there). It is not called when a probe is reused.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2 ** 32:
-        raise ProbeModelError(f"probe seed must be an integer in [0, 2**32), got {seed!r}")
+    check_seed(seed)
     parts = architecture if architecture is not None else sd1_tensors()
     if set(parts) != set(PARTS):
         raise ProbeModelError(f"a probe architecture needs exactly the parts {', '.join(PARTS)}, got {', '.join(parts)}")
+    recipe = ProbeRecipe(probe_dir_name(seed, architecture), "probe model",
+                         lambda: {probe_layout.PREFIXES[part]: parts[part] for part in PARTS}, _meta(seed),
+                         {"prefixes": probe_layout.PREFIXES}, FORMAT_VERSION,
+                         pools_file_name(seed) if architecture is None else None)
+    return ensure_probe(recipe, seed, cache_root, progress, keep=keep, on_synthesis=on_synthesis)
+
+
+def ensure_probe(recipe: ProbeRecipe, seed: int, cache_root: Path, progress: ProgressCallback = null_progress, *,
+                 keep: bool = False, on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
+    """``recipe``'s probe for ``seed``, with :func:`ensure_probe_model`'s semantics (a kept folder, else
+    this process's temporary one, else synthesized now; the folders of processes that are gone swept)."""
     root = Path(cache_root)
-    name = probe_dir_name(seed, architecture)
-    folder = root / name
-    found = _load_marker(folder)
+    folder = root / recipe.name
+    found = _load_marker(folder, recipe)
     if found is not None:
         return found
     try:
         root.mkdir(parents=True, exist_ok=True)
         if not keep:
             with _SYNTH_LOCK:  # threads of one process (a server) share one temporary probe
-                reused = _reuse_temporary(root, name)
+                reused = _reuse_temporary(root, recipe)
                 if reused is not None:
                     return reused
                 _sweep(root)
-                return _synthesize(root, name, None, seed, parts, progress, cache_pools=architecture is None,
-                                   on_synthesis=on_synthesis)
+                return _synthesize(recipe, root, None, seed, progress, on_synthesis)
         _sweep(root)
         with FileLock(str(folder) + ".lock"):
-            found = _load_marker(folder)  # another process may have made it meanwhile
+            found = _load_marker(folder, recipe)  # another process may have made it meanwhile
             if found is not None:
                 return found
-            return _synthesize(root, name, folder, seed, parts, progress, cache_pools=architecture is None)
+            return _synthesize(recipe, root, folder, seed, progress, None)
     except OSError as exc:
-        raise ProbeModelError(f"cannot write the probe model under {root}: {exc.strerror or exc}",
-                              hint="free disk space (it needs about 1.0 GiB while verify runs) or use a writable "
+        raise ProbeModelError(f"cannot write the {recipe.label} under {root}: {exc.strerror or exc}",
+                              hint="free disk space (verify needs the probe's size while it runs) or use a writable "
                               "cache directory", action=Action.FREE_DISK) from None
 
 
@@ -300,43 +313,43 @@ def _write_pools(path: Path, pools: Pools, scales: List[float]) -> None:
         log.info("could not keep the probe's pools in %s", path)
 
 
-def _reuse_temporary(root: Path, name: str) -> Optional[ProbeModel]:
-    """This process's temporary probe ``name`` in ``root``, when it is still whole."""
+def _reuse_temporary(root: Path, recipe: ProbeRecipe) -> Optional[ProbeModel]:
+    """This process's temporary probe of ``recipe`` in ``root``, when it is still whole."""
     with _TEMP_LOCK:
         mine = [p for path, p in _TEMPORARY.items()
-                if Path(path).parent == root and Path(path).name.startswith(f"{TEMP_PREFIX}{name}-")]
+                if Path(path).parent == root and Path(path).name.startswith(f"{TEMP_PREFIX}{recipe.name}-")]
     for probe in mine:
-        if _load_marker(Path(probe.path)) is not None:
+        if _load_marker(Path(probe.path), recipe) is not None:
             return dataclasses.replace(probe, cached=True, seconds=0.0)
         _forget(probe.path)  # damaged meanwhile: made again
     return None
 
 
-def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts: Architecture,
-                progress: ProgressCallback, cache_pools: bool = False,
+def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: int, progress: ProgressCallback,
                 on_synthesis: Optional[Callable[[str], None]] = None) -> ProbeModel:
     """Write the probe into a new temporary folder in ``root``; rename it to ``folder`` when kept."""
     start = time.perf_counter()
+    parts = recipe.parts()
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
     free = shutil.disk_usage(root).free
     need = DTYPES[DTYPE] * total + (1 << 20)
     if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
-            f"not enough disk space for the probe model at {root}: {size_text(need)} needed, "
+            f"not enough disk space for the {recipe.label} at {root}: {size_text(need)} needed, "
             f"{size_text(free)} free", hint="free disk space or use a cache directory on a bigger disk",
             action=Action.FREE_DISK)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{name}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{recipe.name}-", dir=root))
     tmp.chmod(0o755)  # mkdtemp makes it private; the probe is a shareable cache entry
-    probe = ProbeModel(path=str(tmp), seed=seed, format_version=FORMAT_VERSION, parameters=total, size_bytes=0,
+    probe = ProbeModel(path=str(tmp), seed=seed, format_version=recipe.format_version, parameters=total, size_bytes=0,
                        temporary=folder is None, _owner_pid=os.getpid())
     if folder is None:
         with _TEMP_LOCK:
             _TEMPORARY[str(tmp)] = probe  # from now on removed at exit, whatever happens below
-    log.info("synthesizing the probe model (seed %d, %s) in %s", seed, DTYPE, tmp)
+    log.info("synthesizing the %s (seed %d, %s) in %s", recipe.label, seed, DTYPE, tmp)
     done = [0]
-    task = f"probe model (seed {seed})"
+    task = f"{recipe.label} (seed {seed})"
     progress(ProgressEvent("start", "probe", task=task, total=total, extra={"unit": "B"},
-                           message=f"synthesizing the probe model ({size_text(need)}, removed after)"))
+                           message=f"synthesizing the {recipe.label} ({size_text(need)}, removed after)"))
 
     def tick(n: int) -> None:
         done[0] += n
@@ -347,9 +360,8 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
         if on_synthesis is not None and folder is None:
             on_synthesis(str(tmp / WEIGHTS))  # the path the weights will appear at, whole
         pools = Pools(seed, DTYPE)
-        ordered = {part: parts[part] for part in PARTS}
-        scales = scales_in_order(ordered)
-        pools_file = root / pools_file_name(seed) if cache_pools else None
+        scales = scales_in_order(parts)
+        pools_file = root / recipe.pools_file if recipe.pools_file else None
         reused = _read_pools(pools_file, seed, scales) if pools_file is not None else None
         if reused is not None:
             pools.preload(reused)
@@ -357,17 +369,18 @@ def _synthesize(root: Path, name: str, folder: Optional[Path], seed: int, parts:
             pools.prefetch(scales)  # encoded on a helper thread while the file is written
         partial = tmp / PARTIAL_WEIGHTS
         try:
-            write_parts(partial, {probe_layout.PREFIXES[part]: tensors for part, tensors in ordered.items()}, pools,
-                        _meta(seed), tick)
+            write_parts(partial, parts, pools, recipe.meta, tick)
         finally:
             pools.close()
         os.replace(partial, tmp / WEIGHTS)  # whole when it appears (a worker may be waiting for it)
         if pools_file is not None and reused is None:
             _write_pools(pools_file, pools, scales)
         size = (tmp / WEIGHTS).stat().st_size
-        marker = {"seed": seed, "format_version": FORMAT_VERSION, "parameters": total, "size": size, "dtype": DTYPE,
-                  "prefixes": probe_layout.PREFIXES,
+        marker = {"seed": seed, "format_version": recipe.format_version, "parameters": total, "size": size,
+                  "dtype": DTYPE, "prefixes": list(parts), **recipe.marker,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
+        if recipe.family is not None:
+            marker["family"] = recipe.family
         fsio.write_text(tmp / MARKER, json.dumps(marker, indent=2), durable=False)  # read whole or not at all
         probe.size_bytes = size
         if folder is not None:
