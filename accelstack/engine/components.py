@@ -27,7 +27,7 @@ from .png import PngError, read_input_png
 from .protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
 
 __all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "CONTROLNET_ABORTS",
-           "UNET_FAMILIES"]
+           "CONTROLNET_LINEAR", "UNET_FAMILIES"]
 
 # The text-encoder kinds (data/model_families.json "text_encoders") each flag takes.
 TEXT_ENCODER_KINDS: Dict[str, Tuple[str, ...]] = {
@@ -47,6 +47,13 @@ CONTROLNET_ABORTS: Dict[str, str] = {
             "first step (GGML_ASSERT n_nodes < size, measured here; fixed upstream after this runtime, "
             "leejet/stable-diffusion.cpp pull 1752)",
 }
+# src/control.hpp ControlNet hands SpatialTransformer::init_params the *model's* tensor map, where the
+# ControlNet file's proj_out is never found: it always builds 1x1 convolution projections, and a file with
+# linear ones (SD 2.x and SDXL ControlNets as trained) fails its load and the worker dies (SIGSEGV, measured).
+CONTROLNET_LINEAR = ("stable-diffusion.cpp 0.4.7 cannot load a ControlNet with linear transformer projections "
+                     "(proj_in/proj_out of 2 dimensions, as SD 2.x ControlNets are trained): its ControlNet always "
+                     "builds them as 1x1 convolutions (src/control.hpp looks for the file's proj_out among the "
+                     "model's tensor names), the load fails and the runtime crashes (SIGSEGV, measured)")
 UNET_FAMILIES = ("sd1", "sd2", "sdxl", "sdxl-refiner")
 HINT_BLOCK = "input_hint_block."  # the control image's encoder: what makes a file a ControlNet
 
@@ -201,6 +208,11 @@ def _check_controlnet(path: str, family: str) -> None:
         raise InvalidRequestError(CONTROLNET_ABORTS[family],
                                   hint="leave out --control-net and --control-image, or use an SD 1.x or SD 2.x model "
                                        "with a ControlNet made for it")
+    linear = sorted(t.name for t in tensors if t.name.endswith(("proj_in.weight", "proj_out.weight")) and len(t.shape) == 2)
+    if linear:
+        raise _component_error("control_net", path, f"{CONTROLNET_LINEAR}; it has {len(linear)} ({linear[0]}, ...)",
+                               "use a ControlNet whose proj_in/proj_out weights are 1x1 convolutions ([c, c, 1, 1]: "
+                               "the same values), or leave out --control-net")
 
 
 def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:

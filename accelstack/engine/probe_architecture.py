@@ -63,9 +63,11 @@ def _transformer(out: Dict[str, Shape], name: str, c: int, context: int, depth: 
     project(f"{name}.proj_out")
 
 
-def _unet() -> Dict[str, Shape]:
+def unet_tensors(ctx: int = 768, linear: bool = False) -> Dict[str, Shape]:
+    """SD 1.x's UNet in diffusers names (src/unet.hpp ``UnetModelBlock``); SD 2.x's is the same with
+    the 1024-wide OpenCLIP-H context and linear transformer projections (``use_linear_projection``)."""
     out: Dict[str, Shape] = {}
-    chans, temb, ctx, layers = (320, 640, 1280, 1280), 1280, 768, 2
+    chans, temb, layers = (320, 640, 1280, 1280), 1280, 2
     _conv(out, "conv_in", chans[0], 4, 3)
     _linear(out, "time_embedding.linear_1", temb, chans[0])
     _linear(out, "time_embedding.linear_2", temb, temb)
@@ -75,14 +77,14 @@ def _unet() -> Dict[str, Shape]:
         for j in range(layers):
             _resnet(out, f"down_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, temb)
             if i < 3:
-                _transformer(out, f"down_blocks.{i}.attentions.{j}", c, ctx)
+                _transformer(out, f"down_blocks.{i}.attentions.{j}", c, ctx, linear=linear)
             skips.append(c)
         if i < 3:
             _conv(out, f"down_blocks.{i}.downsamplers.0.conv", c, c, 3)
             skips.append(c)
         prev = c
     _resnet(out, "mid_block.resnets.0", chans[-1], chans[-1], temb)
-    _transformer(out, "mid_block.attentions.0", chans[-1], ctx)
+    _transformer(out, "mid_block.attentions.0", chans[-1], ctx, linear=linear)
     _resnet(out, "mid_block.resnets.1", chans[-1], chans[-1], temb)
     rev = list(reversed(chans))
     prev = rev[0]
@@ -91,7 +93,7 @@ def _unet() -> Dict[str, Shape]:
             skip = skips.pop()
             _resnet(out, f"up_blocks.{i}.resnets.{j}", (prev if j == 0 else c) + skip, c, temb)
             if i > 0:
-                _transformer(out, f"up_blocks.{i}.attentions.{j}", c, ctx)
+                _transformer(out, f"up_blocks.{i}.attentions.{j}", c, ctx, linear=linear)
         if i < 3:
             _conv(out, f"up_blocks.{i}.upsamplers.0.conv", c, c, 3)
         prev = c
@@ -168,7 +170,7 @@ def clip_text_tensors(d: int = 768, layers: int = 12, inner: int = 3072, project
 
 def sd1_tensors() -> Dict[str, Dict[str, Shape]]:
     """Every tensor of an SD 1.x model in the diffusers layout: ``{part: {name: shape}}``."""
-    return {"text_encoder": clip_text_tensors(), "unet": _unet(), "vae": _vae()}
+    return {"text_encoder": clip_text_tensors(), "unet": unet_tensors(), "vae": _vae()}
 
 
 def value_rule(name: str, shape: Shape) -> Tuple[str, float]:

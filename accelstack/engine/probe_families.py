@@ -10,6 +10,13 @@ with it.
 How small each family can be is decided by stable-diffusion.cpp, which infers most sizes from the
 tensors it finds (the source of each fact is cited where the shapes are built):
 
+* **sd2**: the SD 1.x UNet's widths with SD 2.x's 1024-wide context and linear transformer
+  projections (src/unet.hpp; ``get_sd_version`` in src/model.cpp says SD 2.x from the 1024-wide token
+  embedding), and OpenCLIP-H (24 layers of 1024, fixed in src/clip.hpp: 353 M): 1.22 G parameters. Its
+  smaller layout (``VERSION_SD2_TINY_UNET``, no middle block) runs the same kernels but is not the
+  model users have. stable-diffusion.cpp decides v- or eps-prediction by running the UNet once
+  (``is_using_v_parameterization_for_sd2``); the random probe comes out eps: the sampler's scaling
+  differs, not a kernel.
 * **flux** (FLUX.1): the hidden size comes from ``txt_in.weight``, the head size from the q/k norm
   scales and the depths from the block names (``FluxRunner`` in src/flux.hpp); the rotary axes
   (16, 56, 56) fix the head size at 128, so one head of 128, one double and one single block. The
@@ -59,7 +66,18 @@ from ..serde import to_dict
 from ..verdict import VerifyCheck, VerifyReport
 from .config import shown
 from .errors import InvalidRequestError
-from .probe_architecture import Shape, _conv, _linear, _norm, _resnet, _transformer, clip_text_tensors, sd1_tensors, vae_decoder
+from .probe_architecture import (
+    Shape,
+    _conv,
+    _linear,
+    _norm,
+    _resnet,
+    _transformer,
+    clip_text_tensors,
+    sd1_tensors,
+    unet_tensors,
+    vae_decoder,
+)
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -150,6 +168,7 @@ SDXL_ADM = 2816  # label_emb's input (adm_in_channels)
 SDXL_CONTEXT = 2048  # CLIP-L 768 + CLIP-G 1280 (attn2.to_k's input: our inspect_model's SDXL rule)
 SDXL_VEGA_DEPTH = (0, 1, 2)  # transformer depth per level for VERSION_SDXL_VEGA (no attention at level 0)
 CLIP_G = (1280, 5120, 32)  # OPEN_CLIP_VIT_BIGG_14: hidden, intermediate, layers (fixed, not inferred)
+CLIP_H = (1024, 4096, 24)  # OPEN_CLIP_VIT_H_14, SD 2.x's text encoder (src/clip.hpp, fixed); its width is the context
 
 
 def sdxl_vega_unet_tensors() -> Dict[str, Shape]:
@@ -200,10 +219,20 @@ def clip_g_tensors() -> Dict[str, Shape]:
     return clip_text_tensors(d, layers, inner, projection=True)
 
 
-def _sdxl_parts() -> Parts:
+def _sd_vae() -> Dict[str, Shape]:
+    """The 4-channel SD VAE, quarter-width and decode-only (the worker loads it so)."""
     vae = vae_decoder_tensors(4)
     _conv(vae, "post_quant_conv", 4, 4, 1)  # use_quant for the 4-channel SD VAE (src/auto_encoder_kl.hpp)
-    return {"unet.": sdxl_vega_unet_tensors(), "vae.": vae,
+    return vae
+
+
+def _sd2_parts() -> Parts:
+    d, inner, layers = CLIP_H
+    return {"unet.": unet_tensors(CLIP_H[0], linear=True), "vae.": _sd_vae(), "te.": clip_text_tensors(d, layers, inner)}
+
+
+def _sdxl_parts() -> Parts:
+    return {"unet.": sdxl_vega_unet_tensors(), "vae.": _sd_vae(),
             "conditioner.embedders.0.transformer.": sd1_tensors()["text_encoder"],
             "conditioner.embedders.1.transformer.": clip_g_tensors()}
 
@@ -240,6 +269,12 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                            lambda: {"unet.": sd1_tensors()["unet"], "vae.": sd1_tensors()["vae"],
                                     "te.": sd1_tensors()["text_encoder"]},
                            note="the full SD 1.x architecture"),
+    "sd2": FamilyProbeSpec("sd2", "Stable Diffusion 2.x (full-size UNet)", "SD 2.x", _sd2_parts,
+                           note="the full SD 2.x UNet (1024-wide context, linear projections) and OpenCLIP-H text "
+                                "encoder (353 M), quarter-width decode-only SD VAE",
+                           sources=["src/model.cpp get_sd_version (token embedding 1024 wide: SD 2.x)",
+                                    "src/unet.hpp UnetModelBlock", "src/clip.hpp OPEN_CLIP_VIT_H_14",
+                                    "src/stable-diffusion.cpp is_using_v_parameterization_for_sd2"]),
     "flux": FamilyProbeSpec("flux", "FLUX.1 [dev] (reduced)", "Flux", _flux_parts, cfg_scale=1.0,
                             note="1 double + 1 single block of one 128-wide head, full CLIP-L, no T5-XXL "
                                  "(zeros of its width), quarter-width decode-only 16-channel VAE",
@@ -286,7 +321,7 @@ def check_families(families: Sequence[str]) -> List[str]:
 
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
-PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl"}
+PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl"}
 
 
 @dataclass

@@ -57,7 +57,7 @@ def _rewrite(probe_path: str, out: Path, rename: Callable[[str], Optional[str]])
 
 
 # -- an SD ControlNet in the original (LDM) names src/control.hpp ControlNetBlock declares ----------
-# (its SpatialTransformers have 1x1 convolution projections: control.hpp never sets use_linear_projection)
+# (control.hpp never sets use_linear_projection: its SpatialTransformers take the projections the file has)
 def _resblock(out: Dict[str, Shape], name: str, n_in: int, n_out: int, emb: int) -> None:
     """src/common_block.hpp ResBlock."""
     _norm(out, f"{name}.in_layers.0", n_in)
@@ -75,9 +75,11 @@ SD1_CONTROL = ((1, 2, 4, 4), (1, 1, 1, 0), 1)
 SDXL_CONTROL = ((1, 2, 4), (0, 2, 10), 10)
 
 
-def controlnet_shapes(context: int = 768, layout=SD1_CONTROL) -> Dict[str, Shape]:
+def controlnet_shapes(context: int = 768, layout=SD1_CONTROL, linear: bool = False) -> Dict[str, Shape]:
     """Every tensor of an SD ControlNet (src/control.hpp: model_channels 320, ``layout``'s channel_mult
-    and attention depths, zero convolutions, the hint encoder; SDXL's also has label_emb, 2816 wide)."""
+    and attention depths, zero convolutions, the hint encoder; SDXL's also has label_emb, 2816 wide).
+    ``linear``: linear transformer projections, as SD 2.x's ControlNets ship them (copied from its UNet;
+    src/common_block.hpp SpatialTransformer picks conv or linear from the file's ``proj_out``)."""
     out: Dict[str, Shape] = {}
     ch0, temb = 320, 1280
     mults, depths, middle = layout
@@ -99,25 +101,25 @@ def controlnet_shapes(context: int = 768, layout=SD1_CONTROL) -> Dict[str, Shape
             _resblock(out, f"input_blocks.{idx}.0", ch, mult * ch0, temb)
             ch = mult * ch0
             if depths[level]:
-                _transformer(out, f"input_blocks.{idx}.1", ch, context, depths[level])
+                _transformer(out, f"input_blocks.{idx}.1", ch, context, depths[level], linear)
             _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
         if level < last:
             idx += 1
             _conv(out, f"input_blocks.{idx}.0.op", ch, ch, 3)
             _conv(out, f"zero_convs.{idx}.0", ch, ch, 1)
     _resblock(out, "middle_block.0", ch, ch, temb)
-    _transformer(out, "middle_block.1", ch, context, middle)
+    _transformer(out, "middle_block.1", ch, context, middle, linear)
     _resblock(out, "middle_block.2", ch, ch, temb)
     _conv(out, "middle_block_out.0", ch, ch, 1)
     return out
 
 
 def write_controlnet(path: Path, context: int = 768, seed: int = 11, prefix: str = "control_model.",
-                     layout=SD1_CONTROL) -> Path:
+                     layout=SD1_CONTROL, linear: bool = False) -> Path:
     """A random SD ControlNet (F8_E5M2; SD 1.x: ~361 M parameters, ~361 MB) made like the probe's weights."""
     pools = Pools(seed, "F8_E5M2")
     try:
-        write_part(path, controlnet_shapes(context, layout), pools, {"accelstack": "test controlnet"}, lambda n: None, prefix)
+        write_part(path, controlnet_shapes(context, layout, linear), pools, {"accelstack": "test controlnet"}, lambda n: None, prefix)
     finally:
         pools.close()
     return path

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from model_specs import sd2_original, write_safetensors
+from model_specs import sd2_original, sd3_original, write_safetensors
 
 from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.model_inspect import inspect_model
@@ -81,6 +81,27 @@ def test_sdxl_probe_is_sdxl_vega_for_inspect_and_the_cpu_runtime(cpu_runtime, tm
           f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")  # the figures the docs quote (-s)
 
 
+def test_sd2_probe_is_sd2_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
+    """The full SD 2.x UNet (1024-wide context, linear projections) with OpenCLIP-H: inspect names it
+    sd2, the runtime logs "SD 2.x", and it generates a non-constant 64x64 image."""
+    probe = ensure_family_probe("sd2", 7, tmp_path / "models", keep=True)
+    found = inspect_model(probe.model)
+    assert found.family == "sd2" and found.role == "checkpoint", found.evidence
+    assert {p.component for p in found.parts} >= {"diffusion_model", "vae", "text_encoder"}
+    assert 1_200_000_000 < probe.parameters < 1_250_000_000  # UNet 866 M + OpenCLIP-H 353 M + a small VAE
+    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("sd2", "sd2")]
+    t0 = time.perf_counter()
+    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
+                    families=["sd2"], keep_probe=True)
+    assert report.ok, (report.reason, report.log_tail)
+    assert "as SD 2.x " in next(c for c in report.checks if c.name == "sd2:family").detail
+    img = read_png(report.image)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    one = report.details["families"]["sd2"]
+    print(f"sd2 probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
+          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
+
+
 @pytest.mark.parametrize("family", FAST_FAMILIES)
 def test_verify_family_passes_on_the_cpu_runtime(family, cpu_runtime, tmp_path):
     out = tmp_path / "verify-cpu.png"
@@ -130,10 +151,12 @@ def test_unknown_family_is_a_typed_error_naming_the_known_ones(cpu_runtime, tmp_
 def test_verify_model_names_the_files_family_probe(cpu_runtime, tmp_path):
     flux = ensure_family_probe("flux", 3, tmp_path / "models", keep=True)
     assert [(m.family, m.probe) for m in probe_families_of([flux.model])] == [("flux", "flux")]
-    sd2 = write_safetensors(tmp_path / "sd2.safetensors", sd2_original())
+    sd2 = write_safetensors(tmp_path / "sd2.safetensors", sd2_original())  # an SD 2.x checkpoint's original names
+    assert [(m.family, m.probe) for m in probe_families_of([str(sd2)])] == [("sd2", "sd2")]
+    sd3 = write_safetensors(tmp_path / "sd3.safetensors", sd3_original())
     with pytest.raises(InvalidRequestError) as err:
-        probe_families_of([flux.model, str(sd2)])
-    assert "sd2.safetensors" in err.value.message and "no probe" in err.value.message
+        probe_families_of([flux.model, str(sd3)])
+    assert "sd3.safetensors" in err.value.message and "no probe" in err.value.message
     res = run_cli(["verify", "--runtime", cpu_runtime.path, "--model", flux.model, "--json"],
                   cli_env(tmp_path / "cache", tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
