@@ -20,8 +20,8 @@ with the same probe model (default 256x256, 4 steps), alternating, and it prints
 the ratio cpu/native (product goal: <= 1.10, within 10% of the best speed the hardware allows).
 
 With ``--family F`` (issue 26) the same comparison runs on family F's synthesized probe
-(:mod:`accelstack.engine.probe_families`: ``flux``, ``chroma``; ``sd1`` is the default probe), one
-file loaded with ``-m`` by both, with the family's CFG scale (1 for Flux and Chroma) and its forced
+(:mod:`accelstack.engine.probe_families`: ``sd2``, ``sdxl``, ``flux``, ``chroma``, ``qwen-image``; ``sd1`` is the default), one
+file loaded with ``-m`` by both, with the family's CFG scale (1 for the DiTs and SDXL) and its forced
 options (Chroma: flash attention off); the verify line is ``verify --family F``.
 
     python benchmarks/bench_engine.py [--size 128] [--steps 4] [--runs 2] [--keep-probe]

@@ -150,15 +150,15 @@ def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
     return checkpoint_index(path) if info.tensors else None
 
 
-def _lora_modules(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:
-    """{(part, module): {"down"|"up"|...: shape}} of a LoRA's tensors."""
+def _lora_modules(tensors: List[TensorInfo], flux: bool = True) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:
+    """{(part, module): {"down"|"up"|...: shape}} of a LoRA's tensors (``flux``: for a FLUX.1 model)."""
     out: Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]] = {}
     for t in tensors:
         m = LORA_PARTS.search(t.name)
         if not m:
             continue
         base = t.name[:m.start()]
-        key = canonical_module(base)
+        key = canonical_module(base, flux)
         if key is None:
             continue
         role = m.group(0)
@@ -188,7 +188,7 @@ def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ..
     """How many model weights the LoRA at ``path`` changes; InvalidRequestError when none, or when a
     size does not fit (stable-diffusion.cpp would abort on it)."""
     tensors = _index(path, name, "LoRA")
-    modules = _lora_modules(tensors)
+    modules = _lora_modules(tensors, flux=any(module.startswith("double_blocks_") for _part, module in model))
     if not modules:
         raise InvalidRequestError(f"the LoRA {name} holds no LoRA tensors stable-diffusion.cpp reads "
                                   f"({len(tensors)} tensors, none named like lora_down/lora_up or lora_A/lora_B)",

@@ -6,7 +6,7 @@ another. stable-diffusion.cpp brings both to its own names (``convert_tensor_nam
 :mod:`accelstack.engine.companions` needs to tell, before anything loads, whether a LoRA touches the
 model at all and with sizes that fit: kohya ``lora_unet_``/``lora_te_``/``lora_te1_``/``lora_te2_``
 names (LDM or diffusers block names), sd.cpp/LDM dotted names, diffusers/PEFT names, and diffusers'
-FLUX.1 DiT names (``convert_diffusers_dit_to_original_flux``).
+DiT names: FLUX.1's converted (``convert_diffusers_dit_to_original_flux``), Qwen-Image's as they are.
 """
 from __future__ import annotations
 
@@ -92,16 +92,22 @@ def _ldm_unet(flat: str) -> str:
     return flat
 
 
-def canonical_module(name: str) -> Optional[Tuple[str, str]]:
+def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     """(part, flattened LDM module name) of a model weight or LoRA module name, or None when the
-    name belongs to no part a LoRA can change (the VAE, or an unknown layout)."""
+    name belongs to no part a LoRA can change (the VAE, or an unknown layout).
+
+    ``transformer.`` is diffusers' DiT naming: a FLUX.1 model's (``flux``) is converted to the original
+    names as stable-diffusion.cpp does for a Flux model only (``convert_diffusion_model_name``); other
+    DiTs (Qwen-Image) keep the names, which are their own."""
     for prefix in ("lora.lora.", "lora."):
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
-    if name.startswith("transformer."):  # diffusers' DiT naming (FLUX.1's: other DiTs match nothing)
-        flux = _flux_from_diffusers(name[len("transformer."):])
-        return ("unet", flux.replace(".", "_")) if flux else None
+    if name.startswith("transformer."):
+        if not flux:
+            return "unet", name[len("transformer."):].replace(".", "_")
+        converted = _flux_from_diffusers(name[len("transformer."):])
+        return ("unet", converted.replace(".", "_")) if converted else None
     part, rest = "", ""
     for prefix, which in _KOHYA:
         if name.startswith(prefix):

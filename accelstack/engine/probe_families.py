@@ -41,6 +41,8 @@ tensors it finds (the source of each fact is cited where the shapes are built):
   depths 1/1/2 and a middle block of one ResBlock), 745 M parameters; SDXL's conditioner always builds
   CLIP-G (694 M, fixed) beside CLIP-L (123 M), so the probe is 1.56 G parameters, 1.57 GB as F8. It is
   the largest probe (verify about 9 s on two cores), so plain ``verify`` keeps the SD 1.x one.
+* **qwen-image**: one joint block, a one-layer text model and the Wan VAE's decoder, all at their
+  fixed widths, 1.03 G parameters (why each is that size: :mod:`accelstack.engine.probe_qwen`).
 
 Not offered, with the reason (measured on the 2-core CPU build, stable-diffusion.cpp 0.4.7):
 
@@ -78,6 +80,7 @@ from .probe_architecture import (
     unet_tensors,
     vae_decoder,
 )
+from .probe_qwen import qwen_dit_tensors, qwen_llm_tensors, wan_decoder_tensors
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -243,6 +246,11 @@ def _flux_parts() -> Parts:
             "text_encoders.clip_l.transformer.": sd1_tensors()["text_encoder"]}
 
 
+def _qwen_image_parts() -> Parts:
+    return {"model.diffusion_model.": qwen_dit_tensors(), "vae.": wan_decoder_tensors(),
+            "text_encoders.llm.": qwen_llm_tensors()}
+
+
 def _chroma_parts() -> Parts:
     return {"model.diffusion_model.": flux_tensors(chroma=True),
             "vae.": vae_decoder_tensors(FLUX_LATENT)}
@@ -295,6 +303,11 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                             sources=["src/model.cpp get_sd_version (VERSION_SDXL_VEGA)", "src/unet.hpp UnetModelBlock",
                                      "src/conditioner.hpp FrozenCLIPEmbedderWithCustomWords", "src/clip.hpp CLIPTextModel",
                                      "src/auto_encoder_kl.hpp detect_decoder_ch"]),
+    "qwen-image": FamilyProbeSpec("qwen-image", "Qwen-Image (reduced)", "Qwen Image", _qwen_image_parts, cfg_scale=1.0,
+                                  note="1 joint block at the fixed 3072 width, Qwen2.5-VL's text model with 1 layer "
+                                       "(its fixed 152k x 3584 embedding: 545 M), the Wan VAE's full decoder",
+                                  sources=["src/qwen_image.hpp QwenImageRunner", "src/llm.hpp LLMRunner",
+                                           "src/wan.hpp WanVAE", "src/model.cpp get_sd_version"]),
 }
 
 
@@ -321,7 +334,8 @@ def check_families(families: Sequence[str]) -> List[str]:
 
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
-PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl"}
+PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl",
+                                   "qwen-image": "qwen-image"}
 
 
 @dataclass

@@ -1,11 +1,12 @@
-"""Companions on the family probes added after the first four: SD 2.x's LoRA, embedding and ControlNet,
-each checked, applied and named, on the real CPU build with files the tests synthesize."""
+"""Companions on the family probes added after the first four, on the real CPU build with files the tests
+synthesize: SD 2.x's LoRA, embedding and ControlNet; Qwen-Image from separate files (``--llm`` run for
+real) and its LoRAs in the namings users have, each checked, applied and named."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from companion_files import embedding, write_safetensors
-from component_files import write_controlnet, write_png_image
+from component_files import extract_part, write_controlnet, write_png_image
 
 from accelstack.engine import generation
 from accelstack.engine.errors import InvalidRequestError
@@ -95,4 +96,85 @@ def test_a_controlnet_with_linear_projections_is_refused_before_it_crashes_the_w
             prompt="a lighthouse", width=64, height=64, control_net=str(net), control_image=str(control)),
             tmp_path / "no.png")
     assert "linear" in info.value.message and "src/control.hpp" in info.value.message
+    assert not (tmp_path / "no.png").exists()
+
+
+# -- Qwen-Image ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def qwen_parts(tmp_path_factory):
+    """The reduced Qwen-Image probe and its three parts as the files users have (qwen_image.safetensors,
+    qwen_image_vae.safetensors, qwen_2.5_vl_7b.safetensors: ComfyUI's split)."""
+    folder = tmp_path_factory.mktemp("qwen")
+    probe = ensure_family_probe("qwen-image", 1234, folder / "cache", keep=True)
+    extract_part(probe.model, folder / "qwen_image.safetensors", "model.diffusion_model.")
+    extract_part(probe.model, folder / "qwen_image_vae.safetensors", "vae.")
+    extract_part(probe.model, folder / "qwen_2.5_vl_7b.safetensors", "text_encoders.llm.")
+    return probe.path, folder
+
+
+QWEN_REQUEST = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
+
+
+def test_qwen_image_from_a_diffusion_model_vae_and_llm_files_is_the_checkpoints_image(cpu_runtime, qwen_parts, tmp_path):
+    # --llm run for real: Qwen2.5-VL's text model as a file of its own (loaded under text_encoders.llm.).
+    probe, folder = qwen_parts
+    whole, _text, _r = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**QWEN_REQUEST), "whole")
+    split, text, report = _generate(cpu_runtime, None, tmp_path, GenerateRequest(
+        **QWEN_REQUEST, diffusion_model=str(folder / "qwen_image.safetensors"),
+        vae=str(folder / "qwen_image_vae.safetensors"), llm=str(folder / "qwen_2.5_vl_7b.safetensors")), "split")
+    assert split == whole  # the same tensors, given as three files
+    assert report.components == {"diffusion_model": "qwen_image.safetensors", "vae": "qwen_image_vae.safetensors",
+                                 "llm": "qwen_2.5_vl_7b.safetensors"}
+    assert "VAE: qwen_image_vae.safetensors" in text
+
+
+def qwen_lora(path, naming: str, seed: int = 21):
+    """A tiny random LoRA on the first joint block's attention and image MLP (3072 wide, the MLP 12288), in
+    one of the namings Qwen-Image LoRAs ship in: diffusers/PEFT (``transformer.``, lora_A/lora_B), ComfyUI
+    (``diffusion_model.``) or kohya/musubi (``lora_unet_``, lora_down/lora_up with alpha)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for module, (rows, cols) in {"transformer_blocks.0.attn.to_q": (3072, 3072),
+                                 "transformer_blocks.0.attn.add_k_proj": (3072, 3072),
+                                 "transformer_blocks.0.img_mlp.net.2": (3072, 12288)}.items():
+        down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
+        if naming == "kohya":
+            key = "lora_unet_" + module.replace(".", "_")
+            tensors.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up, f"{key}.alpha": np.array(4.0)})
+        else:
+            key = ("transformer." if naming == "diffusers" else "diffusion_model.") + module
+            tensors.update({f"{key}.lora_A.weight": down, f"{key}.lora_B.weight": up})
+    return write_safetensors(path, tensors)
+
+
+@pytest.mark.parametrize("naming", ["diffusers", "comfy", "kohya"])
+def test_a_qwen_image_lora_applies_in_each_naming(naming, cpu_runtime, qwen_parts, tmp_path):
+    probe, _folder = qwen_parts
+    loras = tmp_path / "loras"
+    loras.mkdir()
+    qwen_lora(loras / "qstyle.safetensors", naming)
+    plain, _t, _r = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**QWEN_REQUEST), "plain")
+    request = dict(QWEN_REQUEST, prompt="a lighthouse <lora:qstyle:1.0>")
+    styled, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request, lora_dir=str(loras)),
+                                     "styled")
+    assert [(lora.name, lora.tensors) for lora in report.loras] == [("qstyle", 3)]
+    assert styled != plain  # stable-diffusion.cpp applied it, not only our check
+    assert "LoRA: qstyle:1" in text
+
+
+def test_qwen_image_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_runtime, qwen_parts, tmp_path,
+                                                                            monkeypatch):
+    probe, _folder = qwen_parts
+    embeds = tmp_path / "embeddings"
+    embeds.mkdir()
+    embedding(embeds / "word.safetensors", width=768)
+    net = write_controlnet(tmp_path / "canny-sd15.safetensors")
+    control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
+    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):
+        generation.generate(cpu_runtime, probe, GenerateRequest(**dict(QWEN_REQUEST, prompt="a word"),
+                                                                embeddings_dir=str(embeds)), tmp_path / "no.png")
+    with pytest.raises(InvalidRequestError, match="takes no ControlNet"):
+        generation.generate(cpu_runtime, probe, GenerateRequest(**QWEN_REQUEST, control_net=str(net),
+                                                                control_image=str(control)), tmp_path / "no.png")
     assert not (tmp_path / "no.png").exists()

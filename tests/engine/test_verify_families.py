@@ -102,6 +102,30 @@ def test_sd2_probe_is_sd2_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path)
           f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
 
 
+def test_qwen_image_probe_is_qwen_image_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
+    """One joint block, a one-layer Qwen2.5-VL text model (its fixed 152k x 3584 embedding) and the Wan VAE's
+    decoder: inspect names it qwen-image with all it needs, the runtime logs "Qwen Image", and it generates."""
+    probe = ensure_family_probe("qwen-image", 7, tmp_path / "models", keep=True)
+    found = inspect_model(probe.model)
+    assert found.family == "qwen-image" and found.role == "checkpoint", found.evidence
+    assert {(p.component, p.kind) for p in found.parts} == {("diffusion_model", "qwen-image"), ("vae", "wan-vae"),
+                                                           ("text_encoder", "qwen2.5-vl-7b")}
+    assert found.needs == []
+    assert 1_000_000_000 < probe.parameters < 1_050_000_000  # DiT 380 M + text model 575 M + VAE decoder 73 M
+    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("qwen-image", "qwen-image")]
+    t0 = time.perf_counter()
+    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
+                    families=["qwen-image"], keep_probe=True)
+    assert report.ok, (report.reason, report.log_tail)
+    assert "as Qwen Image " in next(c for c in report.checks if c.name == "qwen-image:family").detail
+    assert report.image == str(tmp_path / "verify-cpu-qwen-image.png")
+    img = read_png(report.image)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    one = report.details["families"]["qwen-image"]
+    print(f"qwen-image probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
+          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
+
+
 @pytest.mark.parametrize("family", FAST_FAMILIES)
 def test_verify_family_passes_on_the_cpu_runtime(family, cpu_runtime, tmp_path):
     out = tmp_path / "verify-cpu.png"
