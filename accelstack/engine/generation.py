@@ -23,6 +23,7 @@ from . import workdirs
 from .companions import AppliedLora, Companions, prepare_companions
 from .components import CheckedComponents, check_components
 from .config import EngineOptions
+from .device_memory import gpu_vram_free
 from .errors import GenerationError, InvalidRequestError, OutputPathError
 from .memory import MemoryEstimate, check, estimate
 from .memory_plan import MemoryPlan, plan_for_files
@@ -194,8 +195,8 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     memory_plan: Optional[MemoryPlan] = None
     if runtime.traits.memory_estimate:  # the planner (engine.memory_plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
-                                     request.width, request.height,
-                                     request.batch_count, options, gpu=runtime.is_gpu, ram_free=available_ram())
+                                     request.width, request.height, request.batch_count, options, gpu=runtime.is_gpu,
+                                     ram_free=available_ram(), vram_free=gpu_vram_free(runtime.backend))
         options, need = memory_plan.apply(options), memory_plan.estimate()
     else:  # the estimate is stable-diffusion.cpp's; diffusers differs: "auto" is the old default there
         options = dataclasses.replace(options.concrete(), memory_check=False)
