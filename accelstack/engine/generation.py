@@ -192,6 +192,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
         raise InvalidRequestError(f"LoRAs and embeddings are not supported on the {runtime.traits.library} stack",
                                   hint="generate with a stable-diffusion.cpp runtime, or leave out the LoRA and "
                                   "embeddings folders")
+    options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb))  # img2img loads the VAE's encoder
     memory_plan: Optional[MemoryPlan] = None
     if runtime.traits.memory_estimate:  # the planner (engine.memory_plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
@@ -208,8 +209,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths)
     try:
         files: Dict[str, Any] = dict(checked.paths)
-        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), vae_encode=bool(checked.init_rgb),
-                                      **files)
+        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), **files)
         label = Path(model).name if model else Path(info.path).name  # the name given (a probe's folder, not its file)
         with wire_images(request, checked) as wired, Supervisor(
                 runtime, model=info.path, options=options, policy=policy, progress=progress, model_label=label) as sup:

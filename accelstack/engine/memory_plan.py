@@ -20,7 +20,8 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
 
     weights(part)  = parameters x bytes per parameter as loaded (F8 -> F16, model_io/safetensors_io.cpp;
                      a conversion applies to all weights but biases, scales and embeddings, model.cpp
-                     tensor_should_be_converted: counted here on all of them)
+                     tensor_should_be_converted: counted here on all of them); the VAE's decoder only
+                     for text-to-image (no encoder is built: :func:`.memory_weights.decode_only`)
     act(text)      = the largest encoder's working memory (T5/LLM: see TEXT_ACT)
     act(diffusion) = PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention;
                      PAIR doubled on a GPU, measured on lavapipe: memory_families.GPU_PAIR_SCALE]
@@ -38,15 +39,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
-from . import memory
 from .config import AUTO, LEGACY, EngineOptions
 from .errors import InsufficientMemoryError
-from .gguf_check import GGML_TYPE_NAMES, GGML_TYPES
 from .memory import GIB, IMAGE_PER_PIXEL, LATENT_SCALE, MemoryEstimate
-from .memory_families import BASE, FAMILIES, GPU_PAIR_SCALE, LOADED_BYTES, SD1, TEXT_ACT, FamilyMemory
-from .model_inspect import ModelInspection, inspect_model
+from .memory_families import BASE, FAMILIES, GPU_PAIR_SCALE, SD1, TEXT_ACT, FamilyMemory
+from .memory_weights import ComponentWeights, components_of, conversion_bytes, decode_only, shares, weights_of
 from .protocol import MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE
 
 __all__ = ["MemoryPlan", "PhaseEstimate", "FamilyMemory", "FAMILIES", "ComponentWeights", "plan", "plan_for_files",
@@ -56,16 +55,6 @@ TILE_SIZES = (64, 48, 32, 24, 16, 8)  # latent pixels per tile edge the planner 
 CONVERSIONS = ("q8_0", "q4_k")  # the last resort, in order (ggml block sizes: 34 bytes / 32 weights, 144 / 256)
 PHASES = ("text encoders", "diffusion", "vae decode")
 COMPONENT_FIELDS = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "control_net")  # EngineOptions paths
-
-
-@dataclass
-class ComponentWeights:
-    """The weights of one part of the model, as found in the files' headers."""
-
-    component: str  # diffusion_model | vae | text_encoder | other
-    kind: str  # family, VAE or encoder id
-    parameters: int
-    loaded_bytes: int  # as stable-diffusion.cpp holds them without conversion
 
 
 @dataclass
@@ -126,68 +115,6 @@ def _gib(n: float, digits: int = 1) -> str:
     return f"{n / GIB:.{digits}f} GiB"
 
 
-# -- the weights ------------------------------------------------------------------------------------------
-def _bytes_per_parameter(dtype: str) -> Optional[float]:
-    key = dtype.upper()
-    if key in LOADED_BYTES:
-        return LOADED_BYTES[key]
-    for type_id, name in GGML_TYPE_NAMES.items():
-        if name == key and type_id in GGML_TYPES:
-            block, nbytes = GGML_TYPES[type_id]
-            return nbytes / block
-    return None
-
-
-def _conversion_bytes(weight_type: str) -> float:
-    found = _bytes_per_parameter(weight_type)
-    return found if found is not None else 2.0
-
-
-def weights_of(inspection: ModelInspection) -> List[ComponentWeights]:
-    """The parts of one inspected file with their loaded sizes (the file's size shared out by
-    parameters when its types are not all known)."""
-    total_params = inspection.parameters or 0
-    loaded = 0.0
-    known = True
-    for w in inspection.weight_types:
-        per = _bytes_per_parameter(w.dtype)
-        if per is None:
-            known = False
-            break
-        loaded += per * w.parameters
-    if not known or not total_params:
-        loaded = float(inspection.size_bytes)
-    per_param = loaded / total_params if total_params else 0.0
-    parts = [p for p in inspection.parts if p.parameters]
-    if not parts or not total_params:  # no shapes (a legacy pickle) or no parts told: the file, as a diffusion model
-        return [ComponentWeights("diffusion_model", inspection.family, total_params, int(loaded))]
-    return [ComponentWeights(p.component, p.kind, p.parameters, int(p.parameters * per_param)) for p in parts]
-
-
-def components_of(paths: Iterable[Union[str, Path]]) -> Tuple[str, List[ComponentWeights]]:
-    """(family, parts) of the model files: the family of the first file that names one."""
-    family = "unknown"
-    parts: List[ComponentWeights] = []
-    for path in paths:
-        found = inspect_model(path)  # a file it cannot read is a ModelLoadError, as anywhere
-        if family == "unknown" and found.family not in ("none", "unknown"):
-            family = found.family
-        parts += weights_of(found)
-    return family, parts
-
-
-def _shares(parts: List[ComponentWeights]) -> List[ComponentWeights]:
-    """A file whose parts are unknown: shared out as an SD checkpoint is (UNet 85%)."""
-    if len(parts) != 1 or parts[0].component != "diffusion_model" or parts[0].kind not in ("unknown", ""):
-        return parts
-    whole = parts[0]
-    dm = int(whole.loaded_bytes * memory.UNET_SHARE)
-    rest = whole.loaded_bytes - dm
-    return [ComponentWeights("diffusion_model", whole.kind, int(whole.parameters * memory.UNET_SHARE), dm),
-            ComponentWeights("text_encoder", "unknown", 0, rest * 2 // 3),
-            ComponentWeights("vae", "unknown", 0, rest - rest * 2 // 3)]
-
-
 # -- the estimate -----------------------------------------------------------------------------------------
 @dataclass
 class _Setting:
@@ -213,7 +140,7 @@ def _phase_weights(parts: List[ComponentWeights], weight_type: str) -> Dict[str,
     for p in parts:
         size = p.loaded_bytes
         if weight_type not in ("default", AUTO) and p.parameters:  # a quantized file is requantized (model.cpp)
-            size = int(p.parameters * _conversion_bytes(weight_type))
+            size = int(p.parameters * conversion_bytes(weight_type))
         out[phase_of.get(p.component, "diffusion")] += size
     return out
 
@@ -278,7 +205,9 @@ def plan(family: str, parts: Sequence[ComponentWeights], width: int, height: int
     ``options.memory_check`` is off: then the most economical setting without conversion is used).
     ``ram_free``/``vram_free`` None: not known (not checked; an unknown GPU keeps weights in RAM)."""
     fam = FAMILIES.get(family, SD1)
-    parts = _shares(list(parts))
+    parts = shares(list(parts))
+    if not options.vae_encode:  # text-to-image: the VAE is loaded without its encoder
+        parts = decode_only(parts)
     flash = options.flash_attention
     vram = vram_free if gpu else None
     settings = _candidates(options, gpu, vram is not None, parts, width, height)

@@ -45,6 +45,9 @@ class ModelPart:
     layout: str  # original | diffusers | sd.cpp | separate file | bare
     tensors: int
     parameters: int
+    # a VAE's parameters that a decode-only load builds (its decoder and post_quant_conv, Wan's conv2):
+    # text-to-image loads no encoder (src/auto_encoder_kl.hpp, src/wan.hpp decode_only); 0 for other parts
+    decoder_parameters: int = 0
 
 
 @dataclass
@@ -283,8 +286,19 @@ def _vae_parts(groups: Dict[Tuple[str, str], List[TensorInfo]], layouts: Dict[Tu
             match = next((v for v in k.vaes if v.latent_channels == latent.shape[1] and v.dims == len(latent.shape)), None)
             if match:
                 kind, name = match.id, match.name
-        out.append(_part("vae", kind, name, prefix, prefix_of[prefix], ts))
+        part = _part("vae", kind, name, prefix, prefix_of[prefix], ts)
+        part.decoder_parameters = sum(_count(t.shape) for t in ts if _decoder_tensor(t.name, prefix))
+        out.append(part)
     return out
+
+
+# what a decode-only VAE load builds, by the first name segment after the part's prefix
+_DECODER_ROOTS = ("decoder.", "post_quant_conv.", "conv2.")
+
+
+def _decoder_tensor(name: str, prefix: str) -> bool:
+    rest = name[len(prefix):] if prefix and name.startswith(prefix) else name
+    return rest.startswith(_DECODER_ROOTS)  # an encoder's ResBlocks have conv2 too: only the first segment
 
 
 def _needs(family: FamilyRule, parts: List[ModelPart], k: Knowledge) -> List[Companion]:

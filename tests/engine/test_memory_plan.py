@@ -24,6 +24,7 @@ from accelstack.engine import generation
 from accelstack.engine.config import AUTO, LEGACY, EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, InsufficientMemoryError
 from accelstack.engine.memory_plan import FAMILIES, MemoryPlan, plan_for_files
+from accelstack.engine.model_inspect import inspect_model
 from accelstack.engine.png import read_png
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.serde import from_dict, to_dict
@@ -54,16 +55,21 @@ def _padded(spec: m.Spec, sizes: Dict[str, int], dtype: str = "F16") -> m.Spec:
     return out
 
 
+# the SD VAE's 83.7M parameters: its decoder (with post_quant_conv), what a text-to-image load builds, and
+# its encoder (with quant_conv), what img2img adds (counted on the SD 1.x probe's VAE, the same layout)
+SD_VAE_SIZES = {"first_stage_model.decoder.": 49_490_199, "first_stage_model.encoder.": 34_163_664}
+
+
 def sd1_file(folder: Path) -> Path:
     # v1-5-pruned-emaonly: UNet 859.5M, VAE 83.7M, CLIP-L 123.1M parameters (as the probe's parts)
-    spec = _padded(m.sd1_original(), {"model.diffusion_model.": 859_520_964, "first_stage_model.": 83_653_863,
+    spec = _padded(m.sd1_original(), {"model.diffusion_model.": 859_520_964, **SD_VAE_SIZES,
                                        "cond_stage_model.transformer.": 123_060_480})
     return m.write_safetensors(folder / "v1-5-pruned-emaonly.safetensors", spec)
 
 
 def sdxl_file(folder: Path) -> Path:
     # sd_xl_base_1.0: UNet 2.567B, VAE 83.7M, CLIP-L 123.1M, CLIP-G 694.7M parameters
-    spec = _padded(m.sdxl_original(), {"model.diffusion_model.": 2_567_463_684, "first_stage_model.": 83_653_863,
+    spec = _padded(m.sdxl_original(), {"model.diffusion_model.": 2_567_463_684, **SD_VAE_SIZES,
                                         "conditioner.embedders.0.transformer.": 123_060_480,
                                         "conditioner.embedders.1.": 694_659_841})
     return m.write_safetensors(folder / "sd_xl_base_1.0.safetensors", spec)
@@ -88,7 +94,7 @@ def _gpu(files, side, vram, ram=64 * GIB, options=None, batch=1) -> MemoryPlan:
 def test_the_files_have_their_published_sizes(tmp_path):
     """The synthesized files are sized as the real ones (so the planner's figures are the real ones)."""
     sdxl = _gpu([sdxl_file(tmp_path)], 1024, 64)
-    assert sdxl.family == "sdxl" and 6.4 * GIB < sdxl.weights < 6.6 * GIB  # 3.47B parameters in f16
+    assert sdxl.family == "sdxl" and 6.3 * GIB < sdxl.weights < 6.5 * GIB  # 3.44B parameters in f16 (decode-only VAE)
     flux = flux_files(tmp_path)
     p = _gpu([flux["model"], flux["vae"], flux["clip_l"], flux["t5xxl"]], 1024, 64)
     assert p.family == "flux"
@@ -343,3 +349,21 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     assert opts.memory_check is True and need.ram == plan_.ram_need and need.weights == plan_.weights
     memory = json.loads(json.dumps(to_dict(reports[0])))["memory"]  # what --json prints as the result
     assert memory["vae_tiling"] is True and memory["reason"] == plan_.reason and memory["changed"] is True
+
+
+def test_a_text_to_image_load_counts_the_vae_decoder_only(tmp_path):
+    # bench_memory_vulkan found the VAE's weights estimated 1.69x what lavapipe allocated: stable-diffusion.cpp
+    # builds no VAE encoder for text-to-image (vae_decode_only), so only the decoder (and post_quant_conv) is
+    # loaded; img2img loads the encoder too.
+    import dataclasses
+
+    f = sd1_file(tmp_path)
+    inspected = next(p for p in inspect_model(f).parts if p.component == "vae")
+    assert inspected.decoder_parameters == 49_490_199 and 83_653_863 <= inspected.parameters < 83_654_000
+
+    def vae(options: EngineOptions) -> int:
+        p = plan_for_files([f], 512, 512, 1, options, gpu=False, ram_free=64 * GIB)
+        return next(x.weights for x in p.phases if x.phase == "vae decode")
+
+    assert abs(vae(EngineOptions()) - 2 * 49_490_199) <= 1
+    assert abs(vae(dataclasses.replace(EngineOptions(), vae_encode=True)) - 2 * inspected.parameters) <= 1
