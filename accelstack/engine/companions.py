@@ -32,7 +32,7 @@ from . import workdirs
 from .ckpt_index import checkpoint_index
 from .errors import InvalidRequestError, ModelLoadError
 from .gguf_check import gguf_index
-from .lora_names import ENCODER_PREFIXES, LORA_PARTS, canonical_module
+from .lora_names import ENCODER_PREFIXES, LORA_PARTS, canonical_module, dotted_module, is_kohya, kohya_dotted
 from .model_io import TensorInfo, open_regular
 from .modelfile import DIFFUSERS_PARTS, ModelFile, check_model
 from .protocol import check_companion_name, lora_tags
@@ -164,6 +164,25 @@ def _lora_modules(tensors: List[TensorInfo], flux: bool = True) -> Dict[Tuple[st
         role = m.group(0)
         kind = "down" if ("down" in role or "lora_A" in role) else "up" if ("up" in role or "lora_B" in role) else "other"
         out.setdefault(key, {})[kind] = tuple(t.shape)
+        if is_kohya(base.split("lora.", 1)[-1] if base.startswith("lora.") else base):
+            out[key]["kohya"] = ()
+    return out
+
+
+def _dit_modules(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], str]:
+    """{key: dotted name} of a DiT model's diffusion weights (empty for a UNet model, whose kohya names
+    stable-diffusion.cpp reads through the UNet's own conversion)."""
+    out: Dict[Tuple[str, str], str] = {}
+    for t in tensors:
+        if not t.name.endswith(".weight"):
+            continue
+        key = canonical_module(t.name[:-len(".weight")])
+        dotted = dotted_module(t.name[:-len(".weight")])
+        if key is None or dotted is None or key[0] != "unet":
+            continue
+        if key[1].startswith(("input_blocks_", "output_blocks_", "middle_block_")):
+            return {}
+        out[key] = dotted
     return out
 
 
@@ -184,11 +203,26 @@ def _model_weights(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Tuple[int
     return out
 
 
-def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ...]]) -> int:
+def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ...]],
+                dit: Optional[Dict[Tuple[str, str], str]] = None) -> int:
     """How many model weights the LoRA at ``path`` changes; InvalidRequestError when none, or when a
-    size does not fit (stable-diffusion.cpp would abort on it)."""
+    size does not fit (stable-diffusion.cpp would abort on it). ``dit``: a DiT model's dotted names,
+    against which a kohya module is read as stable-diffusion.cpp reads it (:func:`kohya_dotted`)."""
     tensors = _index(path, name, "LoRA")
     modules = _lora_modules(tensors, flux=any(module.startswith("double_blocks_") for _part, module in model))
+    misread = [(key, dit[key]) for key, roles in modules.items()
+               if dit and "kohya" in roles and key in dit and kohya_dotted(key[1]) != dit[key]]
+    for key, _dotted in misread:
+        del modules[key]
+    if misread and not any(key in model for key in modules):
+        (part, flat), dotted = misread[0]
+        raise InvalidRequestError(
+            f"the LoRA {name} changes nothing in this model: stable-diffusion.cpp 0.4.7 reads its kohya name "
+            f"lora_{part}_{flat} as {kohya_dotted(flat)}, not the model's {dotted} (it turns every underscore into a "
+            "dot but in the words it knows: src/name_conversion.cpp convert_sep_to_dot), so none of its "
+            f"{len(misread)} such modules would apply",
+            hint="use the LoRA in the model's own dotted names (ComfyUI's diffusion_model.… or diffusers' "
+                 "transformer.…), or a runtime whose name conversion knows this family's words")
     if not modules:
         raise InvalidRequestError(f"the LoRA {name} holds no LoRA tensors stable-diffusion.cpp reads "
                                   f"({len(tensors)} tensors, none named like lora_down/lora_up or lora_A/lora_B)",
@@ -290,7 +324,7 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)
-            weights = _model_weights(model_tensors)
+            weights, dit = _model_weights(model_tensors), _dit_modules(model_tensors)
             for name, weight in tags:
                 if not math.isfinite(weight):
                     raise InvalidRequestError(f"the LoRA weight of {name} is not a finite number")
@@ -303,7 +337,7 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
                 if staged is None:
                     raise InvalidRequestError(f"there is no LoRA {name!r} in {lora_dir}",
                                               hint=f"looked for {', '.join(candidates)}; name a file of the folder")
-                out.loras.append(AppliedLora(name, round(weight, 6), _check_lora(name, staged, weights)))
+                out.loras.append(AppliedLora(name, round(weight, 6), _check_lora(name, staged, weights, dit)))
         if emb_src:
             out.embeddings, out.embedding_paths = _embeddings(emb_src, embeddings_dir, out.folder, model_tensors)
     except BaseException:

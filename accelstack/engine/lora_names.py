@@ -11,9 +11,10 @@ DiT names: FLUX.1's converted (``convert_diffusers_dit_to_original_flux``), Qwen
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
+from typing import Optional, Set, Tuple
 
-__all__ = ["canonical_module", "LORA_PARTS", "ENCODER_PREFIXES"]
+__all__ = ["canonical_module", "LORA_PARTS", "ENCODER_PREFIXES", "KOHYA_KEPT_WORDS", "kohya_dotted", "is_kohya",
+           "dotted_module"]
 
 _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, longest first
     ("model.diffusion_model.", "unet"), ("diffusion_model.", "unet"), ("unet.", "unet"),
@@ -121,3 +122,44 @@ def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     if not part:
         return None
     return part, (_ldm_unet(rest) if part == "unet" else rest)
+
+
+# The words whose underscores stable-diffusion.cpp keeps when it turns a kohya name's underscores into dots
+# (src/name_conversion.cpp convert_sep_to_dot, 0.4.7); every other underscore becomes a dot. A DiT module
+# named with other words (SD3's joint_blocks, x_block, context_block, adaLN_modulation) comes out as a
+# name the model does not have, and the LoRA changes nothing ("Only (0 / N) LoRA tensors have been applied").
+KOHYA_KEPT_WORDS = (
+    "self_attn", "out_proj", "q_proj", "k_proj", "v_proj", "to_k", "to_q", "to_v", "to_out", "text_model",
+    "down_blocks", "mid_block", "up_block", "proj_in", "proj_out", "transformer_blocks", "single_transformer_blocks",
+    "single_blocks", "diffusion_model", "cond_stage_model", "first_stage_model", "conv_in", "conv_out", "lora_down",
+    "lora_mid", "lora_up", "diff_b", "hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2",
+    ".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b", "time_emb_proj", "conv_shortcut",
+    "time_embedding", "conv_norm_out", "double_blocks", "txt_attn", "img_attn", "input_blocks", "output_blocks",
+    "middle_block", "skip_connection", "emb_layers", "in_layers", "out_layers", "add_q_proj", "add_k_proj",
+    "add_v_proj", "add_out_proj", "ff_context", "norm_added_q", "norm_added_v", "to_add_out", "txt_mod", "img_mod",
+    "txt_mlp", "img_mlp", "proj_mlp", "wi_0", "wi_1", "norm1_context", "x_embedder",
+)
+
+
+def dotted_module(name: str) -> Optional[str]:
+    """A model weight's module name after its part's prefix, dots kept (None: no part's prefix)."""
+    for prefix, _part in _PART_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
+
+
+def is_kohya(name: str) -> bool:
+    """A kohya-style module name (``lora_unet_...``, ``lora_te1_...``): underscores for dots."""
+    return name.startswith(tuple(prefix for prefix, _part in _KOHYA))
+
+
+def kohya_dotted(flat: str) -> str:
+    """The dotted module name stable-diffusion.cpp reads a kohya module name ``flat`` as."""
+    kept: Set[int] = set()
+    for word in KOHYA_KEPT_WORDS:
+        start = flat.find(word)
+        while start != -1:
+            kept.update(start + i for i, ch in enumerate(word) if ch == "_")
+            start = flat.find(word, start + len(word))
+    return "".join("." if ch == "_" and i not in kept else ch for i, ch in enumerate(flat))

@@ -10,13 +10,10 @@ with it.
 How small each family can be is decided by stable-diffusion.cpp, which infers most sizes from the
 tensors it finds (the source of each fact is cited where the shapes are built):
 
-* **sd2**: the SD 1.x UNet's widths with SD 2.x's 1024-wide context and linear transformer
-  projections (src/unet.hpp; ``get_sd_version`` in src/model.cpp says SD 2.x from the 1024-wide token
-  embedding), and OpenCLIP-H (24 layers of 1024, fixed in src/clip.hpp: 353 M): 1.22 G parameters. Its
-  smaller layout (``VERSION_SD2_TINY_UNET``, no middle block) runs the same kernels but is not the
-  model users have. stable-diffusion.cpp decides v- or eps-prediction by running the UNet once
-  (``is_using_v_parameterization_for_sd2``); the random probe comes out eps: the sampler's scaling
-  differs, not a kernel.
+* **sd2**: the SD 1.x UNet's widths with a 1024-wide context and linear projections (src/unet.hpp;
+  a 1024-wide token embedding makes it SD 2.x, src/model.cpp), OpenCLIP-H (24 x 1024, fixed in
+  src/clip.hpp): 1.22 G. v- or eps-prediction is decided by running the UNet once
+  (``is_using_v_parameterization_for_sd2``): the random probe comes out eps (a scaling, not a kernel).
 * **flux** (FLUX.1): the hidden size comes from ``txt_in.weight``, the head size from the q/k norm
   scales and the depths from the block names (``FluxRunner`` in src/flux.hpp); the rotary axes
   (16, 56, 56) fix the head size at 128, so one head of 128, one double and one single block. The
@@ -39,18 +36,12 @@ tensors it finds (the source of each fact is cited where the shapes are built):
   detects is Segmind Vega's (``get_sd_version`` in src/model.cpp says ``VERSION_SDXL_VEGA`` when
   ``mid_block.resnets.1`` and ``up_blocks.1.attentions.0.transformer_blocks.1`` are missing: transformer
   depths 1/1/2 and a middle block of one ResBlock), 745 M parameters; SDXL's conditioner always builds
-  CLIP-G (694 M, fixed) beside CLIP-L (123 M), so the probe is 1.56 G parameters, 1.57 GB as F8. It is
-  the largest probe (verify about 9 s on two cores), so plain ``verify`` keeps the SD 1.x one.
+  CLIP-G (694 M, fixed) beside CLIP-L (123 M), so the probe is 1.56 G parameters, 1.57 GB as F8.
 * **qwen-image**: one joint block, a one-layer text model and the Wan VAE's decoder, all at their
   fixed widths, 1.03 G parameters (why each is that size: :mod:`accelstack.engine.probe_qwen`).
-
-Not offered, with the reason (measured on the 2-core CPU build, stable-diffusion.cpp 0.4.7):
-
-* **sd3**: ``MMDiT`` starts its depth at 24 and block names only raise it (src/mmdit.hpp), so the
-  smallest MMDiT is SD3-medium-sized: 2.09 G parameters, a 2.1 GB probe, 4.1 GB of RAM, 11 s to
-  load. And it does not run without CLIP-G (694 M, fixed in src/clip.hpp): with CLIP-L alone,
-  ``SD3CLIPEmbedder`` aborts concatenating a 1-D pooled vector with 2-D zeros ("Tensor concat
-  requires same rank"), and with no text encoder the first step crashes (SIGSEGV).
+* **sd3**: SD3-medium's own MMDiT (24 blocks: the least stable-diffusion.cpp builds), CLIP-L and
+  CLIP-G (it aborts without either), no T5-XXL: 2.91 G parameters, the largest probe
+  (:mod:`accelstack.engine.probe_sd3`). Plain ``verify`` keeps the SD 1.x probe.
 
 The file holds all parts under the prefixes stable-diffusion.cpp reads in an all-in-one checkpoint
 (src/name_conversion.cpp ``convert_tensor_name``): ``model.diffusion_model.`` (original names, which
@@ -81,6 +72,7 @@ from .probe_architecture import (
     vae_decoder,
 )
 from .probe_qwen import qwen_dit_tensors, qwen_llm_tensors, wan_decoder_tensors
+from .probe_sd3 import mmdit_tensors
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
            "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
@@ -251,6 +243,12 @@ def _qwen_image_parts() -> Parts:
             "text_encoders.llm.": qwen_llm_tensors()}
 
 
+def _sd3_parts() -> Parts:
+    return {"model.diffusion_model.": mmdit_tensors(), "vae.": vae_decoder_tensors(FLUX_LATENT),
+            "text_encoders.clip_l.transformer.": sd1_tensors()["text_encoder"],
+            "text_encoders.clip_g.transformer.": clip_g_tensors()}
+
+
 def _chroma_parts() -> Parts:
     return {"model.diffusion_model.": flux_tensors(chroma=True),
             "vae.": vae_decoder_tensors(FLUX_LATENT)}
@@ -308,6 +306,10 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                                        "(its fixed 152k x 3584 embedding: 545 M), the Wan VAE's full decoder",
                                   sources=["src/qwen_image.hpp QwenImageRunner", "src/llm.hpp LLMRunner",
                                            "src/wan.hpp WanVAE", "src/model.cpp get_sd_version"]),
+    "sd3": FamilyProbeSpec("sd3", "Stable Diffusion 3 (SD3-medium's MMDiT)", "SD3.x", _sd3_parts, cfg_scale=1.0,
+                           note="SD3-medium's 24-block MMDiT, CLIP-L and CLIP-G, no T5-XXL, decode-only VAE: 2.91 G",
+                           sources=["src/mmdit.hpp MMDiT", "src/conditioner.hpp SD3CLIPEmbedder",
+                                    "src/model.cpp get_sd_version"]),
 }
 
 
@@ -335,7 +337,7 @@ def check_families(families: Sequence[str]) -> List[str]:
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
 PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl",
-                                   "qwen-image": "qwen-image"}
+                                   "qwen-image": "qwen-image", "sd3": "sd3"}
 
 
 @dataclass

@@ -178,3 +178,51 @@ def test_qwen_image_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_
         generation.generate(cpu_runtime, probe, GenerateRequest(**QWEN_REQUEST, control_net=str(net),
                                                                 control_image=str(control)), tmp_path / "no.png")
     assert not (tmp_path / "no.png").exists()
+
+
+# -- SD 3.x -------------------------------------------------------------------------------------------
+def sd3_lora(path, naming: str, seed: int = 23):
+    """A tiny random SD3 LoRA on the first joint block (1536 wide: the fused qkv 4608 rows, the MLP 6144),
+    in kohya names (lora_unet_joint_blocks_0_x_block_attn_qkv) or ComfyUI's (diffusion_model.joint_blocks.0...)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for module, (rows, cols) in {"joint_blocks.0.x_block.attn.qkv": (4608, 1536),
+                                 "joint_blocks.0.context_block.mlp.fc2": (1536, 6144)}.items():
+        down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
+        if naming == "kohya":
+            key = "lora_unet_" + module.replace(".", "_")
+            tensors.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up, f"{key}.alpha": np.array(4.0)})
+        else:
+            tensors.update({f"diffusion_model.{module}.lora_A.weight": down, f"diffusion_model.{module}.lora_B.weight": up})
+    return write_safetensors(path, tensors)
+
+
+def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runtime, tmp_path, monkeypatch):
+    # A ComfyUI-named SD3 LoRA and an SDXL-style embedding (clip_l 768 + clip_g 1280 vectors: SD3's two CLIPs)
+    # on the SD3 probe: checked, applied (the image changes) and named. The same LoRA in kohya names was
+    # taken as matching and reported applied while stable-diffusion.cpp applied none of it ("Only (0 / 6)
+    # LoRA tensors have been applied": it read lora_unet_joint_blocks_0_x_block_attn_qkv as
+    # joint.blocks.0.x.block.attn.qkv); it is now refused before any worker starts, with that reason.
+    probe = ensure_family_probe("sd3", 7, tmp_path / "cache", keep=True)
+    loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
+    loras.mkdir()
+    embeds.mkdir()
+    sd3_lora(loras / "sd3style.safetensors", "comfy")
+    sd3_lora(loras / "sd3kohya.safetensors", "kohya")
+    rng = np.random.default_rng(29)
+    write_safetensors(embeds / "sd3word.safetensors", {"clip_l": rng.normal(0, 0.5, (2, 768)),
+                                                        "clip_g": rng.normal(0, 0.5, (2, 1280))})
+    request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, embeddings_dir=str(embeds))
+    plain, _t, first = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a sd3word lighthouse",
+                                                                                    **request), "plain")
+    assert first.embeddings == ["sd3word"]
+    styled, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+        prompt="a sd3word lighthouse <lora:sd3style:0.8>", lora_dir=str(loras), **request), "styled")
+    assert styled != plain
+    assert [(lora.name, lora.weight, lora.tensors) for lora in report.loras] == [("sd3style", 0.8, 2)]
+    assert "LoRA: sd3style:0.8" in text and "Embeddings: sd3word" in text
+    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(InvalidRequestError, match="joint.blocks.0") as info:
+        generation.generate(cpu_runtime, probe.path, GenerateRequest(
+            prompt="a lighthouse <lora:sd3kohya:1>", lora_dir=str(loras), **request), tmp_path / "no.png")
+    assert "convert_sep_to_dot" in info.value.message and "joint_blocks.0" in info.value.message

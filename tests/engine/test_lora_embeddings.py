@@ -251,3 +251,15 @@ def test_the_cli_applies_a_lora_and_says_so_in_json(cpu_runtime, probe_model, ca
         r = run_cli([*common, "-p", prompt, "-o", tmp_path / "no.png", *extra], env)
         assert r.returncode == 2 and ("no LoRA folder" in r.stderr or "not a plain file name" in r.stderr), r.stderr
     assert "<lora:NAME:WEIGHT>" in run_cli(["generate", "--help"], env).stdout
+
+
+def test_kohya_names_are_read_as_stable_diffusion_cpp_reads_them():
+    # src/name_conversion.cpp convert_sep_to_dot keeps the underscores of the words it knows; the SD3 row is
+    # what its log printed for a kohya SD3 LoRA ("unused lora tensor |...joint.blocks.0.x.block.attn.qkv...|").
+    from accelstack.engine.lora_names import is_kohya, kohya_dotted
+
+    assert kohya_dotted("joint_blocks_0_x_block_attn_qkv") == "joint.blocks.0.x.block.attn.qkv"
+    assert kohya_dotted("double_blocks_0_img_attn_qkv") == "double_blocks.0.img_attn.qkv"  # FLUX.1's words are known
+    assert kohya_dotted("transformer_blocks_0_attn_add_k_proj") == "transformer_blocks.0.attn.add_k_proj"
+    assert kohya_dotted("text_model_encoder_layers_0_self_attn_q_proj") == "text_model.encoder.layers.0.self_attn.q_proj"
+    assert is_kohya("lora_unet_joint_blocks_0") and is_kohya("lora_te2_text_model") and not is_kohya("diffusion_model.x")

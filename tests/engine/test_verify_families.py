@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from model_specs import sd2_original, sd3_original, write_safetensors
+from model_specs import sd2_original, write_safetensors, z_image
 
 from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.model_inspect import inspect_model
@@ -126,6 +126,27 @@ def test_qwen_image_probe_is_qwen_image_for_inspect_and_the_cpu_runtime(cpu_runt
           f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
 
 
+def test_sd3_probe_is_sd3_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
+    """SD3-medium's MMDiT (the least stable-diffusion.cpp builds: 24 blocks) with CLIP-L and CLIP-G and no
+    T5-XXL: inspect names it sd3 needing only T5-XXL, the runtime logs "SD3.x", and it generates."""
+    probe = ensure_family_probe("sd3", 7, tmp_path / "models", keep=True)
+    found = inspect_model(probe.model)
+    assert found.family == "sd3" and found.role == "checkpoint", found.evidence
+    assert {p.kind for p in found.parts} == {"sd3", "flux-vae", "clip-l", "clip-g"}
+    assert [c.kind for c in found.needs] == ["t5xxl"]  # stable-diffusion.cpp runs without it (zeros)
+    assert 2_900_000_000 < probe.parameters < 2_910_000_000  # MMDiT 2.08 G + CLIP-G 695 M + CLIP-L 123 M
+    t0 = time.perf_counter()
+    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
+                    families=["sd3"], keep_probe=True)
+    assert report.ok, (report.reason, report.log_tail)
+    assert "as SD3.x " in next(c for c in report.checks if c.name == "sd3:family").detail
+    img = read_png(report.image)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    one = report.details["families"]["sd3"]
+    print(f"sd3 probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
+          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
+
+
 @pytest.mark.parametrize("family", FAST_FAMILIES)
 def test_verify_family_passes_on_the_cpu_runtime(family, cpu_runtime, tmp_path):
     out = tmp_path / "verify-cpu.png"
@@ -177,10 +198,10 @@ def test_verify_model_names_the_files_family_probe(cpu_runtime, tmp_path):
     assert [(m.family, m.probe) for m in probe_families_of([flux.model])] == [("flux", "flux")]
     sd2 = write_safetensors(tmp_path / "sd2.safetensors", sd2_original())  # an SD 2.x checkpoint's original names
     assert [(m.family, m.probe) for m in probe_families_of([str(sd2)])] == [("sd2", "sd2")]
-    sd3 = write_safetensors(tmp_path / "sd3.safetensors", sd3_original())
+    zimage = write_safetensors(tmp_path / "z_image_turbo.safetensors", z_image())
     with pytest.raises(InvalidRequestError) as err:
-        probe_families_of([flux.model, str(sd3)])
-    assert "sd3.safetensors" in err.value.message and "no probe" in err.value.message
+        probe_families_of([flux.model, str(zimage)])
+    assert "z_image_turbo.safetensors" in err.value.message and "no probe" in err.value.message
     res = run_cli(["verify", "--runtime", cpu_runtime.path, "--model", flux.model, "--json"],
                   cli_env(tmp_path / "cache", tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
