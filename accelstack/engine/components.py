@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 from .companions import tensor_index
 from .errors import InvalidRequestError, ModelLoadError
 from .model_inspect import ModelInspection, inspect_model
+from .model_io import TensorInfo
 from .modelfile import ModelFile, check_model
 from .png import PngError, read_input_png
 from .protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
@@ -152,9 +153,10 @@ def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[M
 
 def _check_component(name: str, path: str, family: str) -> None:
     """A component file that exists, reads, and is of a kind the model's family takes."""
-    _check_file(name, path)
+    info = _check_file(name, path)
     if name == "taesd":
-        return  # a tiny autoencoder (taesd, taef1...): its kinds are not told apart here
+        _check_taesd(path, tensor_index(info), family)
+        return
     insp = _inspect(name, path)
     needs = _family_needs(family)
     if name == "vae":
@@ -179,6 +181,34 @@ def _check_component(name: str, path: str, family: str) -> None:
     if not set(kinds) & set(wanted):
         raise _component_error(name, path, f"it is a {', '.join(sorted(set(kinds)))} text encoder, not "
                                f"{' or '.join(wanted)}", "give each text encoder with its own flag")
+
+
+def _check_taesd(path: str, tensors: Optional[List[TensorInfo]], family: str) -> None:
+    """A tiny autoencoder whose decoder takes the family's latents: src/tae.hpp ``TinyDecoder`` (under
+    ``decoder.layers.``) starts with a conv of 4 channels in, 16 for the DiTs; a mismatch fails the load."""
+    first = next((t for t in tensors or [] if t.name.endswith("decoder.layers.0.weight") and len(t.shape) == 4), None)
+    if first is None:
+        video = any(t.name.startswith("decoder.") for t in tensors or [])  # Wan's video TAE: another layout
+        if video and _latents(family) is None:
+            return
+        raise _component_error("taesd", path, "it is not a tiny autoencoder (TAESD): it has no decoder.layers.0 "
+                               "(the first layer of src/tae.hpp TinyDecoder, in diffusers' AutoencoderTiny names)",
+                               "name a taesd file such as taesd/diffusion_pytorch_model.safetensors (taef1 for Flux)")
+    want, have = _latents(family), int(first.shape[1])
+    if want is not None and have != want:
+        raise _component_error("taesd", path, f"it decodes {have}-channel latents; this {family} model makes "
+                               f"{want}-channel ones (src/tae.hpp TAESD: 4 for SD 1.x/2.x/XL, 16 for the DiTs)",
+                               "use the tiny autoencoder made for the model's family (taesd, taesdxl, taesd3, taef1)")
+
+
+def _latents(family: str) -> Optional[int]:
+    """The latent channels of the family's image VAE (None: unknown, or a video VAE such as Wan's)."""
+    from .model_families import knowledge
+
+    needs = _family_needs(family)
+    kinds = {v.id: v for v in knowledge().vaes}
+    found = {kinds[k].latent_channels for k in (needs[0] if needs else ()) if k in kinds and kinds[k].dims == 4}
+    return found.pop() if len(found) == 1 else None
 
 
 def _check_controlnet(path: str, family: str) -> None:

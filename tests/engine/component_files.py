@@ -136,3 +136,37 @@ def write_png_image(path: Path, width: int, height: int, seed: int = 0) -> Path:
             rgb[i + 2] = 255 if ((x // 8) + (y // 8) + seed) % 2 else 0
     path.write_bytes(encode_png(width, height, bytes(rgb)))
     return path
+
+
+def taesd_shapes(latent: int = 4, channels: int = 64) -> Dict[str, Shape]:
+    """A tiny autoencoder's decoder (TAESD; taef1 with 16 latent channels) in diffusers' AutoencoderTiny names,
+    as src/tae.hpp TinyDecoder builds it: a 3x3 conv in, 3 groups of 3 TAEBlocks each followed by an upsample
+    and a bias-free conv, one last TAEBlock and a 3x3 conv out (the ReLU and Upsample layers take indices)."""
+    shapes: Dict[str, Shape] = {}
+
+    def block(i: int) -> None:
+        for conv in ("conv.0", "conv.2", "conv.4"):
+            _conv(shapes, f"decoder.layers.{i}.{conv}", channels, channels, 3)
+
+    _conv(shapes, "decoder.layers.0", channels, latent, 3)
+    index = 2
+    for _group in range(3):
+        for _ in range(3):
+            block(index)
+            index += 1
+        index += 1  # nn.Upsample
+        shapes[f"decoder.layers.{index}.weight"] = (channels, channels, 3, 3)  # bias-free
+        index += 1
+    block(index)
+    _conv(shapes, f"decoder.layers.{index + 1}", 3, channels, 3)
+    return shapes
+
+
+def write_taesd(path: Path, latent: int = 4, seed: int = 12) -> Path:
+    """A random TAESD decoder file (about 1.2 M parameters) made like the probe's weights."""
+    pools = Pools(seed, "F8_E5M2")
+    try:
+        write_part(path, taesd_shapes(latent), pools, {"accelstack": "test taesd"}, lambda n: None, "")
+    finally:
+        pools.close()
+    return path

@@ -226,3 +226,36 @@ def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runt
         generation.generate(cpu_runtime, probe.path, GenerateRequest(
             prompt="a lighthouse <lora:sd3kohya:1>", lora_dir=str(loras), **request), tmp_path / "no.png")
     assert "convert_sep_to_dot" in info.value.message and "joint_blocks.0" in info.value.message
+
+
+# -- TAESD -------------------------------------------------------------------------------------------
+def test_a_taesd_decodes_the_sd1_probes_image(cpu_runtime, probe_model, tmp_path):
+    # --taesd run for real: stable-diffusion.cpp decodes with the tiny autoencoder instead of the VAE
+    # ("using TAE for encoding / decoding", src/stable-diffusion.cpp), so the same latents give other pixels.
+    from component_files import write_taesd
+
+    taesd = write_taesd(tmp_path / "taesd.safetensors")
+    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5)
+    plain, _t, _r = _generate(cpu_runtime, probe_model.path, tmp_path, GenerateRequest(**request), "plain")
+    tiny, text, report = _generate(cpu_runtime, probe_model.path, tmp_path,
+                                   GenerateRequest(**request, taesd=str(taesd)), "tiny")
+    assert tiny != plain and len(set(tiny)) > 16
+    assert report.components == {"taesd": "taesd.safetensors"} and "TAESD: taesd.safetensors" in text
+
+
+def test_a_taesd_for_other_latents_or_not_a_taesd_is_refused(cpu_runtime, probe_model, tmp_path, monkeypatch):
+    # A 16-channel tiny autoencoder (taef1, Flux's) given to an SD 1.x model (4-channel latents), or a file that
+    # is no tiny autoencoder: refused before any worker starts, naming --taesd and the reason.
+    from component_files import write_taesd
+
+    flux_tiny = write_taesd(tmp_path / "taef1.safetensors", latent=16)
+    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
+    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5)
+    with pytest.raises(InvalidRequestError, match="--taesd") as info:
+        generation.generate(cpu_runtime, probe_model.path, GenerateRequest(**request, taesd=str(flux_tiny)),
+                            tmp_path / "no.png")
+    assert "16-channel" in info.value.message and "4-channel" in info.value.message
+    other = embedding(tmp_path / "word.safetensors")
+    with pytest.raises(InvalidRequestError, match="not a tiny autoencoder"):
+        generation.generate(cpu_runtime, probe_model.path, GenerateRequest(**request, taesd=str(other)), tmp_path / "no.png")
+    assert not (tmp_path / "no.png").exists()
