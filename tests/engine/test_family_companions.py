@@ -128,15 +128,13 @@ def test_qwen_image_from_a_diffusion_model_vae_and_llm_files_is_the_checkpoints_
     assert "VAE: qwen_image_vae.safetensors" in text
 
 
-def qwen_lora(path, naming: str, seed: int = 21):
-    """A tiny random LoRA on the first joint block's attention and image MLP (3072 wide, the MLP 12288), in
-    one of the namings Qwen-Image LoRAs ship in: diffusers/PEFT (``transformer.``, lora_A/lora_B), ComfyUI
-    (``diffusion_model.``) or kohya/musubi (``lora_unet_``, lora_down/lora_up with alpha)."""
+def dit_lora(path, modules, naming: str, seed: int):
+    """A tiny random LoRA on a DiT's ``modules`` ({dotted name: (rows, columns)}) in one of the namings LoRAs
+    ship in: diffusers/PEFT (``transformer.``, lora_A/lora_B), ComfyUI (``diffusion_model.``) or kohya/musubi
+    (``lora_unet_``, lora_down/lora_up with alpha)."""
     rng = np.random.default_rng(seed)
     tensors = {}
-    for module, (rows, cols) in {"transformer_blocks.0.attn.to_q": (3072, 3072),
-                                 "transformer_blocks.0.attn.add_k_proj": (3072, 3072),
-                                 "transformer_blocks.0.img_mlp.net.2": (3072, 12288)}.items():
+    for module, (rows, cols) in modules.items():
         down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
         if naming == "kohya":
             key = "lora_unet_" + module.replace(".", "_")
@@ -147,12 +145,17 @@ def qwen_lora(path, naming: str, seed: int = 21):
     return write_safetensors(path, tensors)
 
 
+# the first joint block's attention and image MLP (3072 wide, the MLP 12288)
+QWEN_MODULES = {"transformer_blocks.0.attn.to_q": (3072, 3072), "transformer_blocks.0.attn.add_k_proj": (3072, 3072),
+                "transformer_blocks.0.img_mlp.net.2": (3072, 12288)}
+
+
 @pytest.mark.parametrize("naming", ["diffusers", "comfy", "kohya"])
 def test_a_qwen_image_lora_applies_in_each_naming(naming, cpu_runtime, qwen_parts, tmp_path):
     probe, _folder = qwen_parts
     loras = tmp_path / "loras"
     loras.mkdir()
-    qwen_lora(loras / "qstyle.safetensors", naming)
+    dit_lora(loras / "qstyle.safetensors", QWEN_MODULES, naming, 21)
     plain, _t, _r = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**QWEN_REQUEST), "plain")
     request = dict(QWEN_REQUEST, prompt="a lighthouse <lora:qstyle:1.0>")
     styled, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request, lora_dir=str(loras)),
@@ -181,20 +184,8 @@ def test_qwen_image_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_
 
 
 # -- SD 3.x -------------------------------------------------------------------------------------------
-def sd3_lora(path, naming: str, seed: int = 23):
-    """A tiny random SD3 LoRA on the first joint block (1536 wide: the fused qkv 4608 rows, the MLP 6144),
-    in kohya names (lora_unet_joint_blocks_0_x_block_attn_qkv) or ComfyUI's (diffusion_model.joint_blocks.0...)."""
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for module, (rows, cols) in {"joint_blocks.0.x_block.attn.qkv": (4608, 1536),
-                                 "joint_blocks.0.context_block.mlp.fc2": (1536, 6144)}.items():
-        down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
-        if naming == "kohya":
-            key = "lora_unet_" + module.replace(".", "_")
-            tensors.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up, f"{key}.alpha": np.array(4.0)})
-        else:
-            tensors.update({f"diffusion_model.{module}.lora_A.weight": down, f"diffusion_model.{module}.lora_B.weight": up})
-    return write_safetensors(path, tensors)
+# the first joint block (1536 wide: the fused qkv 4608 rows, the MLP 6144)
+SD3_MODULES = {"joint_blocks.0.x_block.attn.qkv": (4608, 1536), "joint_blocks.0.context_block.mlp.fc2": (1536, 6144)}
 
 
 def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runtime, tmp_path, monkeypatch):
@@ -207,8 +198,8 @@ def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runt
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()
-    sd3_lora(loras / "sd3style.safetensors", "comfy")
-    sd3_lora(loras / "sd3kohya.safetensors", "kohya")
+    dit_lora(loras / "sd3style.safetensors", SD3_MODULES, "comfy", 23)
+    dit_lora(loras / "sd3kohya.safetensors", SD3_MODULES, "kohya", 23)
     rng = np.random.default_rng(29)
     write_safetensors(embeds / "sd3word.safetensors", {"clip_l": rng.normal(0, 0.5, (2, 768)),
                                                         "clip_g": rng.normal(0, 0.5, (2, 1280))})

@@ -55,96 +55,45 @@ def test_flux_probe_is_flux_dev_with_clip_l_and_no_t5(tmp_path):
     assert probe.parameters < 140_000_000  # CLIP-L (123 M, fixed) is most of it
 
 
-def test_sdxl_probe_is_sdxl_vega_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
-    """The smallest SDXL stable-diffusion.cpp loads (Vega's UNet, CLIP-L + CLIP-G): inspect names it
-    sdxl, the runtime logs "SDXL (Vega)", and it generates a non-constant 64x64 image."""
+# The full-size or large probes, each once: (family, the kinds of its parts, the companions it still names,
+# its parameter range, what stable-diffusion.cpp's "Version:" line calls it).
+LARGE_PROBES = [
+    # the smallest SDXL stable-diffusion.cpp loads: Vega's UNet 745 M + CLIP-G 694 M + CLIP-L 123 M
+    ("sdxl", {"sdxl", "sd-vae", "clip-l", "clip-g"}, [], (1_500_000_000, 1_600_000_000), "SDXL (Vega)"),
+    # the full SD 2.x UNet (1024-wide context, linear projections) 866 M + OpenCLIP-H 353 M
+    ("sd2", {"sd2", "sd-vae", "openclip-h"}, [], (1_200_000_000, 1_250_000_000), "SD 2.x"),
+    # one joint block 380 M + a one-layer Qwen2.5-VL text model (its fixed 152k x 3584 embedding) + Wan's decoder
+    ("qwen-image", {"qwen-image", "wan-vae", "qwen2.5-vl-7b"}, [], (1_000_000_000, 1_050_000_000), "Qwen Image"),
+    # SD3-medium's MMDiT (24 blocks, the least it builds) 2.08 G + CLIP-G + CLIP-L, no T5-XXL (zeros)
+    ("sd3", {"sd3", "flux-vae", "clip-l", "clip-g"}, ["t5xxl"], (2_900_000_000, 2_910_000_000), "SD3.x"),
+]
+
+
+@pytest.mark.parametrize("family, kinds, needs, params, sdcpp", LARGE_PROBES, ids=[p[0] for p in LARGE_PROBES])
+def test_a_large_probe_is_its_family_for_inspect_and_the_cpu_runtime(family, kinds, needs, params, sdcpp,
+                                                                     cpu_runtime, tmp_path):
+    """Inspect names the probe its family with its parts, ``verify --model`` maps it to its own probe, the
+    runtime logs the family's version, and it generates a non-constant 64x64 image."""
     t0 = time.perf_counter()
-    probe = ensure_family_probe("sdxl", 7, tmp_path / "models", keep=True)
+    probe = ensure_family_probe(family, 7, tmp_path / "models", keep=True)
     synth = time.perf_counter() - t0
     found = inspect_model(probe.model)
-    assert found.family == "sdxl" and found.role == "checkpoint", found.evidence
-    assert {p.component for p in found.parts} >= {"diffusion_model", "vae", "text_encoder"}
-    assert 1_500_000_000 < probe.parameters < 1_600_000_000  # UNet 745 M + CLIP-G 694 M + CLIP-L 123 M
-    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("sdxl", "sdxl")]
-    out = tmp_path / "verify-cpu.png"
+    assert found.family == family and found.role == "checkpoint", found.evidence
+    assert {p.kind for p in found.parts} == kinds and [c.kind for c in found.needs] == needs
+    assert params[0] < probe.parameters < params[1]
+    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [(family, family)]
     t1 = time.perf_counter()
-    report = verify(cpu_runtime, out, probe_cache=tmp_path / "models", records=None, families=["sdxl"],
-                    keep_probe=True)
+    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
+                    families=[family], keep_probe=True)
     seconds = time.perf_counter() - t1
     assert report.ok, (report.reason, report.log_tail)
-    fam = next(c for c in report.checks if c.name == "sdxl:family")
-    assert "as SDXL (Vega) " in fam.detail
+    assert f"as {sdcpp} " in next(c for c in report.checks if c.name == f"{family}:family").detail
+    assert report.image == str(tmp_path / f"verify-cpu-{family}.png")
     img = read_png(report.image)
     assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
-    one = report.details["families"]["sdxl"]
-    print(f"sdxl probe: synthesis {synth:.1f} s, verify {seconds:.1f} s (load {one['load_seconds']} s, "
+    one = report.details["families"][family]
+    print(f"{family} probe: synthesis {synth:.1f} s, verify {seconds:.1f} s (load {one['load_seconds']} s, "
           f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")  # the figures the docs quote (-s)
-
-
-def test_sd2_probe_is_sd2_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
-    """The full SD 2.x UNet (1024-wide context, linear projections) with OpenCLIP-H: inspect names it
-    sd2, the runtime logs "SD 2.x", and it generates a non-constant 64x64 image."""
-    probe = ensure_family_probe("sd2", 7, tmp_path / "models", keep=True)
-    found = inspect_model(probe.model)
-    assert found.family == "sd2" and found.role == "checkpoint", found.evidence
-    assert {p.component for p in found.parts} >= {"diffusion_model", "vae", "text_encoder"}
-    assert 1_200_000_000 < probe.parameters < 1_250_000_000  # UNet 866 M + OpenCLIP-H 353 M + a small VAE
-    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("sd2", "sd2")]
-    t0 = time.perf_counter()
-    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
-                    families=["sd2"], keep_probe=True)
-    assert report.ok, (report.reason, report.log_tail)
-    assert "as SD 2.x " in next(c for c in report.checks if c.name == "sd2:family").detail
-    img = read_png(report.image)
-    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
-    one = report.details["families"]["sd2"]
-    print(f"sd2 probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
-          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
-
-
-def test_qwen_image_probe_is_qwen_image_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
-    """One joint block, a one-layer Qwen2.5-VL text model (its fixed 152k x 3584 embedding) and the Wan VAE's
-    decoder: inspect names it qwen-image with all it needs, the runtime logs "Qwen Image", and it generates."""
-    probe = ensure_family_probe("qwen-image", 7, tmp_path / "models", keep=True)
-    found = inspect_model(probe.model)
-    assert found.family == "qwen-image" and found.role == "checkpoint", found.evidence
-    assert {(p.component, p.kind) for p in found.parts} == {("diffusion_model", "qwen-image"), ("vae", "wan-vae"),
-                                                           ("text_encoder", "qwen2.5-vl-7b")}
-    assert found.needs == []
-    assert 1_000_000_000 < probe.parameters < 1_050_000_000  # DiT 380 M + text model 575 M + VAE decoder 73 M
-    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("qwen-image", "qwen-image")]
-    t0 = time.perf_counter()
-    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
-                    families=["qwen-image"], keep_probe=True)
-    assert report.ok, (report.reason, report.log_tail)
-    assert "as Qwen Image " in next(c for c in report.checks if c.name == "qwen-image:family").detail
-    assert report.image == str(tmp_path / "verify-cpu-qwen-image.png")
-    img = read_png(report.image)
-    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
-    one = report.details["families"]["qwen-image"]
-    print(f"qwen-image probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
-          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
-
-
-def test_sd3_probe_is_sd3_for_inspect_and_the_cpu_runtime(cpu_runtime, tmp_path):
-    """SD3-medium's MMDiT (the least stable-diffusion.cpp builds: 24 blocks) with CLIP-L and CLIP-G and no
-    T5-XXL: inspect names it sd3 needing only T5-XXL, the runtime logs "SD3.x", and it generates."""
-    probe = ensure_family_probe("sd3", 7, tmp_path / "models", keep=True)
-    found = inspect_model(probe.model)
-    assert found.family == "sd3" and found.role == "checkpoint", found.evidence
-    assert {p.kind for p in found.parts} == {"sd3", "flux-vae", "clip-l", "clip-g"}
-    assert [c.kind for c in found.needs] == ["t5xxl"]  # stable-diffusion.cpp runs without it (zeros)
-    assert 2_900_000_000 < probe.parameters < 2_910_000_000  # MMDiT 2.08 G + CLIP-G 695 M + CLIP-L 123 M
-    t0 = time.perf_counter()
-    report = verify(cpu_runtime, tmp_path / "verify-cpu.png", probe_cache=tmp_path / "models", records=None,
-                    families=["sd3"], keep_probe=True)
-    assert report.ok, (report.reason, report.log_tail)
-    assert "as SD3.x " in next(c for c in report.checks if c.name == "sd3:family").detail
-    img = read_png(report.image)
-    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
-    one = report.details["families"]["sd3"]
-    print(f"sd3 probe: verify {time.perf_counter() - t0:.1f} s (load {one['load_seconds']} s, "
-          f"generate {one['generate_seconds']} s), {probe.size_bytes / 1e9:.2f} GB")
 
 
 @pytest.mark.parametrize("family", FAST_FAMILIES)
