@@ -33,7 +33,10 @@ TEXT_ACT = {  # working memory of one encoder pass, by encoder kind
     # 10240-wide feed-forward (src/t5.hpp): ~64 MiB of f32 attention scores + ~40 MiB feed-forward,
     # doubled for the graph allocator (derived, not measured). LLM encoders (src/llm.hpp): the same
     # order of magnitude for their wider layers (derived, not measured).
-    "t5xxl": 256 * MIB, "qwen3-4b": 384 * MIB, "qwen2.5-vl-7b": 512 * MIB,
+    # Qwen2.5-VL 7B measured on the Qwen-Image probe (one layer at its real widths; the layers run one after
+    # the other): a whole 128x128 generation with a short prompt peaked 41 MiB above the loaded RSS (it was
+    # taken at 512 MiB); 128 MiB leaves room for a 256-token prompt (its 18944-wide MLP: ~230 KB a token).
+    "t5xxl": 256 * MIB, "qwen3-4b": 384 * MIB, "qwen2.5-vl-7b": 128 * MIB,
 }
 
 
@@ -52,10 +55,12 @@ SD1 = FamilyMemory("Stable Diffusion 1.x", SD1_PER_LATENT, memory.ATTENTION_PER_
                    "measured on the CPU build (benchmarks/bench_memory.py; engine.memory's table)")
 FAMILIES: Dict[str, FamilyMemory] = {
     "sd1": SD1,
-    # src/unet.hpp: SD 2.x keeps SD 1.x's channel_mult {1,2,4,4} and attention at every level.
-    "sd2": FamilyMemory("Stable Diffusion 2.x", memory.UNET_PER_LATENT, memory.ATTENTION_PER_PAIR,
-                        memory.VAE_PER_PIXEL, "SD 1.x's earlier (higher) calibration; same UNet widths "
-                        "(src/unet.hpp channel_mult {1,2,4,4}); not measured"),
+    # SD 2.x measured on the SD 2.x probe (the full SD 2.x UNet; benchmarks/bench_memory.py --family sd2
+    # --tiles 8, CPU build, flash attention): 38/80/126 MiB above the loaded RSS at 256/384/512 px, i.e.
+    # 9 MiB + 29.3 KiB per latent pixel; 28 KiB with BASE: estimates 45/81/132 MiB (1.18/1.01/1.05).
+    "sd2": FamilyMemory("Stable Diffusion 2.x", 28 * 1024, memory.ATTENTION_PER_PAIR, memory.VAE_PER_PIXEL,
+                        "diffusion measured on the SD 2.x probe (its full UNet; bench_memory.py --family sd2); "
+                        "VAE as SD 1.x's (the same decoder)"),
     # SDXL measured on the SDXL probe (benchmarks/bench_memory.py --family sdxl --tiles 8: Segmind Vega's
     # UNet at SDXL's real widths, CPU build, flash attention): 41/77/130 MiB above the loaded RSS at
     # 256/384/512 px, i.e. 11 MiB + 29.7 KiB per latent pixel. Full SDXL's deeper transformer stacks
@@ -68,11 +73,14 @@ FAMILIES: Dict[str, FamilyMemory] = {
                          "sdxl); VAE as SD 1.x's (the same decoder, src/auto_encoder_kl.hpp)"),
     "sdxl-refiner": FamilyMemory("Stable Diffusion XL refiner", 30 * 1024, 2, memory.VAE_PER_PIXEL,
                                  "as SDXL (src/unet.hpp); not measured"),
-    # src/mmdit.hpp: 2x2 patches (a token per 4 latent pixels), hidden 64 x depth (1536 for medium),
-    # joint attention over image and text tokens: ~128 KiB of f32 per token for qkv + MLP + the
-    # context stream, i.e. 32 KiB per latent pixel; 24 heads x 2 bytes per token pair / 16.
-    "sd3": FamilyMemory("Stable Diffusion 3.x", 32 * 1024, 3, memory.VAE_PER_PIXEL,
-                        "derived from src/mmdit.hpp widths, scaled from SD 1.x; not measured"),
+    # SD3 measured on the SD3 probe (SD3-medium's own MMDiT; bench_memory.py --family sd3 --tiles 8, CPU
+    # build, flash attention): 39/40/84/126/160 MiB above the loaded RSS at 256/384/512/640/768 px, i.e.
+    # 23 MiB + 15.2 KiB per latent pixel from 512 px up (below, other phases' floor). 17 KiB with BASE:
+    # estimates 43/56/88/128/178 MiB (1.10/1.40/1.05/1.02/1.11; it was 32 KiB, derived: 1.24 to 2.24).
+    # SD3.5-large's MMDiT is wider (38 x 64) and is taken at the same constant, not measured. Pairs: 24 heads x 2
+    # bytes per token pair / 16 (derived).
+    "sd3": FamilyMemory("Stable Diffusion 3.x", 17 * 1024, 3, memory.VAE_PER_PIXEL,
+                        "diffusion measured on the SD3 probe (SD3-medium's MMDiT; bench_memory.py --family sd3)"),
     # src/flux.hpp FluxParams: hidden 3072, 24 heads, MLP ratio 4, 2x2 patches: a single block's
     # linear1 output is 3*3072+12288 = 21504 floats per token; with the residual stream and the
     # double blocks' two streams ~160 KiB per token = 40 KiB per latent pixel; 24 heads x 2 bytes
@@ -81,9 +89,14 @@ FAMILIES: Dict[str, FamilyMemory] = {
                          "derived from src/flux.hpp FluxParams, scaled from SD 1.x; not measured"),
     "chroma": FamilyMemory("Chroma", 40 * 1024, 3, memory.VAE_PER_PIXEL, "as FLUX.1 (src/flux.hpp); not measured"),
     "flux2": FamilyMemory("FLUX.2", 48 * 1024, 3, memory.VAE_PER_PIXEL, "FLUX.1's, widened (src/flux.hpp); not measured"),
-    "qwen-image": FamilyMemory("Qwen-Image", 40 * 1024, 3, memory.VAE_PER_PIXEL * 3 // 2,
-                               "src/qwen_image.hpp (FLUX.1's widths); the Wan VAE (src/wan.hpp) taken at 1.5x "
-                               "the SD VAE; not measured"),
+    # The Wan VAE measured on the Qwen-Image probe (its real decoder; bench_memory.py --family qwen-image,
+    # untiled): 500/1073 MiB above the loaded RSS at 256/384 px, 7334 B per pixel + 42 MiB: 7800 B per
+    # pixel with BASE gives 1.01/1.04 (it was taken at 1.5x the SD VAE's, 9900: 1.27/1.31).
+    # Its diffusion, one block at the real width (the blocks run one after the other), tiles of 8: 68/90 MiB
+    # at 256/384 px, 17.6 KiB per latent pixel between them; 24 KiB kept (it was 40, derived).
+    "qwen-image": FamilyMemory("Qwen-Image", 24 * 1024, 3, 7800,
+                               "the Wan VAE and the diffusion measured on the Qwen-Image probe (bench_memory.py "
+                               "--family qwen-image: one block at the real width, the real Wan decoder)"),
     # src/z_image.hpp: hidden 3840, 30 heads, feed-forward 10240, 2x2 patches.
     "z-image": FamilyMemory("Z-Image", 48 * 1024, 4, memory.VAE_PER_PIXEL,
                             "derived from src/z_image.hpp widths, scaled from SD 1.x; not measured"),

@@ -38,7 +38,7 @@ tensors it finds (the source of each fact is cited where the shapes are built):
   depths 1/1/2 and a middle block of one ResBlock), 745 M parameters; SDXL's conditioner always builds
   CLIP-G (694 M, fixed) beside CLIP-L (123 M), so the probe is 1.56 G parameters, 1.57 GB as F8.
 * **qwen-image**: one joint block, a one-layer text model and the Wan VAE's decoder, all at their
-  fixed widths, 1.03 G parameters (why each is that size: :mod:`accelstack.engine.probe_qwen`).
+  fixed widths (the text model's MLP too), 1.23 G parameters (why each is that size: :mod:`accelstack.engine.probe_qwen`).
 * **sd3**: SD3-medium's own MMDiT (24 blocks: the least stable-diffusion.cpp builds), CLIP-L and
   CLIP-G (it aborts without either), no T5-XXL: 2.91 G parameters, the largest probe
   (:mod:`accelstack.engine.probe_sd3`). Plain ``verify`` keeps the SD 1.x probe.
@@ -303,7 +303,7 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                                      "src/auto_encoder_kl.hpp detect_decoder_ch"]),
     "qwen-image": FamilyProbeSpec("qwen-image", "Qwen-Image (reduced)", "Qwen Image", _qwen_image_parts, cfg_scale=1.0,
                                   note="1 joint block at the fixed 3072 width, Qwen2.5-VL's text model with 1 layer "
-                                       "(its fixed 152k x 3584 embedding: 545 M), the Wan VAE's full decoder",
+                                       "at its real widths (its 152k x 3584 embedding: 545 M), the Wan VAE's decoder",
                                   sources=["src/qwen_image.hpp QwenImageRunner", "src/llm.hpp LLMRunner",
                                            "src/wan.hpp WanVAE", "src/model.cpp get_sd_version"]),
     "sd3": FamilyProbeSpec("sd3", "Stable Diffusion 3 (SD3-medium's MMDiT)", "SD3.x", _sd3_parts, cfg_scale=1.0,

@@ -19,7 +19,7 @@ from .probe_model import ProbeModel, ProbeRecipe
 
 __all__ = ["FAMILY_FORMAT_VERSION", "family_dir_name", "ensure_family_probe"]
 
-FAMILY_FORMAT_VERSION = 1  # bump when the files a family probe's seed produces change
+FAMILY_FORMAT_VERSION = 2  # bump when the files a family probe's seed produces change (2: Qwen-Image's real MLP width)
 
 
 def family_dir_name(family: str, seed: int) -> str:

@@ -13,15 +13,17 @@ how small each part can be:
   and the head size 128 are fixed. The hidden size must be the DiT's 3584 (its ``txt_norm`` aborts
   otherwise) and the vocabulary must hold the tokenizer's special tokens (151645 aborts the embedding
   lookup): the 152064 x 3584 embedding, 545 M, is most of the probe. Qwen-Image has no fallback without
-  it (``LLMEmbedder`` in src/conditioner.hpp: the load fails), unlike Flux without T5. One layer with a
-  32-wide MLP runs its attention (rotary, grouped-query) kernels. The vision tower is built only when
+  it (``LLMEmbedder`` in src/conditioner.hpp: the load fails), unlike Flux without T5. One layer at the
+  real widths (its 18944-wide MLP too: 233 M) runs its attention (rotary, grouped-query) and MLP kernels,
+  and its working memory is the real model's (the layers run one after the other). The vision tower is built only when
   the VAE encoder is (src/stable-diffusion.cpp): not for a text-to-image probe.
 * **VAE** (src/wan.hpp ``WanVAE``): every width is fixed (96, multipliers 1, 2, 4, 4, 16 latent
   channels); loaded decode-only, it is the decoder and ``conv2``: 73 M. Its RMS norms' ``gamma`` are
   stored 1-D (any shape of n values is read), so the probe's value rule makes them 1.
 
-Measured on the 2-core CPU build (sd-cli, 64x64, one step): 1.03 G parameters, 2.3 s with the load,
-2.1 GB of RAM. 8x8 aborts in the VAE decode (a ggml assertion); 16x16 is the smallest that runs.
+Measured on the 2-core CPU build (sd-cli, 64x64, one step, with a 32-wide MLP: 1.03 G parameters):
+2.3 s with the load, 2.1 GB of RAM; the real MLP width makes it 1.23 G. 8x8 aborts in the VAE decode
+(a ggml assertion); 16x16 is the smallest that runs.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ QWEN_CONTEXT = 3584  # joint_attention_dim: Qwen2.5-VL 7B's hidden size
 QWEN_IN, QWEN_OUT, QWEN_PATCH = 64, 16, 2
 QWEN_TIME = 256  # the sinusoidal timestep embedding's width
 LLM_HEADS, LLM_KV_HEADS = 28, 4  # LLMParams (src/llm.hpp), fixed; the head size is QWEN_HEAD
+LLM_MLP = 18944  # Qwen2.5-VL 7B's MLP width (read from gate_proj: the real one, so its kernels and memory are)
 LLM_VOCAB = 152064  # Qwen2.5-VL's embedding rows (the tokenizer's ids reach 151664)
 WAN_DIM, WAN_LATENT, WAN_MULT = 96, 16, (1, 2, 4, 4)  # WanVAE (src/wan.hpp), fixed
 
@@ -65,7 +68,7 @@ def qwen_dit_tensors(blocks: int = 1) -> Dict[str, Shape]:
     return out
 
 
-def qwen_llm_tensors(layers: int = 1, mlp: int = 32) -> Dict[str, Shape]:
+def qwen_llm_tensors(layers: int = 1, mlp: int = LLM_MLP) -> Dict[str, Shape]:
     """Qwen2.5-VL's text model in Hugging Face names (src/llm.hpp), ``layers`` decoder layers."""
     h = QWEN_CONTEXT
     out: Dict[str, Shape] = {"model.embed_tokens.weight": (LLM_VOCAB, h)}

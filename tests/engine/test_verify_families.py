@@ -62,8 +62,9 @@ LARGE_PROBES = [
     ("sdxl", {"sdxl", "sd-vae", "clip-l", "clip-g"}, [], (1_500_000_000, 1_600_000_000), "SDXL (Vega)"),
     # the full SD 2.x UNet (1024-wide context, linear projections) 866 M + OpenCLIP-H 353 M
     ("sd2", {"sd2", "sd-vae", "openclip-h"}, [], (1_200_000_000, 1_250_000_000), "SD 2.x"),
-    # one joint block 380 M + a one-layer Qwen2.5-VL text model (its fixed 152k x 3584 embedding) + Wan's decoder
-    ("qwen-image", {"qwen-image", "wan-vae", "qwen2.5-vl-7b"}, [], (1_000_000_000, 1_050_000_000), "Qwen Image"),
+    # one joint block 380 M + a one-layer Qwen2.5-VL text model at its real widths (778 M with the 152k x 3584
+    # embedding) + Wan's decoder 73 M
+    ("qwen-image", {"qwen-image", "wan-vae", "qwen2.5-vl-7b"}, [], (1_200_000_000, 1_250_000_000), "Qwen Image"),
     # SD3-medium's MMDiT (24 blocks, the least it builds) 2.08 G + CLIP-G + CLIP-L, no T5-XXL (zeros)
     ("sd3", {"sd3", "flux-vae", "clip-l", "clip-g"}, ["t5xxl"], (2_900_000_000, 2_910_000_000), "SD3.x"),
 ]
