@@ -108,6 +108,32 @@ def test_list_counts_only_what_accelstack_wrote(tmp_path):
     assert rc == 0 and "downloads" in out and "left alone" in out and "total" in out
 
 
+def test_the_family_probes_and_their_pools_are_accelstacks_by_format(tmp_path):
+    # verify --family F keeps pools-<family>-f<format>-s<seed>-<dtype>.bin in the probe cache (tens of MB each)
+    # and keep=True a <family>-f<format>-s<seed>/ folder: `cache` listed both as not accelstack's, so purge
+    # left them and a format change (FAMILY_FORMAT_VERSION 2) left the older ones forever.
+    from accelstack.engine.probe_family_files import FAMILY_FORMAT_VERSION as F
+
+    probe = tmp_path / "cache" / "probe"
+    _write(probe / f"flux-f{F}-s1234" / "probe.safetensors", b"x" * 100)
+    _write(probe / f"qwen-image-f{F - 1}-s1234" / "probe.safetensors", b"x" * 200)
+    _write(probe / f"pools-sd3-f{F}-s1234-F8_E5M2.bin", b"q" * 300)
+    _write(probe / f"pools-qwen-image-f{F - 1}-s1234-F8_E5M2.bin", b"q" * 400)
+    _write(probe / "pools-mine-f1-s1-F8_E5M2.bin", b"m")  # no family of ours: left alone
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    entry = next(c for c in result_of(out)["caches"] if c["name"] == "probe")
+    kinds = {e["name"]: e["kind"] for e in entry["entries"]}
+    assert kinds == {f"flux-f{F}-s1234": "probe model", f"qwen-image-f{F - 1}-s1234": "probe model (older format, unused)",
+                     f"pools-sd3-f{F}-s1234-F8_E5M2.bin": "probe pools",
+                     f"pools-qwen-image-f{F - 1}-s1234-F8_E5M2.bin": "probe pools (older format, unused)"}
+    assert entry["other"] == ["pools-mine-f1-s1-F8_E5M2.bin"]
+    rc, out, err = run_cli(["cache", "purge", "probe", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    # what stays: the file that is not ours, and the lock files purge took (as for every cache entry)
+    assert sorted(p.name for p in probe.iterdir() if not p.name.endswith(".lock")) == ["pools-mine-f1-s1-F8_E5M2.bin"]
+
+
 def test_dry_run_changes_nothing_and_says_what_would_go(tmp_path):
     _populate(tmp_path)
     before = _tree(tmp_path)

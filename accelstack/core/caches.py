@@ -39,6 +39,8 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from filelock import FileLock, Timeout
 
+from ..engine.probe_families import FAMILIES
+from ..engine.probe_family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
 from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
 from ..engine.probe_model import temporary_probe_in_use
 from ..publisher.build_cache import is_slot
@@ -62,6 +64,9 @@ _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
 _SLOT = re.compile(r"^[0-9a-f]{20}\Z")
 _SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
 _PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
+# a family's probe (engine.probe_family_files): <family>-f<format>-s<seed>/ and pools-<family>-f<format>-s<seed>-<dtype>.bin
+_FAMILY_PROBE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+\Z")
+_FAMILY_POOLS = re.compile(r"^pools-(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
 _POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
@@ -191,9 +196,15 @@ def _probe(s: Settings) -> CacheInfo:
     for name, st in _children(root):
         if name.endswith(".lock"):
             continue
+        family = _family_format(name, st)
         if _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
             kind = "probe model" if f"-f{PROBE_FORMAT}-" in name else "probe model (older format, unused)"
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), kind))
+        elif family is not None:
+            kind = "probe model" if stat.S_ISDIR(st.st_mode) else "probe pools"
+            kind += "" if family == FAMILY_FORMAT else " (older format, unused)"
+            size = tree_size(root / name) if stat.S_ISDIR(st.st_mode) else st.st_size
+            info.entries.append(CacheEntry(name, str(root / name), size, kind))
         elif _PROBE_TMP.match(name) and stat.S_ISDIR(st.st_mode):
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "temporary probe"))
         elif _POOLS.match(name) and stat.S_ISREG(st.st_mode):  # written whole (renamed into place): no lock
@@ -204,6 +215,16 @@ def _probe(s: Settings) -> CacheInfo:
         else:
             info.other.append(name)
     return info
+
+
+def _family_format(name: str, st: os.stat_result) -> Optional[int]:
+    """The format of a family probe's folder or pools file named ``name`` (None: not one), for the
+    families verify knows (engine.probe_families; sd1 keeps probe_model's names)."""
+    m = (_FAMILY_PROBE if stat.S_ISDIR(st.st_mode) else _FAMILY_POOLS if stat.S_ISREG(st.st_mode) else None)
+    found = m.match(name) if m is not None else None
+    if found is None or found["family"] not in FAMILIES or found["family"] == "sd1":
+        return None
+    return int(found["format"])
 
 
 def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str]]) -> CacheInfo:
