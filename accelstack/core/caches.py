@@ -13,7 +13,9 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
     (``custom-…`` for test architectures), the temporary ``.tmp-…`` folders verify synthesizes
     into and removes, and ``pools-f<N>-s<seed>-<dtype>.bin``, the encoded value pools that make
     synthesis twice as fast (27 MB); ``.pools-….bin.<pid>.tmp`` is one being written (or left by a
-    process killed while writing it).
+    process killed while writing it). ``verify --family F`` adds ``pools-<family>-f<N>-s<seed>-<dtype>.bin``
+    and, when kept, ``<family>-f<N>-s<seed>/`` (:mod:`accelstack.engine.probe_family_files`), for the
+    families verify knows only.
 ``verify`` (``Settings.verify_dir``)
     ``verify-<backend>.png``, the last probe image of each backend, and ``image-<32 hex>.json``,
     the digest of a probe image a passing verify saw (:mod:`accelstack.engine.probe_record`): a

@@ -164,25 +164,8 @@ def _lora_modules(tensors: List[TensorInfo], flux: bool = True) -> Dict[Tuple[st
         role = m.group(0)
         kind = "down" if ("down" in role or "lora_A" in role) else "up" if ("up" in role or "lora_B" in role) else "other"
         out.setdefault(key, {})[kind] = tuple(t.shape)
-        if is_kohya(base.split("lora.", 1)[-1] if base.startswith("lora.") else base):
+        if is_kohya(base):
             out[key]["kohya"] = ()
-    return out
-
-
-def _dit_modules(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], str]:
-    """{key: dotted name} of a DiT model's diffusion weights (empty for a UNet model, whose kohya names
-    stable-diffusion.cpp reads through the UNet's own conversion)."""
-    out: Dict[Tuple[str, str], str] = {}
-    for t in tensors:
-        if not t.name.endswith(".weight"):
-            continue
-        key = canonical_module(t.name[:-len(".weight")])
-        dotted = dotted_module(t.name[:-len(".weight")])
-        if key is None or dotted is None or key[0] != "unet":
-            continue
-        if key[1].startswith(("input_blocks_", "output_blocks_", "middle_block_")):
-            return {}
-        out[key] = dotted
     return out
 
 
@@ -193,14 +176,25 @@ def _count(shape: Iterable[int]) -> int:
     return n
 
 
-def _model_weights(tensors: List[TensorInfo]) -> Dict[Tuple[str, str], Tuple[int, ...]]:
+def _model_weights(tensors: List[TensorInfo]) -> Tuple[Dict[Tuple[str, str], Tuple[int, ...]], Dict[Tuple[str, str], str]]:
+    """({key: shape} of the model's weights, {key: dotted name} of a DiT's diffusion weights), in one pass.
+    The second is empty for a UNet model, whose kohya names stable-diffusion.cpp reads through the UNet's
+    own conversion; for a DiT it is what a kohya module is checked against (:func:`kohya_dotted`)."""
     out: Dict[Tuple[str, str], Tuple[int, ...]] = {}
+    dit: Dict[Tuple[str, str], str] = {}
+    unet = False
     for t in tensors:
         if t.name.endswith(".weight"):
             key = canonical_module(t.name[:-len(".weight")])
-            if key is not None:
-                out[key] = tuple(t.shape)
-    return out
+            if key is None:
+                continue
+            out[key] = tuple(t.shape)
+            if key[0] == "unet" and not unet:
+                unet = key[1].startswith(("input_blocks_", "output_blocks_", "middle_block_"))
+                dotted = dotted_module(t.name[:-len(".weight")])
+                if dotted is not None:
+                    dit[key] = dotted
+    return out, ({} if unet else dit)
 
 
 def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ...]],
@@ -324,7 +318,7 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)
-            weights, dit = _model_weights(model_tensors), _dit_modules(model_tensors)
+            weights, dit = _model_weights(model_tensors)
             for name, weight in tags:
                 if not math.isfinite(weight):
                     raise InvalidRequestError(f"the LoRA weight of {name} is not a finite number")

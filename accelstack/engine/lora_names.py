@@ -100,10 +100,7 @@ def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     ``transformer.`` is diffusers' DiT naming: a FLUX.1 model's (``flux``) is converted to the original
     names as stable-diffusion.cpp does for a Flux model only (``convert_diffusion_model_name``); other
     DiTs (Qwen-Image) keep the names, which are their own."""
-    for prefix in ("lora.lora.", "lora."):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
+    name = _without_lora_prefix(name)
     if name.startswith("transformer."):
         if not flux:
             return "unet", name[len("transformer."):].replace(".", "_")
@@ -149,9 +146,17 @@ def dotted_module(name: str) -> Optional[str]:
     return None
 
 
+def _without_lora_prefix(name: str) -> str:
+    for prefix in ("lora.lora.", "lora."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def is_kohya(name: str) -> bool:
-    """A kohya-style module name (``lora_unet_...``, ``lora_te1_...``): underscores for dots."""
-    return name.startswith(tuple(prefix for prefix, _part in _KOHYA))
+    """A kohya-style module name (``lora_unet_...``, ``lora_te1_...``; a ``lora.`` prefix allowed):
+    underscores for dots."""
+    return _without_lora_prefix(name).startswith(tuple(prefix for prefix, _part in _KOHYA))
 
 
 def kohya_dotted(flat: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from accelstack.engine.png import encode_png
 from accelstack.engine.probe_architecture import Shape, _conv, _linear, _norm, _transformer  # the probe's own builders
@@ -24,6 +24,17 @@ def extract_part(probe_path: str, out: Path, prefix: str) -> Path:
     """The tensors of a probe file under ``prefix`` as a file of their own, names without it (the
     component files users have: stable-diffusion.cpp gives each its prefix back as it loads it)."""
     return _rewrite(probe_path, out, lambda name: name[len(prefix):] if name.startswith(prefix) else None)
+
+
+def split_probe(family: str, folder: Path, files: Dict[str, str]) -> Tuple[str, Path]:
+    """Family ``family``'s probe (kept in ``folder``/cache) and its parts as files of their own in ``folder``,
+    ``files`` naming each ({file name: the probe's prefix}): a model in separate files, as users have it."""
+    from accelstack.engine.probe_family_files import ensure_family_probe
+
+    probe = ensure_family_probe(family, 1234, folder / "cache", keep=True)
+    for name, prefix in files.items():
+        extract_part(probe.path, folder / name, prefix)
+    return probe.path, folder
 
 
 def drop_part(probe_path: str, out: Path, prefix: str) -> Path:

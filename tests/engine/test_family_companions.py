@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from companion_files import embedding, write_safetensors
-from component_files import extract_part, write_controlnet, write_png_image
+from component_files import split_probe, write_controlnet, write_png_image
 
 from accelstack.engine import generation
 from accelstack.engine.errors import InvalidRequestError
@@ -104,12 +104,9 @@ def test_a_controlnet_with_linear_projections_is_refused_before_it_crashes_the_w
 def qwen_parts(tmp_path_factory):
     """The reduced Qwen-Image probe and its three parts as the files users have (qwen_image.safetensors,
     qwen_image_vae.safetensors, qwen_2.5_vl_7b.safetensors: ComfyUI's split)."""
-    folder = tmp_path_factory.mktemp("qwen")
-    probe = ensure_family_probe("qwen-image", 1234, folder / "cache", keep=True)
-    extract_part(probe.model, folder / "qwen_image.safetensors", "model.diffusion_model.")
-    extract_part(probe.model, folder / "qwen_image_vae.safetensors", "vae.")
-    extract_part(probe.model, folder / "qwen_2.5_vl_7b.safetensors", "text_encoders.llm.")
-    return probe.path, folder
+    return split_probe("qwen-image", tmp_path_factory.mktemp("qwen"), {
+        "qwen_image.safetensors": "model.diffusion_model.", "qwen_image_vae.safetensors": "vae.",
+        "qwen_2.5_vl_7b.safetensors": "text_encoders.llm."})
 
 
 QWEN_REQUEST = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)

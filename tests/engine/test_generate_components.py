@@ -17,6 +17,7 @@ from component_files import (  # noqa: E402
     SDXL_CONTROL,
     controlnet_shapes,
     extract_part,
+    split_probe,
     standalone_vae,
     write_controlnet,
     write_png_image,
@@ -330,14 +331,9 @@ def test_the_cli_runs_img2img_with_a_vae_and_reports_them(cpu_runtime, probe_mod
 def flux_parts(tmp_path_factory):
     """The reduced Flux probe (engine.probe_families) and its three parts as files of their own, as
     users have them (flux1-dev.safetensors, ae.safetensors, clip_l.safetensors)."""
-    from accelstack.engine.probe_family_files import ensure_family_probe
-
-    folder = tmp_path_factory.mktemp("flux")
-    probe = ensure_family_probe("flux", 1234, folder / "cache", keep=True)
-    extract_part(probe.path, folder / "flux1-dev.safetensors", "model.diffusion_model.")
-    extract_part(probe.path, folder / "ae.safetensors", "vae.")
-    extract_part(probe.path, folder / "clip_l.safetensors", "text_encoders.clip_l.transformer.")
-    return probe.path, folder
+    return split_probe("flux", tmp_path_factory.mktemp("flux"), {
+        "flux1-dev.safetensors": "model.diffusion_model.", "ae.safetensors": "vae.",
+        "clip_l.safetensors": "text_encoders.clip_l.transformer."})
 
 
 def test_flux_from_a_diffusion_model_vae_and_clip_l_files_is_the_checkpoints_image(cpu_runtime, flux_parts, tmp_path):
