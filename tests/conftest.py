@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -48,6 +49,17 @@ def _isolate_from_the_user_dirs() -> None:
 
 _isolate_from_the_user_dirs()
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request) -> Iterator[Path]:
+    """A folder for what one test module's tests share (a probe and its parts: GBs), removed when the
+    module is done. A full run would otherwise keep every module's probes to the end of the session
+    (37 GB measured), more than a CI machine's disk; per-test folders go with the "failed" retention
+    policy in pyproject.toml."""
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -58,12 +58,10 @@ def test_a_machine_without_the_backends_gpu_leaves_it_unknown():
     assert gpu_vram_free("cpu", _system("linux-nvidia-rtx4070-550")) is None
 
 
-def test_known_free_vram_keeps_the_weights_on_the_gpu_where_unknown_offloads(tmp_path):
+def test_known_free_vram_keeps_the_weights_on_the_gpu_where_unknown_offloads(probe_model):
     # issue 26: "keep weights on the GPU when they fit, offload when not". The SD 1.x probe's shapes at
     # f16 (2 GB) at 512x512 on the captured RTX 4070 (11.6 GiB free) fit: weights stay in VRAM.
-    from accelstack.engine.probe_model import ensure_probe_model
-
-    probe = ensure_probe_model(3, tmp_path / "probe", keep=True)
+    probe = probe_model
     free = gpu_vram_free("cuda", _system("linux-nvidia-rtx4070-550"))
     known = plan_for_files([probe.model], 512, 512, 1, EngineOptions(), gpu=True, ram_free=16 << 30, vram_free=free)
     assert known.offload_to_cpu is False and known.vram_free == free
@@ -73,20 +71,19 @@ def test_known_free_vram_keeps_the_weights_on_the_gpu_where_unknown_offloads(tmp
     assert small.offload_to_cpu is True  # 1 GiB free: the weights go to RAM
 
 
-def test_generate_plans_with_the_machines_free_vram(cpu_runtime, monkeypatch, tmp_path):
+def test_generate_plans_with_the_machines_free_vram(cpu_runtime, probe_model, monkeypatch, tmp_path):
     # The wiring: generate asks this machine's GPUs (a replayed RTX 4070) before the worker starts, and the
     # worker is started with the weights kept in VRAM. A CUDA runtime cannot exist here: the CPU build's
     # folder is named a cuda runtime (it has no outside libraries to check), and the worker's start is
     # where the test stops, with the options it would have been given.
     import dataclasses
 
-    from accelstack.engine.probe_model import ensure_probe_model
     from accelstack.engine.protocol import GenerateRequest
     from accelstack.hardware import live
 
     monkeypatch.setattr(live, "LiveSystem", lambda: _system("linux-nvidia-rtx4070-550"))
     assert generation.gpu_vram_free("cuda") == 11852 * MIB
-    probe = ensure_probe_model(3, tmp_path / "probe", keep=True)
+    probe = probe_model
     started = {}
 
     class Stop(BaseException):

@@ -38,29 +38,34 @@ def sd2_lora(path, seed: int = 17):
     return write_safetensors(path, tensors)
 
 
-def test_an_sd2_lora_embedding_and_controlnet_apply_to_the_sd2_probe(cpu_runtime, tmp_path):
+@pytest.fixture(scope="module")
+def sd2_probe(module_tmp) -> str:
+    """The SD 2.x probe (1.2 GB), made once for this module's tests."""
+    return ensure_family_probe("sd2", 7, module_tmp / "sd2", keep=True).path
+
+
+def test_an_sd2_lora_embedding_and_controlnet_apply_to_the_sd2_probe(cpu_runtime, sd2_probe, tmp_path):
     # issue 26 "Done when" for SD 2.x: a LoRA, an embedding (1024 wide: OpenCLIP-H's) and a ControlNet
     # (SD 2.x's 1024-wide context, src/control.hpp) on the full-size SD 2.x probe.
-    probe = ensure_family_probe("sd2", 7, tmp_path / "cache", keep=True)
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()
     sd2_lora(loras / "sd2style.safetensors")
     embedding(embeds / "sd2word.safetensors", width=1024)
     request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, embeddings_dir=str(embeds))
-    plain, _t, first = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a sd2word lighthouse", **request),
+    plain, _t, first = _generate(cpu_runtime, sd2_probe, tmp_path, GenerateRequest(prompt="a sd2word lighthouse", **request),
                                  "plain")
     assert first.embeddings == ["sd2word"]
-    bare, _t, _r = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a lighthouse", **request), "bare")
+    bare, _t, _r = _generate(cpu_runtime, sd2_probe, tmp_path, GenerateRequest(prompt="a lighthouse", **request), "bare")
     assert bare != plain  # the embedding's vectors changed the conditioning
-    styled, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+    styled, text, report = _generate(cpu_runtime, sd2_probe, tmp_path, GenerateRequest(
         prompt="a sd2word lighthouse <lora:sd2style:0.8>", lora_dir=str(loras), **request), "styled")
     assert styled != plain
     assert [(lora.name, lora.weight, lora.tensors) for lora in report.loras] == [("sd2style", 0.8, 4)]  # every module matched, the text encoder's too
     assert "LoRA: sd2style:0.8" in text and "Embeddings: sd2word" in text
     net = write_controlnet(tmp_path / "depth-sd21.safetensors", context=1024)  # projections as control.hpp builds them
     control = write_png_image(tmp_path / "depth.png", 64, 64, seed=4)
-    guided, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+    guided, text, report = _generate(cpu_runtime, sd2_probe, tmp_path, GenerateRequest(
         prompt="a sd2word lighthouse", control_net=str(net), control_image=str(control), control_strength=0.9,
         **request), "guided")
     assert guided != plain
@@ -68,31 +73,30 @@ def test_an_sd2_lora_embedding_and_controlnet_apply_to_the_sd2_probe(cpu_runtime
     assert "ControlNet: depth-sd21.safetensors 0.9" in text
 
 
-def test_an_sd1_controlnet_on_the_sd2_probe_is_refused_before_any_worker(cpu_runtime, tmp_path, monkeypatch):
-    probe = ensure_family_probe("sd2", 7, tmp_path / "cache", keep=True)
+def test_an_sd1_controlnet_on_the_sd2_probe_is_refused_before_any_worker(cpu_runtime, sd2_probe, tmp_path, monkeypatch):
     net = write_controlnet(tmp_path / "canny-sd15.safetensors")
     control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
     monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(InvalidRequestError, match="for sd1, not for this sd2 model"):
-        generation.generate(cpu_runtime, probe.path, GenerateRequest(
+        generation.generate(cpu_runtime, sd2_probe, GenerateRequest(
             prompt="a lighthouse", width=64, height=64, control_net=str(net), control_image=str(control)),
             tmp_path / "no.png")
     assert not (tmp_path / "no.png").exists()
 
 
-def test_a_controlnet_with_linear_projections_is_refused_before_it_crashes_the_worker(cpu_runtime, tmp_path, monkeypatch):
+def test_a_controlnet_with_linear_projections_is_refused_before_it_crashes_the_worker(cpu_runtime, sd2_probe, tmp_path,
+                                                                                       monkeypatch):
     # SD 2.x ControlNets are trained with linear transformer projections (copied from SD 2.x's UNet). The
     # runtime's ControlNet looks for the file's proj_out among the *model's* tensor names (src/control.hpp
     # ControlNet passes the model's tensor map to SpatialTransformer::init_params), never finds it and builds
     # 1x1 convolutions: measured here, "tensor 'input_blocks.1.1.proj_in.weight' has wrong shape in model
     # file: got [320, 320, 1, 1], expected [1, 1, 320, 320]", then the worker died of SIGSEGV, reported as
     # the model failing to load. Refused before any worker starts, naming the ControlNet and the reason.
-    probe = ensure_family_probe("sd2", 7, tmp_path / "cache", keep=True)
     net = write_controlnet(tmp_path / "depth-sd21.safetensors", context=1024, linear=True)
     control = write_png_image(tmp_path / "depth.png", 64, 64, seed=4)
     monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(InvalidRequestError, match="--control-net") as info:
-        generation.generate(cpu_runtime, probe.path, GenerateRequest(
+        generation.generate(cpu_runtime, sd2_probe, GenerateRequest(
             prompt="a lighthouse", width=64, height=64, control_net=str(net), control_image=str(control)),
             tmp_path / "no.png")
     assert "linear" in info.value.message and "src/control.hpp" in info.value.message
@@ -101,10 +105,10 @@ def test_a_controlnet_with_linear_projections_is_refused_before_it_crashes_the_w
 
 # -- Qwen-Image ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def qwen_parts(tmp_path_factory):
+def qwen_parts(module_tmp):
     """The reduced Qwen-Image probe and its three parts as the files users have (qwen_image.safetensors,
     qwen_image_vae.safetensors, qwen_2.5_vl_7b.safetensors: ComfyUI's split)."""
-    return split_probe("qwen-image", tmp_path_factory.mktemp("qwen"), {
+    return split_probe("qwen-image", module_tmp / "qwen", {
         "qwen_image.safetensors": "model.diffusion_model.", "qwen_image_vae.safetensors": "vae.",
         "qwen_2.5_vl_7b.safetensors": "text_encoders.llm."})
 

@@ -90,9 +90,10 @@ def shifted_vae(probe_path: str, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def parts(probe_model, tmp_path_factory):
+def parts(probe_model, module_tmp):
     """The probe's VAE (its own bytes, and a shifted one), its CLIP-L, and 64x64 PNG images."""
-    folder = tmp_path_factory.mktemp("components")
+    folder = module_tmp / "components"
+    folder.mkdir()
     standalone_vae(probe_model.path, folder / "vae.safetensors")
     shifted_vae(probe_model.path, folder / "vae-shifted.safetensors")
     standalone_vae(probe_model.path, folder / "clip_l.safetensors", prefix="te.")
@@ -103,9 +104,9 @@ def parts(probe_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def plain(cpu_runtime, probe_model, tmp_path_factory) -> bytes:
+def plain(cpu_runtime, probe_model, module_tmp) -> bytes:
     """The txt2img image of :func:`fast` (the reference every other run is compared with)."""
-    out = tmp_path_factory.mktemp("plain") / "plain.png"
+    out = module_tmp / "plain.png"
     generation.generate(cpu_runtime, probe_model.path, fast(), out)
     return read_png(out).rgb()
 
@@ -328,10 +329,10 @@ def test_the_cli_runs_img2img_with_a_vae_and_reports_them(cpu_runtime, probe_mod
 
 # -- a DiT family from separate files: the Flux probe's parts --------------------------------------------
 @pytest.fixture(scope="module")
-def flux_parts(tmp_path_factory):
+def flux_parts(module_tmp):
     """The reduced Flux probe (engine.probe_families) and its three parts as files of their own, as
     users have them (flux1-dev.safetensors, ae.safetensors, clip_l.safetensors)."""
-    return split_probe("flux", tmp_path_factory.mktemp("flux"), {
+    return split_probe("flux", module_tmp / "flux", {
         "flux1-dev.safetensors": "model.diffusion_model.", "ae.safetensors": "vae.",
         "clip_l.safetensors": "text_encoders.clip_l.transformer."})
 
@@ -464,7 +465,16 @@ def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, f
     assert zero == plain  # the same LoRA with zero up-weights: the tag alone changes nothing
 
 
-def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_is_refused(cpu_runtime, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def sdxl_probe(module_tmp) -> str:
+    """The SDXL probe (1.6 GB), made once for this module's tests."""
+    from accelstack.engine.probe_family_files import ensure_family_probe
+
+    return ensure_family_probe("sdxl", 7, module_tmp / "sdxl", keep=True).path
+
+
+def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_is_refused(cpu_runtime, sdxl_probe, tmp_path,
+                                                                                          monkeypatch):
     # issue 26 "Done when" for SDXL: a kohya SDXL LoRA in LDM names (lora_unet_input_blocks_4_1_... is
     # down_blocks.1.attentions.0 of the Vega layout's UNet) and an SDXL embedding, which holds one vector set
     # per text encoder (clip_l: 768 wide, clip_g: 1280), on the SDXL probe: checked, applied and named.
@@ -474,9 +484,6 @@ def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_i
     import numpy as np
     from companion_files import write_safetensors
 
-    from accelstack.engine.probe_family_files import ensure_family_probe
-
-    probe = ensure_family_probe("sdxl", 7, tmp_path / "cache", keep=True)
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()
@@ -492,9 +499,9 @@ def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_i
     write_safetensors(embeds / "xlword.safetensors", {"clip_l": rng.normal(0, 0.5, (2, 768)),
                                                        "clip_g": rng.normal(0, 0.5, (2, 1280))})
     request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, embeddings_dir=str(embeds))
-    plain, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(prompt="a xlword lighthouse", **request),
+    plain, _text, _ = _generate(cpu_runtime, sdxl_probe, tmp_path, GenerateRequest(prompt="a xlword lighthouse", **request),
                                 "plain")
-    styled, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
+    styled, text, report = _generate(cpu_runtime, sdxl_probe, tmp_path, GenerateRequest(
         prompt="a xlword lighthouse <lora:xlstyle:0.8>", lora_dir=str(loras), **request), "styled")
     assert styled != plain  # the same prompt and embedding: the LoRA changed the image
     assert [(lora.name, lora.weight, lora.tensors) for lora in report.loras] == [("xlstyle", 0.8, 6)]
@@ -504,7 +511,7 @@ def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_i
     control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
     monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
     with pytest.raises(InvalidRequestError, match="aborts on an SDXL ControlNet") as info:
-        generation.generate(cpu_runtime, probe.path, GenerateRequest(
+        generation.generate(cpu_runtime, sdxl_probe, GenerateRequest(
             prompt="a lighthouse", control_net=str(net), control_image=str(control), **request), tmp_path / "no.png")
     assert "pull 1752" in info.value.message and "SD 1.x or SD 2.x" in info.value.hint
     assert not (tmp_path / "no.png").exists()
@@ -533,20 +540,17 @@ def test_an_embedding_applies_to_a_separate_clip_l_file(cpu_runtime, flux_parts,
                                                                vae=str(folder / "ae.safetensors")), tmp_path / "no.png")
 
 
-def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_runtime, tmp_path):
+def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_runtime, sdxl_probe, tmp_path):
     # --clip-g for real: the SDXL probe without its CLIP-G, and the CLIP-G as a file of its own (HF names,
     # as clip_g.safetensors is shared), give the all-in-one file's pixels; stable-diffusion.cpp gives the
     # file the prefix of the UNet models' second encoder (src/stable-diffusion.cpp new_sd_ctx).
     from component_files import drop_part
 
-    from accelstack.engine.probe_family_files import ensure_family_probe
-
-    probe = ensure_family_probe("sdxl", 7, tmp_path / "cache", keep=True)
     clip_g_prefix = "conditioner.embedders.1.transformer."
-    extract_part(probe.path, tmp_path / "clip_g.safetensors", clip_g_prefix)
-    rest = drop_part(probe.path, tmp_path / "sdxl-no-clip-g.safetensors", clip_g_prefix)
+    extract_part(sdxl_probe, tmp_path / "clip_g.safetensors", clip_g_prefix)
+    rest = drop_part(sdxl_probe, tmp_path / "sdxl-no-clip-g.safetensors", clip_g_prefix)
     request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
-    whole, _text, _ = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(**request), "whole")
+    whole, _text, _ = _generate(cpu_runtime, sdxl_probe, tmp_path, GenerateRequest(**request), "whole")
     split, text, report = _generate(cpu_runtime, str(rest), tmp_path, GenerateRequest(
         **request, clip_g=str(tmp_path / "clip_g.safetensors")), "split")
     assert report.components == {"clip_g": "clip_g.safetensors"}
