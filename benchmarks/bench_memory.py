@@ -16,12 +16,13 @@ real widths, full CLIP-L and CLIP-G, but a quarter-width VAE decoder): its diffu
 memory are SDXL's, its VAE's is not, so only tiled rows (``--tiles 8``: the decode is a few MiB) check
 the planner's SDXL constants. ``--family sd2`` and ``--family sd3`` are the same case (the full SD 2.x UNet;
 SD3-medium's own MMDiT). ``--family qwen-image`` has one DiT block at the real width (its blocks run one
-after the other, so one block's working memory is the real model's) and the real Wan VAE decoder. The
-flux and chroma probes are 128 wide (real: 3072) and check nothing.
+after the other, so one block's working memory is the real model's) and the real Wan VAE decoder.
+``--family z-image`` is Z-Image's whole DiT (Q4_0) with a quarter-width VAE (``--tiles 8``). The flux and
+chroma probes are 128 wide (real: 3072) and check nothing.
 
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
-    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image] [--sizes 128,256,384] [--tiles 0,8,16]
+    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image] [--sizes 128,256,384] [--tiles 0,8,16]
                                       [--threads N] [--json]
 """
 from __future__ import annotations
@@ -58,7 +59,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image"),
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
                          "Wan VAE decoder)")

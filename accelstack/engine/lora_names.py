@@ -6,7 +6,8 @@ another. stable-diffusion.cpp brings both to its own names (``convert_tensor_nam
 :mod:`accelstack.engine.companions` needs to tell, before anything loads, whether a LoRA touches the
 model at all and with sizes that fit: kohya ``lora_unet_``/``lora_te_``/``lora_te1_``/``lora_te2_``
 names (LDM or diffusers block names), sd.cpp/LDM dotted names, diffusers/PEFT names, and diffusers'
-DiT names: FLUX.1's converted (``convert_diffusers_dit_to_original_flux``), Qwen-Image's as they are.
+DiT names: FLUX.1's converted (``convert_diffusers_dit_to_original_flux``), Z-Image's (Lumina 2's) converted
+(``convert_diffusers_dit_to_original_lumina2``), Qwen-Image's as they are.
 """
 from __future__ import annotations
 
@@ -61,6 +62,23 @@ _FLUX_DIFFUSERS = tuple((re.compile(pattern), target) for pattern, target in (
     (r"norm_out\.linear", "final_layer.adaLN_modulation.1"),
 ))
 _EMBEDDER_LAYER = {"1": "in_layer", "2": "out_layer"}
+# diffusers' Z-Image (Lumina 2) DiT module names -> the original ones (src/name_conversion.cpp
+# convert_diffusers_dit_to_original_lumina2: a prefix map): to_q/to_k/to_v are slices of the fused qkv. The
+# names are Lumina 2's own, so converting them whatever the model is changes no other family's names.
+_ZIMAGE_DIFFUSERS = tuple((re.compile(pattern), target) for pattern, target in (
+    (r"((?:noise_refiner|context_refiner|layers)\.\d+\.attention)\.to_[qkv](?=$|\.)", r"\1.qkv"),
+    (r"((?:noise_refiner|context_refiner|layers)\.\d+\.attention)\.to_out\.0(?=$|\.)", r"\1.out"),
+    (r"((?:noise_refiner|context_refiner|layers)\.\d+\.attention)\.norm_([qk])(?=$|\.)", r"\1.\2_norm"),
+    (r"all_x_embedder\.2-1(?=$|\.)", "x_embedder"), (r"all_final_layer\.2-1(?=$|\.)", "final_layer"),
+))
+
+
+def _zimage_original(name: str) -> str:
+    for pattern, target in _ZIMAGE_DIFFUSERS:
+        m = pattern.match(name)
+        if m:
+            return m.expand(target) + name[m.end():]
+    return name
 
 
 def _flux_from_diffusers(name: str) -> Optional[str]:
@@ -103,7 +121,7 @@ def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     name = _without_lora_prefix(name)
     if name.startswith("transformer."):
         if not flux:
-            return "unet", name[len("transformer."):].replace(".", "_")
+            return "unet", _zimage_original(name[len("transformer."):]).replace(".", "_")
         converted = _flux_from_diffusers(name[len("transformer."):])
         return ("unet", converted.replace(".", "_")) if converted else None
     part, rest = "", ""
@@ -114,7 +132,8 @@ def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     else:
         for prefix, which in _PART_PREFIXES:
             if name.startswith(prefix):
-                part, rest = which, name[len(prefix):].replace(".", "_")
+                rest = name[len(prefix):]
+                part, rest = which, (_zimage_original(rest) if which == "unet" else rest).replace(".", "_")
                 break
     if not part:
         return None

@@ -263,7 +263,7 @@ def _encoder_parts(groups: Dict[Tuple[str, str], List[TensorInfo]], layouts: Dic
             if match:
                 kind, name = match.id, match.name
                 break
-        out.append(_part("text_encoder", kind, name, "" if key[1] in ("clip", "t5", "llm") else key[1],
+        out.append(_part("text_encoder", kind, name, "" if key[1] in ("clip", "t5", "llm", "gguf") else key[1],
                          layouts[key], ts))
     return out
 

@@ -42,6 +42,9 @@ tensors it finds (the source of each fact is cited where the shapes are built):
 * **sd3**: SD3-medium's own MMDiT (24 blocks: the least stable-diffusion.cpp builds), CLIP-L and
   CLIP-G (it aborts without either), no T5-XXL: 2.91 G parameters, the largest probe
   (:mod:`accelstack.engine.probe_sd3`). Plain ``verify`` keeps the SD 1.x probe.
+* **z-image**: nothing of Z-Image's DiT is read from the tensors (6.15 G parameters, fixed): its
+  matrices are stored Q4_0 in a GGUF file (3.5 GB), with a one-layer Qwen3 text model and a decode-only
+  VAE (:mod:`accelstack.engine.probe_zimage`, :mod:`accelstack.engine.probe_gguf`).
 
 The file holds all parts under the prefixes stable-diffusion.cpp reads in an all-in-one checkpoint
 (src/name_conversion.cpp ``convert_tensor_name``): ``model.diffusion_model.`` (original names, which
@@ -52,11 +55,8 @@ so the worker loads it as any model file (``model_path`` only).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from ..serde import to_dict
-from ..verdict import VerifyCheck, VerifyReport
 from .config import shown
 from .errors import InvalidRequestError
 from .probe_architecture import (
@@ -73,10 +73,10 @@ from .probe_architecture import (
 )
 from .probe_qwen import qwen_dit_tensors, qwen_llm_tensors, wan_decoder_tensors
 from .probe_sd3 import mmdit_tensors
+from .probe_zimage import ZIMAGE_QUANTIZED, qwen3_llm_tensors, zimage_dit_tensors
 
 __all__ = ["FamilyProbeSpec", "FAMILIES", "DEFAULT_FAMILY", "family_names", "family_spec", "check_families",
-           "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of",
-           "family_output", "merge_reports"]
+           "flux_tensors", "vae_decoder_tensors", "ModelFamily", "PROBE_OF_FAMILY", "probe_families_of"]
 
 Parts = Dict[str, Dict[str, Shape]]  # {tensor-name prefix: {name: shape}}
 
@@ -249,6 +249,11 @@ def _sd3_parts() -> Parts:
             "text_encoders.clip_g.transformer.": clip_g_tensors()}
 
 
+def _zimage_parts() -> Parts:
+    return {"model.diffusion_model.": zimage_dit_tensors(), "vae.": vae_decoder_tensors(FLUX_LATENT),
+            "text_encoders.llm.": qwen3_llm_tensors()}
+
+
 def _chroma_parts() -> Parts:
     return {"model.diffusion_model.": flux_tensors(chroma=True),
             "vae.": vae_decoder_tensors(FLUX_LATENT)}
@@ -268,6 +273,7 @@ class FamilyProbeSpec:
     options_reason: str = ""
     note: str = ""  # what is reduced, for people
     sources: List[str] = field(default_factory=list)
+    quantized: Tuple[str, ...] = ()  # tensor-name prefixes stored Q4_0 in a GGUF file (none: safetensors, F8)
 
 
 FAMILIES: Dict[str, FamilyProbeSpec] = {
@@ -310,6 +316,12 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                            note="SD3-medium's 24-block MMDiT, CLIP-L and CLIP-G, no T5-XXL, decode-only VAE: 2.91 G",
                            sources=["src/mmdit.hpp MMDiT", "src/conditioner.hpp SD3CLIPEmbedder",
                                     "src/model.cpp get_sd_version"]),
+    "z-image": FamilyProbeSpec("z-image", "Z-Image (whole DiT, Q4_0)", "Z-Image", _zimage_parts, cfg_scale=1.0,
+                               note="Z-Image's whole 30-layer DiT (6.15 G, fixed) stored Q4_0 in GGUF, Qwen3's text model "
+                                    "with 1 layer at its real widths (its 152k x 2560 embedding), decode-only VAE: 3.9 GB",
+                               sources=["src/z_image.hpp ZImageParams", "src/llm.hpp LLMRunner",
+                                        "src/conditioner.hpp LLMEmbedder", "src/model.cpp get_sd_version"],
+                               quantized=ZIMAGE_QUANTIZED),
 }
 
 
@@ -337,7 +349,7 @@ def check_families(families: Sequence[str]) -> List[str]:
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
 PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl",
-                                   "qwen-image": "qwen-image", "sd3": "sd3"}
+                                   "qwen-image": "qwen-image", "sd3": "sd3", "z-image": "z-image"}
 
 
 @dataclass
@@ -366,35 +378,3 @@ def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
                                            f"{path}` shows what the file is")
         out.append(ModelFamily(str(found.path), found.family, found.family_name, probe))
     return out
-
-
-# -- how a family's verify is reported ----------------------------------------------------------------
-def family_output(output: Union[str, Path], family: str) -> Path:
-    """Where a family's probe image goes: ``output`` for SD 1.x, else ``<stem>-<family><suffix>``
-    beside it (``verify-cpu.png`` -> ``verify-cpu-flux.png``)."""
-    out = Path(output)
-    return out if family == DEFAULT_FAMILY else out.with_name(f"{out.stem}-{family}{out.suffix or '.png'}")
-
-
-def merge_reports(reports: List[Tuple[str, VerifyReport]], seconds: float) -> VerifyReport:
-    """One report of the families' reports (``verify(families=...)``): the first one's figures,
-    every family's checks named ``<family>:<check>``, each family's own report in ``details["families"]``."""
-    first = reports[0][1]
-    merged = VerifyReport(ok=all(r.ok for _f, r in reports), reason="; ".join(f"{f}: {r.reason}" for f, r in reports
-                                                                               if not r.ok),
-                          runtime=first.runtime, backend=first.backend, device=first.device,
-                          load_seconds=first.load_seconds, step_seconds=first.step_seconds,
-                          its_per_second=first.its_per_second, generate_seconds=first.generate_seconds,
-                          probe_seconds=round(sum(r.probe_seconds for _f, r in reports), 3), probe_path=first.probe_path,
-                          probe_temporary=first.probe_temporary, image=first.image, total_seconds=round(seconds, 4),
-                          pixels=first.pixels)
-    for family, r in reports:
-        merged.checks += [VerifyCheck(f"{family}:{c.name}", c.ok, c.detail) for c in r.checks]
-        if r.cpu_mean_diff is not None and (merged.cpu_mean_diff is None or r.cpu_mean_diff > merged.cpu_mean_diff):
-            merged.cpu_mean_diff = r.cpu_mean_diff
-        if r.cpu_max_diff is not None:
-            merged.cpu_max_diff = max(merged.cpu_max_diff or 0, r.cpu_max_diff)
-        if not r.ok and not merged.log_tail:
-            merged.log_tail = r.log_tail
-    merged.details["families"] = {f: {k: v for k, v in to_dict(r).items() if k != "log_tail"} for f, r in reports}
-    return merged

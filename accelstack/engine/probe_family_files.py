@@ -42,5 +42,6 @@ def ensure_family_probe(family: str, seed: int, cache_root: Path, progress: Prog
             "probe_format": str(FAMILY_FORMAT_VERSION)}
     recipe = ProbeRecipe(family_dir_name(spec.family, seed), f"{spec.family} probe model", spec.parts, meta,
                          {"sdcpp_version": spec.sdcpp_version}, FAMILY_FORMAT_VERSION,
-                         f"pools-{spec.family}-f{FAMILY_FORMAT_VERSION}-s{seed}-{probe_model.DTYPE}.bin", spec.family)
+                         None if spec.quantized else f"pools-{spec.family}-f{FAMILY_FORMAT_VERSION}-s{seed}-{probe_model.DTYPE}.bin",
+                         spec.family, spec.quantized)
     return probe_model.ensure_probe(recipe, seed, cache_root, progress, keep=keep, on_synthesis=on_synthesis)

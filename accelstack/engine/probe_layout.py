@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-__all__ = ["MARKER", "WEIGHTS", "PREFIXES", "probe_weights", "split_parts"]
+__all__ = ["MARKER", "WEIGHTS", "GGUF_WEIGHTS", "PREFIXES", "probe_weights", "split_parts"]
 
 MARKER = "probe.json"
 WEIGHTS = "probe.safetensors"
+GGUF_WEIGHTS = "probe.gguf"  # a family probe whose matrices are block-quantized (engine.probe_gguf)
 PREFIXES: Dict[str, str] = {"unet": "unet.", "vae": "vae.", "text_encoder": "te."}
 
 
@@ -25,12 +26,10 @@ def probe_weights(path: str) -> Optional[str]:
     """The weights file of the probe at ``path`` (its folder or the file itself), or None when
     ``path`` is not a complete probe."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
-    if not os.path.isdir(path) and os.path.basename(path) != WEIGHTS:
+    names = (WEIGHTS, GGUF_WEIGHTS) if os.path.isdir(path) else (os.path.basename(path),)
+    if not set(names) <= {WEIGHTS, GGUF_WEIGHTS} or not os.path.isfile(os.path.join(folder, MARKER)):
         return None
-    weights = os.path.join(folder, WEIGHTS)
-    if os.path.isfile(os.path.join(folder, MARKER)) and os.path.isfile(weights):
-        return weights
-    return None
+    return next((w for w in (os.path.join(folder, n) for n in names) if os.path.isfile(w)), None)
 
 
 def split_parts(tensors: Dict[str, object]) -> Dict[str, Dict[str, object]]:

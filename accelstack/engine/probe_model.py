@@ -41,7 +41,6 @@ same code from their :class:`ProbeRecipe` (:mod:`accelstack.engine.probe_family_
 from __future__ import annotations
 
 import atexit
-import ctypes
 import dataclasses
 import hashlib
 import json
@@ -49,13 +48,12 @@ import logging
 import math
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from filelock import FileLock
 
@@ -67,6 +65,8 @@ from ..serde import size_text
 from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, Shape, sd1_tensors
+from .probe_gguf import gguf_size, quantized_prefixes, write_gguf
+from .probe_owner import OWNER, owner_text, temporary_probe_in_use
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "PARTIAL_WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
@@ -80,10 +80,8 @@ DEFAULT_SEED = 1234
 MARKER = probe_layout.MARKER
 WEIGHTS = probe_layout.WEIGHTS  # written as PARTIAL_WEIGHTS and renamed: it appears whole
 PARTIAL_WEIGHTS = WEIGHTS + ".part"  # only ever inside a new private folder of the synthesis (never a guessable path)
-OWNER = ".owner"  # in a temporary probe folder: the process that uses it
 TEMP_PREFIX = ".tmp-"
 MAX_POOLS_BYTES = 64 * POOL * DTYPES[DTYPE] + (1 << 16)  # the pools file: SD 1.x has 26 scales
-STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
 PARTS = tuple(probe_layout.PREFIXES)  # the parts an architecture has, in the file's order
 
 
@@ -109,12 +107,13 @@ class ProbeModel:
     cached: bool = False
     temporary: bool = False  # removed when this process exits (or on release())
     dtype: str = DTYPE
+    weights: str = WEIGHTS  # the weights file's name in the folder (probe.gguf: a quantized family probe)
     _owner_pid: int = field(default=0, repr=False, compare=False)
 
     @property
     def model(self) -> str:
         """The weights file, what stable-diffusion.cpp loads."""
-        return os.path.join(self.path, WEIGHTS)
+        return os.path.join(self.path, self.weights)
 
     def release(self) -> None:
         """Remove a temporary probe now (a kept one stays); later calls synthesize it again."""
@@ -139,43 +138,6 @@ def _forget(path: str) -> None:
 def _remove_temporaries() -> None:
     for path in list(_TEMPORARY):
         _forget(path)
-
-
-def _owner_text() -> str:
-    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time()})
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if os.name == "nt":
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
-        if handle:
-            ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
-            return True
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists, someone else's
-        return True
-    return True
-
-
-def temporary_probe_in_use(folder: Path) -> bool:
-    """True while the process that made temporary probe ``folder`` runs (or may: another host,
-    or no owner file yet and the folder is recent)."""
-    try:
-        owner = json.loads(read_capped(Path(folder) / OWNER, 64 << 10))  # a FIFO is refused, never waited on
-        if owner.get("host") != socket.gethostname():
-            return True
-        return _pid_alive(int(owner["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        try:
-            return time.time() - Path(folder).lstat().st_mtime < STALE_UNOWNED_SECONDS
-        except OSError:
-            return False
 
 
 def _sweep(root: Path) -> List[str]:
@@ -213,17 +175,26 @@ class ProbeRecipe:
     format_version: int
     pools_file: Optional[str] = None  # the probe cache's file of this recipe's encoded pools; None: not kept
     family: Optional[str] = None  # the marker's "family" (None: the SD 1.x probe's marker, which has none)
+    quantized: Tuple[str, ...] = ()  # tensor-name prefixes stored Q4_0: then a GGUF file (engine.probe_gguf)
+
+    @property
+    def weights(self) -> str:
+        return probe_layout.GGUF_WEIGHTS if self.quantized else WEIGHTS
+
+    @property
+    def dtype(self) -> str:
+        return "Q4_0+F16" if self.quantized else DTYPE
 
 
 def _load_marker(folder: Path, recipe: ProbeRecipe) -> Optional[ProbeModel]:
     try:
         data = json.loads(read_capped(folder / MARKER, 64 << 10))
         if (data.get("family") != recipe.family or data["format_version"] != recipe.format_version
-                or (folder / WEIGHTS).stat().st_size != data["size"]):
+                or (folder / recipe.weights).stat().st_size != data["size"]):
             return None
         return ProbeModel(path=str(folder), seed=data["seed"], format_version=data["format_version"],
                           parameters=data["parameters"], size_bytes=data["size"], cached=True,
-                          dtype=data.get("dtype", DTYPE))
+                          dtype=data.get("dtype", DTYPE), weights=recipe.weights)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -332,7 +303,8 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
     parts = recipe.parts()
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
     free = shutil.disk_usage(root).free
-    need = DTYPES[DTYPE] * total + (1 << 20)
+    need = (gguf_size(parts, recipe.meta, quantized_prefixes(recipe.quantized)) if recipe.quantized
+            else DTYPES[DTYPE] * total) + (1 << 20)
     if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
             f"not enough disk space for the {recipe.label} at {root}: {size_text(need)} needed, "
@@ -341,11 +313,11 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{recipe.name}-", dir=root))
     tmp.chmod(0o755)  # mkdtemp makes it private; the probe is a shareable cache entry
     probe = ProbeModel(path=str(tmp), seed=seed, format_version=recipe.format_version, parameters=total, size_bytes=0,
-                       temporary=folder is None, _owner_pid=os.getpid())
+                       temporary=folder is None, dtype=recipe.dtype, weights=recipe.weights, _owner_pid=os.getpid())
     if folder is None:
         with _TEMP_LOCK:
             _TEMPORARY[str(tmp)] = probe  # from now on removed at exit, whatever happens below
-    log.info("synthesizing the %s (seed %d, %s) in %s", recipe.label, seed, DTYPE, tmp)
+    log.info("synthesizing the %s (seed %d, %s) in %s", recipe.label, seed, recipe.dtype, tmp)
     done = [0]
     task = f"{recipe.label} (seed {seed})"
     progress(ProgressEvent("start", "probe", task=task, total=total, extra={"unit": "B"},
@@ -356,10 +328,10 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
         progress(ProgressEvent("advance", "probe", task=task, done=done[0], total=total, extra={"unit": "B"}))
 
     try:
-        fsio.write_text(tmp / OWNER, _owner_text(), durable=False)
+        fsio.write_text(tmp / OWNER, owner_text(), durable=False)
         if on_synthesis is not None and folder is None:
-            on_synthesis(str(tmp / WEIGHTS))  # the path the weights will appear at, whole
-        pools = Pools(seed, DTYPE)
+            on_synthesis(str(tmp / recipe.weights))  # the path the weights will appear at, whole
+        pools = Pools(seed, "F16" if recipe.quantized else DTYPE)
         scales = scales_in_order(parts)
         pools_file = root / recipe.pools_file if recipe.pools_file else None
         reused = _read_pools(pools_file, seed, scales) if pools_file is not None else None
@@ -367,17 +339,20 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
             pools.preload(reused)
         else:
             pools.prefetch(scales)  # encoded on a helper thread while the file is written
-        partial = tmp / PARTIAL_WEIGHTS
+        partial = tmp / (recipe.weights + ".part")
         try:
-            write_parts(partial, parts, pools, recipe.meta, tick)
+            if recipe.quantized:
+                write_gguf(partial, parts, pools, recipe.meta, tick, quantized_prefixes(recipe.quantized))
+            else:
+                write_parts(partial, parts, pools, recipe.meta, tick)
         finally:
             pools.close()
-        os.replace(partial, tmp / WEIGHTS)  # whole when it appears (a worker may be waiting for it)
+        os.replace(partial, tmp / recipe.weights)  # whole when it appears (a worker may be waiting for it)
         if pools_file is not None and reused is None:
             _write_pools(pools_file, pools, scales)
-        size = (tmp / WEIGHTS).stat().st_size
+        size = (tmp / recipe.weights).stat().st_size
         marker = {"seed": seed, "format_version": recipe.format_version, "parameters": total, "size": size,
-                  "dtype": DTYPE, "prefixes": list(parts), **recipe.marker,
+                  "dtype": recipe.dtype, "prefixes": list(parts), **recipe.marker,
                   "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probe_model"}
         if recipe.family is not None:
             marker["family"] = recipe.family

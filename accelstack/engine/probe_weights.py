@@ -21,7 +21,7 @@ from ..limits import MalformedInput, parse_json
 from .probe_architecture import Shape, value_rule
 
 __all__ = ["POOL", "DTYPES", "Pools", "base_pool", "encode", "safetensors_header", "write_part", "write_parts",
-           "scales_in_order", "pack_pools", "unpack_pools", "POOLS_MAGIC"]
+           "scales_in_order", "pack_pools", "unpack_pools", "POOLS_MAGIC", "window_offset", "const_bytes"]
 
 POOL = 1_048_573  # a prime, so windows never line up with power-of-two row lengths
 # How values are stored. F16 is what a model ships as. F8_E5M2 is the high byte of an f16 (rounded to
@@ -66,7 +66,7 @@ def base_pool(seed: int, size: int = POOL):
     return acc
 
 
-def _offset(seed: int, name: str, window: int) -> int:
+def window_offset(seed: int, name: str, window: int) -> int:
     digest = hashlib.sha256(f"{seed}\0{name}\0{window}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % POOL
 
@@ -144,7 +144,7 @@ def encode(values: Any, dtype: str = "F16") -> Any:
     return rounded.astype(np.uint8)
 
 
-def _const_bytes(value: float, count: int, dtype: str = "F16") -> bytes:
+def const_bytes(value: float, count: int, dtype: str = "F16") -> bytes:
     """``count`` copies of ``value`` encoded as :func:`encode` does, without NumPy (norm scales and
     biases: a synthesis from cached pools needs no NumPy at all)."""
     half = struct.pack("<e", value)
@@ -193,13 +193,13 @@ def write_parts(path: Path, parts: Dict[str, Dict[str, Shape]], pools: Pools, me
                 count = math.prod(shape)
                 kind, value = value_rule(name, shape)
                 if kind == "const":
-                    fh.write(_const_bytes(value, count, pools.dtype))
+                    fh.write(const_bytes(value, count, pools.dtype))
                 else:
                     pool = pools.get(value)
                     remaining, window = count * size, 0
                     while remaining:
                         take = min(remaining, window_bytes)
-                        start = _offset(pools.seed, name, window) * size
+                        start = window_offset(pools.seed, name, window) * size
                         fh.write(pool[start:start + take])
                         remaining -= take
                         window += 1

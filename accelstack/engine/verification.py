@@ -37,9 +37,10 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..verdict import PixelStats, VerifyCheck, VerifyReport
 from .config import EngineOptions
 from .errors import EngineError
+from .family_reports import family_output, merge_reports
 from .generation import check_outputs
 from .png import parameters_text, write_png
-from .probe_families import DEFAULT_FAMILY, check_families, family_output, family_spec, merge_reports
+from .probe_families import DEFAULT_FAMILY, check_families, family_spec
 from .probe_family_files import ensure_family_probe
 from .probe_model import DEFAULT_SEED
 from .probe_record import ImageRecord, image_digest, recall, record_key, remember

@@ -44,20 +44,21 @@ def _active_torch(status: dict) -> str:
 
 # -- the Easy Diffusion script in a fresh venv -----------------------------------------------------
 @pytest.fixture(scope="module")
-def torch_wheels(tmp_path_factory) -> None:
+def torch_wheels(module_tmp) -> None:
     """Skip unless pip finds the torch 2.13 CPU wheel and torchvision 0.28 offline (asked at run time)."""
     res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q", "-d",
-                          str(tmp_path_factory.mktemp("probe")), "torch==2.13.0"],
+                          str(module_tmp / "probe"), "torch==2.13.0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     if res.returncode != 0:
         pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
 
 
 @pytest.fixture(scope="module")
-def ed_run(torch_wheels, tmp_path_factory):
+def ed_run(torch_wheels, module_tmp):
     """A fresh venv that sees accelstack (and its dependencies) through a .pth file, but no torch;
     the Easy Diffusion script, with its import line swapped, run by that venv's python."""
-    root = tmp_path_factory.mktemp("ed")
+    root = module_tmp / "ed"
+    root.mkdir()
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=True)
     python = str(env_dir / "bin" / "python")

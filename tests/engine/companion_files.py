@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -55,3 +55,20 @@ def flux_block_lora(path: Path, seed: int, alpha: bool = True) -> Path:
 def embedding(path: Path, rows: int = 2, width: int = 768, seed: int = 3) -> Path:
     rng = np.random.default_rng(seed)
     return write_safetensors(path, {"emb_params": rng.normal(0, 0.5, (rows, width))})
+
+
+def dit_lora(path: Path, modules: Dict[str, Tuple[int, int]], naming: str, seed: int) -> Path:
+    """A tiny random LoRA on a DiT's ``modules`` ({dotted name: (rows, columns)}) in one of the namings LoRAs
+    ship in: diffusers/PEFT (``transformer.``, lora_A/lora_B), ComfyUI (``diffusion_model.``) or kohya/musubi
+    (``lora_unet_``, lora_down/lora_up with alpha)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for module, (rows, cols) in modules.items():
+        down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
+        if naming == "kohya":
+            key = "lora_unet_" + module.replace(".", "_")
+            tensors.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up, f"{key}.alpha": np.array(4.0)})
+        else:
+            key = ("transformer." if naming == "diffusers" else "diffusion_model.") + module
+            tensors.update({f"{key}.lora_A.weight": down, f"{key}.lora_B.weight": up})
+    return write_safetensors(path, tensors)

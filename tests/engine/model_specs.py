@@ -297,6 +297,19 @@ def qwen_image() -> Spec:
     return s
 
 
+def t5xxl_gguf() -> Spec:
+    """T5-XXL's encoder as llama.cpp names it in GGUF (city96's t5-v1_1-xxl-encoder-gguf)."""
+    return {"token_embd.weight": ((32128, 4096), "Q8_0"), "enc.blk.0.attn_k.weight": ((4096, 4096), "Q8_0"),
+            "enc.blk.0.ffn_gate.weight": ((10240, 4096), "Q8_0"), "enc.output_norm.weight": ((4096,), "F32")}
+
+
+def qwen3_4b_gguf() -> Spec:
+    """Qwen3-4B as llama.cpp names it in GGUF (the Qwen3-4B-Instruct-2507 GGUF files docs/z_image.md names)."""
+    return {"token_embd.weight": ((151936, 2560), "Q4_K"), "blk.0.attn_q.weight": ((4096, 2560), "Q4_K"),
+            "blk.0.attn_q_norm.weight": ((128,), "F32"), "blk.0.ffn_gate.weight": ((9728, 2560), "Q4_K"),
+            "output_norm.weight": ((2560,), "F32")}
+
+
 def qwen3_4b() -> Spec:
     return {"model.embed_tokens.weight": ((151936, 2560), "BF16"),
             "model.layers.0.self_attn.q_proj.weight": ((4096, 2560), "BF16"),

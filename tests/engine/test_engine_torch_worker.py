@@ -27,9 +27,9 @@ WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
 TORCH_PIN = "torch==2.13.*"
 
 
-@pytest.fixture(scope="session")
-def torch_venv(tmp_path_factory) -> Path:
-    venv = tmp_path_factory.mktemp("torch-runtime") / "venv"
+@pytest.fixture(scope="module")
+def torch_venv(module_tmp) -> Path:
+    venv = module_tmp / "torch-runtime" / "venv"
     start = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from companion_files import embedding, write_safetensors
+from companion_files import dit_lora, embedding, write_safetensors
 from component_files import split_probe, write_controlnet, write_png_image
 
 from accelstack.engine import generation
@@ -127,23 +127,6 @@ def test_qwen_image_from_a_diffusion_model_vae_and_llm_files_is_the_checkpoints_
     assert report.components == {"diffusion_model": "qwen_image.safetensors", "vae": "qwen_image_vae.safetensors",
                                  "llm": "qwen_2.5_vl_7b.safetensors"}
     assert "VAE: qwen_image_vae.safetensors" in text
-
-
-def dit_lora(path, modules, naming: str, seed: int):
-    """A tiny random LoRA on a DiT's ``modules`` ({dotted name: (rows, columns)}) in one of the namings LoRAs
-    ship in: diffusers/PEFT (``transformer.``, lora_A/lora_B), ComfyUI (``diffusion_model.``) or kohya/musubi
-    (``lora_unet_``, lora_down/lora_up with alpha)."""
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for module, (rows, cols) in modules.items():
-        down, up = rng.normal(0, 0.5, (4, cols)), rng.normal(0, 0.5, (rows, 4))
-        if naming == "kohya":
-            key = "lora_unet_" + module.replace(".", "_")
-            tensors.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up, f"{key}.alpha": np.array(4.0)})
-        else:
-            key = ("transformer." if naming == "diffusers" else "diffusion_model.") + module
-            tensors.update({f"{key}.lora_A.weight": down, f"{key}.lora_B.weight": up})
-    return write_safetensors(path, tensors)
 
 
 # the first joint block's attention and image MLP (3072 wide, the MLP 12288)

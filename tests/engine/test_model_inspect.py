@@ -62,6 +62,10 @@ CASES = {
     "clip_l.safetensors": (m.write_safetensors, m.clip_hf("", 768), "none", "", "text_encoder", []),
     "t5xxl_fp16.safetensors": (m.write_safetensors, m.t5xxl(), "none", "", "text_encoder", []),
     "qwen_3_4b.safetensors": (m.write_safetensors, m.qwen3_4b(), "none", "", "text_encoder", []),
+    # llama.cpp's GGUF names, which stable-diffusion.cpp converts (src/name_conversion.cpp t5_name_map, llm_name_map):
+    # they were "tensors of no known part", so --t5xxl / --llm refused the GGUF files its docs name
+    "t5xxl-Q8_0.gguf": (m.write_gguf, m.t5xxl_gguf(), "none", "", "text_encoder", []),
+    "Qwen3-4B-Instruct-2507-Q4_K_M.gguf": (m.write_gguf, m.qwen3_4b_gguf(), "none", "", "text_encoder", []),
     "mystery.safetensors": (m.write_safetensors, {"foo.bar.weight": ((4, 4), "F32"), "foo.baz": ((2,), "F32")},
                             "unknown", "", "unknown", []),
 }
@@ -95,6 +99,14 @@ def test_flux_dev_reads_its_real_size_and_names_the_files_it_still_needs(models)
     assert files["flux-vae"] == ["ae.safetensors"] and files["clip-l"] == ["clip_l.safetensors"]
     assert "t5xxl_fp16.safetensors" in files["t5xxl"]
     assert any("guidance_in" in e for e in r.evidence) and "get_sd_version" in r.source
+
+
+@pytest.mark.parametrize("name, kind", [("clip_l.safetensors", "clip-l"), ("t5xxl_fp16.safetensors", "t5xxl"),
+                                        ("qwen_3_4b.safetensors", "qwen3-4b"), ("t5xxl-Q8_0.gguf", "t5xxl"),
+                                        ("Qwen3-4B-Instruct-2507-Q4_K_M.gguf", "qwen3-4b")])
+def test_a_text_encoder_file_is_named_by_its_embedding_in_either_naming(models, name, kind):
+    r = inspect_model(models / name)
+    assert [(p.component, p.kind, p.prefix) for p in r.parts] == [("text_encoder", kind, "")], r.evidence
 
 
 def test_gguf_quantization_is_named(models):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from model_specs import sd2_original, write_safetensors, z_image
+from model_specs import sd2_original, sdxl_refiner, write_safetensors, z_image
 
 from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.model_inspect import inspect_model
@@ -67,6 +67,9 @@ LARGE_PROBES = [
     ("qwen-image", {"qwen-image", "wan-vae", "qwen2.5-vl-7b"}, [], (1_200_000_000, 1_250_000_000), "Qwen Image"),
     # SD3-medium's MMDiT (24 blocks, the least it builds) 2.08 G + CLIP-G + CLIP-L, no T5-XXL (zeros)
     ("sd3", {"sd3", "flux-vae", "clip-l", "clip-g"}, ["t5xxl"], (2_900_000_000, 2_910_000_000), "SD3.x"),
+    # Z-Image's whole DiT (6.15 G, nothing read from the tensors) as Q4_0 + a one-layer Qwen3 (490 M, most of it
+    # the 152k x 2560 embedding) + the quarter-width 16-channel decoder: a GGUF file of 3.7 GB
+    ("z-image", {"z-image", "flux-vae", "qwen3-4b"}, [], (6_640_000_000, 6_660_000_000), "Z-Image"),
 ]
 
 
@@ -149,9 +152,11 @@ def test_verify_model_names_the_files_family_probe(cpu_runtime, tmp_path):
     sd2 = write_safetensors(tmp_path / "sd2.safetensors", sd2_original())  # an SD 2.x checkpoint's original names
     assert [(m.family, m.probe) for m in probe_families_of([str(sd2)])] == [("sd2", "sd2")]
     zimage = write_safetensors(tmp_path / "z_image_turbo.safetensors", z_image())
+    assert [(m.family, m.probe) for m in probe_families_of([str(zimage)])] == [("z-image", "z-image")]
+    refiner = write_safetensors(tmp_path / "sd_xl_refiner_1.0.safetensors", sdxl_refiner())
     with pytest.raises(InvalidRequestError) as err:
-        probe_families_of([flux.model, str(zimage)])
-    assert "z_image_turbo.safetensors" in err.value.message and "no probe" in err.value.message
+        probe_families_of([flux.model, str(refiner)])
+    assert "sd_xl_refiner_1.0.safetensors" in err.value.message and "no probe" in err.value.message
     res = run_cli(["verify", "--runtime", cpu_runtime.path, "--model", flux.model, "--json"],
                   cli_env(tmp_path / "cache", tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr

@@ -23,20 +23,20 @@ PIN = "torch==2.13.*"
 
 
 @pytest.fixture(scope="module")
-def torch_wheel(tmp_path_factory) -> None:
+def torch_wheel(module_tmp) -> None:
     """Skip unless pip finds the torch 2.13 CPU wheel offline (asked at run time, never at collection)."""
     res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q",
-                          "-d", str(tmp_path_factory.mktemp("probe")), "torch==2.13.0"],
+                          "-d", str(module_tmp / "probe"), "torch==2.13.0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     if res.returncode != 0:
         pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
 
 
 @pytest.fixture(scope="module")
-def installed(torch_wheel, tmp_path_factory):
+def installed(torch_wheel, module_tmp):
     """The library path an app takes: detect -> plan -> install(plan) into a fresh venv."""
-    venv = tmp_path_factory.mktemp("torch") / "venv"
-    s = Settings.resolve(home=tmp_path_factory.mktemp("home"), cache=tmp_path_factory.mktemp("cache"), torch_venv=venv)
+    venv = module_tmp / "torch" / "venv"
+    s = Settings.resolve(home=module_tmp / "home", cache=module_tmp / "cache", torch_venv=venv)
     report = accelstack.detect(settings=s)
     plan = without_engine(accelstack.plan(report, stack="torch", requirements=[PIN], settings=s))
     events = []

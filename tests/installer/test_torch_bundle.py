@@ -33,14 +33,15 @@ PIN = "torch==2.13.*"
 
 
 @pytest.fixture(scope="module")
-def torch_bundle(tmp_path_factory):
+def torch_bundle(module_tmp):
     """A torch bundle made from this machine's plan (skips unless pip finds the torch 2.13 CPU wheel offline)."""
     probe = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q",
-                            "-d", str(tmp_path_factory.mktemp("probe")), "torch==2.13.0"],
+                            "-d", str(module_tmp / "probe"), "torch==2.13.0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     if probe.returncode != 0:
         pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
-    root = tmp_path_factory.mktemp("online")
+    root = module_tmp / "online"
+    root.mkdir()
     # the plan's index (download.pytorch.org) is unreachable here: PIP_RETRIES=0 fails over to the local mirror at once
     env = cli_env(root / "home", root / "cache", {"ACCELSTACK_CONFIG_DIR": str(root / "config"), "PIP_RETRIES": "0"})
     proc = run_cli(["bundle", "create", "--stack", "torch", "--venv", str(root / "venv"), "-o", str(root / "torch.tar"),
