@@ -239,6 +239,22 @@ def test_canonical_names_meet_across_conventions():
     assert companions_module.LORA_EXTENSIONS[0] == ".pt"  # the bindings' order
 
 
+def test_z_image_diffusers_names_meet_its_fused_qkv_and_out():
+    # src/name_conversion.cpp convert_diffusers_dit_to_original_lumina2: to_q/to_k/to_v are slices of the fused
+    # qkv, to_out.0 is out, norm_q/norm_k are q_norm/k_norm; the ComfyUI and diffusers prefixes both.
+    qkv = canonical_module("model.diffusion_model.layers.3.attention.qkv")
+    for proj in ("to_q", "to_k", "to_v"):
+        assert canonical_module(f"diffusion_model.layers.3.attention.{proj}") == qkv
+        assert canonical_module(f"transformer.layers.3.attention.{proj}", False) == qkv
+    assert canonical_module("diffusion_model.noise_refiner.1.attention.to_out.0") == canonical_module(
+        "model.diffusion_model.noise_refiner.1.attention.out")
+    assert canonical_module("diffusion_model.context_refiner.0.attention.norm_k") == canonical_module(
+        "model.diffusion_model.context_refiner.0.attention.k_norm")
+    assert canonical_module("diffusion_model.all_x_embedder.2-1") == canonical_module("model.diffusion_model.x_embedder")
+    # another family's names with the same words are left alone
+    assert canonical_module("diffusion_model.transformer_blocks.0.attn.to_q", False) == ("unet", "transformer_blocks_0_attn_to_q")
+
+
 def test_the_cli_applies_a_lora_and_says_so_in_json(cpu_runtime, probe_model, cache_with_probe, tmp_path):
     loras = _folder_with(tmp_path)
     env = cli_env(cache_with_probe, tmp_path)
