@@ -36,7 +36,9 @@ TEXT_ACT = {  # working memory of one encoder pass, by encoder kind
     # Qwen2.5-VL 7B measured on the Qwen-Image probe (one layer at its real widths; the layers run one after
     # the other): a whole 128x128 generation with a short prompt peaked 41 MiB above the loaded RSS (it was
     # taken at 512 MiB); 128 MiB leaves room for a 256-token prompt (its 18944-wide MLP: ~230 KB a token).
-    "t5xxl": 256 * MIB, "qwen3-4b": 384 * MIB, "qwen2.5-vl-7b": 128 * MIB,
+    # Qwen3 4B measured on the Z-Image probe (one layer at Qwen3-4B's widths): a whole 128x128 generation
+    # peaked 24 MiB above the loaded RSS (it was taken at 384 MiB); 128 MiB as Qwen2.5-VL's, its MLP narrower.
+    "t5xxl": 256 * MIB, "qwen3-4b": 128 * MIB, "qwen2.5-vl-7b": 128 * MIB,
 }
 
 
@@ -97,9 +99,12 @@ FAMILIES: Dict[str, FamilyMemory] = {
     "qwen-image": FamilyMemory("Qwen-Image", 24 * 1024, 3, 7800,
                                "the Wan VAE and the diffusion measured on the Qwen-Image probe (bench_memory.py "
                                "--family qwen-image: one block at the real width, the real Wan decoder)"),
-    # src/z_image.hpp: hidden 3840, 30 heads, feed-forward 10240, 2x2 patches.
+    # Z-Image measured on the Z-Image probe (its whole DiT, Q4_0; bench_memory.py --family z-image --tiles 8,
+    # CPU build, flash attention): 24/53/113 MiB above the loaded RSS at 128/256/384 px, 47 KiB per latent
+    # pixel from 256 to 384 px: the 48 KiB derived from src/z_image.hpp's widths (hidden 3840, feed-forward
+    # 10240, 2x2 patches) stands, now measured. Pairs: 30 heads x 2 bytes per token pair / 16 (derived).
     "z-image": FamilyMemory("Z-Image", 48 * 1024, 4, memory.VAE_PER_PIXEL,
-                            "derived from src/z_image.hpp widths, scaled from SD 1.x; not measured"),
+                            "diffusion measured on the Z-Image probe (its whole DiT; bench_memory.py --family z-image)"),
 }
 # The Flux/SD3 16-channel VAE has the SD VAE's decoder widths (src/auto_encoder_kl.hpp: ch 128,
 # ch_mult {1,2,4,4}; only z_channels differ), so memory.VAE_PER_PIXEL, measured with SD 1.x, applies to both.

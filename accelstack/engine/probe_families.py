@@ -318,7 +318,7 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                                     "src/model.cpp get_sd_version"]),
     "z-image": FamilyProbeSpec("z-image", "Z-Image (whole DiT, Q4_0)", "Z-Image", _zimage_parts, cfg_scale=1.0,
                                note="Z-Image's whole 30-layer DiT (6.15 G, fixed) stored Q4_0 in GGUF, Qwen3's text model "
-                                    "with 1 layer at its real widths (its 152k x 2560 embedding), decode-only VAE: 3.9 GB",
+                                    "with 1 layer at its real widths (its 152k x 2560 embedding), decode-only VAE: 3.75 GB",
                                sources=["src/z_image.hpp ZImageParams", "src/llm.hpp LLMRunner",
                                         "src/conditioner.hpp LLMEmbedder", "src/model.cpp get_sd_version"],
                                quantized=ZIMAGE_QUANTIZED),

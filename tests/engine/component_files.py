@@ -181,3 +181,28 @@ def write_taesd(path: Path, latent: int = 4, seed: int = 12) -> Path:
     finally:
         pools.close()
     return path
+
+
+def t5xxl_gguf(path: Path, seed: int = 7) -> Path:
+    """T5-XXL's encoder as a GGUF file in llama.cpp's names (city96's t5-v1_1-xxl-encoder-gguf layout), its
+    matrices Q4_0: 4.76 G parameters, 2.7 GB. stable-diffusion.cpp fixes its size (src/t5.hpp T5Params: 24
+    blocks of 4096, 64 heads, a 10240-wide gated FFN, 32128 tokens; the relative attention bias in block 0
+    only) and converts the names (src/name_conversion.cpp t5_name_map)."""
+    from accelstack.engine.probe_gguf import write_gguf
+
+    d, ff = 4096, 10240
+    tensors: Dict[str, Shape] = {"token_embd.weight": (32128, d)}
+    for i in range(24):
+        b = f"enc.blk.{i}"
+        for proj in ("q", "k", "v", "o"):
+            tensors[f"{b}.attn_{proj}.weight"] = (d, d)
+        if i == 0:
+            tensors[f"{b}.attn_rel_b.weight"] = (32, 64)  # an embedding of 32 buckets x 64 heads: kept F16
+        tensors[f"{b}.attn_norm.weight"] = (d,)
+        tensors[f"{b}.ffn_norm.weight"] = (d,)
+        tensors[f"{b}.ffn_gate.weight"] = (ff, d)
+        tensors[f"{b}.ffn_up.weight"] = (ff, d)
+        tensors[f"{b}.ffn_down.weight"] = (d, ff)
+    tensors["enc.output_norm.weight"] = (d,)
+    write_gguf(path, {"": tensors}, Pools(seed, "F16"), {}, lambda n: None, lambda name, shape: "attn_rel_b" not in name)
+    return path

@@ -417,6 +417,26 @@ def test_a_flux_lora_and_an_embedding_apply_to_the_flux_probe(cpu_runtime, flux_
     assert "LoRA: fluxstyle:1" in text and "Embeddings: fluxword" in text
 
 
+def test_flux_with_a_t5xxl_gguf_runs_it_and_the_image_follows_it(cpu_runtime, flux_parts, tmp_path):
+    # --t5xxl for real: Flux's second text encoder as the GGUF file users run on small machines (llama.cpp's
+    # names, Q4_0). T5-XXL cannot be reduced (src/t5.hpp fixes 24 x 4096): 2.7 GB, its 256-token pass the
+    # slowest step here. Without it stable-diffusion.cpp feeds zeros of its width (the probe's default);
+    # with it the conditioning, and so the image, is T5's.
+    from component_files import t5xxl_gguf
+
+    from accelstack.engine.model_inspect import inspect_model
+
+    probe, _folder = flux_parts
+    t5 = t5xxl_gguf(tmp_path / "t5-v1_1-xxl-encoder-Q4_0.gguf")
+    assert [(p.component, p.kind) for p in inspect_model(str(t5)).parts] == [("text_encoder", "t5xxl")]
+    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
+    zeros, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request), "zeros")
+    with_t5, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request, t5xxl=str(t5)), "t5")
+    assert report.components == {"t5xxl": t5.name}
+    assert with_t5 != zeros
+    assert f"Text encoders: {t5.name}" in text
+
+
 def test_img2img_without_a_size_takes_the_init_images(probe_model, tmp_path):
     # A user who gives --init-image and no --width/--height means "this picture": the request takes the
     # image's size (it was refused as not 512x512, the defaults'); a size given is still checked against it.
