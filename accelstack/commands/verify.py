@@ -159,8 +159,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         + FAMILY_HELP + ". Each family's image goes beside the output (verify-<backend>-<family>.png). "
         "--model PATH (repeatable) reads the file's headers, names its family and verifies with that "
         "family's probe: it proves the runtime runs the family's kernels on this device; the file itself "
-        "is not loaded (`accelstack generate` does that). z-image has no probe: stable-diffusion.cpp "
-        "fixes its DiT at the real model's size (docs/engine.md).",
+        "is not loaded (`accelstack generate` does that). Z-Image's DiT cannot be reduced (stable-diffusion.cpp "
+        "fixes it at the real model's size): its probe is the whole DiT stored Q4_0, 3.75 GB (docs/engine.md).",
         epilog="examples:\n"
         "  accelstack verify --runtime ~/rt/cpu\n"
         "  accelstack verify --family flux --family sd1\n"
