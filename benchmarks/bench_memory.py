@@ -18,11 +18,14 @@ the planner's SDXL constants. ``--family sd2`` and ``--family sd3`` are the same
 SD3-medium's own MMDiT). ``--family qwen-image`` has one DiT block at the real width (its blocks run one
 after the other, so one block's working memory is the real model's) and the real Wan VAE decoder.
 ``--family z-image`` is Z-Image's whole DiT (Q4_0) with a quarter-width VAE (``--tiles 8``). The flux and
-chroma probes are 128 wide (real: 3072) and check nothing.
+chroma probes are 128 wide (real: 3072) and check nothing: ``--family flux-wide`` is made here instead, one
+double and one single FLUX.1 [dev] block at the real 3072 width (24 heads of 128; the depths are read from
+the block names, src/flux.hpp), with the probe's CLIP-L and quarter-width VAE (``--tiles 8``): the blocks run
+one after the other, so one of each has the real model's working memory.
 
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
-    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image] [--sizes 128,256,384] [--tiles 0,8,16]
+    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image|flux-wide] [--sizes 128,256,384] [--tiles 0,8,16]
                                       [--threads N] [--json]
 """
 from __future__ import annotations
@@ -54,12 +57,25 @@ def _reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (proc(5))
 
 
+def _flux_wide(cache: Path, seed: int):
+    """The Flux probe with its blocks at FLUX.1's real width (a temporary probe, removed at exit)."""
+    from accelstack.engine import probe_families as pf
+    from accelstack.engine.probe_model import ProbeRecipe, ensure_probe
+
+    def parts():
+        return {**pf.FAMILIES["flux"].parts(), "model.diffusion_model.": pf.flux_tensors(hidden=3072)}
+
+    recipe = ProbeRecipe(f"flux-wide-s{seed}", "wide flux probe model", parts,
+                         {"format": "pt", "generator": "accelstack bench_memory"}, {}, 1)
+    return ensure_probe(recipe, seed, cache)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image"),
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux-wide"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
                          "Wan VAE decoder)")
@@ -78,9 +94,13 @@ def main() -> int:
     from accelstack.settings import Settings
 
     settings = Settings.resolve()
-    probe = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1")
+    if args.family == "flux-wide":
+        probe = _flux_wide(settings.probe_cache, DEFAULT_SEED)
+        cfg = family_spec("flux").cfg_scale
+    else:
+        probe = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1")
+        cfg = family_spec(args.family).cfg_scale  # the probe's own, as verify --family runs it
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    cfg = family_spec(args.family).cfg_scale  # the probe's own, as verify --family runs it
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
         wheel = Path(build_ggml("cpu", settings).wheel)

@@ -51,6 +51,7 @@ class FamilyMemory:
     pair: int  # diffusion without flash attention, per pair of latent pixels (attention scores)
     vae_per_pixel: int  # VAE decode, per decoded image pixel
     source: str
+    context: int = 0  # diffusion, whatever the size: the text tokens a DiT runs beside the image's
 
 
 SD1 = FamilyMemory("Stable Diffusion 1.x", SD1_PER_LATENT, memory.ATTENTION_PER_PAIR, memory.VAE_PER_PIXEL,
@@ -83,13 +84,19 @@ FAMILIES: Dict[str, FamilyMemory] = {
     # bytes per token pair / 16 (derived).
     "sd3": FamilyMemory("Stable Diffusion 3.x", 17 * 1024, 3, memory.VAE_PER_PIXEL,
                         "diffusion measured on the SD3 probe (SD3-medium's MMDiT; bench_memory.py --family sd3)"),
-    # src/flux.hpp FluxParams: hidden 3072, 24 heads, MLP ratio 4, 2x2 patches: a single block's
-    # linear1 output is 3*3072+12288 = 21504 floats per token; with the residual stream and the
-    # double blocks' two streams ~160 KiB per token = 40 KiB per latent pixel; 24 heads x 2 bytes
-    # per token pair / 16 = 3 per latent pair.
+    # FLUX.1 measured at its real width (bench_memory.py --family flux-wide --tiles 8: one double and one single
+    # block of 3072, which run one after the other as the real model's 19 + 38 do; CPU build, flash attention):
+    # 108/174/244 MiB above the loaded RSS at 256/384/512 px. 40 KiB per latent pixel between 384 and 512 px
+    # (the figure derived from src/flux.hpp's widths: a single block's linear1 output is 21504 floats a token)
+    # plus a part no image size changes: the 256 T5 tokens (FluxCLIPEmbedder's chunk, zeros without T5) run
+    # through every block beside the image's. Without it the estimate was 0.53/0.62/0.74 of the measured
+    # peak (under: an out-of-memory the planner did not see); with 72 MiB, 1.19/1.03/1.02. 24 heads x 2
+    # bytes per token pair / 16 = 3 per latent pair (derived).
     "flux": FamilyMemory("FLUX.1", 40 * 1024, 3, memory.VAE_PER_PIXEL,
-                         "derived from src/flux.hpp FluxParams, scaled from SD 1.x; not measured"),
-    "chroma": FamilyMemory("Chroma", 40 * 1024, 3, memory.VAE_PER_PIXEL, "as FLUX.1 (src/flux.hpp); not measured"),
+                         "diffusion measured on FLUX.1's blocks at its real width (bench_memory.py --family flux-wide)",
+                         context=72 * MIB),
+    "chroma": FamilyMemory("Chroma", 40 * 1024, 3, memory.VAE_PER_PIXEL,
+                           "as FLUX.1 (the same blocks, src/flux.hpp); not measured", context=72 * MIB),
     "flux2": FamilyMemory("FLUX.2", 48 * 1024, 3, memory.VAE_PER_PIXEL, "FLUX.1's, widened (src/flux.hpp); not measured"),
     # The Wan VAE measured on the Qwen-Image probe (its real decoder; bench_memory.py --family qwen-image,
     # untiled): 500/1073 MiB above the loaded RSS at 256/384 px, 7334 B per pixel + 42 MiB: 7800 B per

@@ -23,8 +23,9 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
                      tensor_should_be_converted: counted here on all of them); the VAE's decoder only
                      for text-to-image (no encoder is built: :func:`.memory_weights.decode_only`)
     act(text)      = the largest encoder's working memory (T5/LLM: see TEXT_ACT)
-    act(diffusion) = PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention;
-                     PAIR doubled on a GPU, measured on lavapipe: memory_families.GPU_PAIR_SCALE]
+    act(diffusion) = CONTEXT + PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention;
+                     PAIR doubled on a GPU, measured on lavapipe: memory_families.GPU_PAIR_SCALE]; CONTEXT:
+                     a DiT's text tokens, run beside the image's whatever its size (FLUX.1's 256)
     act(vae)       = VAE_PER_PIXEL x decoded pixels (the image, or one tile of (8 x tile)^2)
     CPU:                  RAM  = all weights + BASE + max(act) + images
     GPU, weights on GPU:  VRAM = all weights + BASE + max(act);         RAM = BASE + images
@@ -32,8 +33,9 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
 
 Where the constants come from (each :class:`FamilyMemory` names it): SD 1.x's were measured on
 this machine's CPU build (the table in :mod:`accelstack.engine.memory`, checked again by
-benchmarks/bench_memory.py). The others are NOT measured: they are derived from the architecture
-each header fixes, scaled from the SD 1.x measurement, and are deliberately on the high side.
+benchmarks/bench_memory.py), and most families' on their probes by the same benchmark. The rest
+(Chroma, SD3.5-large, T5-XXL) are derived from the architecture each header fixes, scaled from a
+measured family, and are deliberately on the high side.
 """
 from __future__ import annotations
 
@@ -150,7 +152,7 @@ def _need(fam: FamilyMemory, parts: List[ComponentWeights], width: int, height: 
     pixels = width * height
     latent = pixels // (LATENT_SCALE * LATENT_SCALE)
     pair = fam.pair * (GPU_PAIR_SCALE if gpu else 1)
-    diffusion = fam.per_latent * latent + (0 if flash else pair * latent * latent)
+    diffusion = fam.context + fam.per_latent * latent + (0 if flash else pair * latent * latent)
     decoded = min(pixels, (s.tile * LATENT_SCALE) ** 2) if s.tiling else pixels
     text = max((TEXT_ACT.get(p.kind, 0) for p in parts if p.component == "text_encoder"), default=0)
     acts = {"text encoders": text, "diffusion": diffusion, "vae decode": fam.vae_per_pixel * decoded}

@@ -104,6 +104,20 @@ def test_the_files_have_their_published_sizes(tmp_path):
     assert by_phase["vae decode"] < 0.4 * GIB  # ae.safetensors 335 MB (f32)
 
 
+def test_flux_counts_its_256_text_tokens_whatever_the_image_size(tmp_path):
+    """FLUX.1's blocks run T5's 256 tokens (zeros without T5) beside the image's: measured at its real width
+    (bench_memory.py --family flux-wide), 108/174/244 MiB above the loaded RSS at 256/384/512 px. The planner
+    took only the image's tokens and estimated 0.53/0.62/0.74 of that: under, an out-of-memory unseen."""
+    flux = flux_files(tmp_path)
+    for side, measured in ((256, 108), (384, 174), (512, 244)):
+        p = plan_for_files([flux["model"]], side, side, 1, EngineOptions(vae_tiling=True, vae_tile_size=8), gpu=False,
+                           ram_free=None)
+        diffusion = next(x for x in p.phases if x.phase == "diffusion").activations
+        assert diffusion >= 72 * MIB + 40 * 1024 * (side // 8) ** 2
+        working = p.ram_need - p.weights
+        assert 1.0 <= working / (measured * MIB) <= 1.2, (side, working / MIB)
+
+
 # -- SDXL on a 16/8/6/4 GiB GPU ----------------------------------------------------------------------------
 def test_sdxl_on_gpus_of_each_size(tmp_path):
     model = [sdxl_file(tmp_path)]
