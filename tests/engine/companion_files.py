@@ -72,3 +72,28 @@ def dit_lora(path: Path, modules: Dict[str, Tuple[int, int]], naming: str, seed:
             key = ("transformer." if naming == "diffusers" else "diffusion_model.") + module
             tensors.update({f"{key}.lora_A.weight": down, f"{key}.lora_B.weight": up})
     return write_safetensors(path, tensors)
+
+
+def check_refuses_embedding_and_controlnet(runtime, model: str, request: dict, folder: Path, monkeypatch) -> None:
+    """A DiT family without a CLIP encoder or a ControlNet in stable-diffusion.cpp (Qwen-Image, Z-Image): an SD
+    1.x embedding and ControlNet are each refused before any worker starts, and no image is written."""
+    import pytest
+    from component_files import write_controlnet, write_png_image
+
+    from accelstack.engine import generation
+    from accelstack.engine.errors import InvalidRequestError
+    from accelstack.engine.protocol import GenerateRequest
+
+    embeds = folder / "embeddings"
+    embeds.mkdir()
+    embedding(embeds / "word.safetensors", width=768)
+    net = write_controlnet(folder / "canny-sd15.safetensors")
+    control = write_png_image(folder / "edges.png", 64, 64, seed=4)
+    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
+    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):
+        generation.generate(runtime, model, GenerateRequest(**dict(request, prompt="a word"), embeddings_dir=str(embeds)),
+                            folder / "no.png")
+    with pytest.raises(InvalidRequestError, match="takes no ControlNet"):
+        generation.generate(runtime, model, GenerateRequest(**request, control_net=str(net), control_image=str(control)),
+                            folder / "no.png")
+    assert not (folder / "no.png").exists()

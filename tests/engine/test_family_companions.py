@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from companion_files import dit_lora, embedding, write_safetensors
+from companion_files import check_refuses_embedding_and_controlnet, dit_lora, embedding, write_safetensors
 from component_files import split_probe, write_controlnet, write_png_image
 
 from accelstack.engine import generation
@@ -152,19 +152,7 @@ def test_a_qwen_image_lora_applies_in_each_naming(naming, cpu_runtime, qwen_part
 def test_qwen_image_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_runtime, qwen_parts, tmp_path,
                                                                             monkeypatch):
     probe, _folder = qwen_parts
-    embeds = tmp_path / "embeddings"
-    embeds.mkdir()
-    embedding(embeds / "word.safetensors", width=768)
-    net = write_controlnet(tmp_path / "canny-sd15.safetensors")
-    control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
-    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
-    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):
-        generation.generate(cpu_runtime, probe, GenerateRequest(**dict(QWEN_REQUEST, prompt="a word"),
-                                                                embeddings_dir=str(embeds)), tmp_path / "no.png")
-    with pytest.raises(InvalidRequestError, match="takes no ControlNet"):
-        generation.generate(cpu_runtime, probe, GenerateRequest(**QWEN_REQUEST, control_net=str(net),
-                                                                control_image=str(control)), tmp_path / "no.png")
-    assert not (tmp_path / "no.png").exists()
+    check_refuses_embedding_and_controlnet(cpu_runtime, probe, QWEN_REQUEST, tmp_path, monkeypatch)
 
 
 # -- SD 3.x -------------------------------------------------------------------------------------------

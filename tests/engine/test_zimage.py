@@ -4,11 +4,9 @@ with a LoRA in the names Z-Image LoRAs ship in; an embedding and a ControlNet re
 from __future__ import annotations
 
 import pytest
-from companion_files import dit_lora, embedding
-from component_files import write_controlnet, write_png_image
+from companion_files import check_refuses_embedding_and_controlnet, dit_lora
 
 from accelstack.engine import generation
-from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.model_inspect import inspect_model
 from accelstack.engine.png import read_png
 from accelstack.engine.probe_families import family_spec
@@ -74,16 +72,4 @@ def test_a_zimage_lora_in_diffusers_block_names_applies(cpu_runtime, zimage, pla
 
 
 def test_zimage_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_runtime, zimage, tmp_path, monkeypatch):
-    embeds = tmp_path / "embeddings"
-    embeds.mkdir()
-    embedding(embeds / "word.safetensors", width=768)
-    net = write_controlnet(tmp_path / "canny-sd15.safetensors")
-    control = write_png_image(tmp_path / "edges.png", 64, 64, seed=4)
-    monkeypatch.setattr(generation, "Supervisor", lambda *a, **k: pytest.fail("a worker was started"))
-    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):
-        generation.generate(cpu_runtime, zimage, GenerateRequest(**dict(REQUEST, prompt="a word"), embeddings_dir=str(embeds)),
-                            tmp_path / "no.png")
-    with pytest.raises(InvalidRequestError, match="takes no ControlNet"):
-        generation.generate(cpu_runtime, zimage, GenerateRequest(**REQUEST, control_net=str(net), control_image=str(control)),
-                            tmp_path / "no.png")
-    assert not (tmp_path / "no.png").exists()
+    check_refuses_embedding_and_controlnet(cpu_runtime, zimage, REQUEST, tmp_path, monkeypatch)
