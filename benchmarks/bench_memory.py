@@ -75,10 +75,13 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux-wide"),
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
                          "Wan VAE decoder)")
+    ap.add_argument("--t5xxl", action="store_true",
+                    help="give the flux probes T5-XXL (24 x 4096, fixed: synthesized as the Q4_0 GGUF "
+                         "tests/engine/component_files.t5xxl_gguf writes, 2.7 GB) to measure its text phase")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON document")
     args = ap.parse_args()
 
@@ -103,14 +106,21 @@ def main() -> int:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
+        files = [probe.path]
+        if args.t5xxl:  # the tests' synthesized T5-XXL GGUF (llama.cpp names, Q4_0)
+            sys.path.insert(0, str(REPO / "tests" / "engine"))
+            from component_files import t5xxl_gguf  # type: ignore[import-not-found]
+
+            files.append(str(t5xxl_gguf(Path(work) / "t5xxl-Q4_0.gguf")))
         wheel = Path(build_ggml("cpu", settings).wheel)
         runtime_dir = Path(work) / "runtime"
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                         "--no-index", "--target", str(runtime_dir), str(wheel)], check=True)
         runtime = Runtime(path=runtime_dir, backend="cpu")
         for tile in (int(t) for t in args.tiles.split(",")):
-            given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads)
-            first = plan_for_files([probe.path], sizes[0], sizes[0], 1, given, gpu=False, ram_free=None)
+            given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads,
+                                  t5xxl=files[1] if args.t5xxl else "")
+            first = plan_for_files(files, sizes[0], sizes[0], 1, given, gpu=False, ram_free=None)
             options = first.apply(given)
             with Supervisor(runtime, model=probe.path, options=options) as sup:
                 pid = sup.pid
@@ -121,7 +131,7 @@ def main() -> int:
                 for side in sizes:
                     if tile and side // 8 <= tile:
                         continue  # one tile holds the whole latent: the same as untiled
-                    plan = plan_for_files([probe.path], side, side, 1, given, gpu=False, ram_free=None)
+                    plan = plan_for_files(files, side, side, 1, given, gpu=False, ram_free=None)
                     before = _status(pid)["VmRSS"]
                     _reset_peak(pid)
                     sup.generate(GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=1,

@@ -29,16 +29,17 @@ SD1_PER_LATENT = 24 * 1024
 # Bytes per parameter once loaded, for the types ggml has no block type for.
 LOADED_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "F8_E4M3": 2.0, "F8_E5M2": 2.0, "F64": 4.0, "I64": 4.0}
 TEXT_ACT = {  # working memory of one encoder pass, by encoder kind
-    # CLIP: 77 tokens, inside BASE (measured with SD 1.x). T5-XXL: 512 tokens x 4096 wide, 64 heads,
-    # 10240-wide feed-forward (src/t5.hpp): ~64 MiB of f32 attention scores + ~40 MiB feed-forward,
-    # doubled for the graph allocator (derived, not measured). LLM encoders (src/llm.hpp): the same
-    # order of magnitude for their wider layers (derived, not measured).
+    # CLIP: 77 tokens, inside BASE (measured with SD 1.x). The others measured on probes, below (the
+    # layers of T5 and the LLMs run one after the other: one layer's working memory is the model's).
     # Qwen2.5-VL 7B measured on the Qwen-Image probe (one layer at its real widths; the layers run one after
     # the other): a whole 128x128 generation with a short prompt peaked 41 MiB above the loaded RSS (it was
     # taken at 512 MiB); 128 MiB leaves room for a 256-token prompt (its 18944-wide MLP: ~230 KB a token).
     # Qwen3 4B measured on the Z-Image probe (one layer at Qwen3-4B's widths): a whole 128x128 generation
     # peaked 24 MiB above the loaded RSS (it was taken at 384 MiB); 128 MiB as Qwen2.5-VL's, its MLP narrower.
-    "t5xxl": 256 * MIB, "qwen3-4b": 128 * MIB, "qwen2.5-vl-7b": 128 * MIB,
+    # T5-XXL measured with the Flux probe and a synthesized T5-XXL (bench_memory.py --family flux --t5xxl: its
+    # fixed 24 x 4096 as a Q4_0 GGUF, FLUX.1's 256-token chunk): a 128x128 generation peaked 78 MiB above the
+    # loaded RSS (it was taken at 256 MiB, derived); 80 MiB (estimate 1.24x the measured).
+    "t5xxl": 80 * MIB, "qwen3-4b": 128 * MIB, "qwen2.5-vl-7b": 128 * MIB,
 }
 
 

@@ -118,6 +118,15 @@ def test_flux_counts_its_256_text_tokens_whatever_the_image_size(tmp_path):
         assert 1.0 <= working / (measured * MIB) <= 1.2, (side, working / MIB)
 
 
+def test_t5xxls_text_phase_is_its_measured_one(tmp_path):
+    """T5-XXL's pass over FLUX.1's 256-token chunk peaked 78 MiB above the loaded RSS (bench_memory.py --family
+    flux --t5xxl); the planner took 256 MiB (derived), which offloaded or tiled what fits."""
+    flux = flux_files(tmp_path)
+    p = plan_for_files([flux["model"], flux["t5xxl"]], 512, 512, 1, EngineOptions(), gpu=False, ram_free=None)
+    text = next(x for x in p.phases if x.phase == "text encoders").activations
+    assert 78 * MIB <= text <= 1.3 * 78 * MIB
+
+
 # -- SDXL on a 16/8/6/4 GiB GPU ----------------------------------------------------------------------------
 def test_sdxl_on_gpus_of_each_size(tmp_path):
     model = [sdxl_file(tmp_path)]
