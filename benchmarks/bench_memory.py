@@ -21,7 +21,7 @@ after the other, so one block's working memory is the real model's) and the real
 chroma probes are 128 wide (real: 3072) and check nothing: ``--family flux-wide`` is made here instead, one
 double and one single FLUX.1 [dev] block at the real 3072 width (24 heads of 128; the depths are read from
 the block names, src/flux.hpp), with the probe's CLIP-L and quarter-width VAE (``--tiles 8``): the blocks run
-one after the other, so one of each has the real model's working memory.
+one after the other, so one of each has the real model's working memory; ``--family chroma-wide``, Chroma's.
 
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
@@ -57,15 +57,17 @@ def _reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (proc(5))
 
 
-def _flux_wide(cache: Path, seed: int):
-    """The Flux probe with its blocks at FLUX.1's real width (a temporary probe, removed at exit)."""
+def _flux_wide(cache: Path, seed: int, chroma: bool = False):
+    """The Flux (``chroma``: Chroma) probe with its blocks at the real width (a temporary probe, removed at exit)."""
     from accelstack.engine import probe_families as pf
     from accelstack.engine.probe_model import ProbeRecipe, ensure_probe
 
-    def parts():
-        return {**pf.FAMILIES["flux"].parts(), "model.diffusion_model.": pf.flux_tensors(hidden=3072)}
+    family = "chroma" if chroma else "flux"
 
-    recipe = ProbeRecipe(f"flux-wide-s{seed}", "wide flux probe model", parts,
+    def parts():
+        return {**pf.FAMILIES[family].parts(), "model.diffusion_model.": pf.flux_tensors(hidden=3072, chroma=chroma)}
+
+    recipe = ProbeRecipe(f"{family}-wide-s{seed}", f"wide {family} probe model", parts,
                          {"format": "pt", "generator": "accelstack bench_memory"}, {}, 1)
     return ensure_probe(recipe, seed, cache)
 
@@ -75,7 +77,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide"),
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide", "chroma-wide"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
                          "Wan VAE decoder)")
@@ -97,8 +99,8 @@ def main() -> int:
     from accelstack.settings import Settings
 
     settings = Settings.resolve()
-    if args.family == "flux-wide":
-        probe = _flux_wide(settings.probe_cache, DEFAULT_SEED)
+    if args.family in ("flux-wide", "chroma-wide"):
+        probe = _flux_wide(settings.probe_cache, DEFAULT_SEED, chroma=args.family == "chroma-wide")
         cfg = family_spec("flux").cfg_scale
     else:
         probe = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1")
@@ -119,7 +121,8 @@ def main() -> int:
         runtime = Runtime(path=runtime_dir, backend="cpu")
         for tile in (int(t) for t in args.tiles.split(",")):
             given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads,
-                                  t5xxl=files[1] if args.t5xxl else "")
+                                  t5xxl=files[1] if args.t5xxl else "",
+                                  chroma_dit_mask=args.family != "chroma-wide")  # off for Chroma, as generate runs it
             first = plan_for_files(files, sizes[0], sizes[0], 1, given, gpu=False, ram_free=None)
             options = first.apply(given)
             with Supervisor(runtime, model=probe.path, options=options) as sup:

@@ -96,8 +96,11 @@ FAMILIES: Dict[str, FamilyMemory] = {
     "flux": FamilyMemory("FLUX.1", 40 * 1024, 3, memory.VAE_PER_PIXEL,
                          "diffusion measured on FLUX.1's blocks at its real width (bench_memory.py --family flux-wide)",
                          context=72 * MIB),
+    # Chroma measured the same way (--family chroma-wide, its DiT mask off as generate runs it): 112/174/237 MiB
+    # at 256/384/512 px; FLUX.1's constants estimate 1.15/1.03/1.06 of that.
     "chroma": FamilyMemory("Chroma", 40 * 1024, 3, memory.VAE_PER_PIXEL,
-                           "as FLUX.1 (the same blocks, src/flux.hpp); not measured", context=72 * MIB),
+                           "FLUX.1's, measured on Chroma's blocks at its real width (bench_memory.py --family "
+                           "chroma-wide)", context=72 * MIB),
     "flux2": FamilyMemory("FLUX.2", 48 * 1024, 3, memory.VAE_PER_PIXEL, "FLUX.1's, widened (src/flux.hpp); not measured"),
     # The Wan VAE measured on the Qwen-Image probe (its real decoder; bench_memory.py --family qwen-image,
     # untiled): 500/1073 MiB above the loaded RSS at 256/384 px, 7334 B per pixel + 42 MiB: 7800 B per

@@ -34,7 +34,7 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
 Where the constants come from (each :class:`FamilyMemory` names it): SD 1.x's were measured on
 this machine's CPU build (the table in :mod:`accelstack.engine.memory`, checked again by
 benchmarks/bench_memory.py), and most families' on their probes by the same benchmark. The rest
-(Chroma, SD3.5-large) are derived from the architecture each header fixes, scaled from a
+(SD3.5-large) are derived from the architecture each header fixes, scaled from a
 measured family, and are deliberately on the high side.
 """
 from __future__ import annotations
