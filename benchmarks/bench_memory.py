@@ -72,12 +72,33 @@ def _flux_wide(cache: Path, seed: int, chroma: bool = False):
     return ensure_probe(recipe, seed, cache)
 
 
+def _sd3_large(work: Path, seed: int):
+    """SD3.5-large's MMDiT (38 joint blocks of 2432: its depth fixes its width, src/mmdit.hpp) as a Q4_0 GGUF in
+    bare names (8.1 G parameters, 4.6 GB), with the SD3 probe's CLIP-L, CLIP-G and VAE as files of their own:
+    (the model, {component: file})."""
+    from accelstack.engine.probe_families import FAMILIES
+    from accelstack.engine.probe_gguf import write_gguf
+    from accelstack.engine.probe_sd3 import mmdit_tensors
+    from accelstack.engine.probe_weights import Pools, write_parts
+
+    dit = work / "sd3.5_large-Q4_0.gguf"
+    write_gguf(dit, {"": mmdit_tensors(38)}, Pools(seed, "F16"), {}, lambda n: None,
+               lambda name, shape: name.startswith("joint_blocks."))
+    parts, files = FAMILIES["sd3"].parts(), {"diffusion_model": str(dit)}
+    for name, prefix in (("clip_l", "text_encoders.clip_l.transformer."), ("clip_g", "text_encoders.clip_g.transformer."),
+                         ("vae", "vae.")):
+        files[name] = str(work / f"{name}.safetensors")
+        write_parts(Path(files[name]), {"": parts[prefix]}, Pools(seed, "F8_E5M2"), {}, lambda n: None)
+    return str(dit), files
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide", "chroma-wide"),
+    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide", "chroma-wide",
+                                                      "sd3-large"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
                          "Wan VAE decoder)")
@@ -99,16 +120,18 @@ def main() -> int:
     from accelstack.settings import Settings
 
     settings = Settings.resolve()
-    if args.family in ("flux-wide", "chroma-wide"):
-        probe = _flux_wide(settings.probe_cache, DEFAULT_SEED, chroma=args.family == "chroma-wide")
-        cfg = family_spec("flux").cfg_scale
-    else:
-        probe = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1")
-        cfg = family_spec(args.family).cfg_scale  # the probe's own, as verify --family runs it
-    sizes = sorted(int(s) for s in args.sizes.split(","))
-    rows: List[dict] = []
+    components: Dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
-        files = [probe.path]
+        if args.family in ("flux-wide", "chroma-wide"):
+            model = _flux_wide(settings.probe_cache, DEFAULT_SEED, chroma=args.family == "chroma-wide").path
+        elif args.family == "sd3-large":
+            model, components = _sd3_large(Path(work), DEFAULT_SEED)
+        else:
+            model = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1").path
+        cfg = family_spec(args.family.split("-")[0]).cfg_scale  # the probe's own, as verify --family runs it
+        sizes = sorted(int(s) for s in args.sizes.split(","))
+        rows: List[dict] = []
+        files = [model, *(path for name, path in components.items() if name != "diffusion_model")]
         if args.t5xxl:  # the tests' synthesized T5-XXL GGUF (llama.cpp names, Q4_0)
             sys.path.insert(0, str(REPO / "tests" / "engine"))
             from component_files import t5xxl_gguf  # type: ignore[import-not-found]
@@ -122,10 +145,11 @@ def main() -> int:
         for tile in (int(t) for t in args.tiles.split(",")):
             given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads,
                                   t5xxl=files[1] if args.t5xxl else "",
-                                  chroma_dit_mask=args.family != "chroma-wide")  # off for Chroma, as generate runs it
+                                  chroma_dit_mask=args.family != "chroma-wide",  # off for Chroma, as generate runs it
+                                  **components)
             first = plan_for_files(files, sizes[0], sizes[0], 1, given, gpu=False, ram_free=None)
             options = first.apply(given)
-            with Supervisor(runtime, model=probe.path, options=options) as sup:
+            with Supervisor(runtime, model=model, options=options) as sup:
                 pid = sup.pid
                 assert pid is not None
                 loaded = _status(pid)["VmRSS"]

@@ -85,6 +85,13 @@ FAMILIES: Dict[str, FamilyMemory] = {
     # bytes per token pair / 16 (derived).
     "sd3": FamilyMemory("Stable Diffusion 3.x", 17 * 1024, 3, memory.VAE_PER_PIXEL,
                         "diffusion measured on the SD3 probe (SD3-medium's MMDiT; bench_memory.py --family sd3)"),
+    # SD3.5-large (model_inspect's variant "large": 38 joint blocks of 2432) measured with its whole MMDiT as Q4_0
+    # (bench_memory.py --family sd3-large --tiles 8): 51/66/126/157 MiB at 256/384/512/640 px, where SD3-medium's
+    # constants said 0.84/0.86/0.69/0.82 of that (under). 24 KiB per latent pixel and 16 MiB for the 154 text
+    # tokens: 1.12/1.32/1.02/1.17. Pairs: 38 heads x 2 bytes per token pair / 16 (derived).
+    "sd3-large": FamilyMemory("Stable Diffusion 3.5 Large", 24 * 1024, 5, memory.VAE_PER_PIXEL,
+                              "diffusion measured on SD3.5-large's whole MMDiT (bench_memory.py --family sd3-large)",
+                              context=16 * MIB),
     # FLUX.1 measured at its real width (bench_memory.py --family flux-wide --tiles 8: one double and one single
     # block of 3072, which run one after the other as the real model's 19 + 38 do; CPU build, flash attention):
     # 108/174/244 MiB above the loaded RSS at 256/384/512 px. 40 KiB per latent pixel between 384 and 512 px

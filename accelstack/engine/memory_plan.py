@@ -33,9 +33,9 @@ compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
 
 Where the constants come from (each :class:`FamilyMemory` names it): SD 1.x's were measured on
 this machine's CPU build (the table in :mod:`accelstack.engine.memory`, checked again by
-benchmarks/bench_memory.py), and most families' on their probes by the same benchmark. The rest
-(SD3.5-large) are derived from the architecture each header fixes, scaled from a
-measured family, and are deliberately on the high side.
+benchmarks/bench_memory.py), and the other families' on their probes by the same benchmark. The
+families without a probe (FLUX.2, the SDXL refiner...) are derived from the architecture each header
+fixes, scaled from a measured family, and are deliberately on the high side.
 """
 from __future__ import annotations
 
@@ -201,12 +201,13 @@ def _candidates(options: EngineOptions, gpu: bool, vram_known: bool, parts: List
 
 
 def plan(family: str, parts: Sequence[ComponentWeights], width: int, height: int, batch: int,
-         options: EngineOptions, *, gpu: bool, ram_free: Optional[int], vram_free: Optional[int] = None) -> MemoryPlan:
+         options: EngineOptions, *, gpu: bool, ram_free: Optional[int], vram_free: Optional[int] = None,
+         variant: str = "") -> MemoryPlan:
     """Choose the ``auto`` options for a generation of ``width`` x ``height`` x ``batch`` (see the
     module's docstring); raise :class:`InsufficientMemoryError` when nothing fits (unless
     ``options.memory_check`` is off: then the most economical setting without conversion is used).
     ``ram_free``/``vram_free`` None: not known (not checked; an unknown GPU keeps weights in RAM)."""
-    fam = FAMILIES.get(family, SD1)
+    fam = FAMILIES.get(f"{family}-{variant}") or FAMILIES.get(family, SD1)  # a variant's own constants first
     parts = shares(list(parts))
     if not options.vae_encode:  # text-to-image: the VAE is loaded without its encoder
         parts = decode_only(parts)
@@ -326,5 +327,6 @@ def plan_for_files(paths: Sequence[Union[str, Path]], width: int, height: int, b
                    *, gpu: bool, ram_free: Optional[int], vram_free: Optional[int] = None) -> MemoryPlan:
     """:func:`plan` for the model file(s) (the model, then any component files named in ``options``)."""
     files = [f for f in paths if f] + [getattr(options, k) for k in COMPONENT_FIELDS if getattr(options, k, "")]
-    family, parts = components_of(dict.fromkeys(str(f) for f in files))
-    return plan(family, parts, width, height, batch, options, gpu=gpu, ram_free=ram_free, vram_free=vram_free)
+    family, variant, parts = components_of(dict.fromkeys(str(f) for f in files))
+    return plan(family, parts, width, height, batch, options, gpu=gpu, ram_free=ram_free, vram_free=vram_free,
+                variant=variant)

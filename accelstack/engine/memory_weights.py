@@ -70,16 +70,16 @@ def weights_of(inspection: ModelInspection) -> List[ComponentWeights]:
             for p in parts]
 
 
-def components_of(paths: Iterable[Union[str, Path]]) -> Tuple[str, List[ComponentWeights]]:
-    """(family, parts) of the model files: the family of the first file that names one."""
-    family = "unknown"
+def components_of(paths: Iterable[Union[str, Path]]) -> Tuple[str, str, List[ComponentWeights]]:
+    """(family, variant, parts) of the model files: the family of the first file that names one."""
+    family, variant = "unknown", ""
     parts: List[ComponentWeights] = []
     for path in paths:
         found = inspect_model(path)  # a file it cannot read is a ModelLoadError, as anywhere
         if family == "unknown" and found.family not in ("none", "unknown"):
-            family = found.family
+            family, variant = found.family, found.variant
         parts += weights_of(found)
-    return family, parts
+    return family, variant, parts
 
 
 def shares(parts: List[ComponentWeights]) -> List[ComponentWeights]:

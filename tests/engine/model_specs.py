@@ -276,6 +276,14 @@ def sd3_original() -> Spec:
             **clip_hf("text_encoders.clip_g.transformer.", 1280), **t5xxl("text_encoders.t5xxl.transformer.")}
 
 
+def sd3_large() -> Spec:
+    """SD3.5-large's MMDiT alone (38 joint blocks of 64 x 38 = 2432: src/mmdit.hpp reads the depth from the names)."""
+    dm, h = "model.diffusion_model.", 2432
+    return {f"{dm}x_embedder.proj.weight": ((h, 16, 2, 2), "BF16"), f"{dm}context_embedder.weight": ((h, 4096), "BF16"),
+            **{f"{dm}joint_blocks.{i}.x_block.attn.qkv.weight": ((3 * h, h), "BF16") for i in (0, 37)},
+            f"{dm}final_layer.linear.weight": ((64, h), "BF16")}
+
+
 def z_image() -> Spec:
     s: Spec = {"cap_embedder.0.weight": ((2560,), "BF16"), "all_x_embedder.2-1.weight": ((3840, 64), "BF16")}
     _lin(s, "cap_embedder.1", 3840, 2560, "BF16")

@@ -127,6 +127,22 @@ def test_t5xxls_text_phase_is_its_measured_one(tmp_path):
     assert 78 * MIB <= text <= 1.3 * 78 * MIB
 
 
+def test_sd3_5_large_gets_its_own_measured_constants(tmp_path):
+    """SD3.5-large's MMDiT (38 blocks of 2432) peaked 51/66/126/157 MiB at 256/384/512/640 px (bench_memory.py
+    --family sd3-large); SD3-medium's constants, which every SD3 file got, said 0.84/0.86/0.69/0.82 of that.
+    model inspect names the variant from the block names (src/mmdit.hpp reads the depth from them)."""
+    large = str(m.write_safetensors(tmp_path / "sd3.5_large.safetensors", m.sd3_large()))
+    medium = str(m.write_safetensors(tmp_path / "sd3_medium.safetensors", m.sd3_original()))
+    for side, measured in ((256, 51), (384, 66), (512, 126), (640, 157)):
+        p = plan_for_files([large], side, side, 1, EngineOptions(vae_tiling=True, vae_tile_size=8), gpu=False,
+                           ram_free=None)
+        assert 1.0 <= (p.ram_need - p.weights) / (measured * MIB) <= 1.35, side
+    assert plan_for_files([large], 512, 512, 1, EngineOptions(), gpu=False, ram_free=None).reason.startswith(
+        "Stable Diffusion 3.5 Large at 512x512")
+    assert plan_for_files([medium], 512, 512, 1, EngineOptions(), gpu=False, ram_free=None).reason.startswith(
+        "Stable Diffusion 3.x at 512x512")
+
+
 # -- SDXL on a 16/8/6/4 GiB GPU ----------------------------------------------------------------------------
 def test_sdxl_on_gpus_of_each_size(tmp_path):
     model = [sdxl_file(tmp_path)]
