@@ -181,6 +181,11 @@ def _check_component(name: str, path: str, family: str) -> None:
     if not set(kinds) & set(wanted):
         raise _component_error(name, path, f"it is a {', '.join(sorted(set(kinds)))} text encoder, not "
                                f"{' or '.join(wanted)}", "give each text encoder with its own flag")
+    if needs and needs[1] and not set(kinds) & set(needs[1]):  # a flag's kinds serve several families (--llm)
+        raise _component_error(name, path, f"it is a {', '.join(sorted(set(kinds)))} text encoder; the model's family, "
+                               f"{family}, takes {', '.join(k for k in needs[1] if k in wanted)} there "
+                               "(data/model_families.json, from src/conditioner.hpp)",
+                               "use the text encoder made for the model's family")
 
 
 def _check_taesd(path: str, tensors: Optional[List[TensorInfo]], family: str) -> None:

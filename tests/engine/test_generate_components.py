@@ -174,6 +174,24 @@ def test_text_encoders_the_family_does_not_take_are_refused(cpu_runtime, probe_m
     _refused(cpu_runtime, probe_model, tmp_path, "--llm .*no llm", llm=clip)
 
 
+def test_an_llm_of_another_family_is_refused_before_it_reaches_the_runtime(tmp_path):
+    # Both LLM kinds go to --llm, but each family conditions on its own (src/conditioner.hpp LLMEmbedder: Qwen3 4B,
+    # 2560 wide, for Z-Image; Qwen2.5-VL 7B, 3584 wide, for Qwen-Image): the other one's width does not fit the
+    # DiT's caption input. It was accepted (the flag takes either) and reached the runtime.
+    import model_specs as m
+
+    zimage = str(m.write_safetensors(tmp_path / "z_image_turbo_bf16.safetensors", m.z_image()))
+    qwen = str(m.write_safetensors(tmp_path / "qwen_image_fp8.safetensors", m.qwen_image()))
+    qwen3 = str(m.write_safetensors(tmp_path / "qwen_3_4b.safetensors", m.qwen3_4b()))
+    vl = str(m.write_safetensors(tmp_path / "qwen_2.5_vl_7b.safetensors", {
+        "model.embed_tokens.weight": ((152064, 3584), "BF16"), "model.layers.0.mlp.gate_proj.weight": ((18944, 3584), "BF16")}))
+    request = dict(prompt="a lighthouse", width=64, height=64)
+    for model, llm, other, takes in ((zimage, vl, "qwen2.5-vl-7b", "qwen3-4b"), (qwen, qwen3, "qwen3-4b", "qwen2.5-vl-7b")):
+        with pytest.raises(InvalidRequestError, match=f"--llm .*it is a {other} text encoder.* takes {takes}"):
+            check_components(GenerateRequest(**request, diffusion_model=model, llm=llm), None)
+    check_components(GenerateRequest(**request, diffusion_model=zimage, llm=qwen3), None)  # its own: accepted
+
+
 def test_a_file_of_the_wrong_kind_is_refused_naming_the_flag(cpu_runtime, probe_model, parts, tmp_path, no_worker):
     _refused(cpu_runtime, probe_model, tmp_path, "--vae .*clip_l.safetensors: it holds no VAE",
              vae=str(parts / "clip_l.safetensors"))
