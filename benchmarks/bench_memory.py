@@ -25,7 +25,8 @@ one after the other, so one of each has the real model's working memory; ``--fam
 
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
-    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image|flux-wide] [--sizes 128,256,384] [--tiles 0,8,16]
+    python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image|flux|flux-wide|chroma-wide|sd3-large]
+                                      [--t5xxl] [--sizes 128,256,384] [--tiles 0,8,16]
                                       [--threads N] [--json]
 """
 from __future__ import annotations
@@ -41,6 +42,9 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 MIB = 1 << 20
+# --family -> the verify family whose CFG scale it runs with (the bench-only probes: their family's)
+FAMILY_OF = {"sd1": "sd1", "sd2": "sd2", "sdxl": "sdxl", "sd3": "sd3", "qwen-image": "qwen-image", "z-image": "z-image",
+             "flux-wide": "flux", "chroma-wide": "chroma", "sd3-large": "sd3"}
 
 
 def _status(pid: int) -> Dict[str, int]:
@@ -84,11 +88,11 @@ def _sd3_large(work: Path, seed: int):
     dit = work / "sd3.5_large-Q4_0.gguf"
     write_gguf(dit, {"": mmdit_tensors(38)}, Pools(seed, "F16"), {}, lambda n: None,
                lambda name, shape: name.startswith("joint_blocks."))
-    parts, files = FAMILIES["sd3"].parts(), {"diffusion_model": str(dit)}
+    parts, files, pools = FAMILIES["sd3"].parts(), {"diffusion_model": str(dit)}, Pools(seed, "F8_E5M2")
     for name, prefix in (("clip_l", "text_encoders.clip_l.transformer."), ("clip_g", "text_encoders.clip_g.transformer."),
                          ("vae", "vae.")):
         files[name] = str(work / f"{name}.safetensors")
-        write_parts(Path(files[name]), {"": parts[prefix]}, Pools(seed, "F8_E5M2"), {}, lambda n: None)
+        write_parts(Path(files[name]), {"": parts[prefix]}, pools, {}, lambda n: None)
     return str(dit), files
 
 
@@ -97,11 +101,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
     ap.add_argument("--tiles", default="0,8,16", help="VAE tile sizes in latent pixels; 0: untiled")
     ap.add_argument("--threads", type=int, default=0, help="worker threads (default: the physical cores)")
-    ap.add_argument("--family", default="sd1", choices=("sd1", "sd2", "sdxl", "sd3", "qwen-image", "z-image", "flux", "flux-wide", "chroma-wide",
-                                                      "sd3-large"),
+    ap.add_argument("--family", default="sd1", choices=(*FAMILY_OF, "flux"),
                     help="the probe: sd1 (default); sd2, sdxl, sd3 (their UNet or MMDiT at real widths, a "
                          "quarter-width VAE: use --tiles 8); qwen-image (one DiT block at its real width, the real "
-                         "Wan VAE decoder)")
+                         "Wan VAE decoder); z-image (its whole DiT, Q4_0); flux (128 wide: with --t5xxl only); "
+                         "flux-wide, chroma-wide, sd3-large (made here at the real widths, bench-only)")
     ap.add_argument("--t5xxl", action="store_true",
                     help="give the flux probes T5-XXL (24 x 4096, fixed: synthesized as the Q4_0 GGUF "
                          "tests/engine/component_files.t5xxl_gguf writes, 2.7 GB) to measure its text phase")
@@ -128,7 +132,7 @@ def main() -> int:
             model, components = _sd3_large(Path(work), DEFAULT_SEED)
         else:
             model = ensure_family_probe(args.family, DEFAULT_SEED, settings.probe_cache, keep=args.family == "sd1").path
-        cfg = family_spec(args.family.split("-")[0]).cfg_scale  # the probe's own, as verify --family runs it
+        cfg = family_spec(FAMILY_OF.get(args.family, args.family)).cfg_scale  # the probe's own, as verify --family runs it
         sizes = sorted(int(s) for s in args.sizes.split(","))
         rows: List[dict] = []
         files = [model, *(path for name, path in components.items() if name != "diffusion_model")]

@@ -27,7 +27,7 @@ from .gguf_check import GGML_MAX_NAME, GGUF_DEFAULT_ALIGNMENT, GGUF_STRING
 from .probe_architecture import Shape, value_rule
 from .probe_weights import POOL, Pools, const_bytes, window_offset
 
-__all__ = ["Q4_BLOCK", "Q4_BLOCK_BYTES", "Q4Pools", "gguf_size", "write_gguf", "quantized_prefixes"]
+__all__ = ["Q4_BLOCK", "Q4_BLOCK_BYTES", "Q4Pools", "gguf_size", "write_gguf", "quantized_prefixes", "unquantized"]
 
 GGUF_MAGIC, GGUF_VERSION = b"GGUF", 3
 TYPE_F16, TYPE_Q4_0 = 1, 2  # ggml_type ids (include/ggml.h)
@@ -37,11 +37,13 @@ Quantized = Callable[[str, Shape], bool]
 
 
 class Q4Pools:
-    """Per seed: one doubled pool of Q4_0 blocks per standard deviation (a window is one slice)."""
+    """Per seed: one doubled pool of Q4_0 blocks per standard deviation (a window is one slice). The 4-bit
+    values are the same for every deviation; only the blocks' scale ``d`` differs."""
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
-        self._base: Optional[Any] = None
+        self._packed: Optional[Any] = None  # the blocks' 16 bytes of values, once
+        self._spread = 1.0  # the values' standard deviation, in units of d
         self._pools: Dict[float, memoryview] = {}
 
     def get(self, std: float) -> memoryview:
@@ -55,14 +57,14 @@ class Q4Pools:
 
         from .probe_weights import base_pool
 
-        if self._base is None:
-            self._base = base_pool(self.seed)[:Q4_POOL_BLOCKS * Q4_BLOCK]
-        q = np.clip(np.rint(self._base * 2.0), -7, 7)  # about N(0, 2), symmetric, never the -8 of nibble 0
-        d = np.float16(std / float(q.std()))
-        nibbles = (q + 8).astype(np.uint8).reshape(Q4_POOL_BLOCKS, Q4_BLOCK)
+        if self._packed is None:
+            q = np.clip(np.rint(base_pool(self.seed)[:Q4_POOL_BLOCKS * Q4_BLOCK] * 2.0), -7, 7)  # symmetric: never nibble 0
+            self._spread = float(q.std())
+            nibbles = (q + 8).astype(np.uint8).reshape(Q4_POOL_BLOCKS, Q4_BLOCK)
+            self._packed = nibbles[:, :16] | (nibbles[:, 16:] << 4)  # qs[j]: value j low, value j + 16 high
         blocks = np.empty((Q4_POOL_BLOCKS, Q4_BLOCK_BYTES), dtype=np.uint8)
-        blocks[:, :2] = np.frombuffer(d.tobytes(), dtype=np.uint8)
-        blocks[:, 2:] = nibbles[:, :16] | (nibbles[:, 16:] << 4)  # qs[j]: value j low, value j + 16 high
+        blocks[:, :2] = np.frombuffer(np.float16(std / self._spread).tobytes(), dtype=np.uint8)
+        blocks[:, 2:] = self._packed
         raw = blocks.tobytes()
         return memoryview(raw + raw)
 
@@ -163,6 +165,12 @@ def _windows(fh: Any, pool: memoryview, window_bytes: int, remaining: int, seed:
         fh.write(pool[start:start + take])
         remaining -= take
         window += 1
+
+
+def unquantized(parts: Dict[str, Dict[str, Shape]], quantized: Quantized) -> Dict[str, Dict[str, Shape]]:
+    """``parts`` without the tensors :func:`write_gguf` stores Q4_0: those whose F16 pools it reads."""
+    return {prefix: {name: shape for name, shape in tensors.items() if not _q4((prefix, name, shape), quantized)}
+            for prefix, tensors in parts.items()}
 
 
 def quantized_prefixes(prefixes: Sequence[str]) -> Quantized:

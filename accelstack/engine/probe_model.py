@@ -65,11 +65,11 @@ from ..serde import size_text
 from . import probe_layout
 from .errors import ProbeModelError
 from .probe_architecture import Architecture, Shape, sd1_tensors
-from .probe_gguf import gguf_size, quantized_prefixes, write_gguf
+from .probe_gguf import gguf_size, quantized_prefixes, unquantized, write_gguf
 from .probe_owner import OWNER, owner_text, temporary_probe_in_use
 from .probe_weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "PARTIAL_WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
+__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
            "ProbeRecipe", "ensure_probe", "check_seed", "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ FORMAT_VERSION = 3  # bump when the files a seed produces change (2: values stor
 DTYPE = "F8_E5M2"
 DEFAULT_SEED = 1234
 MARKER = probe_layout.MARKER
-WEIGHTS = probe_layout.WEIGHTS  # written as PARTIAL_WEIGHTS and renamed: it appears whole
-PARTIAL_WEIGHTS = WEIGHTS + ".part"  # only ever inside a new private folder of the synthesis (never a guessable path)
+WEIGHTS = probe_layout.WEIGHTS  # written as <name>.part inside a new private folder of the synthesis, then renamed
 TEMP_PREFIX = ".tmp-"
 MAX_POOLS_BYTES = 64 * POOL * DTYPES[DTYPE] + (1 << 16)  # the pools file: SD 1.x has 26 scales
 PARTS = tuple(probe_layout.PREFIXES)  # the parts an architecture has, in the file's order
@@ -302,9 +301,9 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
     start = time.perf_counter()
     parts = recipe.parts()
     total = sum(math.prod(s) for t in parts.values() for s in t.values())
+    quantized = quantized_prefixes(recipe.quantized) if recipe.quantized else None  # then a GGUF file
     free = shutil.disk_usage(root).free
-    need = (gguf_size(parts, recipe.meta, quantized_prefixes(recipe.quantized)) if recipe.quantized
-            else DTYPES[DTYPE] * total) + (1 << 20)
+    need = (gguf_size(parts, recipe.meta, quantized) if quantized else DTYPES[DTYPE] * total) + (1 << 20)
     if free < need + (256 << 20):  # keep a margin: a full disk breaks more than this probe
         raise ProbeModelError(
             f"not enough disk space for the {recipe.label} at {root}: {size_text(need)} needed, "
@@ -332,7 +331,7 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
         if on_synthesis is not None and folder is None:
             on_synthesis(str(tmp / recipe.weights))  # the path the weights will appear at, whole
         pools = Pools(seed, "F16" if recipe.quantized else DTYPE)
-        scales = scales_in_order(parts)
+        scales = scales_in_order(unquantized(parts, quantized) if quantized else parts)  # the F16/F8 pools read
         pools_file = root / recipe.pools_file if recipe.pools_file else None
         reused = _read_pools(pools_file, seed, scales) if pools_file is not None else None
         if reused is not None:
@@ -341,8 +340,8 @@ def _synthesize(recipe: ProbeRecipe, root: Path, folder: Optional[Path], seed: i
             pools.prefetch(scales)  # encoded on a helper thread while the file is written
         partial = tmp / (recipe.weights + ".part")
         try:
-            if recipe.quantized:
-                write_gguf(partial, parts, pools, recipe.meta, tick, quantized_prefixes(recipe.quantized))
+            if quantized is not None:
+                write_gguf(partial, parts, pools, recipe.meta, tick, quantized)
             else:
                 write_parts(partial, parts, pools, recipe.meta, tick)
         finally:
