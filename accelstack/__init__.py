@@ -60,8 +60,8 @@ _EXPORTS = {
     "AccelstackError": "accelstack.errors",
     "Action": "accelstack.errors",
     # lower-level stage functions
-    "resolve": "accelstack.manifests.resolve",
-    "Manifests": "accelstack.manifests.resolve",
+    "resolve": "accelstack.manifests.resolver",
+    "Manifests": "accelstack.manifests.resolver",
     "fetch": "accelstack.artifacts",
 }
 

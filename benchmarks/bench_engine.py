@@ -252,6 +252,8 @@ def main() -> None:
         print(f"accelstack generate{min(ours_t):7.2f} s  (generate_image {min(ours_gen):.2f} s)")
         print(f"ratio accelstack/sd-cli  {min(ours_t) / min(cli_t):6.3f} whole process, "
               f"{min(ours_gen) / min(cli_gen):6.3f} generate_image   (goal: <= 1.05)")
+        print(f"outside generate_image   sd-cli {min(cli_t) - min(cli_gen):.2f} s, accelstack {min(ours_t) - min(ours_gen):.2f} s "
+              "(loading, and for accelstack Python's start, its imports, the checks and the worker's start)")
         print(f"largest pixel difference {worst if worst is not None else 'sizes differ'} (0-255; goal: 0 with the same flags)")
     finally:
         if not args.keep_probe:

@@ -29,8 +29,6 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-import filelock
-
 from ..fsio import fsync_dir, try_write_bytes
 from ..limits import MalformedInput, parse_json
 from .errors import CacheError
@@ -122,6 +120,8 @@ class Cache:
 
     def lock(self, sha256: str) -> Any:
         """The per-blob inter-process lock (a ``filelock.FileLock``; use as a context manager)."""
+        import filelock  # here: a cache only read (generate's runtime lookup) takes no lock
+
         self.ensure()
         return filelock.FileLock(str(self.lock_path(sha256)))
 

@@ -135,7 +135,7 @@ def runtime_from_args(args: argparse.Namespace):
     outright (torch) without a directory is that stack's active runtime, else this interpreter's
     (the installed ggml runtime is the core's to find: ``core.verify``/``core.generate``)."""
     named = core.stack_for_backend(args.backend)
-    d = core.driver_for_backend(args.backend)
+    d = core.locator_for_backend(args.backend)
     path = Path(args.runtime).expanduser().resolve() if args.runtime else None
     if path is None and named is not None:
         found = active_runtime(named.name)

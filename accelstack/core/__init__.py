@@ -23,7 +23,7 @@ _EXPORTS = {
     "Fetcher": ".options", "NetworkFetcher": ".options",
     "upgrade": ".maintenance", "repair": ".maintenance", "rollback": ".maintenance", "uninstall": ".maintenance",
     "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".maintenance",
-    "driver": ".stacks", "stack_names": ".stacks", "driver_for_backend": ".stacks", "stack_for_backend": ".stacks",
+    "driver": ".stacks", "stack_names": ".stacks", "locator_for_backend": ".stacks", "stack_for_backend": ".stacks",
     "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "verify": ".running", "generate": ".running",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",

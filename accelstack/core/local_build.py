@@ -20,7 +20,7 @@ from ..limits import read_capped
 from ..manifests.hw_rules import hw_rules
 from ..manifests.machine import cc_parts, version_or_none
 from ..manifests.plan import Plan
-from ..manifests.resolve import Manifests
+from ..manifests.resolver import Manifests
 from ..manifests.schema import parse_manifest
 from ..publisher.build import build_ggml, build_options
 from ..publisher.build_cache import cache_key, in_cache, remembered_sha256, sha256_file

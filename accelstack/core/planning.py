@@ -26,7 +26,7 @@ from ..installer.pip_runner import ensure_venv, python_version, venv_python
 from ..limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, MalformedInput, parse_json, read_capped
 from ..manifests.channels import ChannelError, adhoc_channel_name, find, key_from_file, read_user_channels, trust_for
 from ..manifests.plan import Plan, Request
-from ..manifests.resolve import Manifests, resolve
+from ..manifests.resolver import Manifests, resolve
 from ..settings import Channel, Settings, Timeouts
 from .detection import detect
 from .stacks import stack_info

@@ -19,7 +19,7 @@ from ..installer.records import Receipt, now_iso
 from ..settings import Settings
 from ..verdict import VerifyReport
 from .disk_state import runtime_path
-from .stacks import driver
+from .stacks import driver, locator
 from .verifiers import default_verifier
 
 __all__ = ["NoRuntimeError", "active_receipt", "verify", "generate"]
@@ -74,7 +74,7 @@ def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, 
     Returns the engine's ``GenerateReport`` with the saved PNG paths."""
     s = settings or Settings.resolve()
     receipt = receipt if receipt is not None else active_receipt(stack, s)
-    runtime = driver(receipt.stack).engine_runtime(receipt, runtime_path(s, receipt))
+    runtime = locator(receipt.stack).engine_runtime(receipt, runtime_path(s, receipt))
     if options is None:
         options = load_config(s.config_file, missing_ok=True)
     return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,

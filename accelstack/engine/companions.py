@@ -25,16 +25,13 @@ import re
 import shutil
 import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import workdirs
-from .ckpt_index import checkpoint_index
 from .errors import InvalidRequestError, ModelLoadError
-from .gguf_check import gguf_index
 from .lora_names import ENCODER_PREFIXES, LORA_PARTS, canonical_module, dotted_module, is_kohya, kohya_dotted
-from .model_io import TensorInfo, open_regular
-from .modelfile import DIFFUSERS_PARTS, ModelFile, check_model
+from .model_io import TensorInfo
+from .modelfile import ModelFile, check_model, tensor_index
 from .protocol import check_companion_name, lora_tags
 
 __all__ = ["AppliedLora", "Companions", "prepare_companions", "tensor_index", "canonical_module",
@@ -45,7 +42,6 @@ LORA_EXTENSIONS = (".pt", ".safetensors", ".gguf")
 EMBEDDING_EXTENSIONS = (".safetensors", ".gguf", ".pt", ".bin")
 MAX_EMBEDDINGS = 256
 MAX_EMBEDDING_VECTORS = 75  # one prompt chunk; sd.cpp also caps an embedding at 100 MB (conditioner.hpp)
-_DIFFUSERS_PREFIXES = ("unet.", "vae.", "te.")  # what sd.cpp prefixes a diffusers folder's parts with
 
 
 @dataclass
@@ -126,28 +122,6 @@ def _stage(folder: str, name: str, dest_dir: str, what: str) -> Optional[str]:
     finally:
         os.close(fd)
     return dest
-
-
-# -- tensor names ---------------------------------------------------------------------------------------
-def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
-    """The tensors of a checked file (None: a legacy pickle, whose names are not read)."""
-    path = Path(info.path)
-    if info.kind == "safetensors":
-        from .safetensors_check import safetensors_index
-
-        return safetensors_index(path)
-    if info.kind == "gguf":
-        fh, size = open_regular(path)
-        with fh:
-            return gguf_index(path, fh, size)
-    if info.kind == "diffusers":
-        from .safetensors_check import safetensors_index
-
-        out: List[TensorInfo] = []
-        for part, prefix in zip(DIFFUSERS_PARTS, _DIFFUSERS_PREFIXES):
-            out += [t._replace(name=prefix + t.name) for t in safetensors_index(path / part)]
-        return out
-    return checkpoint_index(path) if info.tensors else None
 
 
 def _lora_modules(tensors: List[TensorInfo], flux: bool = True) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:

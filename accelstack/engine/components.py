@@ -19,11 +19,10 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .companions import tensor_index
 from .errors import InvalidRequestError, ModelLoadError
 from .model_inspect import ModelInspection, inspect_model
 from .model_io import TensorInfo
-from .modelfile import ModelFile, check_model
+from .modelfile import ModelFile, check_model, tensor_index
 from .png import PngError, read_input_png
 from .protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
 

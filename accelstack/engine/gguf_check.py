@@ -12,7 +12,7 @@ from typing import BinaryIO, Dict, List, Tuple
 
 from ..limits import MAX_MODEL_HEADER_BYTES, sizes_apart
 from ..serde import size_text
-from .model_io import INT64_MAX, TensorInfo, damaged, fail
+from .model_io import INT64_MAX, TensorInfo, damaged, fail, remembered_index
 
 __all__ = ["gguf_tensors", "gguf_index", "GGML_TYPES", "GGML_TYPE_NAMES", "GGUF_VERSIONS"]
 
@@ -74,7 +74,12 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
 
 
 def gguf_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
-    """Every tensor the header declares (shapes turned to PyTorch order), each checked."""
+    """Every tensor the header declares (shapes turned to PyTorch order), each checked (once per
+    process while the file is unchanged); ``fh`` is at the file's start."""
+    return remembered_index(fh, lambda: _read_index(path, fh, size))
+
+
+def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
     data = fh.read(MAX_MODEL_HEADER_BYTES)
     cur = _Cursor(data, path, complete=size <= MAX_MODEL_HEADER_BYTES)
     cur.take(4)  # the magic

@@ -14,17 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .ckpt_index import checkpoint_index
-from .gguf_check import gguf_index
 from .model_families import Condition, FamilyRule, Knowledge, PrefixRule, knowledge
-from .model_io import TensorInfo, open_regular
-from .modelfile import DIFFUSERS_PARTS, ModelFile, check_model
-from .safetensors_check import safetensors_index
+from .model_io import TensorInfo
+from .modelfile import ModelFile, check_model, tensor_index
 
 __all__ = ["inspect_model", "ModelInspection", "ModelPart", "Companion", "WeightType", "QUANTIZED_PREFIXES"]
 
 QUANTIZED_PREFIXES = ("Q", "IQ", "TQ", "MXFP", "NVFP", "F8_")  # block-quantized ggml types and 8-bit floats
-DIFFUSERS_PREFIXES = ("unet.", "vae.", "te.")  # what stable-diffusion.cpp prefixes each part's names with
 
 
 @dataclass
@@ -96,26 +92,14 @@ def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> M
 
 # -- reading the tensors ------------------------------------------------------------------------------
 def _tensors(info: ModelFile) -> Tuple[Optional[List[TensorInfo]], str]:
-    path = Path(info.path)
-    if info.kind == "safetensors":
-        return safetensors_index(path), ""
-    if info.kind == "gguf":
-        fh, size = open_regular(path)
-        with fh:
-            return gguf_index(path, fh, size), ""
-    if info.kind == "diffusers":
-        out: List[TensorInfo] = []
-        for part, prefix in zip(DIFFUSERS_PARTS, DIFFUSERS_PREFIXES):
-            out += [t._replace(name=prefix + t.name) for t in safetensors_index(path / part)]
-        return out, ""
+    found = tensor_index(info)
+    if found is not None:
+        return found, ""
     if info.tensors == 0:
         return None, ("a legacy (non-zip) torch pickle: its tensor names are not read without unpickling it; "
                       "convert it to safetensors to inspect it")
-    found = checkpoint_index(path)
-    if found is None:
-        return None, ("the checkpoint's data.pkl uses pickle constructs accelstack does not follow without "
-                      "unpickling it, so its tensor names are unknown")
-    return found, ""
+    return None, ("the checkpoint's data.pkl uses pickle constructs accelstack does not follow without "
+                  "unpickling it, so its tensor names are unknown")
 
 
 # -- classifying --------------------------------------------------------------------------------------

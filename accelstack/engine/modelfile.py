@@ -19,21 +19,23 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO, List, Optional, Union
 
 from ..limits import MAX_CKPT_PICKLE_BYTES
 from .ckpt_check import TORCH_LEGACY_PICKLES, check_pickles, zip_checkpoint
+from .ckpt_index import checkpoint_index
 from .errors import ModelLoadError, ModelNotFoundError
-from .gguf_check import gguf_tensors
-from .model_io import fail, open_regular
+from .gguf_check import gguf_index, gguf_tensors
+from .model_io import TensorInfo, fail, open_regular
 from .probe_layout import probe_weights
-from .safetensors_check import safetensors_tensors
+from .safetensors_check import safetensors_index, safetensors_tensors
 
-__all__ = ["check_model", "ModelFile", "KINDS", "DIFFUSERS_PARTS"]
+__all__ = ["check_model", "tensor_index", "ModelFile", "KINDS", "DIFFUSERS_PARTS", "DIFFUSERS_PREFIXES"]
 
 KINDS = ("safetensors", "gguf", "ckpt", "diffusers")
 DIFFUSERS_PARTS = ("unet/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors",
                    "text_encoder/model.safetensors")
+DIFFUSERS_PREFIXES = ("unet.", "vae.", "te.")  # what stable-diffusion.cpp prefixes each part's names with
 
 
 @dataclass
@@ -103,6 +105,25 @@ def check_model(path: Union[str, Path]) -> ModelFile:
         return ModelFile(str(p), "safetensors", size, safetensors_tensors(p))
     except ModelLoadError:
         raise fail(p, "unknown model format (not safetensors, GGUF or a torch checkpoint)") from None
+
+
+def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
+    """The tensors of a checked file, as stable-diffusion.cpp names them (a diffusers folder's parts
+    prefixed); None where the names are not read: a legacy pickle, or a checkpoint whose pickle uses
+    constructs accelstack does not follow without unpickling it."""
+    path = Path(info.path)
+    if info.kind == "safetensors":
+        return safetensors_index(path)
+    if info.kind == "gguf":
+        fh, size = open_regular(path)
+        with fh:
+            return gguf_index(path, fh, size)
+    if info.kind == "diffusers":
+        out: List[TensorInfo] = []
+        for part, prefix in zip(DIFFUSERS_PARTS, DIFFUSERS_PREFIXES):
+            out += [t._replace(name=prefix + t.name) for t in safetensors_index(path / part)]
+        return out
+    return checkpoint_index(path) if info.tensors else None
 
 
 def _safetensors_head(magic: bytes, size: int) -> bool:

@@ -55,8 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from filelock import FileLock
-
 from .. import fsio
 from ..errors import Action
 from ..events import ProgressCallback, ProgressEvent, null_progress
@@ -248,6 +246,8 @@ def ensure_probe(recipe: ProbeRecipe, seed: int, cache_root: Path, progress: Pro
                 _sweep(root)
                 return _synthesize(recipe, root, None, seed, progress, on_synthesis)
         _sweep(root)
+        from filelock import FileLock  # here: generating with a model file never takes the probe's lock
+
         with FileLock(str(folder) + ".lock"):
             found = _load_marker(folder, recipe)  # another process may have made it meanwhile
             if found is not None:

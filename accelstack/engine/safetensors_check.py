@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import List
+from typing import BinaryIO, List
 
 from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json, sizes_apart, too_large
 from ..serde import size_text
-from .model_io import INT64_MAX, TensorInfo, damaged, fail, is_int, open_regular
+from .model_io import INT64_MAX, TensorInfo, damaged, fail, is_int, open_regular, remembered_index
 
 __all__ = ["safetensors_tensors", "safetensors_index", "MAX_HEADER", "SAFETENSORS_DTYPES", "SD_MAX_DIMS"]
 
@@ -29,21 +29,26 @@ def safetensors_tensors(path: Path) -> int:
 
 
 def safetensors_index(path: Path) -> List[TensorInfo]:
-    """Every tensor the header declares, each checked as stable-diffusion.cpp will read it."""
+    """Every tensor the header declares, each checked as stable-diffusion.cpp will read it (once per
+    process while the file is unchanged)."""
     fh, size = open_regular(path)
     with fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise fail(path, f"not a safetensors file: only {size} bytes")
-        (n,) = struct.unpack("<Q", head)
-        if n == 0 or n > MAX_HEADER or 8 + n > size:
-            why = "its header length is 0" if n == 0 else \
-                too_large("its header length", n, MAX_HEADER, "safetensors allows") if n > MAX_HEADER else \
-                too_large("its header length", n, size - 8, "the file holds after it")
-            raise fail(path, f"not a valid safetensors file: {why} (the file is truncated or not safetensors)")
-        if n > MAX_MODEL_HEADER_BYTES:
-            raise fail(path, too_large("its safetensors header", n, MAX_MODEL_HEADER_BYTES))
-        raw = fh.read(n)
+        return remembered_index(fh, lambda: _read_index(path, fh, size))
+
+
+def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
+    head = fh.read(8)
+    if len(head) < 8:
+        raise fail(path, f"not a safetensors file: only {size} bytes")
+    (n,) = struct.unpack("<Q", head)
+    if n == 0 or n > MAX_HEADER or 8 + n > size:
+        why = "its header length is 0" if n == 0 else \
+            too_large("its header length", n, MAX_HEADER, "safetensors allows") if n > MAX_HEADER else \
+            too_large("its header length", n, size - 8, "the file holds after it")
+        raise fail(path, f"not a valid safetensors file: {why} (the file is truncated or not safetensors)")
+    if n > MAX_MODEL_HEADER_BYTES:
+        raise fail(path, too_large("its safetensors header", n, MAX_MODEL_HEADER_BYTES))
+    raw = fh.read(n)
     if raw[:1] != b"{":
         raise fail(path, "not a valid safetensors file: its header is not JSON")
     try:

@@ -21,8 +21,6 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from filelock import FileLock, Timeout
-
 from .. import fsio
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
@@ -267,6 +265,8 @@ class InstallLock:
         self._lock: Optional[Any] = None
 
     def __enter__(self) -> InstallLock:
+        from filelock import FileLock, Timeout  # here: reading a receipt (every `generate`) takes no lock (12 ms)
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.path))
         try:
@@ -291,6 +291,8 @@ class InstallLock:
 
     def _acquire(self, lock: Any) -> None:
         """Take ``lock`` at once if free; else wait up to ``self.wait`` seconds with a tick each second."""
+        from filelock import Timeout
+
         try:
             lock.acquire(timeout=0)
             return

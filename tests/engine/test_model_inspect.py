@@ -219,3 +219,35 @@ def test_cli_exit_codes(models, tmp_path):
     bad.write_bytes(b"not a gguf at all")
     assert run_cli(["model", "inspect", bad], env).returncode == 1
     assert run_cli(["model", "inspect"], env).returncode == 2
+
+
+@pytest.mark.parametrize("name", ["flux1-dev.safetensors", "flux1-schnell-Q4_K.gguf"])
+def test_a_header_is_read_once_per_process_while_the_file_is_unchanged(tmp_path, monkeypatch, name):
+    """One `generate` checked the same model's header up to 8 times (the CLI's and the engine's
+    component checks, inspection, the memory planner): ~35 ms on the FLUX.1 probe before the worker
+    started. A changed file (same path, new bytes) is read again."""
+    from accelstack.engine import gguf_check, model_io, safetensors_check
+    from accelstack.limits import parse_json
+
+    writer, spec, family, *_ = CASES[name]
+    path = writer(tmp_path / name, spec)
+    reads = []
+    if name.endswith(".safetensors"):
+        monkeypatch.setattr(safetensors_check, "parse_json", lambda *a, **k: reads.append(1) or parse_json(*a, **k))
+    else:
+        real = gguf_check._read_index
+
+        def counted(*a, **k):
+            reads.append(1)
+            return real(*a, **k)
+        monkeypatch.setattr(gguf_check, "_read_index", counted)
+    model_io.forget_indexes()
+    for _ in range(3):
+        assert inspect_model(path).family == family
+    assert len(reads) == 1
+    # rewritten in place: another family, same name
+    other = CASES["chroma-unlocked-v50.safetensors"] if name.endswith(".safetensors") else None
+    if other is not None:
+        other[0](path, other[1])
+        assert inspect_model(path).family == "chroma"
+        assert len(reads) == 2

@@ -25,7 +25,7 @@ from accelstack.core.local_build import (
     replan,
 )
 from accelstack.hardware.system import ReplaySystem
-from accelstack.manifests.resolve import Manifests
+from accelstack.manifests.resolver import Manifests
 from accelstack.publisher.build import build_ggml, build_options
 from accelstack.publisher.build_cache import BuildResult, cache_key, sha256_file
 from accelstack.publisher.sdist import sdist_name

@@ -37,7 +37,7 @@ from accelstack.installer.torch_check import check_engine, engine_modules
 from accelstack.installer.torch_destination import PipCommands, TorchEnvironment
 from accelstack.manifests.knowledge import Manifests
 from accelstack.manifests.plan import PYTHON_PLACEHOLDER, Command, Plan, Request
-from accelstack.manifests.resolve import resolve
+from accelstack.manifests.resolver import resolve
 from accelstack.manifests.torch_matrix import ENGINE_PACKAGES, _builtin_bytes, load_torch_matrix
 from accelstack.manifests.torch_resolve import ENGINE_WHY, engine_command, without_engine
 from accelstack.settings import ENV, Settings

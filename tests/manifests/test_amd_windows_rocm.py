@@ -213,7 +213,7 @@ def test_ggml_on_amd_windows_without_a_published_rocm_build_is_a_local_vulkan_bu
     """Issue 27: "ggml on AMD Windows: Vulkan stays the default; a ROCm/HIP variant is planned only where a
     published build lists the gfx target". With no channel, the local build is Vulkan, and the plan says why
     not ROCm (a local ROCm build on Windows needs AMD's HIP SDK, which no first run has)."""
-    from accelstack.manifests.resolve import Manifests
+    from accelstack.manifests.resolver import Manifests
 
     plan = plan_of(replay("windows-amd-890m-gfx1150-hip7"), "ggml", manifests=Manifests.builtin())
     assert plan.status == "needs-build" and plan.backend == "vulkan", plan.summary

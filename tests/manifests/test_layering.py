@@ -54,7 +54,7 @@ if {bare}:  # the stage alone: the top-level package's own imports (the core) le
     root.__path__ = [{package!r}]
     sys.modules["accelstack"] = root
 import accelstack.manifests.plan
-import accelstack.manifests.resolve
+import accelstack.manifests.resolver
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("requests", "urllib3", "cryptography")
                         or m.startswith("accelstack.artifacts"))))
 """

@@ -14,9 +14,11 @@ The protocol, in the pipeline's order:
   gives way to the plan's next candidate; ``check_request``/``unsatisfiable`` refuse a request
   before anything is fetched;
 - verify: ``verifier`` (the real check) and ``import_verifier`` (the cheap one) for a staged runtime;
-- locate: ``staged`` (an installed runtime as the verifier sees it), ``engine_runtime`` (as the
-  engine runs it), ``runtime_from_dir`` (one named by hand on the command line), ``interpreter``
-  (the Python and environment a runtime's own checks run in);
+- locate: ``staged`` (an installed runtime as the verifier sees it), ``interpreter`` (the Python
+  and environment a runtime's own checks run in); as the engine runs a runtime, the installed one
+  (``engine_runtime``) or one named by hand on the command line (``runtime_from_dir``), is the
+  stack's :class:`RuntimeLocator`, a module of its own (``StackInfo.runtimes``): generating loads
+  no install, download or build machinery;
 - identity: ``runtime_id`` (the receipt's id for a plan);
 - upkeep: ``repair``, ``upgrade_available``, ``removes_files`` (uninstall removes the runtime's files,
   or only its record), bundles (``create_bundle``, ``install_bundle``).
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
     from ..context import InstallJob
     from ..results import InstallSummary
 
-__all__ = ["StackInfo", "StackDriver", "STACKS", "stack_names", "stack_info", "driver", "driver_for_backend",
+__all__ = ["StackInfo", "StackDriver", "RuntimeLocator", "STACKS", "stack_names", "stack_info", "driver",
+           "locator", "locator_for_backend",
            "stack_for_backend", "default_stack", "driver_of_bundle"]
 
 
@@ -52,6 +55,7 @@ class StackInfo:
 
     name: str
     module: str  # the driver's module; its ``DRIVER`` is the instance
+    runtimes: str  # the module of its runtimes as the engine runs them; its ``LOCATOR`` is the instance
     reads_channels: bool  # plans from the channels' signed manifests (else from the builtin knowledge)
     needs_python: bool  # plans for the target interpreter's Python version
     engine_backends: Tuple[str, ...] = ()  # engine backends that name this stack's runtimes outright ("torch")
@@ -60,11 +64,19 @@ class StackInfo:
 
 
 STACKS: Dict[str, StackInfo] = {
-    "ggml": StackInfo("ggml", "accelstack.core.stacks.ggml", reads_channels=True, needs_python=False, default=True,
-                      model_families=True),
-    "torch": StackInfo("torch", "accelstack.core.stacks.torch", reads_channels=False, needs_python=True,
-                       engine_backends=("torch",)),
+    "ggml": StackInfo("ggml", "accelstack.core.stacks.ggml", "accelstack.core.stacks.ggml_runtime", reads_channels=True,
+                      needs_python=False, default=True, model_families=True),
+    "torch": StackInfo("torch", "accelstack.core.stacks.torch", "accelstack.core.stacks.torch_runtime",
+                       reads_channels=False, needs_python=True, engine_backends=("torch",)),
 }
+
+
+class RuntimeLocator(Protocol):
+    """A stack's runtimes as the engine runs them (an ``accelstack.engine.Runtime``)."""
+
+    def engine_runtime(self, receipt: Receipt, path: Path) -> Any: ...
+
+    def runtime_from_dir(self, path: Optional[Path], backend: str) -> Any: ...
 
 
 class StackDriver(Protocol):
@@ -88,10 +100,6 @@ class StackDriver(Protocol):
     def import_verifier(self, timeout: float) -> Verifier: ...
 
     def staged(self, receipt: Receipt, path: Path) -> StagedRuntime: ...
-
-    def engine_runtime(self, receipt: Receipt, path: Path) -> Any: ...
-
-    def runtime_from_dir(self, path: Optional[Path], backend: str) -> Any: ...
 
     def runtime_id(self, plan: Plan, settings: Settings) -> str: ...
 
@@ -126,6 +134,7 @@ def stack_info(stack: str) -> StackInfo:
 
 
 _LOADED: Dict[str, StackDriver] = {}
+_LOCATORS: Dict[str, RuntimeLocator] = {}
 
 
 def driver(stack: str) -> StackDriver:
@@ -137,16 +146,24 @@ def driver(stack: str) -> StackDriver:
     return found
 
 
+def locator(stack: str) -> RuntimeLocator:
+    """Where ``stack``'s runtimes are, as the engine runs them (its module imported on first use)."""
+    found = _LOCATORS.get(stack)
+    if found is None:
+        found = _LOCATORS[stack] = importlib.import_module(stack_info(stack).runtimes).LOCATOR
+    return found
+
+
+def locator_for_backend(backend: Optional[str]) -> RuntimeLocator:
+    """The locator of the stack whose runtimes ``backend`` names (``torch``), else the default stack's."""
+    named = stack_for_backend(backend)
+    return locator(named.name if named is not None else default_stack())
+
+
 def stack_for_backend(backend: Optional[str]) -> Optional[StackInfo]:
     """The stack whose runtimes the engine backend ``backend`` names outright (``torch``), or None
     (``cpu``, ``cuda``...: a build of the default stack)."""
     return next((s for s in STACKS.values() if backend and backend in s.engine_backends), None)
-
-
-def driver_for_backend(backend: Optional[str]) -> StackDriver:
-    """The driver whose runtimes the engine backend ``backend`` names (``torch``), else the default stack's."""
-    named = stack_for_backend(backend)
-    return driver(named.name if named is not None else default_stack())
 
 
 def default_stack() -> str:

@@ -28,7 +28,7 @@ from ...installer.repair import RepairReport, repair_ggml
 from ...installer.transaction import Provenance, StagedRuntime, Verifier
 from ...installer.transaction import install as run_transaction
 from ...manifests.plan import Plan
-from ...manifests.resolve import Manifests
+from ...manifests.resolver import Manifests
 from ...publisher.sdist import offline_source_error, sdist_name
 from ...publisher.variants import CUDA_VARIANTS
 from ...refs import ArtifactRef
@@ -303,15 +303,6 @@ class GgmlDriver:
     # -- locate -----------------------------------------------------------------------------------
     def staged(self, receipt: Receipt, path: Path) -> StagedRuntime:
         return StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=path, env=dict(receipt.env))
-
-    def engine_runtime(self, receipt: Receipt, path: Path) -> Runtime:
-        return Runtime(path=path, backend=receipt.backend, env=dict(receipt.env))
-
-    def runtime_from_dir(self, path: Optional[Path], backend: str) -> Runtime:
-        """``--runtime DIR`` (a directory the bindings import from) with ``--backend``."""
-        if path is None:
-            raise UsageError("a ggml runtime named by hand needs its directory (--runtime DIR)")
-        return Runtime(path=path, backend=backend or "cpu").check()
 
     def interpreter(self, path: Optional[Path], active: Optional[Tuple[Receipt, Path]]) -> Tuple[Optional[str], Dict[str, str]]:
         """A ggml runtime runs in this interpreter, its directory first on the import path."""

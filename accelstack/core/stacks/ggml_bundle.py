@@ -14,7 +14,7 @@ from ...events import ProgressCallback, ProgressEvent
 from ...hardware.report import HardwareReport
 from ...manifests.channels import key_from_file, key_from_id, trust_for
 from ...manifests.ggml_manifest import GgmlManifest
-from ...manifests.resolve import Manifests
+from ...manifests.resolver import Manifests
 from ...refs import ArtifactRef
 from ...settings import Channel, Settings
 from ..bundle_file import FORMAT, FORMAT_VERSION, INDEX, MANIFEST, SIGNATURE, BundleError, BundleSummary, OpenedBundle

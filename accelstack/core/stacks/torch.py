@@ -4,11 +4,10 @@ environment is the user's: accelstack records what it installed and never delete
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ...engine import Runtime, verify_torch
+from ...engine import verify_torch
 from ...engine.errors import InvalidRequestError, RuntimeNotFoundError
 from ...errors import AccelstackError, Action, UsageError
 from ...events import ProgressCallback
@@ -17,7 +16,7 @@ from ...installer.home import Home
 from ...installer.maintenance import StackStatus
 from ...installer.pip_commands import with_indexes
 from ...installer.records import Receipt
-from ...installer.torch_check import check_engine, import_check
+from ...installer.torch_check import import_check
 from ...installer.torch_destination import PipCommands, receipt_id
 from ...installer.transaction import Provenance, StagedRuntime, Verifier
 from ...manifests.plan import Plan
@@ -97,20 +96,6 @@ class TorchDriver:
     def staged(self, receipt: Receipt, path: Path) -> StagedRuntime:
         """A torch receipt's path is its interpreter."""
         return StagedRuntime(stack=receipt.stack, backend=receipt.backend, path=path, env=dict(receipt.env), python=str(path))
-
-    def engine_runtime(self, receipt: Receipt, path: Path) -> Runtime:
-        check_engine(str(path))  # a missing diffusers is named with its pip command, not a failed worker start
-        return Runtime(path=path.parent, backend=self.name, env=dict(receipt.env), python=str(path))
-
-    def runtime_from_dir(self, path: Optional[Path], backend: str) -> Runtime:
-        """``--runtime DIR`` (a venv or a ``--target`` dir; its engine packages checked); without
-        one, this interpreter."""
-        if path is None:
-            return Runtime(path=Path(sys.prefix), backend=self.name)
-        runtime = Runtime.torch(path).check()
-        if runtime.python:
-            check_engine(runtime.python)  # names missing engine packages and the pip command adding them
-        return runtime
 
     def interpreter(self, path: Optional[Path], active: Optional[Tuple[Receipt, Path]]) -> Tuple[Optional[str], Dict[str, str]]:
         """Where torch's own check runs: a venv's interpreter, or this one with a ``--target`` dir
