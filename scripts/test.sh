@@ -118,7 +118,8 @@ main() {
   echo "== mypy"
   .venv/bin/mypy accelstack
   echo "== pytest"
-  .venv/bin/python -m pytest -q "$@" || rc=$?
+  # the 15 slowest steps, so a run near its time limit says where the time went
+  .venv/bin/python -m pytest -q --durations=15 "$@" || rc=$?
   print_skipped
   return "$rc"
 }

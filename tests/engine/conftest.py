@@ -3,7 +3,13 @@ isolated environment (no test reads the user's config; the probe model, 2 GB, is
 once per machine into the user cache like the runtime build, and reused)."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -58,3 +64,42 @@ def _worker_folders_in_a_test_temp_dir(tmp_path_factory):
     tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
     yield
     tempfile.tempdir = saved
+
+
+TORCH_WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
+TORCH_PIN = "torch==2.13.*"
+
+
+@pytest.fixture(scope="package")
+def torch_venv(tmp_path_factory) -> Iterator[Path]:
+    """One venv with torch + diffusers for the engine's torch tests (the worker, verify's pipeline step).
+
+    ``torch==2.13.*`` from the wheel on this machine's disk (``PIP_FIND_LINKS=/opt/wheels``; the pin
+    keeps pip from fetching any other torch) plus diffusers, transformers and safetensors from the
+    index; if that fails (no wheel, no network), the tests that need it skip. pip's ``--no-compile``
+    and one import with bytecode writing on compile only the modules the tests run: compiling every
+    module of torch, diffusers and transformers took 50 of the install's 80 s here.
+    """
+    root = tmp_path_factory.mktemp("torch-runtime")
+    venv = root / "venv"
+    start = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot create a venv: {res.stdout[-300:]}")
+    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    env = {**os.environ, "PIP_FIND_LINKS": TORCH_WHEELS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    try:
+        res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", TORCH_PIN, "diffusers",
+                              "transformers", "safetensors"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.skip("installing torch + diffusers into a venv took over 10 minutes")
+    if res.returncode != 0:
+        pytest.skip(f"cannot install {TORCH_PIN} + diffusers/transformers/safetensors: {res.stdout[-400:]}")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([str(py), "-c", "import torch, safetensors, transformers; from diffusers import StableDiffusionPipeline"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=600, check=True)
+    sys.stderr.write(f"\n[torch venv installed in {time.perf_counter() - start:.1f} s]\n")
+    yield venv
+    shutil.rmtree(root, ignore_errors=True)

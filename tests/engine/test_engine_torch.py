@@ -1,15 +1,18 @@
-"""torch verify, with a real torch when one is available.
+"""torch verify, with a real torch.
 
-torch is not a dependency of accelstack. These tests use the test interpreter's torch if it has
-one, or the directories in ``ACCELSTACK_TEST_TORCH_PATH`` (``pip install --target DIR
-torch==2.13.0``; add diffusers/transformers there to also run the pipeline step); otherwise they
-skip. The device-order logic is tested without torch in test_engine_units.py.
+torch is not a dependency of accelstack. These tests use the directories in
+``ACCELSTACK_TEST_TORCH_PATH`` (``pip install --target DIR torch==2.13.0``; add
+diffusers/transformers there to also run the pipeline step), else the test interpreter's torch,
+else the site-packages of conftest's ``torch_venv`` (torch + diffusers, built once for the engine
+tests); they skip only where none of these has torch. The device-order logic is tested without torch
+in test_engine_units.py.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -29,21 +32,27 @@ def _importable(module: str, env: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def torch_env():
-    extra = os.environ.get(TORCH_PATH_ENV, "")
-    env = {"PYTHONPATH": os.pathsep.join(p for p in [extra, os.environ.get("PYTHONPATH", "")] if p)} if extra else {}
+def torch_env(request) -> Tuple[Dict[str, str], List[str]]:
+    """The environment that makes torch importable, and the directories it adds to the path."""
+    paths = [p for p in os.environ.get(TORCH_PATH_ENV, "").split(os.pathsep) if p]
+    if not paths and not _importable("torch", {}):
+        venv = request.getfixturevalue("torch_venv")
+        paths = [subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                stdout=subprocess.PIPE, text=True, check=True).stdout.strip()]
+    env = {"PYTHONPATH": os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH", "")])])} if paths else {}
     if not _importable("torch", env):
         pytest.skip(f"no torch importable (set {TORCH_PATH_ENV} to a directory with torch installed)")
-    return env
+    return env, paths
 
 
 def test_torch_verify_cli_passes_on_cpu(torch_env, tmp_path):
+    env_extra, paths = torch_env
     args = ["verify", "--backend", "torch", "--no-diffusers", "--json"]
-    if os.environ.get(TORCH_PATH_ENV):
-        args += ["--runtime", os.environ[TORCH_PATH_ENV].split(os.pathsep)[0]]
-    env = cli_env(tmp_path / "cache", tmp_path, **{k: v for k, v in torch_env.items() if k != "PYTHONPATH"})
-    if len(os.environ.get(TORCH_PATH_ENV, "").split(os.pathsep)) > 1:
-        env["PYTHONPATH"] = torch_env["PYTHONPATH"]
+    if paths:
+        args += ["--runtime", paths[0]]
+    env = cli_env(tmp_path / "cache", tmp_path)
+    if len(paths) > 1:
+        env["PYTHONPATH"] = env_extra["PYTHONPATH"]
     res = run_cli(args, env)
     assert res.returncode == 0, res.stdout + res.stderr
     report = result_of(res.stdout)
@@ -55,6 +64,7 @@ def test_torch_verify_cli_passes_on_cpu(torch_env, tmp_path):
 
 
 def test_diffusers_step_on_the_probe_model(torch_env, probe_model):
+    torch_env, _ = torch_env
     if not _importable("diffusers, transformers, safetensors", torch_env):
         pytest.skip("diffusers/transformers/safetensors not importable next to torch")
     report = verify_torch(env=torch_env, probe=probe_model.path)

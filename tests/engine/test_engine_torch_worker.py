@@ -1,18 +1,12 @@
 """The torch generation worker, end to end: a real venv with torch + diffusers, the real worker
 under the venv's interpreter (where accelstack is not installed), the real probe model.
 
-The venv is built once per session under pytest's tmp dir: ``torch==2.13.*`` from the wheel on
-this machine's disk (``PIP_FIND_LINKS=/opt/wheels``; the pin keeps pip from fetching any other
-torch) plus diffusers, transformers and safetensors from the index. If that install fails (no
-wheel, no network), the module skips.
+The venv is conftest's ``torch_venv``, built once for the engine tests; where it cannot be built
+(no torch wheel, no network), the module skips.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -22,31 +16,6 @@ from accelstack.engine.generation import generate
 
 from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
-
-WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
-TORCH_PIN = "torch==2.13.*"
-
-
-@pytest.fixture(scope="module")
-def torch_venv(module_tmp) -> Path:
-    venv = module_tmp / "torch-runtime" / "venv"
-    start = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot create a venv: {res.stdout[-300:]}")
-    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    env = {**os.environ, "PIP_FIND_LINKS": WHEELS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    try:
-        res = subprocess.run([str(py), "-m", "pip", "install", "-q", TORCH_PIN, "diffusers", "transformers",
-                              "safetensors"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                             timeout=600)
-    except subprocess.TimeoutExpired:
-        pytest.skip("installing torch + diffusers into a venv took over 10 minutes")
-    if res.returncode != 0:
-        pytest.skip(f"cannot install {TORCH_PIN} + diffusers/transformers/safetensors: {res.stdout[-400:]}")
-    sys.stderr.write(f"\n[torch venv installed in {time.perf_counter() - start:.1f} s]\n")
-    return venv
 
 
 @pytest.fixture(scope="module")
