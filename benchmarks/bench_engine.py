@@ -113,7 +113,7 @@ def vs_native(args) -> None:
 
     from accelstack.engine.png import read_png
     from accelstack.engine.probe_model import ensure_probe_model
-    from accelstack.publisher.build import VARIANTS, build_ggml
+    from accelstack.publisher.build import build_ggml
     from accelstack.publisher.build_cache import build_cache_dir
     from accelstack.settings import Settings
 
@@ -123,7 +123,7 @@ def vs_native(args) -> None:
         t = time.perf_counter()
         result = build_ggml("cpu", Settings.resolve(), extra_cmake_args=extra)
         builds[name] = runtime_dir(Path(result.wheel), cache)
-        print(f"{name:6} runtime: {' '.join(VARIANTS['cpu'] + extra)} ({'cached' if result.cache_hit else 'built'}, "
+        print(f"{name:6} runtime: {' '.join(result.cmake_args)} ({'cached' if result.cache_hit else 'built'}, "
               f"{time.perf_counter() - t:.1f} s, key {result.key})")
     probe = ensure_probe_model(4321, Settings.resolve().probe_cache)  # synthesized for this run (a kept one in the probe cache is used)
     threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
@@ -176,7 +176,7 @@ def main() -> None:
     from accelstack.engine.probe_family_files import ensure_family_probe
     from accelstack.engine.runtime import Runtime
     from accelstack.engine.verification import verify
-    from accelstack.publisher.build import VARIANTS, build_ggml
+    from accelstack.publisher.build import build_ggml
     from accelstack.publisher.build_cache import build_cache_dir
     from accelstack.settings import Settings
 
@@ -188,8 +188,8 @@ def main() -> None:
     rt = runtime_dir(Path(result.wheel), cache)
     sdist = next((cache / "sdist").glob("stable_diffusion_cpp_python-*.tar.gz"))
     t = time.perf_counter()
-    sd_cli = build_sd_cli(sdist, VARIANTS["cpu"], cache)
-    print(f"sd-cli: {sd_cli} ({time.perf_counter() - t:.1f} s, same CMake options: {' '.join(VARIANTS['cpu'])})")
+    sd_cli = build_sd_cli(sdist, result.cmake_args, cache)
+    print(f"sd-cli: {sd_cli} ({time.perf_counter() - t:.1f} s, same CMake options: {' '.join(result.cmake_args)})")
 
     work = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     try:

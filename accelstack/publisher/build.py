@@ -37,6 +37,7 @@ from .variants import (
     CUDA13_VERSION,
     CUDA_VARIANTS,
     DEFAULT_TOOLCHAIN_HINT,
+    LINUX_CMAKE_ARGS,
     TOOLCHAIN_HINTS,
     VARIANTS,
     VULKAN_HEADERS_HINT,
@@ -165,13 +166,14 @@ def build_options(variant: str, cuda_archs: Optional[Sequence[str]] = None,
     Reads only: nothing is downloaded. ``cuda12`` keys on the system CUDA 12 toolkit (``system_kit``,
     else the one :func:`require_cuda_toolkit` finds where ``cuda_env`` points: :class:`CudaToolkitMissing`
     without one); ``cuda`` on the pinned PyPI packages. A CUDA build without ``cuda_archs`` compiles
-    what ``configured`` (``Settings.cuda_archs``) names, else every architecture. A Vulkan build
+    what ``configured`` (``Settings.cuda_archs``) names, else every architecture. On Linux every
+    variant adds ``LINUX_CMAKE_ARGS`` before ``extra_cmake_args`` (which win). A Vulkan build
     adds its header folder after this (``_vulkan_header_args``), which depends on what is
     installed. Bad architectures (or a bad ``ACCELSTACK_CUDA_ARCHS``) are a :class:`BuildError`."""
     if variant not in VARIANTS:
         raise BuildError(f"unknown backend variant {variant!r}", hint=f"choose one of: {', '.join(VARIANTS)}",
                          action=Action.FIX_INPUT)
-    extra = list(extra_cmake_args or [])
+    extra = (LINUX_CMAKE_ARGS if sys.platform.startswith("linux") else []) + list(extra_cmake_args or [])
     if variant not in CUDA_VARIANTS:
         return list(VARIANTS[variant]) + extra, None
     cmake_args = _cuda_args(variant, cuda_archs, configured) + extra

@@ -124,6 +124,15 @@ VARIANTS: Dict[str, List[str]] = {
     "rocm": ["-DGGML_NATIVE=OFF", "-DSD_HIPBLAS=ON", f"-DGPU_TARGETS={';'.join(ROCM_GFX)}"],
     "metal": ["-DSD_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
 }
+# Added to every variant built on Linux. There the runtime is one position-independent shared library
+# (ggml linked in), and GCC and Clang must assume that another library may replace any function it
+# exports (ELF interposition): they neither inline such a function nor call it directly, even from its
+# own file. stable-diffusion.cpp widens F8_E5M2 weights one element at a time through one
+# (src/model.cpp f8_e5m2_to_f16): through the PLT that took 1.7 s of a 1.2 GB model's load here, 0.7 s
+# inlined as in the static sd-cli (benchmarks/bench_engine.py --family qwen-image). Nothing interposes
+# on the runtime (the bindings load it with ctypes), so the promise costs nothing. Given as CMake's
+# flags, they replace CFLAGS/CXXFLAGS from the environment, which the cache key does not see anyway.
+LINUX_CMAKE_ARGS = ["-DCMAKE_C_FLAGS=-fno-semantic-interposition", "-DCMAKE_CXX_FLAGS=-fno-semantic-interposition"]
 # What each variant needs on the build machine, checked before a long build starts.
 TOOLCHAINS: Dict[str, List[str]] = {
     "cpu": ["cmake", "c++"],

@@ -147,7 +147,7 @@ def test_dry_run_that_would_build_touches_nothing_and_says_so(tmp_path):
 def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
     import json
 
-    from accelstack.publisher.build import VARIANTS
+    from accelstack.publisher.build import build_options
     from accelstack.publisher.build_cache import cache_key
     from accelstack.publisher.sdist import sdist_name
 
@@ -156,7 +156,8 @@ def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
     (builds / "sdist").mkdir(parents=True)
     sdist = builds / "sdist" / sdist_name()
     sdist.write_bytes(b"a stand-in source distribution")
-    slot = builds / cache_key(hashlib.sha256(sdist.read_bytes()).hexdigest(), "cpu-noavx2", list(VARIANTS["cpu-noavx2"]))
+    options, _ = build_options("cpu-noavx2", cuda_env={})
+    slot = builds / cache_key(hashlib.sha256(sdist.read_bytes()).hexdigest(), "cpu-noavx2", options)
     slot.mkdir()
     wheel = make_wheel(slot, "cached")
     (slot / "build.json").write_text(json.dumps({"wheel": str(wheel)}))

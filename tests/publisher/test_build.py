@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from accelstack.errors import Action, SubprocessTimeout
-from accelstack.publisher.build import VARIANTS, build_ggml
+from accelstack.publisher.build import build_ggml, build_options
 from accelstack.publisher.build_cache import BuildResult, build_cache_dir, cache_key, cached_sha256, sha256_file
 from accelstack.publisher.errors import BuildError, BuildTimeout
 from accelstack.publisher.publish import PublishError, build_manifest
@@ -158,11 +158,12 @@ def test_a_cache_hit_writes_nothing_beside_a_given_source(tmp_path):
     sdist.parent.mkdir()
     sdist.write_bytes(b"source bytes")
     cache = tmp_path / "cache"
-    key = cache_key(sha256_file(sdist), "cpu", VARIANTS["cpu"])
+    options, _ = build_options("cpu", cuda_env={})  # the options build_ggml keys a cpu build with here
+    key = cache_key(sha256_file(sdist), "cpu", options)
     wheel = cache / key / "stable_diffusion_cpp_python-0.4.7-py3-none-linux_x86_64.whl"
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"wheel bytes")
-    record = BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=11, cmake_args=VARIANTS["cpu"],
+    record = BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=11, cmake_args=options,
                          source_sha256=sha256_file(sdist), key=key, packaging=PACKAGING_VERSION)
     (wheel.parent / "build.json").write_text(json.dumps(asdict(record)))
     result = build_ggml("cpu", _settings(cache), sdist=sdist)

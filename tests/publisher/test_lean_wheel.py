@@ -16,7 +16,7 @@ import pytest
 
 from accelstack.errors import Action
 from accelstack.publisher import build as build_mod
-from accelstack.publisher.build import VARIANTS, build_ggml, vulkan_include_dir
+from accelstack.publisher.build import VARIANTS, build_ggml, build_options, vulkan_include_dir
 from accelstack.publisher.build_cache import BuildResult, cache_key, sha256_file
 from accelstack.publisher.errors import BuildError
 from accelstack.publisher.wheel_repack import PACKAGING_VERSION, lean_wheel
@@ -92,10 +92,11 @@ def test_a_library_only_in_the_install_tree_is_kept(tmp_path):
 
 def _cached_compile(cache: Path, sdist: Path) -> Path:
     """A cache slot as a compile before lean packaging left it (a build.json without ``packaging``)."""
-    key = cache_key(sha256_file(sdist), "cpu", VARIANTS["cpu"])
+    options, _ = build_options("cpu", cuda_env={})  # the options build_ggml keys a cpu build with here
+    key = cache_key(sha256_file(sdist), "cpu", options)
     wheel = _fat_wheel(cache / key / NAME)
     record = asdict(BuildResult(variant="cpu", wheel=str(wheel), sha256=sha256_file(wheel), size=wheel.stat().st_size,
-                                cmake_args=VARIANTS["cpu"], source_sha256=sha256_file(sdist), key=key))
+                                cmake_args=options, source_sha256=sha256_file(sdist), key=key))
     for newer in ("installed_size", "packaging", "compiled_wheel"):
         del record[newer]
     (cache / key / "build.json").write_text(json.dumps(record))
