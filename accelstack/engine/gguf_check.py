@@ -32,7 +32,10 @@ GGML_TYPE_NAMES: Dict[int, str] = {
 GGUF_VERSIONS = (2, 3)  # ggml refuses 1; the fallback reader would take anything
 GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # KV type -> bytes
 GGUF_STRING, GGUF_ARRAY, GGUF_UINT32 = 8, 9, 4
-GGML_MAX_NAME = 64  # ggml's tensor name buffer (with its NUL)
+# The runtime's tensor name buffer (with its NUL): stable-diffusion.cpp's CMakeLists.txt compiles itself and
+# ggml with add_definitions(-DGGML_MAX_NAME=128) (ggml.h's default is 64), so ggml's gguf.cpp takes names
+# of up to 127 bytes; SD 1.x/XL checkpoints converted to GGUF keep names longer than 63.
+GGML_MAX_NAME = 128
 GGML_MAX_DIMS = 4
 GGUF_MAX_KEY = 4096  # the fallback reader's own key limit
 GGUF_DEFAULT_ALIGNMENT = 32

@@ -14,7 +14,7 @@ are not quantized (norms, biases, convolutions, small or unaligned matrices) are
 F16 pools.
 
 The file is GGUF version 3 as ggml reads it (ggml/src/gguf.cpp): header, string metadata, tensor
-infos (dimensions innermost first), data aligned to 32 bytes. Names must fit ggml's 64-byte buffer.
+infos (dimensions innermost first), data aligned to 32 bytes. Names must fit the runtime's 128-byte buffer (``GGML_MAX_NAME``).
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def _header(entries: List[Entry], meta: Dict[str, str], quantized: Quantized) ->
         prefix, name, shape = entry
         full = prefix + name
         if len(full.encode()) >= GGML_MAX_NAME:
-            raise ValueError(f"tensor name {full!r} does not fit ggml's {GGML_MAX_NAME}-byte name buffer")
+            raise ValueError(f"tensor name {full!r} does not fit the runtime's {GGML_MAX_NAME}-byte name buffer")
         kind = TYPE_Q4_0 if _q4(entry, quantized) else TYPE_F16
         out += [_string(full), struct.pack("<I", len(shape)), *(struct.pack("<Q", d) for d in reversed(shape)),
                 struct.pack("<IQ", kind, offset)]
@@ -133,9 +133,10 @@ def write_gguf(path: Path, parts: Dict[str, Dict[str, Shape]], pools: Pools, met
         raise ValueError("a GGUF probe stores its unquantized tensors as F16")
     q4 = Q4Pools(pools.seed)
     entries = _entries(parts)
+    head = _header(entries, meta, quantized)  # a name the runtime cannot hold is refused before the file exists
     written = 0
     with open(path, "wb", buffering=0) as fh:
-        fh.write(_header(entries, meta, quantized))
+        fh.write(head)
         for entry in entries:
             _prefix, name, shape = entry
             count = math.prod(shape)

@@ -15,8 +15,8 @@ What stable-diffusion.cpp (0.4.7, the bundled source) reads from the tensors and
   embedding. One layer at Qwen3-4B's real widths (its 9728-wide MLP) runs its kernels; with fewer
   layers than the 36 whose output Z-Image takes, the last norm's output is used (``TextModel::forward``).
   The names are llama.cpp's (``blk.0.attn_q``), as Qwen3 GGUF files have them, which
-  stable-diffusion.cpp converts (src/name_conversion.cpp ``llm_name_map``); the Hugging Face
-  ``post_attention_layernorm`` under its prefix would not fit ggml's 64-byte tensor names.
+  stable-diffusion.cpp converts (src/name_conversion.cpp ``llm_name_map``), so the probe runs that
+  conversion as users' files do.
 * **VAE**: the FLUX.1 16-channel autoencoder, loaded decode-only: the quarter-width decoder every
   16-channel probe here has (:func:`~.probe_families.vae_decoder_tensors`).
 """

@@ -8,10 +8,15 @@ import struct
 import numpy as np
 import pytest
 
+from accelstack.engine import generation
 from accelstack.engine.gguf_check import gguf_index
+from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.png import read_png
+from accelstack.engine.probe_architecture import sd1_tensors
 from accelstack.engine.probe_gguf import Q4_BLOCK, Q4_BLOCK_BYTES, gguf_size, quantized_prefixes, write_gguf
-from accelstack.engine.probe_layout import GGUF_WEIGHTS, MARKER, WEIGHTS, probe_weights
+from accelstack.engine.probe_layout import GGUF_WEIGHTS, MARKER, PREFIXES, WEIGHTS, probe_weights
 from accelstack.engine.probe_weights import Pools
+from accelstack.engine.protocol import GenerateRequest
 
 PARTS = {"model.diffusion_model.": {"layers.0.attention.qkv.weight": (96, 256), "layers.0.attention_norm1.weight": (256,),
                                     "odd.weight": (8, 40)},
@@ -80,10 +85,27 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_others(tmp_path):
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
 
 
-def test_a_name_too_long_for_ggml_is_refused_before_writing(tmp_path):
-    long = {"text_encoders.llm.": {"model.layers.0.post_attention_layernorm.weight": (64,)}}  # 64 bytes
-    with pytest.raises(ValueError, match="64-byte"):
+def test_a_name_too_long_for_the_runtime_is_refused_before_writing(tmp_path):
+    long = {"text_encoders.llm.": {"model.layers.0.post_attention_layernorm." + "x" * 70: (64,)}}  # 128 bytes
+    with pytest.raises(ValueError, match="128-byte"):
         write_gguf(tmp_path / "x.gguf", long, Pools(7, "F16"), {}, lambda n: None, RULE)
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_an_sd1_gguf_with_names_longer_than_63_bytes_generates_on_the_cpu_build(cpu_runtime, tmp_path):
+    """The SD 1.x probe's tensors in one GGUF file, its UNet Q4_0 (as users quantize SD 1.x/XL checkpoints):
+    241 of its names are 64 to 74 bytes long, which the runtime holds (GGML_MAX_NAME=128, from
+    stable-diffusion.cpp's CMakeLists.txt), so accelstack's check must pass them and the worker load them."""
+    parts = {PREFIXES[part]: tensors for part, tensors in sd1_tensors().items()}
+    longest = max(len(prefix + name) for prefix, tensors in parts.items() for name in tensors)
+    assert 64 <= longest < 128
+    model = tmp_path / "sd1-q4_0.gguf"
+    write_gguf(model, parts, Pools(7, "F16"), {}, lambda n: None, quantized_prefixes([PREFIXES["unet"]]))
+    assert inspect_model(model).family == "sd1"
+    request = GenerateRequest(prompt="a lighthouse", width=64, height=64, steps=1, seed=5)
+    report = generation.generate(cpu_runtime, model, request, tmp_path / "out.png")
+    pixels = read_png(tmp_path / "out.png").rgb()
+    assert report.images and len(pixels) == 64 * 64 * 3 and len(set(pixels)) > 1, "no image, or a constant one"
 
 
 def test_a_probe_folder_holding_a_gguf_file_is_a_probe(tmp_path):

@@ -103,13 +103,22 @@ def test_non_regular_model_paths_are_never_opened(tmp_path):
     _refused(Path(str(tmp_path) + "/a\0b"), "NUL")
 
 
+def test_gguf_names_as_long_as_the_runtime_takes_are_accepted(tmp_path):
+    """The runtime's tensor names hold 127 bytes: stable-diffusion.cpp's CMakeLists.txt compiles itself
+    and ggml with GGML_MAX_NAME=128 (ggml.h's default is 64). SD 1.x/XL checkpoints converted to GGUF
+    keep their names, and many are longer than 63 bytes."""
+    sdxl = b"model.diffusion_model.output_blocks.2.1.transformer_blocks.9.attn1.to_out.0.weight"
+    (tmp_path / "m.gguf").write_bytes(gguf_bytes([(sdxl, [4], 0, 0), (b"x" * 127, [4], 0, 32)]))
+    assert check_model(tmp_path / "m.gguf").tensors == 2
+
+
 @pytest.mark.parametrize("data, words", [
     (gguf_bytes([], n_tensors=2 ** 62), "claims 4611686018427387904 tensors"),  # SIGSEGV in the worker
     (gguf_bytes([], n_kv=2 ** 40), "metadata entries"),
     (gguf_bytes([(b"w", [-4, 2], 0, 0)]), "negative dimension"),  # negative shapes crashed the worker
     (gguf_bytes([(b"w", [2 ** 62, 2 ** 62], 0, 0)]), "more elements"),
     (gguf_bytes([(b"w", [4], 0, 1 << 40)]), "outside"),
-    (gguf_bytes([(b"x" * 100, [4], 0, 0)]), "tensor name is 100 bytes"),
+    (gguf_bytes([(b"x" * 128, [4], 0, 0)]), "tensor name is 128 bytes long, more than the 127 allowed"),
     (gguf_bytes([(b"w", [4, 1, 1, 1, 1], 0, 0)]), "5 dimensions"),
     (gguf_bytes([(b"w", [4], 4, 0)]), "unknown type 4"),
     (gguf_bytes([(b"w", [33], 8, 0)]), "not a multiple"),
