@@ -24,6 +24,8 @@ from accelstack.engine.modelfile import DIFFUSERS_PARTS
 from engine_helpers import cli_env, run_cli
 
 QUANT = {k: (s, "Q4_K" if len(s) == 2 and s[1] % 256 == 0 else "F32") for k, (s, _) in m.flux("schnell").items()}
+# an SDXL checkpoint converted to GGUF keeps its names, up to 87 bytes here (the runtime holds 127: GGML_MAX_NAME=128)
+SDXL_Q8 = {k: (s, "Q8_0" if len(s) == 2 and s[1] % 32 == 0 else "F32") for k, (s, _) in m.sdxl_original().items()}
 
 # file name -> (writer, spec, family, variant, role, the companions still needed)
 CASES = {
@@ -52,6 +54,7 @@ CASES = {
                                    "diffusion_model", ["sd-vae", "clip-l"]),
     "v2-1_768-ema-pruned.safetensors": (m.write_safetensors, m.sd2_original(), "sd2", "", "checkpoint", []),
     "sd_xl_base_1.0.safetensors": (m.write_safetensors, m.sdxl_original(), "sdxl", "", "checkpoint", []),
+    "sd_xl_base_1.0-Q8_0.gguf": (m.write_gguf, SDXL_Q8, "sdxl", "", "checkpoint", []),
     "sd_xl_refiner_1.0.safetensors": (m.write_safetensors, m.sdxl_refiner(), "sdxl-refiner", "", "checkpoint", []),
     "sd3_medium.safetensors": (m.write_safetensors, m.sd3_original(), "sd3", "medium", "checkpoint", []),
     "sd3.5_large.safetensors": (m.write_safetensors, m.sd3_large(), "sd3", "large", "diffusion_model",
