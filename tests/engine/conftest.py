@@ -15,6 +15,7 @@ import pytest
 
 from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
 from accelstack.engine.runtime import Runtime
+from accelstack.installer.pip_runner import venv_python
 from accelstack.settings import Settings
 
 # Read before any test changes the environment: the persistent probe cache (2 GB, made once):
@@ -87,7 +88,7 @@ def torch_venv(tmp_path_factory) -> Iterator[Path]:
                          text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot create a venv: {res.stdout[-300:]}")
-    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    py = venv_python(venv)
     env = {**os.environ, "PIP_FIND_LINKS": TORCH_WHEELS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     try:
         res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", TORCH_PIN, "diffusers",
@@ -98,8 +99,10 @@ def torch_venv(tmp_path_factory) -> Iterator[Path]:
     if res.returncode != 0:
         pytest.skip(f"cannot install {TORCH_PIN} + diffusers/transformers/safetensors: {res.stdout[-400:]}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run([str(py), "-c", "import torch, safetensors, transformers; from diffusers import StableDiffusionPipeline"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=600, check=True)
+    res = subprocess.run([str(py), "-c", "import torch, safetensors, transformers; from diffusers import StableDiffusionPipeline"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600)
+    if res.returncode != 0:  # installed but broken: a failure with its reason, not a skip
+        pytest.fail(f"torch + diffusers installed but do not import: {res.stdout[-1500:]}")
     sys.stderr.write(f"\n[torch venv installed in {time.perf_counter() - start:.1f} s]\n")
     yield venv
     shutil.rmtree(root, ignore_errors=True)

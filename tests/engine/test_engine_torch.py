@@ -18,6 +18,7 @@ import pytest
 
 from accelstack.engine import VerifyReport
 from accelstack.engine.torch_verification import verify_torch
+from accelstack.installer.pip_runner import venv_python
 
 from cli_helpers import result_of
 from engine_helpers import cli_env, run_cli
@@ -37,7 +38,7 @@ def torch_env(request) -> Tuple[Dict[str, str], List[str]]:
     paths = [p for p in os.environ.get(TORCH_PATH_ENV, "").split(os.pathsep) if p]
     if not paths and not _importable("torch", {}):
         venv = request.getfixturevalue("torch_venv")
-        paths = [subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        paths = [subprocess.run([str(venv_python(venv)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                 stdout=subprocess.PIPE, text=True, check=True).stdout.strip()]
     env = {"PYTHONPATH": os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH", "")])])} if paths else {}
     if not _importable("torch", env):
@@ -64,10 +65,10 @@ def test_torch_verify_cli_passes_on_cpu(torch_env, tmp_path):
 
 
 def test_diffusers_step_on_the_probe_model(torch_env, probe_model):
-    torch_env, _ = torch_env
-    if not _importable("diffusers, transformers, safetensors", torch_env):
+    env, _ = torch_env
+    if not _importable("diffusers, transformers, safetensors", env):
         pytest.skip("diffusers/transformers/safetensors not importable next to torch")
-    report = verify_torch(env=torch_env, probe=probe_model.path)
+    report = verify_torch(env=env, probe=probe_model.path)
     assert isinstance(report, VerifyReport) and report.ok, report.reason
     assert report.check == "torch" and report.backend in ("cuda", "xpu", "mps", "directml", "cpu")
     step = report.details["diffusers"]
