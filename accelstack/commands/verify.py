@@ -8,9 +8,7 @@ from typing import Iterator, List, Optional, Tuple, Union
 
 from .. import core
 from ..core import direct
-from ..core.direct import IDENTICAL, Runtime, RuntimeNotFoundError
-from ..core.disk_state import runtime_path
-from ..core.running import NoRuntimeError, active_receipt
+from ..core.direct import Runtime, RuntimeNotFoundError
 from ..errors import UsageError
 from ..serde import to_dict
 from ..settings import Settings
@@ -113,10 +111,12 @@ def _check_verify_args(args: argparse.Namespace) -> None:
 
 def active_runtime(stack: str = "ggml"):
     """(receipt, where its runtime is) of the runtime `accelstack install` activated, or None."""
+    from ..core.disk_state import runtime_path  # the installed runtimes' records: read when one is wanted
+
     s = settings_from_args(None)
     try:
-        receipt = active_receipt(stack, s)
-    except NoRuntimeError:
+        receipt = core.active_receipt(stack, s)
+    except core.NoRuntimeError:
         return None
     return receipt, runtime_path(s, receipt)
 
@@ -126,7 +126,7 @@ def no_runtime_says_what_to_do() -> Iterator[None]:
     """On the command line, "none is active" also offers --runtime DIR."""
     try:
         yield
-    except NoRuntimeError:
+    except core.NoRuntimeError:
         raise RuntimeNotFoundError("no runtime to use: none is given and none is active", hint=RUNTIME_HINT) from None
 
 
@@ -266,7 +266,7 @@ def render(r) -> str:
     ]
     lines += _render_families(r)
     det = next((c for c in r.checks if c.name == "deterministic"), None)
-    if det is not None and det.detail != IDENTICAL:  # compared with an earlier verify, or failed
+    if det is not None and det.detail != direct.IDENTICAL:  # compared with an earlier verify, or failed
         lines.append(f"  repeat      {det.detail}")
     if r.cpu_mean_diff is not None:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")

@@ -25,7 +25,7 @@ _EXPORTS = {
     "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".maintenance",
     "driver": ".stacks", "stack_names": ".stacks", "locator_for_backend": ".stacks", "stack_for_backend": ".stacks",
     "stack_info": ".stacks", "default_stack": ".stacks",
-    "active_receipt": ".running", "verify": ".running", "generate": ".running",
+    "active_receipt": ".running", "installed_runtime": ".running", "verify": ".running", "generate": ".running",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
     "inspect_model": ".models", "inspect_models": ".models", "ModelInspection": ".models",
     # what the CLI and the service use on one path only, loaded when that path runs

@@ -8,34 +8,49 @@ instead, which find it from its receipt and record the verdict there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 from ..engine import protocol  # the request's fields and limits, for the CLI's flags
-from ..engine.components import check_components
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
-from ..engine.generation import GenerateReport, check_outputs, output_paths
-from ..engine.generation import generate as _generate
-from ..engine.modelfile import check_model
-from ..engine.png import input_png_size
-from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
-from ..engine.probe_layout import probe_weights
-from ..engine.probe_model import DEFAULT_SEED, ensure_probe_model
 from ..engine.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..engine.runtime import Runtime
-from ..engine.torch_verification import torch_details, verify_torch
-from ..engine.verification import DEFAULT_TOLERANCE, IDENTICAL, default_output
-from ..engine.verification import verify as _verify
 from ..events import ProgressCallback, null_progress
+from ..lazy import lazy_exports
 from ..settings import Settings
-from ..verdict import VerifyReport
 from .stacks import stack_info
+
+if TYPE_CHECKING:  # the lazy names below, for the type checker
+    from ..engine.components import check_components
+    from ..engine.generation import GenerateReport
+    from ..engine.modelfile import check_model
+    from ..engine.outputs import check_outputs, output_paths
+    from ..engine.png import input_png_size
+    from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
+    from ..engine.probe_model import DEFAULT_SEED
+    from ..engine.supervisor import Supervisor
+    from ..engine.torch_verification import torch_details
+    from ..engine.verification import DEFAULT_TOLERANCE, IDENTICAL
+    from ..verdict import VerifyReport
+
+# Loaded on first use: a generate does not import the probes' and verify's modules, and its worker
+# starts (commands/generate.py) before the model checks and the memory planner are imported.
+_LAZY = {
+    "check_components": "accelstack.engine.components", "GenerateReport": "accelstack.engine.generation",
+    "check_outputs": "accelstack.engine.outputs", "output_paths": "accelstack.engine.outputs", "check_model": "accelstack.engine.modelfile",
+    "input_png_size": "accelstack.engine.png", "FAMILIES": "accelstack.engine.probe_families", "ModelFamily": "accelstack.engine.probe_families",
+    "check_families": "accelstack.engine.probe_families", "family_names": "accelstack.engine.probe_families",
+    "probe_families_of": "accelstack.engine.probe_families", "DEFAULT_SEED": "accelstack.engine.probe_model",
+    "torch_details": "accelstack.engine.torch_verification", "DEFAULT_TOLERANCE": "accelstack.engine.verification",
+    "IDENTICAL": "accelstack.engine.verification",
+}
+__getattr__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "engine_options", "generate", "input_png_size", "verify_families", "is_probe_model", "output_paths", "shown", "torch_details",
-           "verify", "verify_torch_runtime"]
+           "check_outputs", "early_worker", "engine_options", "generate", "input_png_size", "verify_families",
+           "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
 def engine_options(settings: Settings, config: Optional[str], overrides: Mapping[str, Any]) -> EngineOptions:
@@ -52,13 +67,18 @@ def verify_families(stack: str, families: Any) -> List[str]:
     if not stack_info(stack).model_families:
         raise InvalidRequestError(f"model families are verified on the stable-diffusion.cpp stack only, not {stack}",
                                   hint="leave out the families, or verify the ggml stack")
-    return check_families(families)
+    from ..engine.probe_families import check_families as check
+
+    return check(families)
 
 def verify(runtime: Runtime, settings: Settings, *, output: Optional[Union[str, Path]] = None,
            progress: ProgressCallback = null_progress, **engine: Any) -> VerifyReport:
     """The engine's check of ``runtime`` (the probe image goes to ``output``, default
     ``verify-<backend>.png`` in the settings' verify folder); ``engine``: options, cpu_runtime,
     tolerance, probe_seed, keep_probe, families (the model families' probes to verify, default SD 1.x's)."""
+    from ..engine.verification import default_output
+    from ..engine.verification import verify as _verify
+
     out = Path(output) if output is not None else default_output(runtime.backend, settings.verify_dir)
     return _verify(runtime, out, probe_cache=settings.probe_cache, records=settings.verify_dir, progress=progress,
                    **engine)
@@ -68,21 +88,38 @@ def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict
                          probe_seed: Optional[int], progress: ProgressCallback = null_progress) -> VerifyReport:
     """The torch check of the interpreter ``python`` (None: this one) with ``env``; with a
     ``probe_seed``, also one diffusers step on the probe model of that seed."""
+    from ..engine.probe_model import ensure_probe_model
+    from ..engine.torch_verification import verify_torch
+
     probe = None
     if probe_seed is not None:
         probe = ensure_probe_model(probe_seed, settings.probe_cache, progress=progress).path
     return verify_torch(python=python, env=env, probe=probe, progress=progress)
 
 
+def early_worker(runtime: Runtime) -> Supervisor:
+    """A worker for a :func:`generate` on ``runtime``, started before the request is checked: it
+    imports the runtime meanwhile (see :func:`accelstack.engine.supervisor.early_worker`). Pass it to
+    :func:`generate` as ``worker``, or stop it."""
+    from ..engine.supervisor import early_worker as _early_worker
+
+    return _early_worker(runtime)
+
+
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path], *,
-             options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress) -> GenerateReport:
+             options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress,
+             worker: Optional[Supervisor] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` (None: the request's ``diffusion_model``) on ``runtime``;
-    the PNG(s) go to ``output``."""
-    return _generate(runtime, model, request, output, options=options, progress=progress)
+    the PNG(s) go to ``output``; ``worker``: one :func:`early_worker` started (stopped at the end)."""
+    from ..engine.generation import generate as _generate
+
+    return _generate(runtime, model, request, output, options=options, progress=progress, worker=worker)
 
 
 def is_probe_model(model: Union[str, Path]) -> bool:
     """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
+    from ..engine.probe_layout import probe_weights
+
     try:
         return probe_weights(str(model)) is not None
     except (OSError, ValueError):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..engine import GenerateRequest
-from ..engine import generate as engine_generate
 from ..engine.config import load_config
+from ..engine.runtime import Runtime
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
 from ..installer.errors import StateError
@@ -38,6 +38,14 @@ def active_receipt(stack: str = "ggml", settings: Optional[Settings] = None) -> 
     if not rid:
         raise NoRuntimeError(f"no {stack} runtime is active", hint="install one first")
     return home.read_receipt(rid)
+
+
+def installed_runtime(receipt: Optional[Receipt] = None, *, stack: str = "ggml",
+                      settings: Optional[Settings] = None) -> Runtime:
+    """The engine's :class:`~accelstack.engine.Runtime` of an installed runtime (default: the active one)."""
+    s = settings or Settings.resolve()
+    receipt = receipt if receipt is not None else active_receipt(stack, s)
+    return locator(receipt.stack).engine_runtime(receipt, runtime_path(s, receipt))
 
 
 def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: Optional[Settings] = None,
@@ -73,9 +81,10 @@ def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, 
     seed, sampler...); ``options`` are the engine's (default: the settings' config file).
     Returns the engine's ``GenerateReport`` with the saved PNG paths."""
     s = settings or Settings.resolve()
-    receipt = receipt if receipt is not None else active_receipt(stack, s)
-    runtime = locator(receipt.stack).engine_runtime(receipt, runtime_path(s, receipt))
+    runtime = installed_runtime(receipt, stack=stack, settings=s)
     if options is None:
         options = load_config(s.config_file, missing_ok=True)
+    from ..engine.generation import generate as engine_generate  # the model checks and planner: loaded when used
+
     return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
                            progress=on_progress or null_progress)

@@ -6,7 +6,6 @@ that answers late is not mistaken for a dead one. See :mod:`accelstack.engine.wo
 """
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -15,9 +14,14 @@ from ..serde import from_dict, to_dict
 from .errors import GenerationError
 from .protocol import GenerateRequest, WorkerStatus
 
-__all__ = ["WorkerClient", "TRANSPORT_ERRORS"]
+__all__ = ["WorkerClient", "TRANSPORT_ERRORS", "ProtocolError"]
 
-TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+class ProtocolError(OSError):
+    """An answer that is not HTTP (http.client's HTTPException, as a transport error)."""
+
+
+TRANSPORT_ERRORS = (OSError, ValueError)
 
 
 class WorkerClient:
@@ -30,6 +34,8 @@ class WorkerClient:
     def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
                 timeout: float = 10.0) -> Tuple[int, Any]:
         """One request; raises the transport's errors (see ``TRANSPORT_ERRORS``)."""
+        import http.client  # on the first request: the worker is started before it (the CLI's start, ~8 ms)
+
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = json.dumps(body).encode() if body is not None else None
@@ -40,6 +46,8 @@ class WorkerClient:
             resp = conn.getresponse()
             raw = resp.read()
             return resp.status, (json.loads(raw) if raw else {})
+        except http.client.HTTPException as exc:
+            raise ProtocolError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             conn.close()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from .. import __version__, fsio
+from .. import __version__
 from ..events import ProgressCallback, null_progress
 from ..hardware.live import LiveSystem
 from . import workdirs
@@ -24,15 +24,16 @@ from .companions import AppliedLora, Companions, prepare_companions
 from .components import CheckedComponents, check_components
 from .config import EngineOptions
 from .device_memory import gpu_vram_free
-from .errors import GenerationError, InvalidRequestError, OutputPathError
+from .errors import InvalidRequestError
 from .memory import MemoryEstimate, check, estimate
 from .memory_plan import MemoryPlan, plan_for_files
+from .outputs import NAME_MAX, check_outputs, output_error, output_paths
 from .png import parameters_text, write_png
 from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
-from .supervisor import Supervisor, SupervisorPolicy
+from .supervisor import Supervisor, SupervisorPolicy, early_worker
 
-__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
+__all__ = ["generate", "early_worker", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
            "available_ram", "NAME_MAX"]
 
 
@@ -66,49 +67,6 @@ class GenerateReport:
     strength: Optional[float] = None
     control_image: str = ""  # ControlNet (components["control_net"]): the control image's name, its strength
     control_strength: Optional[float] = None
-
-
-def output_paths(output: Union[str, Path], count: int) -> List[Path]:
-    """``count`` file names from ``output``: itself for one image; ``%d`` or ``{n}`` in it is
-    replaced by 1..count; otherwise ``name-1.png``, ``name-2.png``..."""
-    text = str(output)
-    if "%d" in text or "{n}" in text:
-        return [Path(text.replace("%d", str(i)).replace("{n}", str(i))) for i in range(1, count + 1)]
-    p = Path(text)
-    if p.suffix.lower() != ".png":
-        raise GenerationError(f"output {p} must be a .png file", hint="name the output something.png")
-    if count == 1:
-        return [p]
-    return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
-
-
-NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, APFS, NTFS in UTF-16 units)
-
-
-def _output_error(path: Path, reason: str, hint: str) -> GenerationError:
-    return OutputPathError(f"cannot write the image to {path}: {reason}", hint=hint)
-
-
-def check_outputs(paths: List[Path]) -> List[Path]:
-    """Refuse, before any work, output paths the images could not be written to: an existing
-    folder or non-regular file (a FIFO would block the write), a path under a file, a name too long,
-    a folder that cannot be created or written. Missing parent folders are created when writing,
-    so the nearest existing ancestor must be a writable folder. Nothing is created here."""
-    for path in paths:
-        text = str(path)
-        if "\x00" in text:
-            raise _output_error(Path(text.replace("\x00", "?")), "the path contains a NUL character",
-                                "choose another output path")
-        for part in path.parts:
-            if len(os.fsencode(part)) > NAME_MAX:
-                raise _output_error(path, f"a name in it is longer than {NAME_MAX} bytes", "use a shorter file name")
-        problem = fsio.output_problem(path)
-        if problem is not None:
-            reason, hint = problem
-            if reason == "it is an existing folder":
-                hint = f"name a file, such as {path / 'image.png'}"
-            raise _output_error(path, reason, hint)
-    return paths
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
@@ -147,7 +105,7 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
             write_png(path, img.width, img.height, img.pixels,
                       {"parameters": png_parameters(request, result, img.seed, model, stack, companions, components)})
         except OSError as exc:  # checked before the work, but the disk may have filled or changed since
-            raise _output_error(path, exc.strerror or str(exc), "free some space or choose another output path") from None
+            raise output_error(path, exc.strerror or str(exc), "free some space or choose another output path") from None
     return paths
 
 
@@ -171,13 +129,29 @@ def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: Generat
 
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
              options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
-             progress: ProgressCallback = null_progress, attempts: int = 2) -> GenerateReport:
+             progress: ProgressCallback = null_progress, attempts: int = 2,
+             worker: Optional[Supervisor] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``.
 
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
     raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
-    request names a diffusion model of its own (``request.diffusion_model``).
+    request names a diffusion model of its own (``request.diffusion_model``). ``worker``: one that
+    :func:`early_worker` started for ``runtime`` (its ``policy`` is used); it is stopped when this returns
+    or raises, whatever happened.
     """
+    if worker is not None and worker.runtime is not runtime:
+        worker.stop()
+        raise ValueError("the early worker was started for another runtime")
+    try:
+        return _generate(runtime, model, request, output, options, policy, progress, attempts, worker)
+    finally:
+        if worker is not None:
+            worker.let_go()  # stopped unless it already is (or was asked to exit)
+
+
+def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
+              options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], progress: ProgressCallback,
+              attempts: int, worker: Optional[Supervisor]) -> GenerateReport:
     start = time.perf_counter()
     request.validate()
     options = (options or EngineOptions()).validate()
@@ -207,19 +181,30 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
     # model's tensors before the worker starts; the worker gets only the staged copies.
     extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths)
+    sup: Optional[Supervisor] = None
     try:
         files: Dict[str, Any] = dict(checked.paths)
         options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), **files)
         label = Path(model).name if model else Path(info.path).name  # the name given (a probe's folder, not its file)
-        with wire_images(request, checked) as wired, Supervisor(
-                runtime, model=info.path, options=options, policy=policy, progress=progress, model_label=label) as sup:
+        if worker is not None:
+            sup = worker
+            sup.progress = progress
+            sup.configure(info.path, options, model_label=label)
+        else:
+            sup = Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
+                             model_label=label)
+        with wire_images(request, checked) as wired:
+            sup.start()
             sent = dataclasses.replace(request, lora_dir=extra.lora_dir, embeddings_dir="", **wired)
             _check_device_memory(sup, need, request, options)
             result = sup.generate(sent, attempts=attempts)
             load_seconds = result.load_seconds
+            sup.stop(wait=False)  # asked to exit: it frees the model's memory while the images are written
+        paths = save_images(result, request, output, info.path, runtime.traits.library, extra, checked)
     finally:
+        if sup is not None:
+            sup.let_go()  # one that was asked is not waited for (POSIX); any other is stopped here
         extra.cleanup()
-    paths = save_images(result, request, output, info.path, runtime.traits.library, extra, checked)
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,

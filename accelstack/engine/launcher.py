@@ -60,6 +60,7 @@ class WorkerLauncher:
         self._crashed = False  # a worker crashed: its folder (the log a message names) is kept
         self._stopping = self._exiting = False  # the worker was asked to exit; it answered that it does
         self._prestarted, self._token = False, ""  # prestart launched the current worker; start connects to it
+        self._awaits_load = False  # the current launch was deferred and has not been sent its load file yet
         self._lock = threading.RLock()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -140,28 +141,48 @@ class WorkerLauncher:
         proc.reap_in_background(self.policy.shutdown_grace)
         shutil.rmtree(folder, ignore_errors=True)  # its log stays open in the ending worker: fine on POSIX
 
-    def prestart(self, model_appears: float = 300.0) -> None:
+    def prestart(self, model_appears: float = 300.0, deferred: bool = False) -> None:
         """Launch the worker before its model file exists and return: it imports the runtime (a GPU
         build also initializes its device) while the caller writes the model, which must appear
-        whole (renamed into place) within ``model_appears`` s. :meth:`start` then waits for it."""
+        whole (renamed into place) within ``model_appears`` s. With ``deferred`` the model and the
+        options are not known yet either (the caller checks its inputs and plans the memory
+        meanwhile): :meth:`configure` gives them within that time. :meth:`start` then waits for it."""
         with self._lock:
             if self._proc is None:
-                self._spawn(await_model=model_appears)
+                self._spawn(await_model=model_appears, deferred=deferred)
                 self._prestarted = True
 
+    def configure(self, model: Optional[str], options: Optional[EngineOptions] = None, model_label: str = "") -> None:
+        """Set the model and options (before :meth:`start`); a worker prestarted ``deferred`` gets
+        them now and loads as soon as it has imported the runtime."""
+        with self._lock:
+            self.model = os.path.abspath(model) if model else ""
+            self.model_label = model_label or (Path(self.model).name if self.model else "")
+            self.options = (options or EngineOptions()).validate().concrete()
+            self._send_load()
+
     # -- launching ------------------------------------------------------------------------------
-    def _spawn(self, await_model: float = 0.0) -> None:
-        if self._dir is None or not self._dir.is_dir():
-            clean_stale()  # folders left by a killed process, and old crash logs
-            self._dir = make()
+    def _spawn(self, await_model: float = 0.0, deferred: bool = False) -> None:
+        folder, fresh = self._dir, self._dir is None or not self._dir.is_dir()
+        if folder is None or fresh:
+            folder = self._dir = make()
         if self._proc is not None:
             self._proc.close()
         self.launches += 1
         self._stopping = self._exiting = False
         self._proc, self._token = WorkerProcess.for_runtime(self.runtime, self.options, self.model, self.extra_env,
-                                                            self._dir, self.launches, await_model)
+                                                            folder, self.launches, await_model, deferred)
+        self._awaits_load = deferred
         self._log_path = self._proc.log_path
         self._proc.spawn()
+        if fresh:  # folders left by a killed process, and old crash logs (ours is alive): while the worker starts
+            clean_stale()
+
+    def _send_load(self) -> None:
+        """A deferred launch's model and options, once (the current ones)."""
+        if self._awaits_load and self._proc is not None:
+            self._proc.send_load(self.model, self.options)
+            self._awaits_load = False
 
     def _log_hint(self) -> str:
         return f"see the worker log {self._log_path}"
@@ -180,6 +201,7 @@ class WorkerLauncher:
         try:
             if not (self._prestarted and self.alive()):  # else prestart() launched it: its readiness is left
                 self._spawn()
+            self._send_load()  # a deferred prestart not configured: what this launcher has (no model: none)
             self._prestarted = False
             assert self._proc is not None
             self.client = WorkerClient(self._proc.wait_listening(self.policy.startup_timeout), self._token)

@@ -82,18 +82,23 @@ class WorkerProcess:
 
     @classmethod
     def for_runtime(cls, runtime: Runtime, options: EngineOptions, model: str, extra_env: Dict[str, str],
-                    folder: Path, number: int, await_model: float = 0.0) -> Tuple[WorkerProcess, str]:
+                    folder: Path, number: int, await_model: float = 0.0,
+                    deferred: bool = False) -> Tuple[WorkerProcess, str]:
         """Launch ``number`` of the worker on ``runtime`` (not started yet), and its random token
-        (in a file of ``folder``, a private folder, that the worker removes; never on its command line)."""
+        (in a file of ``folder``, a private folder, that the worker removes; never on its command line).
+        ``deferred``: the model and options are not known yet; :meth:`send_load` gives them later."""
         token = secrets.token_urlsafe(32)
         env = runtime.worker_env()
         env.update(extra_env)
         token_file = fsio.write_bytes(folder / TOKEN_FILE.format(number=number), token.encode(), mode=0o600, durable=False)
         cmd = runtime.worker_command() + ["--ready-file", str(folder / f"ready-{number}.json"),
-                                          "--parent-pid", str(os.getpid()), "--token-file", str(token_file),
-                                          "--options", json.dumps(to_dict(options))]
-        if model:
-            cmd += ["--model", model] + (["--await-model", f"{await_model:g}"] if await_model > 0 else [])
+                                          "--parent-pid", str(os.getpid()), "--token-file", str(token_file)]
+        if deferred:
+            cmd += ["--load-file", str(folder / f"load-{number}.json"), "--await-model", f"{await_model:g}"]
+        else:
+            cmd += ["--options", json.dumps(to_dict(options))]
+            if model:
+                cmd += ["--model", model] + (["--await-model", f"{await_model:g}"] if await_model > 0 else [])
         return cls(cmd, env, folder, number), token
 
     def __init__(self, cmd: List[str], env: Dict[str, str], folder: Path, number: int) -> None:
@@ -101,6 +106,7 @@ class WorkerProcess:
         self.env = env
         self.folder = folder
         self.ready_path = folder / f"ready-{number}.json"
+        self.load_path = folder / f"load-{number}.json"  # a deferred launch's model and options (send_load)
         self.log_path = folder / f"worker-{number}.log"
         self.port = 0
         self._proc: Optional[subprocess.Popen] = None
@@ -168,6 +174,12 @@ class WorkerProcess:
         self.port = int(info["port"])
         log.debug("worker %d listens on 127.0.0.1:%d", self._proc.pid, self.port)
         return self.port
+
+    def send_load(self, model: str, options: EngineOptions) -> None:
+        """Give a deferred launch its model and options: a file that appears whole in the private
+        folder, which the worker reads once it has imported the runtime."""
+        fsio.write_bytes(self.load_path, json.dumps({"model": model, "options": to_dict(options)}).encode(),
+                         mode=0o600, durable=False)
 
     def kill(self, reason: str) -> None:
         """Kill the whole process tree (if it still runs) and reap it."""

@@ -32,7 +32,7 @@ from .process import signal_name, tree_cpu_seconds
 from .protocol import EXIT_CANCELLED, GenerateRequest, GenerateResult, WorkerStatus
 from .runtime import Runtime
 
-__all__ = ["Supervisor", "SupervisorPolicy"]
+__all__ = ["Supervisor", "SupervisorPolicy", "early_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -206,3 +206,14 @@ class Supervisor(WorkerLauncher):
         except BaseException:
             self.progress(ProgressEvent("end", self.stage, task=task, ok=False, done=done, total=total))
             raise
+
+
+def early_worker(runtime: Runtime, policy: Optional[SupervisorPolicy] = None, within: float = 60.0) -> Supervisor:
+    """A worker for a :func:`~accelstack.engine.generation.generate` on ``runtime``, started now, before the model and options are
+    known: it imports the runtime (0.1 s on the CPU build; a GPU build also opens its device) while the
+    caller imports, checks the request and plans the memory; :func:`~accelstack.engine.generation.generate` (``worker=``) gives it
+    the model and options within ``within`` s (else it ends with an error) and stops it. A caller that
+    does not get that far stops it itself (a worker also ends when its parent does)."""
+    sup = Supervisor(runtime, policy=policy)
+    sup.prestart(model_appears=within, deferred=True)
+    return sup

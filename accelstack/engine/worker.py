@@ -2,11 +2,16 @@
 
     python -m accelstack.engine.worker --ready-file F --parent-pid P --token-file T [--model M]
                                        [--options JSON] [--backend ggml|torch] [--await-model SECONDS]
-                                       [--lib-dir DIR]... [--preload FILE]...
+                                       [--load-file FILE] [--lib-dir DIR]... [--preload FILE]...
 
 ``--await-model`` is for a model still being written when the worker starts (``verify`` starts
 it while the probe is synthesized): the file appears whole, renamed into place, and the worker
 waits up to SECONDS for it after importing the runtime, then loads it.
+
+``--load-file`` is for a worker started before its model and options are known (``generate``
+starts it while the caller's checks and the memory plan run): FILE, in the supervisor's private
+folder, appears whole within ``--await-model`` SECONDS and holds ``{"model", "options"}``, which
+replace ``--model`` and ``--options``.
 
 ``--backend torch`` generates with torch/diffusers (:mod:`accelstack.engine.torch_engine`)
 instead of stable-diffusion.cpp; everything else (HTTP API, status, progress) is shared.
@@ -53,9 +58,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from .. import fsio
+from ..limits import MalformedInput, parse_json, read_capped
 from ..serde import from_dict
 from .config import EngineOptions
 from .errors import ModelLoadError
@@ -71,6 +77,7 @@ __all__ = ["main", "WORKER_BACKENDS", "read_token"]
 HEARTBEAT_INTERVAL = 1.0
 PARENT_POLL_INTERVAL = 0.5
 AWAIT_MODEL_POLL = 0.005  # a stat every 5 ms while verify writes the probe (about 0.3 s)
+MAX_LOAD_FILE_BYTES = 256 * 1024  # a model path and the engine options (their embeddings' paths included)
 # ``--backend`` -> the stack's side of the worker (a runtime's StackTraits.stack names one)
 WORKER_BACKENDS: Dict[str, Type[WorkerBackend]] = {cls.name: cls for cls in (GgmlBackend, TorchBackend)}
 
@@ -112,13 +119,25 @@ def read_token(path: str) -> str:
     return "" if len(raw) > MAX_TOKEN_BYTES else raw.decode("ascii", "replace").strip()
 
 
-def _await_model(path: str, seconds: float) -> None:
+def _await_model(path: str, seconds: float, what: str = "the model") -> None:
     """Wait until ``path`` exists (it is renamed into place whole); ModelLoadError after ``seconds``."""
     deadline = time.monotonic() + seconds
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            raise ModelLoadError(f"the model {path} did not appear within {seconds:g} s")
+            raise ModelLoadError(f"{what} {path} did not appear within {seconds:g} s")
         time.sleep(AWAIT_MODEL_POLL)
+
+
+def read_load_file(path: str) -> Tuple[str, Dict[str, Any]]:
+    """The model and options of a load file (``--load-file``); ModelLoadError when it is not one."""
+    try:
+        data = parse_json(read_capped(path, MAX_LOAD_FILE_BYTES + 1), what="the worker's load file",
+                          max_bytes=MAX_LOAD_FILE_BYTES)
+    except (OSError, MalformedInput) as exc:
+        raise ModelLoadError(f"cannot read the worker's load file {path}: {getattr(exc, 'message', None) or exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str) or not isinstance(data.get("options"), dict):
+        raise ModelLoadError(f"the worker's load file {path} does not hold a model and its options")
+    return data["model"], data["options"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -132,6 +151,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="ggml (stable-diffusion.cpp) or torch (diffusers)")
     ap.add_argument("--await-model", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for the model file to appear before loading it")
+    ap.add_argument("--load-file", default="", metavar="FILE",
+                    help="the model and options come from FILE, which appears within --await-model seconds")
     ap.add_argument("--lib-dir", action="append", default=[], metavar="DIR", help="a folder of the runtime's outside libraries")
     ap.add_argument("--preload", action="append", default=[], metavar="FILE",
                     help="a library to load before the runtime (in the order given)")
@@ -159,11 +180,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         with state.lock:
             state.device = backend.device()
             state.runtime_version, state.system_info = backend.version(), backend.system_info()
-        if args.model and args.await_model > 0:
-            _await_model(args.model, args.await_model)
-        if args.model:
+        model = args.model
+        if args.load_file:  # the caller's checks ran while the runtime was imported: now its order
+            _await_model(args.load_file, args.await_model, "the worker's load file")
+            model, given = read_load_file(args.load_file)
+            options = from_dict(EngineOptions, given).validate()
+        elif model and args.await_model > 0:
+            _await_model(model, args.await_model)
+        if model:
             start = time.perf_counter()
-            backend.load(args.model, options)
+            backend.load(model, options)
             with state.lock:
                 state.load_seconds = round(time.perf_counter() - start, 4)
                 state.device = backend.device()  # what the model was loaded onto (a GPU build may fall back)

@@ -268,3 +268,32 @@ def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path):
     proc.stdout.close()
     assert workdirs.clean_stale(tmp_path) == []  # dead, but not stale yet
     assert workdirs.clean_stale(tmp_path, now=time.time() + workdirs.WORKER_DIR_STALE_SECONDS + 60) == [made]
+
+
+@pytest.mark.parametrize("answer", [b"garbage\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n", b""])
+def test_a_port_that_answers_no_http_is_a_transport_error_for_the_client(answer):
+    """Something else on the worker's port (or a worker that died mid-answer): the client's calls give
+    their "no answer" values and the supervisor's transport errors, never http.client's own exceptions."""
+    from accelstack.engine.client import TRANSPORT_ERRORS, ProtocolError
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve():
+        for _ in range(2):
+            conn, _addr = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        client = WorkerClient(port, TOKEN)
+        assert client.status(timeout=5) is None
+        with pytest.raises(TRANSPORT_ERRORS) as err:
+            client.request("GET", "/ping", timeout=5)
+        assert isinstance(err.value, ProtocolError)
+    finally:
+        t.join(10)
+        listener.close()

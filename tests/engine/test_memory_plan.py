@@ -20,7 +20,7 @@ import pytest
 from accelstack.cli import main
 from accelstack.commands.verify import add_engine_arguments
 from accelstack.core import direct
-from accelstack.engine import generation
+from accelstack.engine import generation, process
 from accelstack.engine.config import AUTO, LEGACY, EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, InsufficientMemoryError
 from accelstack.engine.memory_plan import FAMILIES, MemoryPlan, plan_for_files
@@ -351,13 +351,12 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     with pytest.raises(InsufficientMemoryError):  # the options as they were before auto: refused before any work
         generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "old.png", options=EngineOptions().concrete())
     assert not (tmp_path / "old.png").exists()
-    sent, reports = [], []
-    real_supervisor, real_generate = generation.Supervisor, direct.generate
+    sent, reports = [], []  # the options the worker is given (the CLI's early worker gets them in its load file)
+    real_send, real_generate = process.WorkerProcess.send_load, direct.generate
 
-    class Watching(real_supervisor):  # type: ignore[misc,valid-type]
-        def __init__(self, *args, **kwargs):
-            sent.append(kwargs["options"])
-            super().__init__(*args, **kwargs)
+    def send_load(self, model, options):
+        sent.append(options)
+        return real_send(self, model, options)
 
     def generate(*args, **kwargs):
         reports.append(real_generate(*args, **kwargs))
@@ -367,7 +366,7 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     real_check = generation._check_device_memory
     monkeypatch.setattr(generation, "_check_device_memory",
                         lambda sup, need, req, opts: (checked_after_load.append((opts, need)), real_check(sup, need, req, opts)))
-    monkeypatch.setattr(generation, "Supervisor", Watching)
+    monkeypatch.setattr(process.WorkerProcess, "send_load", send_load)
     monkeypatch.setattr(direct, "generate", generate)
     out = tmp_path / "auto.png"
     assert main(["generate", "--runtime", str(cpu_runtime.path), "-m", probe_model.path, "-p", "a red cube",

@@ -4,11 +4,13 @@ neither the install, download nor build machinery (tests/engine/test_generate_im
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ...engine.runtime import Runtime
 from ...errors import UsageError
-from ...installer.records import Receipt
+
+if TYPE_CHECKING:  # a runtime named by hand reads no receipt: the records' module is not loaded for it
+    from ...installer.records import Receipt
 
 __all__ = ["GgmlRuntimes", "LOCATOR"]
 

@@ -1,0 +1,56 @@
+"""Where a generation's images go: their file names, and the checks that refuse, before any work, a
+path they could not be written to. Kept light (no model checks, no planner): the CLI runs it before
+it starts the worker."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Union
+
+from .. import fsio
+from .errors import GenerationError, OutputPathError
+
+__all__ = ["output_paths", "check_outputs", "output_error", "NAME_MAX"]
+
+
+def output_paths(output: Union[str, Path], count: int) -> List[Path]:
+    """``count`` file names from ``output``: itself for one image; ``%d`` or ``{n}`` in it is
+    replaced by 1..count; otherwise ``name-1.png``, ``name-2.png``..."""
+    text = str(output)
+    if "%d" in text or "{n}" in text:
+        return [Path(text.replace("%d", str(i)).replace("{n}", str(i))) for i in range(1, count + 1)]
+    p = Path(text)
+    if p.suffix.lower() != ".png":
+        raise GenerationError(f"output {p} must be a .png file", hint="name the output something.png")
+    if count == 1:
+        return [p]
+    return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
+
+
+NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, APFS, NTFS in UTF-16 units)
+
+
+def output_error(path: Path, reason: str, hint: str) -> GenerationError:
+    return OutputPathError(f"cannot write the image to {path}: {reason}", hint=hint)
+
+
+def check_outputs(paths: List[Path]) -> List[Path]:
+    """Refuse, before any work, output paths the images could not be written to: an existing
+    folder or non-regular file (a FIFO would block the write), a path under a file, a name too long,
+    a folder that cannot be created or written. Missing parent folders are created when writing,
+    so the nearest existing ancestor must be a writable folder. Nothing is created here."""
+    for path in paths:
+        text = str(path)
+        if "\x00" in text:
+            raise output_error(Path(text.replace("\x00", "?")), "the path contains a NUL character",
+                               "choose another output path")
+        for part in path.parts:
+            if len(os.fsencode(part)) > NAME_MAX:
+                raise output_error(path, f"a name in it is longer than {NAME_MAX} bytes", "use a shorter file name")
+        problem = fsio.output_problem(path)
+        if problem is not None:
+            reason, hint = problem
+            if reason == "it is an existing folder":
+                hint = f"name a file, such as {path / 'image.png'}"
+            raise output_error(path, reason, hint)
+    return paths
