@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         direct.check_components(request, args.model or None)
         with progress_renderer(json_mode=args.json) as progress:
-            if runtime is not None and worker is not None:
+            if worker is not None and runtime is not None:  # (the one implies the other)
                 report = direct.generate(runtime, args.model or None, request, args.output, options=options,
                                          progress=progress, worker=worker)
             elif args.runtime or core.stack_for_backend(args.backend) is not None:  # the engine alone

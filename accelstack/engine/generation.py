@@ -139,7 +139,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     :func:`early_worker` started for ``runtime`` (its ``policy`` is used); it is stopped when this returns
     or raises, whatever happened.
     """
-    if worker is not None and worker.runtime is not runtime:
+    if worker is not None and worker.runtime != runtime:  # another directory, backend or environment
         worker.stop()
         raise ValueError("the early worker was started for another runtime")
     try:

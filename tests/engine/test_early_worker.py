@@ -18,6 +18,7 @@ import pytest
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
 from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.runtime import Runtime
 from accelstack.engine.supervisor import Supervisor, SupervisorPolicy, early_worker
 from accelstack.engine.worker import MAX_LOAD_FILE_BYTES, read_load_file
 
@@ -72,14 +73,20 @@ def test_the_early_worker_loads_what_generate_sends_it_and_draws_the_same_image(
 
 
 def test_an_early_worker_for_another_runtime_is_refused_and_stopped(cpu_runtime, probe_model, tmp_path):
-    from accelstack.engine.runtime import Runtime
-
     worker = early_worker(cpu_runtime, policy=POLICY)
     pid = worker.pid
     with pytest.raises(ValueError, match="another runtime"):
-        generate(Runtime(cpu_runtime.path, "cpu"), probe_model.path, request(), tmp_path / "x.png", worker=worker)
+        generate(Runtime(cpu_runtime.path, "cpu", env={"GGML_SCHED_MAX_COPIES": "1"}), probe_model.path, request(),
+                 tmp_path / "x.png", worker=worker)
     assert not worker.alive() and (not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_an_equal_runtime_object_is_the_same_runtime(cpu_runtime, probe_model, tmp_path):
+    worker = early_worker(cpu_runtime, policy=POLICY)
+    same = Runtime(cpu_runtime.path, cpu_runtime.backend, env=dict(cpu_runtime.env))
+    assert same is not cpu_runtime
+    assert generate(same, probe_model.path, request(), tmp_path / "same.png", worker=worker).images
 
 
 def test_a_refused_request_stops_the_early_worker(cpu_runtime, tmp_path):
