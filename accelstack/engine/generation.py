@@ -31,9 +31,9 @@ from .outputs import NAME_MAX, check_outputs, output_error, output_paths
 from .png import parameters_text, write_png
 from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
-from .supervisor import Supervisor, SupervisorPolicy, early_worker
+from .supervisor import Supervisor, SupervisorPolicy
 
-__all__ = ["generate", "early_worker", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
+__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
            "available_ram", "NAME_MAX"]
 
 
@@ -136,7 +136,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
     raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
     request names a diffusion model of its own (``request.diffusion_model``). ``worker``: one that
-    :func:`early_worker` started for ``runtime`` (its ``policy`` is used); it is stopped when this returns
+    :func:`~accelstack.engine.supervisor.early_worker` started for ``runtime`` (its ``policy`` is used); it is stopped when this returns
     or raises, whatever happened.
     """
     if worker is not None and worker.runtime != runtime:  # another directory, backend or environment

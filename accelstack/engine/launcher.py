@@ -32,6 +32,9 @@ from .workdirs import clean_stale, make, mark_crashed
 __all__ = ["WorkerLauncher"]
 
 log = logging.getLogger(__name__)
+# A deferred launch's load file is sent only while the worker still waits for it by this margin;
+# later, the worker may have given up (its wait counts from after its import, so ours is earlier).
+LOAD_MARGIN = 1.0
 _Launcher = TypeVar("_Launcher", bound="WorkerLauncher")
 
 
@@ -61,6 +64,7 @@ class WorkerLauncher:
         self._stopping = self._exiting = False  # the worker was asked to exit; it answered that it does
         self._prestarted, self._token = False, ""  # prestart launched the current worker; start connects to it
         self._awaits_load = False  # the current launch was deferred and has not been sent its load file yet
+        self._load_by = 0.0  # when (time.monotonic()) that launch stops waiting for it, at the earliest
         self._lock = threading.RLock()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -173,16 +177,24 @@ class WorkerLauncher:
         self._proc, self._token = WorkerProcess.for_runtime(self.runtime, self.options, self.model, self.extra_env,
                                                             folder, self.launches, await_model, deferred)
         self._awaits_load = deferred
+        self._load_by = time.monotonic() + await_model
         self._log_path = self._proc.log_path
         self._proc.spawn()
         if fresh:  # folders left by a killed process, and old crash logs (ours is alive): while the worker starts
             clean_stale()
 
     def _send_load(self) -> None:
-        """A deferred launch's model and options, once (the current ones)."""
+        """A deferred launch's model and options, once (the current ones). Too late for it (the
+        caller's checks outlasted its wait: a copy from a slow disk), it is ended instead, so that
+        :meth:`start` launches an ordinary worker: a slow caller costs the head start, not an error."""
         if self._awaits_load and self._proc is not None:
-            self._proc.send_load(self.model, self.options)
             self._awaits_load = False
+            if time.monotonic() < self._load_by - LOAD_MARGIN:
+                self._proc.send_load(self.model, self.options)
+            else:
+                log.info("worker %d stopped waiting for its model; an ordinary launch replaces it", self._proc.pid)
+                self._proc.kill("its model came after it stopped waiting")
+                self._prestarted = False
 
     def _log_hint(self) -> str:
         return f"see the worker log {self._log_path}"

@@ -209,11 +209,12 @@ class Supervisor(WorkerLauncher):
 
 
 def early_worker(runtime: Runtime, policy: Optional[SupervisorPolicy] = None, within: float = 60.0) -> Supervisor:
-    """A worker for a :func:`~accelstack.engine.generation.generate` on ``runtime``, started now, before the model and options are
-    known: it imports the runtime (0.1 s on the CPU build; a GPU build also opens its device) while the
-    caller imports, checks the request and plans the memory; :func:`~accelstack.engine.generation.generate` (``worker=``) gives it
-    the model and options within ``within`` s (else it ends with an error) and stops it. A caller that
-    does not get that far stops it itself (a worker also ends when its parent does)."""
+    """A worker for :func:`~accelstack.engine.generation.generate` (``worker=``) on ``runtime``, started
+    before its model and options are known: it imports the runtime (~0.15 s on the CPU build; a GPU
+    build also opens its device) while the caller imports, checks the request and plans the memory.
+    ``generate`` sends it its order and stops it. An order later than ``within`` s ends it and an
+    ordinary launch replaces it (slow checks lose the head start, nothing else). A caller that does
+    not get that far stops it itself (a worker also ends when its parent does)."""
     sup = Supervisor(runtime, policy=policy)
     sup.prestart(model_appears=within, deferred=True)
     return sup

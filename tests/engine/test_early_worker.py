@@ -124,6 +124,19 @@ def test_a_deferred_worker_whose_order_never_comes_fails_clearly(cpu_runtime, pr
         sup.stop()
 
 
+def test_an_order_later_than_the_worker_waits_still_generates(cpu_runtime, probe_model, tmp_path):
+    """The caller's checks took longer than the worker's wait (a copy from a slow disk): the worker
+    that gave up is replaced by an ordinary launch and the image is the same, not an error."""
+    generate(cpu_runtime, probe_model.path, request(), tmp_path / "plain.png", policy=POLICY)
+    worker = early_worker(cpu_runtime, policy=POLICY, within=0.5)
+    first = worker._proc
+    assert first is not None and first.wait(3) is False  # it waited 0.5 s, failed, and still runs
+    late = generate(cpu_runtime, probe_model.path, request(), tmp_path / "late.png", worker=worker)
+    assert late.images == [str(tmp_path / "late.png")]
+    assert (tmp_path / "late.png").read_bytes() == (tmp_path / "plain.png").read_bytes()
+    assert not first.alive() and worker._proc is None  # the one that gave up was ended, the new one let go
+
+
 @pytest.mark.parametrize("content, reason", [
     (b"", "load file"),
     (b"[1, 2]", "does not hold a model"),
