@@ -162,8 +162,11 @@ class GgmlBackend(WorkerBackend):
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelLoadError(f"cannot load model {model}: {self.load_reason() or exc}") from None
-        # A failed load is a NULL context; the bindings only notice later ("NULL pointer access").
+        # A failed load is a NULL context; the bindings only notice later ("NULL pointer access"),
+        # and their object frees it when dropped (a segfault): it is forgotten before the error.
         if not getattr(sd, "_model", None) or not sd._model.model:
+            if getattr(sd, "_model", None) is not None:
+                sd._model.model = None
             raise ModelLoadError(f"cannot load model {model}: {self.load_reason() or 'stable-diffusion.cpp returned no context'}")
         self.sd = sd
         self.initialized = initialized_backends([line for _lvl, line in self.log_tail])

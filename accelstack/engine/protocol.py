@@ -191,6 +191,7 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
 # The per-launch token reaches the worker in a file the supervisor names (never on its command line).
 TOKEN_FILE = "token-{number}"  # in the supervisor's private folder, removed by the worker once read
 MAX_TOKEN_BYTES = 256
+LISTEN_BACKLOG = 128  # the worker's listening queue: a burst of connections waits there, not refused
 
 # Worker phases, in the order a healthy worker goes through them.
 PHASES = ("starting", "loading", "ready", "generating", "error", "stopping")

@@ -24,8 +24,12 @@ runtime directory first on ``PYTHONPATH`` and the plan's environment applied. Ev
 comes from its options; the token is in the file ``--token-file`` names (in the supervisor's
 private folder, removed once read), never on the command line, where other users could read it.
 
-It binds 127.0.0.1 on a free port, writes ``{"port", "pid"}`` to the ready file (atomically),
-then loads the model. Every request must carry ``Authorization: Bearer <token>``.
+It listens on a free port of 127.0.0.1 and writes ``{"port", "pid"}`` to the ready file
+(atomically) at once. A thread then imports the runtime, waits for the model and loads it;
+meanwhile (once the runtime is imported, or after ``SERVER_HEAD_START`` s) the main thread imports
+the HTTP server and serves on that socket: the server's imports overlap the wait for the model and
+its loading (native code, which releases the GIL) instead of delaying both. Every request must
+carry ``Authorization: Bearer <token>``.
 
     GET  /ping            {"ok", "pid", "phase"}
     GET  /status[?wait=S&since=V]  WorkerStatus (phase, step/steps, ticks, heartbeat, device,
@@ -55,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -66,16 +71,18 @@ from ..serde import from_dict
 from .config import EngineOptions
 from .errors import ModelLoadError
 from .ggml_backend import GgmlBackend
-from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, MAX_TOKEN_BYTES
+from .protocol import EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, LISTEN_BACKLOG, MAX_TOKEN_BYTES
 from .torch_engine import TorchBackend
 from .worker_backend import WorkerBackend
-from .worker_server import make_server
 from .worker_state import WorkerState
 
 __all__ = ["main", "WORKER_BACKENDS", "read_token"]
 
 HEARTBEAT_INTERVAL = 1.0
 PARENT_POLL_INTERVAL = 0.5
+# The runtime's import goes first; the HTTP server (~45 ms of imports) follows once it is done, or
+# after this long (torch takes seconds), overlapping the wait for the model or its native load.
+SERVER_HEAD_START = 1.0
 AWAIT_MODEL_POLL = 0.005  # a stat every 5 ms while verify writes the probe (about 0.3 s)
 MAX_LOAD_FILE_BYTES = 256 * 1024  # a model path and the engine options (their embeddings' paths included)
 # ``--backend`` -> the stack's side of the worker (a runtime's StackTraits.stack names one)
@@ -95,6 +102,18 @@ def _heartbeat(state: WorkerState) -> None:
         with state.lock:
             state.heartbeat = time.time()
         state.stop.wait(HEARTBEAT_INTERVAL)
+
+
+def listen() -> socket.socket:
+    """A socket listening on a free port of 127.0.0.1 (the server adopts it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _write_ready(path: str, payload: Dict[str, Any]) -> None:
@@ -140,6 +159,45 @@ def read_load_file(path: str) -> Tuple[str, Dict[str, Any]]:
     return data["model"], data["options"]
 
 
+def _load(state: WorkerState, backend: WorkerBackend, args: argparse.Namespace, imported: threading.Event) -> None:
+    """Import the runtime (then set ``imported``), wait for the model and its options, load them;
+    a failure becomes the state's error, which the server reports."""
+    try:
+        options = from_dict(EngineOptions, json.loads(args.options)).validate()
+        with state.lock:
+            state.phase = "loading"
+            state.changed()
+        backend.import_runtime()
+        with state.lock:
+            state.device = backend.device()
+            state.runtime_version, state.system_info = backend.version(), backend.system_info()
+        imported.set()
+        model = args.model
+        if args.load_file:  # the caller's checks ran while the runtime was imported: now its order
+            _await_model(args.load_file, args.await_model, "the worker's load file")
+            model, given = read_load_file(args.load_file)
+            options = from_dict(EngineOptions, given).validate()
+        elif model and args.await_model > 0:
+            _await_model(model, args.await_model)
+        if model:
+            start = time.perf_counter()
+            backend.load(model, options)
+            with state.lock:
+                state.load_seconds = round(time.perf_counter() - start, 4)
+                state.device = backend.device()  # what the model was loaded onto (a GPU build may fall back)
+        with state.lock:
+            state.phase, state.step, state.steps = "ready", 0, 0  # step/steps: the loading's, until now
+            state.changed()
+    except ModelLoadError as exc:
+        state.fail(exc.message, "ModelLoadError")
+    except ImportError as exc:
+        state.fail(f"cannot import the runtime: {exc}", "RuntimeImportError")
+    except Exception as exc:
+        state.fail(f"{type(exc).__name__}: {exc}", "WorkerError")
+    finally:
+        imported.set()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="accelstack.engine.worker")
     ap.add_argument("--ready-file", required=True)
@@ -166,42 +224,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     backend = WORKER_BACKENDS[args.backend](sys.stderr, args.lib_dir, args.preload)
     state = WorkerState(backend, token)
     backend.on_progress = state.on_progress
-    server = make_server(state)
+    # The port is known before anything loads (a crash while loading follows the ready file: the
+    # supervisor blames the model, not the runtime); requests wait in the queue until it serves.
+    listener = listen()
+    _write_ready(args.ready_file, {"port": listener.getsockname()[1], "pid": os.getpid()})
+    imported = threading.Event()
+    threading.Thread(target=_load, args=(state, backend, args, imported), name="load", daemon=True).start()
+    imported.wait(SERVER_HEAD_START)
+    from .worker_server import make_server  # here: its imports overlap the model's wait or load
+
+    server = make_server(state, sock=listener)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     threading.Thread(target=_heartbeat, args=(state,), name="heartbeat", daemon=True).start()
-    _write_ready(args.ready_file, {"port": server.server_address[1], "pid": os.getpid()})
-
-    try:
-        options = from_dict(EngineOptions, json.loads(args.options)).validate()
-        with state.lock:
-            state.phase = "loading"
-            state.changed()
-        backend.import_runtime()
-        with state.lock:
-            state.device = backend.device()
-            state.runtime_version, state.system_info = backend.version(), backend.system_info()
-        model = args.model
-        if args.load_file:  # the caller's checks ran while the runtime was imported: now its order
-            _await_model(args.load_file, args.await_model, "the worker's load file")
-            model, given = read_load_file(args.load_file)
-            options = from_dict(EngineOptions, given).validate()
-        elif model and args.await_model > 0:
-            _await_model(model, args.await_model)
-        if model:
-            start = time.perf_counter()
-            backend.load(model, options)
-            with state.lock:
-                state.load_seconds = round(time.perf_counter() - start, 4)
-                state.device = backend.device()  # what the model was loaded onto (a GPU build may fall back)
-        with state.lock:
-            state.phase, state.step, state.steps = "ready", 0, 0  # step/steps: the loading's, until now
-            state.changed()
-    except ModelLoadError as exc:
-        state.fail(exc.message, "ModelLoadError")
-    except ImportError as exc:
-        state.fail(f"cannot import the runtime: {exc}", "RuntimeImportError")
-    except Exception as exc:
-        state.fail(f"{type(exc).__name__}: {exc}", "WorkerError")
 
     # Serve until /shutdown or /cancel ends the process; a worker in "error" stays up so the
     # supervisor can read the reason, and exits when asked or when its parent goes away.

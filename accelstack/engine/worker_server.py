@@ -41,7 +41,7 @@ from ..limits import (
     too_large,
 )
 from ..serde import from_dict, to_dict
-from .protocol import EXIT_CANCELLED, EXIT_OK, GenerateRequest
+from .protocol import EXIT_CANCELLED, EXIT_OK, LISTEN_BACKLOG, GenerateRequest
 from .worker_state import WorkerState
 
 __all__ = ["make_server", "make_handler", "WorkerHTTPServer", "exit_soon", "MAX_WAIT"]
@@ -84,10 +84,11 @@ class WorkerHTTPServer(ThreadingHTTPServer):
     """The worker's server: one daemon thread per connection, with the bounds described above."""
 
     daemon_threads = True
-    request_queue_size = 128  # a burst of connections waits in the kernel's queue, not refused
+    request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: Tuple[str, int], handler: Type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
+    def __init__(self, address: Tuple[str, int], handler: Type[BaseHTTPRequestHandler],
+                 bind_and_activate: bool = True) -> None:
+        super().__init__(address, handler, bind_and_activate)
         self.guard = threading.Lock()
         self.waiting: collections.OrderedDict[socket.socket, None] = collections.OrderedDict()  # no token yet
         self.open_connections = 0
@@ -143,9 +144,16 @@ class WorkerHTTPServer(ThreadingHTTPServer):
             pass
 
 
-def make_server(state: WorkerState, port: int = 0) -> WorkerHTTPServer:
-    """The worker's server on 127.0.0.1 (``port`` 0: a free one); call ``serve_forever``."""
-    return WorkerHTTPServer(("127.0.0.1", port), make_handler(state))
+def make_server(state: WorkerState, port: int = 0, sock: Optional[socket.socket] = None) -> WorkerHTTPServer:
+    """The worker's server on 127.0.0.1 (``port`` 0: a free one), or on ``sock``, a socket that
+    already listens there (the worker's, bound before this module was imported); call ``serve_forever``."""
+    if sock is None:
+        return WorkerHTTPServer(("127.0.0.1", port), make_handler(state))
+    server = WorkerHTTPServer(sock.getsockname(), make_handler(state), bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_name, server.server_port = "127.0.0.1", sock.getsockname()[1]
+    return server
 
 
 def make_handler(state: WorkerState) -> Type[BaseHTTPRequestHandler]:

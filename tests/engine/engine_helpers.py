@@ -12,6 +12,7 @@ from accelstack.engine.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_STATUS_WORKER = Path(__file__).resolve().with_name("slow_status_worker.py")
+CRASH_ON_LOAD_WORKER = Path(__file__).resolve().with_name("crash_on_load_worker.py")
 
 
 @dataclass
@@ -24,6 +25,15 @@ class SlowStatusRuntime(Runtime):
     def worker_command(self) -> List[str]:
         cmd = super().worker_command()  # [python, "-c", bootstrap, options...]
         return [self.interpreter(), str(SLOW_STATUS_WORKER), str(self.delay)] + cmd[3:]
+
+
+@dataclass
+class CrashOnLoadRuntime(Runtime):
+    """A runtime whose worker is tests/engine/crash_on_load_worker.py (it dies of SIGSEGV as soon as
+    it loads a model), with the runtime's own worker options."""
+
+    def worker_command(self) -> List[str]:
+        return [self.interpreter(), str(CRASH_ON_LOAD_WORKER)] + super().worker_command()[3:]
 
 
 def cli_env(cache: Path, tmp: Path, **extra: str) -> dict:

@@ -31,6 +31,8 @@ from accelstack.engine.worker_server import make_server
 from accelstack.engine.worker_state import WorkerState
 from accelstack.limits import WORKER_MAX_BODY_BYTES, WORKER_MAX_CONNECTIONS, WORKER_MAX_UNAUTHENTICATED
 
+from engine_helpers import CrashOnLoadRuntime
+
 TOKEN = "t0ken-for-tests"
 CROWD = 300  # idle connections any local process could open
 
@@ -180,6 +182,19 @@ def test_a_real_worker_keeps_serving_its_supervisor(cpu_runtime):
 def _gguf_claiming_2_62_tensors(path):
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 2 ** 62, 0) + b"\0" * 64)
     return path
+
+
+def test_a_load_that_crashes_at_once_is_blamed_on_the_model(cpu_runtime, tmp_path):
+    """The worker listens (its ready file names the port) before it loads anything, so a load that
+    kills it at once is a ModelLoadError naming the model, not a start failure of the runtime."""
+    model = tmp_path / "damaged.safetensors"
+    model.write_bytes(b"\0" * 64)
+    sup = Supervisor(CrashOnLoadRuntime(cpu_runtime.path, cpu_runtime.backend), model=str(model))
+    with pytest.raises(ModelLoadError) as err:
+        sup.start()
+    assert not sup.alive()
+    assert "crashed while loading" in err.value.message and str(model) in err.value.message
+    assert "SIGSEGV" in err.value.message
 
 
 def test_a_crashed_worker_keeps_the_log_its_message_names(cpu_runtime, tmp_path):

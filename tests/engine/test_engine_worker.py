@@ -224,6 +224,36 @@ def test_a_model_that_fails_to_load_names_the_file_and_the_reason(cpu_runtime, t
     assert len(msg) > len(f"cannot load model {path}: ") + 10  # a reason follows the name
 
 
+# A failed load in the bindings' own object, which is then dropped (as when a worker's load ends).
+FAILED_LOAD = """
+import gc, sys
+from accelstack.engine.config import EngineOptions
+from accelstack.engine.errors import ModelLoadError
+from accelstack.engine.ggml_backend import GgmlBackend
+backend = GgmlBackend(sys.stderr, [], [])
+backend.import_runtime()
+try:
+    backend.load(sys.argv[1], EngineOptions().validate().concrete())
+except ModelLoadError as exc:
+    print("refused:", exc.message)
+gc.collect()
+print("alive")
+"""
+
+
+def test_a_failed_load_leaves_the_process_alive(cpu_runtime, tmp_path):
+    """stable-diffusion.cpp returns a NULL context for a file it cannot place; the bindings' object
+    around it would free that NULL when dropped (a segfault): the worker must survive to say why."""
+    from accelstack.engine.probe_weights import safetensors_header
+
+    path = tmp_path / "not-sd.safetensors"
+    path.write_bytes(safetensors_header({"foo.weight": (4, 4)}, {}) + b"\0" * 32)
+    out = subprocess.run([sys.executable, "-c", FAILED_LOAD, str(path)], env=cpu_runtime.worker_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"refused: cannot load model {path}" in out.stdout and out.stdout.rstrip().endswith("alive")
+
+
 def test_a_prestarted_worker_waits_for_its_model_then_loads_it(cpu_runtime, probe_model, one_step, tmp_path):
     """verify starts the worker while it writes the probe: the worker is up (listening, runtime
     imported) before the file exists, loads it when it appears whole, and generates as usual."""
