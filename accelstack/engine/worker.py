@@ -80,7 +80,7 @@ __all__ = ["main", "WORKER_BACKENDS", "read_token"]
 
 HEARTBEAT_INTERVAL = 1.0
 PARENT_POLL_INTERVAL = 0.5
-# The runtime's import goes first; the HTTP server (~45 ms of imports) follows once it is done, or
+# The runtime's import goes first; the HTTP server (30-45 ms of imports) follows once it is done, or
 # after this long (torch takes seconds), overlapping the wait for the model or its native load.
 SERVER_HEAD_START = 1.0
 AWAIT_MODEL_POLL = 0.005  # a stat every 5 ms while verify writes the probe (about 0.3 s)
