@@ -136,8 +136,8 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
     raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
     request names a diffusion model of its own (``request.diffusion_model``). ``worker``: one that
-    :func:`~accelstack.engine.supervisor.early_worker` started for ``runtime`` (its ``policy`` is used); it is stopped when this returns
-    or raises, whatever happened.
+    :func:`~accelstack.engine.supervisor.early_worker` started for ``runtime`` (its ``policy`` is
+    used); it is stopped when this returns or raises, whatever happened.
     """
     if worker is not None and worker.runtime != runtime:  # another directory, backend or environment
         worker.stop()

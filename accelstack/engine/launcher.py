@@ -11,6 +11,7 @@ worker dies or stalls (restarts, backoff, retried jobs) is the supervisor's.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import threading
@@ -32,8 +33,8 @@ from .workdirs import clean_stale, make, mark_crashed
 __all__ = ["WorkerLauncher"]
 
 log = logging.getLogger(__name__)
-# A deferred launch's load file is sent only while the worker still waits for it by this margin;
-# later, the worker may have given up (its wait counts from after its import, so ours is earlier).
+# A prestarted worker is used only while it still waits for its model (or its deferred load file)
+# by this margin; later, it may have given up (its wait counts from after its import: ours is earlier).
 LOAD_MARGIN = 1.0
 _Launcher = TypeVar("_Launcher", bound="WorkerLauncher")
 
@@ -64,7 +65,8 @@ class WorkerLauncher:
         self._stopping = self._exiting = False  # the worker was asked to exit; it answered that it does
         self._prestarted, self._token = False, ""  # prestart launched the current worker; start connects to it
         self._awaits_load = False  # the current launch was deferred and has not been sent its load file yet
-        self._load_by = 0.0  # when (time.monotonic()) that launch stops waiting for it, at the earliest
+        self._load_by = math.inf  # when (time.monotonic()) a prestarted launch stops waiting for its model or
+        # load file, at the earliest; inf once it has them (or for an ordinary launch)
         self._lock = threading.RLock()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -177,24 +179,30 @@ class WorkerLauncher:
         self._proc, self._token = WorkerProcess.for_runtime(self.runtime, self.options, self.model, self.extra_env,
                                                             folder, self.launches, await_model, deferred)
         self._awaits_load = deferred
-        self._load_by = time.monotonic() + await_model
+        self._load_by = time.monotonic() + await_model if await_model > 0 else math.inf
         self._log_path = self._proc.log_path
         self._proc.spawn()
         if fresh:  # folders left by a killed process, and old crash logs (ours is alive): while the worker starts
             clean_stale()
 
     def _send_load(self) -> None:
-        """A deferred launch's model and options, once (the current ones). Too late for it (the
-        caller's checks outlasted its wait: a copy from a slow disk), it is ended instead, so that
-        :meth:`start` launches an ordinary worker: a slow caller costs the head start, not an error."""
+        """A deferred launch's model and options, once (the current ones), unless it is too late."""
         if self._awaits_load and self._proc is not None:
             self._awaits_load = False
-            if time.monotonic() < self._load_by - LOAD_MARGIN:
+            if not self._drop_if_late():
                 self._proc.send_load(self.model, self.options)
-            else:
-                log.info("worker %d stopped waiting for its model; an ordinary launch replaces it", self._proc.pid)
-                self._proc.kill("its model came after it stopped waiting")
-                self._prestarted = False
+                self._load_by = math.inf
+
+    def _drop_if_late(self) -> bool:
+        """End a prestarted worker that may have stopped waiting for its model or load file (the caller's
+        checks or its writing of the model outlasted the wait: a copy from a slow disk), so that
+        :meth:`start` launches an ordinary one: a slow caller costs the head start, not an error."""
+        if self._proc is None or not self._prestarted or time.monotonic() < self._load_by - LOAD_MARGIN:
+            return False
+        log.info("worker %d may have stopped waiting for its model; an ordinary launch replaces it", self._proc.pid)
+        self._proc.kill("its model came after it stopped waiting")
+        self._prestarted, self._load_by = False, math.inf
+        return True
 
     def _log_hint(self) -> str:
         return f"see the worker log {self._log_path}"
@@ -211,9 +219,10 @@ class WorkerLauncher:
         task = f"loading {self.model_label}" if self.model else "starting the worker"
         self.progress(ProgressEvent("start", self.stage, task=task, message="starting the worker"))
         try:
+            self._send_load()  # a deferred prestart not configured: what this launcher has (no model: none)
+            self._drop_if_late()  # a prestart whose model was written late
             if not (self._prestarted and self.alive()):  # else prestart() launched it: its readiness is left
                 self._spawn()
-            self._send_load()  # a deferred prestart not configured: what this launcher has (no model: none)
             self._prestarted = False
             assert self._proc is not None
             self.client = WorkerClient(self._proc.wait_listening(self.policy.startup_timeout), self._token)

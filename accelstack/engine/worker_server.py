@@ -144,11 +144,10 @@ class WorkerHTTPServer(ThreadingHTTPServer):
             pass
 
 
-def make_server(state: WorkerState, port: int = 0, sock: Optional[socket.socket] = None) -> WorkerHTTPServer:
-    """The worker's server on 127.0.0.1 (``port`` 0: a free one), or on ``sock``, a socket that
-    already listens there (the worker's, bound before this module was imported); call ``serve_forever``."""
-    if sock is None:
-        return WorkerHTTPServer(("127.0.0.1", port), make_handler(state))
+def make_server(state: WorkerState, sock: socket.socket) -> WorkerHTTPServer:
+    """The worker's server on ``sock``, a socket that already listens on 127.0.0.1
+    (:func:`accelstack.engine.worker.listen`: bound before this module was imported, so requests
+    that come sooner wait in its queue); call ``serve_forever``."""
     server = WorkerHTTPServer(sock.getsockname(), make_handler(state), bind_and_activate=False)
     server.socket.close()
     server.socket = sock

@@ -7,6 +7,7 @@ folders go to a temp dir of the test (TMPDIR), so what a run leaves behind can b
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
+from accelstack.engine.probe_layout import probe_weights
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
 from accelstack.engine.supervisor import Supervisor, SupervisorPolicy, early_worker
@@ -116,7 +118,7 @@ def test_a_deferred_worker_whose_order_never_comes_fails_clearly(cpu_runtime, pr
         sup.prestart(model_appears=0.5, deferred=True)
         proc = sup._proc
         assert proc is not None and proc.wait(0) is False
-        sup._awaits_load = False  # the order is withheld: what a caller that never configures leaves
+        sup._awaits_load, sup._load_by = False, math.inf  # the order is withheld, the launcher thinks it sent it
         with pytest.raises(ModelLoadError, match=r"load file .* did not appear within 0\.5 s"):
             sup.start()
         assert not sup.alive()
@@ -135,6 +137,39 @@ def test_an_order_later_than_the_worker_waits_still_generates(cpu_runtime, probe
     assert late.images == [str(tmp_path / "late.png")]
     assert (tmp_path / "late.png").read_bytes() == (tmp_path / "plain.png").read_bytes()
     assert not first.alive() and worker._proc is None  # the one that gave up was ended, the new one let go
+
+
+def test_a_deferred_worker_started_after_its_wait_without_an_order_is_replaced(cpu_runtime):
+    """start() with no configure(), later than the worker waits: an ordinary worker, not a dead one."""
+    sup = Supervisor(cpu_runtime, policy=POLICY)
+    try:
+        sup.prestart(model_appears=0.5, deferred=True)
+        first = sup._proc
+        assert first is not None and first.wait(3) is False  # it gave up waiting and still runs
+        st = sup.start()
+        assert st.phase == "ready" and st.load_seconds is None
+        assert not first.alive() and sup._proc is not first and sup.launches == 2
+    finally:
+        sup.stop()
+
+
+def test_a_model_written_after_the_prestarted_worker_stopped_waiting_still_loads(cpu_runtime, probe_model, tmp_path):
+    """verify's prestart (model known, file not yet written): a probe written later than the worker
+    waits for it costs the head start, not a ModelLoadError."""
+    model = tmp_path / "probe.safetensors"
+    sup = Supervisor(cpu_runtime, model=str(model), policy=POLICY)
+    try:
+        sup.prestart(model_appears=0.5)
+        first = sup._proc
+        assert first is not None and first.wait(3) is False  # "did not appear within 0.5 s", still running
+        part = tmp_path / "probe.part"
+        part.write_bytes(Path(str(probe_weights(probe_model.path))).read_bytes())
+        os.replace(part, model)
+        st = sup.start()
+        assert st.phase == "ready" and st.load_seconds is not None
+        assert not first.alive() and sup.launches == 2
+    finally:
+        sup.stop()
 
 
 @pytest.mark.parametrize("content, reason", [

@@ -26,6 +26,7 @@ from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
 from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.worker import listen
 from accelstack.engine.worker_backend import WorkerBackend
 from accelstack.engine.worker_server import make_server
 from accelstack.engine.worker_state import WorkerState
@@ -42,7 +43,7 @@ def server(monkeypatch):
     monkeypatch.setattr(worker_server, "exit_soon", lambda code: None)  # /shutdown must not end pytest
     state = WorkerState(WorkerBackend(io.StringIO()), TOKEN)
     state.phase = "ready"
-    srv = make_server(state)
+    srv = make_server(state, listen())
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     srv.port = srv.server_address[1]

@@ -29,6 +29,7 @@ from accelstack.engine.client import WorkerClient
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.modelfile import check_model
 from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.worker import listen
 from accelstack.engine.worker_backend import WorkerBackend
 from accelstack.engine.worker_server import make_server
 from accelstack.engine.worker_state import WorkerState
@@ -313,7 +314,7 @@ def http_server():
     state = WorkerState(WorkerBackend(io.StringIO()), TOKEN)
     state.phase = "ready"
     state.backend.sd = object()  # "loaded": /generate starts a job, which the bare backend fails
-    srv = make_server(state)
+    srv = make_server(state, listen())
     srv.RequestHandlerClass.timeout = 2.0
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
