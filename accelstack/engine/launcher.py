@@ -28,7 +28,7 @@ from .policy import SupervisorPolicy, load_note
 from .process import WorkerProcess
 from .protocol import WorkerStatus
 from .runtime import Runtime
-from .workdirs import clean_stale, make, mark_crashed
+from .workdirs import clean_stale, make, mark_crashed, stamp
 
 __all__ = ["WorkerLauncher"]
 
@@ -171,7 +171,7 @@ class WorkerLauncher:
     def _spawn(self, await_model: float = 0.0, deferred: bool = False) -> None:
         folder, fresh = self._dir, self._dir is None or not self._dir.is_dir()
         if folder is None or fresh:
-            folder = self._dir = make()
+            folder = self._dir = make(stamped=False)  # stamped once the worker runs (psutil's import)
         if self._proc is not None:
             self._proc.close()
         self.launches += 1
@@ -183,6 +183,7 @@ class WorkerLauncher:
         self._log_path = self._proc.log_path
         self._proc.spawn()
         if fresh:  # folders left by a killed process, and old crash logs (ours is alive): while the worker starts
+            stamp(folder)
             clean_stale()
 
     def _send_load(self) -> None:

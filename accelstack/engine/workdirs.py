@@ -26,12 +26,10 @@ import time
 from pathlib import Path
 from typing import List, Optional, Union
 
-import psutil
-
 from .. import fsio
 from ..limits import CRASH_LOG_KEEP_SECONDS, WORKER_DIR_STALE_SECONDS, MalformedInput, parse_json
 
-__all__ = ["PREFIX", "MARKER", "make", "mark_crashed", "clean_stale", "WORKER_DIR_STALE_SECONDS", "CRASH_LOG_KEEP_SECONDS"]
+__all__ = ["PREFIX", "MARKER", "make", "stamp", "mark_crashed", "clean_stale", "WORKER_DIR_STALE_SECONDS", "CRASH_LOG_KEEP_SECONDS"]
 
 PREFIX = "accelstack-worker-"
 MARKER = "accelstack-worker.json"
@@ -42,22 +40,32 @@ log = logging.getLogger(__name__)
 
 def _started(pid: int) -> Optional[float]:
     """When process ``pid`` started (None if there is none, or it cannot be told)."""
+    import psutil  # here: a launch makes its folder before the worker's spawn, stamps it after (~9 ms)
+
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, OSError, ValueError):
         return None
 
 
-def _write_marker(folder: Path, crashed: bool) -> None:
-    data = {"pid": os.getpid(), "started": _started(os.getpid()), "created": time.time(), "crashed": crashed}
+def _write_marker(folder: Path, crashed: bool, stamped: bool = True) -> None:
+    started = _started(os.getpid()) if stamped else None
+    data = {"pid": os.getpid(), "started": started, "created": time.time(), "crashed": crashed}
     fsio.write_text(folder / MARKER, json.dumps(data), durable=False)
 
 
-def make(root: Optional[Union[str, Path]] = None) -> Path:
-    """A new marked folder for one supervisor (in ``root``, default the temp dir)."""
+def make(root: Optional[Union[str, Path]] = None, stamped: bool = True) -> Path:
+    """A new marked folder for one supervisor (in ``root``, default the temp dir). Not ``stamped``,
+    its marker lacks this process's start time until :func:`stamp`: meanwhile the folder is kept
+    while any process has our pid (never removed too early, at worst too late)."""
     folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=str(root) if root is not None else None))
-    _write_marker(folder, crashed=False)
+    _write_marker(folder, crashed=False, stamped=stamped)
     return folder
+
+
+def stamp(folder: Path) -> None:
+    """Add this process's start time to the marker of a folder :func:`make` left unstamped."""
+    _write_marker(folder, crashed=False)
 
 
 def mark_crashed(folder: Path) -> None:

@@ -33,7 +33,7 @@ from accelstack.engine import process
 spawn = process.WorkerProcess.spawn
 seen = []
 def recording(self):
-    seen.append(sorted(m for m in sys.modules if m.startswith("accelstack.")))
+    seen.append(sorted(sys.modules))
     spawn(self)
 process.WorkerProcess.spawn = recording
 from accelstack.cli import main
@@ -41,10 +41,12 @@ code = main(sys.argv[1:])
 sys.stderr.write("\\nSPAWNS " + json.dumps({"code": code, "spawns": seen}) + "\\n")
 """
 
-# What the parent imports only once the worker runs: the model checks, the memory planner, LoRAs.
+# What the parent imports only once the worker runs: the model checks, the memory planner, LoRAs;
+# psutil (~9 ms: the supervisor's folder marker, killing and watching the worker) and secrets (~4 ms:
+# hmac and OpenSSL, for the worker's token).
 AFTER_THE_WORKER_STARTS = ("accelstack.engine.generation", "accelstack.engine.components",
                            "accelstack.engine.model_inspect", "accelstack.engine.memory_plan",
-                           "accelstack.engine.companions", "accelstack.engine.verification")
+                           "accelstack.engine.companions", "accelstack.engine.verification", "psutil", "secrets")
 
 
 def request(**kw):

@@ -273,10 +273,11 @@ def test_abandoned_worker_folders_are_removed_and_nothing_else(tmp_path):
     assert all(os.path.lexists(k) for k in kept) and not any(g.exists() for g in gone)
 
 
-def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path):
+@pytest.mark.parametrize("stamped", [True, False])  # False: killed between the folder and the worker's spawn
+def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path, stamped):
     code = ("import sys, time; from accelstack.engine import workdirs; "
-            "print(workdirs.make(sys.argv[1]), flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+            "print(workdirs.make(sys.argv[1], stamped=sys.argv[2] == 'True'), flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(stamped)], stdout=subprocess.PIPE, text=True)
     made = Path(proc.stdout.readline().strip())
     assert workdirs.clean_stale(tmp_path, now=time.time() + 3600) == []  # its maker still runs
     proc.kill()
