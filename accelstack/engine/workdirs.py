@@ -64,8 +64,12 @@ def make(root: Optional[Union[str, Path]] = None, stamped: bool = True) -> Path:
 
 
 def stamp(folder: Path) -> None:
-    """Add this process's start time to the marker of a folder :func:`make` left unstamped."""
-    _write_marker(folder, crashed=False)
+    """Add this process's start time to the marker of a folder :func:`make` left unstamped; a marker
+    that cannot be rewritten stays as it is (its folder is kept while our pid lives, no harm)."""
+    try:
+        _write_marker(folder, crashed=False)
+    except OSError as exc:
+        log.debug("could not stamp %s: %s", folder, exc)
 
 
 def mark_crashed(folder: Path) -> None:

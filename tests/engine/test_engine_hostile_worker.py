@@ -273,6 +273,15 @@ def test_abandoned_worker_folders_are_removed_and_nothing_else(tmp_path):
     assert all(os.path.lexists(k) for k in kept) and not any(g.exists() for g in gone)
 
 
+def test_a_stamp_that_cannot_be_written_does_not_fail_the_launch(tmp_path):
+    """The start time is added after the worker's spawn: a folder gone or full by then only leaves
+    the marker without it (kept while the pid lives), it is no reason to abandon a running worker."""
+    folder = workdirs.make(tmp_path, stamped=False)
+    shutil.rmtree(folder)
+    workdirs.stamp(folder)
+    assert not folder.exists()
+
+
 @pytest.mark.parametrize("stamped", [True, False])  # False: killed between the folder and the worker's spawn
 def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path, stamped):
     code = ("import sys, time; from accelstack.engine import workdirs; "
