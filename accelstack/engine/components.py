@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .errors import InvalidRequestError, ModelLoadError
+from .model_families import knowledge
 from .model_inspect import ModelInspection, inspect_model
 from .model_io import TensorInfo
 from .modelfile import ModelFile, check_model, tensor_index
@@ -108,8 +109,6 @@ def _kinds(insp: ModelInspection, component: str) -> List[str]:
 
 def _family_needs(family: str) -> Optional[Tuple[Tuple[str, ...], Tuple[str, ...]]]:
     """(VAE kinds, text-encoder kinds) the family takes (data/model_families.json), or None."""
-    from .model_families import knowledge
-
     for rule in knowledge().families:
         if rule.id == family:
             return tuple(rule.vaes), tuple(rule.text_encoders)
@@ -207,8 +206,6 @@ def _check_taesd(path: str, tensors: Optional[List[TensorInfo]], family: str) ->
 
 def _latents(family: str) -> Optional[int]:
     """The latent channels of the family's image VAE (None: unknown, or a video VAE such as Wan's)."""
-    from .model_families import knowledge
-
     needs = _family_needs(family)
     kinds = {v.id: v for v in knowledge().vaes}
     found = {kinds[k].latent_channels for k in (needs[0] if needs else ()) if k in kinds and kinds[k].dims == 4}

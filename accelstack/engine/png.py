@@ -8,6 +8,7 @@ so other tools show them. Writing needs only zlib; the reader exists so that tes
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 import struct
@@ -226,8 +227,6 @@ def _decode_with_pillow(data: bytes, width: int, height: int) -> PngImage:
     """Pillow (a dependency of the package, in C) decodes every PNG variant (16-bit, palette,
     interlaced) at C speed; the sides were checked above, and Pillow caps text chunks itself
     (PngImagePlugin.MAX_TEXT_CHUNK), so its work is bounded by the checked size."""
-    import io
-
     from PIL import Image
 
     try:
