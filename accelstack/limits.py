@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
-from typing import Any, List, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 from .errors import AccelstackError, Action
 from .serde import size_text
@@ -88,24 +89,51 @@ def check_depth(value: Any, *, what: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def parse_json(data: Union[str, bytes], *, what: str, max_bytes: int = MAX_JSON_BYTES,
-               max_depth: int = MAX_DEPTH) -> Any:
+               max_depth: int = MAX_DEPTH, strict: bool = False) -> Any:
     """Parse JSON written by someone else: size-capped first, depth-checked after.
 
-    ``what`` names the document in the error ("manifest https://…", "capture.json").
+    ``what`` names the document in the error ("manifest https://…", "capture.json"). ``strict``
+    (requests to the service) also refuses what Python reads but JSON (RFC 8259) does not hold or
+    leaves open: ``NaN``, ``Infinity`` and numbers too large for a float, a key given twice (the
+    last would win where a proxy may have checked the first), and lone UTF-16 surrogates (text
+    that cannot be written back as UTF-8).
     """
     if len(data) > max_bytes:
         raise MalformedInput(too_large(what, len(data), max_bytes),
                              "it is not a document accelstack writes; get a fresh copy")
+    hooks = dict(parse_constant=_not_a_number, parse_float=_finite, object_pairs_hook=_unique_keys) if strict else {}
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-        value = json.loads(text)
+        value = check_depth(json.loads(text, **hooks), what=what, max_depth=max_depth)  # type: ignore[arg-type]
+        if strict:  # a lone surrogate, from an escape such as \\ud800, cannot be encoded
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise MalformedInput(f"{what} nests too deeply to read",
                              "it is not a document accelstack writes; get a fresh copy") from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeError, ValueError) as exc:
         raise MalformedInput(f"{what} is not valid JSON: {str(exc)[:200]}",
                              "get a fresh copy of it") from None
-    return check_depth(value, what=what, max_depth=max_depth)
+    return value
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return value
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    value: Dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise ValueError(f"the key {key[:40]!r} is given twice")
+        value[key] = item
+    return value
 
 
 def _cut(text: str, limit: int) -> str:

@@ -168,8 +168,11 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
     @guarded
     async def post_job(request: Request) -> Response:
         body = await request.body()
+        if not body.strip():
+            raise BadRequest("the request body is empty", hint='send a JSON object: {"kind": "verify", "options": {}}',
+                             code="bad-request")
         try:
-            doc = parse_json(body or b"{}", what="the request body", max_bytes=len(body) + 1, max_depth=MAX_BODY_DEPTH)
+            doc = parse_json(body, what="the request body", max_bytes=len(body), max_depth=MAX_BODY_DEPTH, strict=True)
         except MalformedInput as exc:
             raise BadRequest(exc.message, hint='send a JSON object: {"kind": "verify", "options": {}}', code="bad-request") from None
         if not isinstance(doc, dict) or not set(doc) <= {"kind", "options"}:

@@ -32,6 +32,8 @@ from typing import Any, Callable, List, Optional
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .security import SECURITY_HEADERS
+
 try:
     import resource
 except ImportError:  # Windows: no descriptor limit to read
@@ -71,10 +73,13 @@ def connection_budget(limit: int = MAX_CONNECTIONS) -> int:
     return max(8, min(limit, (soft - RESERVED_FDS) // 2))
 
 
+_SECURITY = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in SECURITY_HEADERS)
+
+
 def raw_response(status: int, reason: str, body: bytes = b"", extra: str = "") -> bytes:
     """A whole response, written straight to a connection that has no request cycle to answer."""
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            f"cache-control: no-store\r\nconnection: close\r\n{extra}\r\n")
+            f"cache-control: no-store\r\n{_SECURITY}connection: close\r\n{extra}\r\n")
     return head.encode("latin-1") + body
 
 
@@ -147,7 +152,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         partial = bool(self.conn.trailing_data[0]) or self.conn.their_state is h11.SEND_BODY
-        idle = self.cycle is None or self.cycle.response_complete
+        # no response begun: none after the last one, or a request whose body is still coming
+        idle = self.cycle is None or self.cycle.response_complete or not self.cycle.response_started
         log.debug("closing a connection from %s: no complete request within %.0f s", self.peer,
                   self.limits.request_timeout)
         if partial and idle:

@@ -73,6 +73,8 @@ class Options:
     def typed(self, name: str, tp: type) -> Any:
         v = self._get(name)
         if tp is float and isinstance(v, int) and not isinstance(v, bool):
+            if abs(v) > 2 ** 53:  # beyond any option's range; float() would fail past ~1.8e308
+                raise self._bad(name, "a number of a sensible size")
             return float(v)
         if isinstance(v, bool) or not isinstance(v, tp) or (isinstance(v, str) and len(v) > MAX_TEXT):
             raise self._bad(name, {int: "an integer", float: "a number", str: "a text"}.get(tp, tp.__name__))

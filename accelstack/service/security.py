@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, FrozenSet, List, MutableMapping, Optional, Tuple
 
+from ..errors import UsageError
 from ..fsio import write_bytes
 from ..serde import size_text
 from .errors import (
@@ -45,10 +46,13 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["FAVICON", "PUBLIC_PATHS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
+__all__ = ["FAVICON", "PUBLIC_PATHS", "SECURITY_HEADERS", "CORS_METHODS", "CORS_HEADERS", "new_token", "write_token_file", "is_loopback", "check_bind",
            "url_host", "DIGITS", "Policy", "normalize_origin", "error_body", "Guard"]
 
 FAVICON = "/favicon.ico"  # answered by the guard itself: 204, no icon
+# on every response, the guard's own answers included (docs/serve.md)
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY")]
 PUBLIC_PATHS = frozenset({"/", FAVICON})  # GET/HEAD only: the static page and its (empty) icon
 CORS_METHODS = "GET, POST, DELETE"
 CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
@@ -142,6 +146,22 @@ def normalize_origin(origin: str) -> str:
     return origin.strip().rstrip("/").lower()
 
 
+_ORIGIN = re.compile(r"https?://(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?)(:[0-9]{1,5})?")
+
+
+def check_origin(value: str) -> str:
+    """A ``--cors-origin`` as browsers send it: ``http(s)://host[:port]``, nothing more; or a
+    :class:`UsageError`. ``null`` (what sandboxed frames, ``file://`` pages and ``data:`` URLs send)
+    would open the API to any of them; ``*``, a path or a bare host would never match a request."""
+    origin = normalize_origin(value)
+    match = _ORIGIN.fullmatch(origin)
+    if match is None or int((match.group(3) or ":0")[1:]) > 65535:
+        raise UsageError(f"--cors-origin {value!r} is not a web origin",
+                         "give the scheme, host and port of the page that calls the API, as its browser sends "
+                         "them: http://localhost:5173 (no path, no wildcard, not null)")
+    return origin
+
+
 def error_body(exc: ServiceError, describe: Describe = error_document) -> bytes:
     return json.dumps({"error": describe_error(describe, "serve", exc)}).encode()
 
@@ -169,7 +189,8 @@ class Guard:
                            extra=[(b"www-authenticate", b"Bearer")] if exc.status == 401 else [])
             return
         if scope["path"] == FAVICON:  # a browser asks on its own: no icon, and no 401 in its console
-            await send({"type": "http.response.start", "status": 204, "headers": [(b"cache-control", b"max-age=86400")]})
+            await send({"type": "http.response.start", "status": 204,
+                        "headers": [(b"cache-control", b"max-age=86400"), *SECURITY_HEADERS]})
             await send({"type": "http.response.body", "body": b""})
             return
         if scope["method"] == "OPTIONS":  # a preflight from an allowed origin (checked above)
@@ -189,8 +210,7 @@ class Guard:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 hs = list(message.get("headers", []))
-                hs += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                       (b"x-frame-options", b"DENY")]
+                hs += SECURITY_HEADERS
                 if not any(k.lower() == b"cache-control" for k, _ in hs):
                     hs.append((b"cache-control", b"no-store"))
                 if cors and origin is not None:
@@ -272,7 +292,7 @@ def _headers(scope: Scope) -> Dict[str, str]:
 async def _respond(send: Send, status: int, body: bytes, *, cors_origin: Optional[str] = None,
                    extra: Optional[List[Tuple[bytes, bytes]]] = None) -> None:
     hs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-          (b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff")]
+          (b"cache-control", b"no-store"), *SECURITY_HEADERS]
     if cors_origin:
         hs += [(b"access-control-allow-origin", cors_origin.encode()), (b"vary", b"Origin")]
     hs += extra or []

@@ -32,7 +32,7 @@ from .app import Hardware, build_app
 from .connections import MAX_CONNECTIONS, MAX_PER_PEER, REQUEST_TIMEOUT, Limits, connection_budget, guarded_protocol, raw_response
 from .errors import Busy, Describe, error_document
 from .jobs import JobListener, Jobs
-from .security import Guard, Policy, check_bind, error_body, new_token, url_host, write_token_file
+from .security import Guard, Policy, check_bind, check_origin, error_body, new_token, url_host, write_token_file
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
     """Serve until a signal or the parent's end; ``on_ready`` is called once requests are answered."""
     check_bind(config.host, config.allow_remote)
+    cors_origins = frozenset(check_origin(o) for o in config.cors_origins)
     parent = _parent(config.parent_pid)
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
@@ -129,7 +130,7 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
                     listener=config.on_job)
         app = build_app(s, hardware, jobs, stop_timeout=config.stop_timeout, describe=config.describe)
         policy = Policy(token=token, port=port, host=config.host, allow_remote=config.allow_remote,
-                        cors_origins=frozenset(config.cors_origins), max_body=config.max_body, describe=config.describe)
+                        cors_origins=cors_origins, max_body=config.max_body, describe=config.describe)
         url = f"http://{url_host(config.host)}:{port}/"
         ready = Ready(url=url, token_file=path, token=token, page_url=f"{url}#token={token}")
         busy = Busy("the service is serving the token holder on every connection it can hold", code="busy",

@@ -10,6 +10,9 @@ import sys
 import pytest
 import requests
 
+from accelstack.service.errors import BadRequest
+from accelstack.service.job_options import Options
+
 from cli_helpers import check_schema
 from service_helpers import REPO, Service, service_env
 
@@ -52,6 +55,28 @@ def test_start_announces_the_url_and_a_user_only_token_file(svc):
     for r in (page, svc.get(f"{API}/jobs")):
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
         assert r.headers["cache-control"] == "no-store" and r.headers["referrer-policy"] == "no-referrer"
+
+
+SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
+
+
+def test_every_response_carries_the_security_headers(svc):
+    """docs/serve.md promises them on every response: the guard's own answers (refusals, a
+    preflight, the icon) used to carry only nosniff and cache-control."""
+    url = svc.url + API + "/jobs"
+    answers = {
+        "401": requests.get(url, timeout=30),
+        "403 host": requests.get(url, headers={**svc.headers(), "Host": "evil.example"}, timeout=30),
+        "403 origin": requests.get(url, headers={**svc.headers(), "Origin": "http://evil.example"}, timeout=30),
+        "413": requests.post(url, data=b"x" * 70_000, headers=svc.headers(), timeout=30),
+        "preflight": requests.options(url, headers={"Origin": "http://localhost:5173", "Access-Control-Request-Method":
+                                                    "POST"}, timeout=30),
+        "favicon": requests.get(svc.url + "/favicon.ico", timeout=30),
+        "404": svc.get(f"{API}/nothing"),
+    }
+    for what, r in answers.items():
+        got = {k: r.headers.get(k) for k in SECURITY_HEADERS}
+        assert got == SECURITY_HEADERS, (what, r.status_code, got)
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/hardware"), ("GET", "/plans"), ("GET", "/status"), ("GET", "/jobs"),
@@ -126,11 +151,23 @@ def test_an_oversized_body_is_refused(svc):
     (b'{"kind": "verify", "extra": 1}', "bad-request"),
     (b'{"kind": "generate", "options": {"model": "../../etc/passwd", "prompt": "a cat"}}', "no-models"),
     (b'{"kind": "verify", "options": ' + b'[' * 40 + b']' * 40 + b'}', "bad-request"),
+    # what Python reads but JSON does not hold: once queued, the job list could not be written back
+    (b'{"kind": "generate", "options": {"model": "m", "prompt": "x", "cfg_scale": NaN}}', "bad-request"),
+    (b'{"kind": "generate", "options": {"model": "m", "prompt": "x", "cfg_scale": -Infinity}}', "bad-request"),
+    (b'{"kind": "generate", "options": {"model": "m", "prompt": "x", "cfg_scale": 1e999}}', "bad-request"),
+    (b'{"kind": "generate", "options": {"model": "m", "prompt": "\\ud800"}}', "bad-request"),
+    (b'{"kind": "generate", "options": {"model": "m", "prompt": "x", "\\udfff": 1}}', "bad-request"),
+    # the last of two keys would win here, where a proxy may have checked the first
+    (b'{"kind": "verify", "kind": "install"}', "bad-request"),
+    (b'{"kind": "verify", "options": {"families": ["sd1"], "families": ["flux"]}}', "bad-request"),
+    (b"", "bad-request"),
+    (b"  ", "bad-request"),
 ])
 def test_malformed_jobs_are_refused_before_anything_runs(svc, body, code):
     r = requests.post(svc.url + API + "/jobs", data=body, headers=svc.headers(), timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == code
+    assert "more than" not in r.json()["error"]["message"], "an empty body is not too large"
     assert svc.get(f"{API}/jobs").json()["jobs"] == []
 
 
@@ -188,6 +225,21 @@ def test_listening_beyond_loopback_needs_allow_remote(tmp_path):
     assert err["error"] == "RemoteBindRefused" and "0.0.0.0" in err["message"]
 
 
+@pytest.mark.parametrize("origin", ["null", "*", "http://*", "localhost:3000", "file://", "ftp://x.example",
+                                    "http://localhost:3000/app", "http://user@localhost:3000", "http://localhost:3000?x",
+                                    "http://localhost:x", "http://", ""])
+def test_a_cors_origin_that_is_not_an_origin_is_refused_before_the_service_starts(tmp_path, origin):
+    """``null`` is what sandboxed frames, file:// pages and data: URLs send: allowing it opens the
+    API to any of them. ``*`` and the rest would never match, and say so too late."""
+    env = service_env(tmp_path / "home", tmp_path / "cache")
+    proc = subprocess.run([sys.executable, "-m", "accelstack", "serve", "--json", "--cors-origin", origin], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    err = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert err["error"] == "UsageError" and "--cors-origin" in err["message"], err
+    assert "http://localhost:5173" in err["hint"], err
+
+
 def test_allow_remote_trusts_the_token_alone(tmp_path):
     """With --allow-remote the service is reached under names it cannot know: Host is not checked,
     the token still is (and a foreign Origin is still refused)."""
@@ -225,3 +277,25 @@ def test_a_parent_that_is_not_running_is_an_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "accelstack", "serve", "--parent-pid", str(gone.pid)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert proc.returncode == 2 and "is not running" in proc.stderr
+
+
+def test_an_integer_too_large_for_a_float_option_is_a_400():
+    """``float()`` of a 400-digit integer raises OverflowError: it was a 500 "bug in accelstack"."""
+    options = Options("generate", {"cfg_scale": 10 ** 400, "strength": -(2 ** 60), "control_strength": 2 ** 53})
+    for name in ("cfg_scale", "strength"):
+        with pytest.raises(BadRequest, match=f"option '{name}' of a generate job must be a number"):
+            options.typed(name, float)
+    assert options.typed("control_strength", float) == 2.0 ** 53
+
+
+def test_serve_docs_name_every_option_of_a_generate_job():
+    """The service takes every field of the core's GenerateRequest but the engine's wire-only ones:
+    docs/serve.md's table named 12 of 24 (the components, images and strengths were missing)."""
+    import dataclasses
+
+    from accelstack import core
+    from accelstack.service.jobs import WIRE_ONLY
+
+    row = next(line for line in (REPO / "docs" / "serve.md").read_text().splitlines() if line.startswith("| `generate`"))
+    names = [f.name for f in dataclasses.fields(core.GenerateRequest) if f.name not in WIRE_ONLY] + ["model", "stack"]
+    assert [n for n in names if f"`{n}`" not in row] == []

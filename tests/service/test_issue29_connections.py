@@ -174,7 +174,7 @@ def test_incomplete_requests_are_closed_after_the_deadline(start_service):
         assert _read_until_closed(idle, bound) == b""
         assert _read_until_closed(partial, bound).startswith(b"HTTP/1.1 408 ")
         assert _read_until_closed(dripping, bound).startswith(b"HTTP/1.1 408 ")
-        _read_until_closed(body, bound)
+        assert _read_until_closed(body, bound).startswith(b"HTTP/1.1 408 "), "part of a request came: its body"
     finally:
         stop.set()
         dripper.join(5)
