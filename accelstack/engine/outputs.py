@@ -15,16 +15,22 @@ __all__ = ["output_paths", "check_outputs", "output_error", "NAME_MAX"]
 
 def output_paths(output: Union[str, Path], count: int) -> List[Path]:
     """``count`` file names from ``output``: itself for one image; ``%d`` or ``{n}`` in it is
-    replaced by 1..count; otherwise ``name-1.png``, ``name-2.png``..."""
+    replaced by 1..count; otherwise ``name-1.png``, ``name-2.png``... A name that is not a .png is
+    an :class:`OutputPathError` (a usage error, as every unusable output path is)."""
     text = str(output)
+    if not text:
+        raise OutputPathError("the output path is empty", hint="name the output something.png")
     if "%d" in text or "{n}" in text:
-        return [Path(text.replace("%d", str(i)).replace("{n}", str(i))) for i in range(1, count + 1)]
-    p = Path(text)
-    if p.suffix.lower() != ".png":
-        raise GenerationError(f"output {p} must be a .png file", hint="name the output something.png")
-    if count == 1:
-        return [p]
-    return [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
+        paths = [Path(text.replace("%d", str(i)).replace("{n}", str(i))) for i in range(1, count + 1)]
+    else:
+        p = Path(text)
+        paths = [p] if count == 1 else [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(1, count + 1)]
+    for path in paths:
+        if path.suffix.lower() != ".png":
+            if os.path.isdir(text):
+                raise output_error(Path(text), "it is an existing folder", f"name a file, such as {Path(text) / 'image.png'}")
+            raise OutputPathError(f"output {path} must be a .png file", hint="name the output something.png")
+    return paths
 
 
 NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, APFS, NTFS in UTF-16 units)

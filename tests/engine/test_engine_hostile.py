@@ -3,6 +3,7 @@ config.yaml, generation parameters, prompts, output paths, model paths (issue 10
 No worker is started here; the worker's HTTP server and crashes are in test_engine_hostile_worker."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -134,6 +135,10 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
     model.write_bytes(b"\xff" * 64)
     cases = [  # a bad request value is a usage error (2), like a bad option; so is an unusable output path (issue 25; was 1)
         (["-p", "x", "-o", tmp_path / "outdir.png"], 2, "existing folder"),
+        (["-p", "x", "-o", tmp_path], 2, "existing folder"),  # the folder, not its .png name, is what is wrong
+        (["-p", "x", "-o", tmp_path / "x.jpg"], 2, "must be a .png file"),
+        (["-p", "x", "-o", tmp_path / "x-%d.jpg", "-b", "2"], 2, "must be a .png file"),
+        (["-p", "x", "-o", ""], 2, "the output path is empty"),
         (["-p", "x" * (MAX_PROMPT_CHARS + 1)], 2, "characters long"),
         (["-p", "(cat:.)"], 2, "attention weight"),
         (["-p", "x", "--threads", "5000"], 2, "from 1 to 512"),
@@ -147,6 +152,10 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
         assert res.returncode == code, (extra[-1], res.returncode, res.stderr[-500:])
         assert words in res.stderr and "Traceback" not in res.stderr, (words, res.stderr[-500:])
         assert len(res.stderr) < 3000
+        if "-o" in extra:  # an output path is a usage error of its own kind (docs/json.md)
+            line = json.loads(run_cli(["generate", "--runtime", tmp_path, "-m", model, *extra, "--json"],
+                                      env).stdout.splitlines()[-1])
+            assert line["code"] == "output-path", (extra, line)
     assert not (tmp_path / "home").exists()
 
 
