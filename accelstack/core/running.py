@@ -54,8 +54,10 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
     """Prove that an installed runtime generates on this machine (default: the active one).
 
     A FAIL is a report (``result.ok`` is False, ``reason`` says why), not an exception; the receipt
-    of an installed runtime records the latest verdict. ``engine`` goes to the engine's check
-    (options, cpu_runtime, tolerance, probe_seed)."""
+    of an installed runtime records the latest verdict of the runtime's own check (the one install
+    runs, that status, doctor and the fleet view show), never a check of other model families
+    (``families``): a flux-only FAIL does not mean the runtime fails. ``engine`` goes to the engine's
+    check (options, cpu_runtime, tolerance, probe_seed, families)."""
     s = settings or Settings.resolve()
     home = Home(s.home)
     receipt = receipt if receipt is not None else active_receipt(stack, s)
@@ -64,7 +66,7 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
                          action=Action.REPAIR)
     check = default_verifier(s, Path(output) if output is not None else None, **engine)
     report = check(driver(receipt.stack).staged(receipt, home.runtime_path(receipt)), on_progress or null_progress)
-    if home.receipt_path(receipt.id).is_file():
+    if not engine.get("families") and home.receipt_path(receipt.id).is_file():
         try:
             receipt.verification, receipt.verified_at = report, now_iso()
             home.write_receipt(receipt)

@@ -32,7 +32,18 @@ def test_a_verify_job_of_the_torch_stack_takes_no_families(svc):
     assert r.status_code == 400 and "stable-diffusion.cpp" in r.text, r.text
 
 
+def _recorded(installed_home):
+    from accelstack.core.running import active_receipt
+    from accelstack.settings import Settings
+
+    receipt = active_receipt("ggml", Settings.resolve(home=installed_home / "home", cache=installed_home / "cache"))
+    return receipt.verified_at, receipt.verification
+
+
 def test_a_verify_job_proves_the_families_asked_for(start_service, installed_home):
+    """The families' report is the job's result; the receipt keeps the runtime's own verdict, which
+    status, doctor and the fleet view show (a flux-only FAIL is not "this runtime fails")."""
+    before = _recorded(installed_home)
     svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
     job = svc.post_job("verify", families=["flux"]).json()["job"]
     _progress, event, data = svc.follow(job["id"])
@@ -40,6 +51,7 @@ def test_a_verify_job_proves_the_families_asked_for(start_service, installed_hom
     report = data["result"]
     assert report["ok"] and "flux" in report["details"]["families"], report
     assert any(c["name"].startswith("flux:") for c in report["checks"])
+    assert _recorded(installed_home) == before
 
 
 def test_the_core_refuses_families_for_a_stack_that_cannot_verify_them():
