@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from ..errors import Action
+from ..errors import AccelstackError, Action
 from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput, parse_yaml
-from .errors import ConfigError
+from .errors import ConfigError, InvalidRequestError
 
 __all__ = ["EngineOptions", "load_config", "apply_overrides", "options_from_mapping", "shown", "SECTION",
            "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE", "RUN_ONLY", "config_keys", "AUTO", "AUTO_KEYS", "LEGACY"]
@@ -138,26 +138,36 @@ def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
         if isinstance(value, bool):
             return value
         if key in AUTO_KEYS:
-            raise ConfigError(f"{where}: {SECTION}.{key} must be true or false (or auto), got {shown(value)}")
-        raise ConfigError(f"{where}: {SECTION}.{key} must be true or false, got {shown(value)}")
+            raise _bad(where, key, f"must be true or false (or auto), got {shown(value)}")
+        raise _bad(where, key, f"must be true or false, got {shown(value)}")
     if key == "vae_tile_size":
         if _is_int(value) and MIN_TILE <= value <= MAX_VAE_TILE:
             return value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or an integer from {MIN_TILE} to {MAX_VAE_TILE} "
-                          f"(latent pixels), got {shown(value)}")
+        raise _bad(where, key, f"must be auto or an integer from {MIN_TILE} to {MAX_VAE_TILE} "
+                   f"(latent pixels), got {shown(value)}")
     if key == "threads":
         if (allow_auto and value == "auto") or (_is_int(value) and 0 <= value <= MAX_THREADS):
             return 0 if value == "auto" else value
-        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or an integer from 1 to {MAX_THREADS}, "
-                          f"got {shown(value)}",
-                          hint=f"{MAX_THREADS} is the most threads ggml runs; auto uses the physical cores")
+        raise _bad(where, key, f"must be auto or an integer from 1 to {MAX_THREADS}, got {shown(value)}",
+                   f"{MAX_THREADS} is the most threads ggml runs; auto uses the physical cores")
     if key == "weight_type":
         text = value.lower() if isinstance(value, str) else value
         if isinstance(text, str) and text in WEIGHT_TYPES:
             return text
-        raise ConfigError(f"{where}: {SECTION}.{key} must be auto or one of {', '.join(WEIGHT_TYPES)}, "
-                          f"got {shown(value)}")
+        raise _bad(where, key, f"must be auto or one of {', '.join(WEIGHT_TYPES)}, got {shown(value)}")
     raise AssertionError(key)
+
+
+COMMAND_LINE = "command line"
+
+
+def _bad(where: str, key: str, text: str, hint: Optional[str] = None) -> AccelstackError:
+    """A bad option value: in a config file, a ConfigError naming the file and key (fix the file);
+    given by the caller (:func:`apply_overrides`: the CLI's flags), an InvalidRequestError naming
+    the flag, as a bad --steps is, never sending a new user to a file they did not write."""
+    if where == COMMAND_LINE:
+        return InvalidRequestError(f"--{key.replace('_', '-')} {text}", hint=hint or "see the command's --help")
+    return ConfigError(f"{where}: {SECTION}.{key} {text}", hint)
 
 
 def options_from_mapping(data: Any, where: str = "config") -> EngineOptions:
@@ -221,5 +231,5 @@ def apply_overrides(options: EngineOptions, overrides: Mapping[str, Any]) -> Eng
     for key, value in given.items():
         if key not in names:
             raise ConfigError(f"unknown engine option {key}; allowed: {', '.join(sorted(names))}")
-        values[key] = _coerce(key, value, "command line")
+        values[key] = _coerce(key, value, COMMAND_LINE)
     return EngineOptions(**values)

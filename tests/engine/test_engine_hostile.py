@@ -11,7 +11,7 @@ import pytest
 
 from accelstack.engine import generation, memory
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config
-from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError
+from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError, InvalidRequestError
 from accelstack.engine.generation import check_outputs, output_paths
 from accelstack.engine.protocol import DeviceInfo, GenerateRequest, WorkerStatus
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
@@ -59,8 +59,8 @@ def test_config_that_is_not_a_regular_file_is_never_opened(tmp_path):
 def test_engine_options_ranges():
     assert apply_overrides(EngineOptions(), {"threads": MAX_THREADS}).threads == MAX_THREADS
     assert apply_overrides(EngineOptions(), {"threads": "auto"}).threads == 0
-    for bad in (MAX_THREADS + 1, 5000, -1, True, 2.5, "many"):
-        with pytest.raises(ConfigError, match="threads"):
+    for bad in (MAX_THREADS + 1, 5000, -1, True, 2.5, "many"):  # a flag's value: a usage error naming it
+        with pytest.raises(InvalidRequestError, match="--threads must be"):
             apply_overrides(EngineOptions(), {"threads": bad})
     with pytest.raises(ConfigError):  # the worker validates what it receives too
         EngineOptions(threads=10 ** 6).validate()
@@ -144,7 +144,8 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
         (["-p", "x", "--threads", "5000"], 2, "from 1 to 512"),
         (["-p", "x", "--threads", "9" * 5000], 2, "--threads"),
         (["-p", "x", "--cfg-scale", "nan"], 2, "cfg scale"),
-        (["-p", "x", "--vae-tile-size", "99999999999"], 2, "vae_tile_size"),
+        (["-p", "x", "--vae-tile-size", "99999999999"], 2, "--vae-tile-size must be"),
+        (["-p", "x", "--weight-type", "q9"], 2, "--weight-type must be auto or one of"),
         (["-p", "x", "--width", "abc"], 2, "invalid int value"),
     ]
     for extra, code, words in cases:
@@ -152,6 +153,7 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
         assert res.returncode == code, (extra[-1], res.returncode, res.stderr[-500:])
         assert words in res.stderr and "Traceback" not in res.stderr, (words, res.stderr[-500:])
         assert len(res.stderr) < 3000
+        assert "fix the file" not in res.stderr, "a flag is not a config file"
         if "-o" in extra:  # an output path is a usage error of its own kind (docs/json.md)
             line = json.loads(run_cli(["generate", "--runtime", tmp_path, "-m", model, *extra, "--json"],
                                       env).stdout.splitlines()[-1])
@@ -201,7 +203,7 @@ def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime,
     with pytest.raises(InsufficientMemoryError) as err:  # untiled, as set (auto would tile it: test_memory_plan)
         generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False))
     assert "needs about" in err.value.message and not started and not (tmp_path / "big.png").exists()
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidRequestError, match="--memory-check must be true or false"):
         apply_overrides(EngineOptions(), {"memory_check": "no"})
     assert not apply_overrides(EngineOptions(), {"memory_check": False}).memory_check
 

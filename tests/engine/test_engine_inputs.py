@@ -12,7 +12,7 @@ import pytest
 
 from accelstack.domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config, options_from_mapping
-from accelstack.engine.errors import ConfigError, GenerationError, ModelLoadError, RuntimeNotFoundError
+from accelstack.engine.errors import ConfigError, GenerationError, InvalidRequestError, ModelLoadError, RuntimeNotFoundError
 from accelstack.engine.generation import output_paths
 from accelstack.engine.modelfile import check_model
 from accelstack.engine.protocol import GenerateRequest
@@ -71,7 +71,7 @@ def test_missing_explicit_config_is_an_error(tmp_path):
 def test_overrides_from_flags():
     opts = apply_overrides(EngineOptions(), {"threads": 4, "vae_tiling": True, "flash_attention": None})
     assert opts.threads == 4 and opts.vae_tiling and opts.flash_attention
-    with pytest.raises(ConfigError, match="weight_type"):
+    with pytest.raises(InvalidRequestError, match="--weight-type"):
         apply_overrides(EngineOptions(), {"weight_type": "int3"})
     assert options_from_mapping(None) == EngineOptions()
 
