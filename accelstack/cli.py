@@ -221,11 +221,12 @@ def _print_error(args_json: bool, command: str, exc: AccelstackError, argv: Opti
         sys.stdout.flush()
         return
     hint, run = common.hint_of(exc, argv, parser), common.run_command(exc.action.value, argv, parser)
-    print(f"accelstack: error: {exc.message}", file=sys.stderr)
+    # messages quote file names and argv: for people, control characters (ESC...) as escapes
+    print(f"accelstack: error: {common.printable(exc.message, lines=True)}", file=sys.stderr)
     if hint:
-        print(f"  what to do: {hint}", file=sys.stderr)
+        print(f"  what to do: {common.printable(hint)}", file=sys.stderr)
     if run:
-        print(f"  run: {run}", file=sys.stderr)
+        print(f"  run: {common.printable(run)}", file=sys.stderr)
 
 
 # what a shell reports for a command whose reader went away (128 + SIGPIPE): `accelstack plan | head -1`
@@ -300,7 +301,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
             _print_error(True, command, UsageError(exc.message, f"see `{exc.parser.prog} --help`"))
         else:
             exc.parser.print_usage(sys.stderr)
-            print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+            print(f"{exc.parser.prog}: error: {_shared().printable(exc.message)}", file=sys.stderr)
         return 2
     _merge_global_flags(args)
     if not getattr(args, "func", None):

@@ -22,7 +22,8 @@ from ..settings import Settings, Timeouts, debug_requested, log_level
 
 __all__ = ["ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
            "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
-           "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "check_output_path", "configure_output"]
+           "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "check_output_path", "configure_output",
+           "printable"]
 
 # How the CLI says each action: the library names the step, the command line says how. An error
 # line's ``run`` is a command a person can paste (docs/json.md): a fixed one (``ACTION_COMMANDS``),
@@ -231,6 +232,19 @@ def emit(args: argparse.Namespace, data: Any, text: str, ok: bool = True) -> Non
         sys.stdout.flush()
     elif text:
         print(text)
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe for a terminal: each character that is not printable (ESC, BEL, a newline, a
+    bidi override, a lone surrogate) as its Python escape. File and tensor names come from files
+    anyone may have written; raw, they could retitle the window, clear it or forge lines of output.
+    With ``lines`` (a message that holds a build log's last lines), newlines stay, each followed
+    by an indent, so a name cannot pass for a line of accelstack's own."""
+    if lines:
+        return "\n    ".join(printable(line) for line in text.split("\n"))
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def needs_subcommand(p: argparse.ArgumentParser):

@@ -7,7 +7,7 @@ from typing import Any, List
 
 from ..core.models import inspect_models
 from ..serde import plural, size_text
-from .common import emit, needs_subcommand
+from .common import emit, needs_subcommand, printable
 
 __all__ = ["register", "run_inspect", "inspection_text", "COMPONENT_WORDS"]
 
@@ -67,7 +67,8 @@ def _count(n: int) -> str:
 
 
 def inspection_text(r: Any, verbose: bool = False) -> str:
-    """The report for people: family first, then size, weights, parts, what is missing."""
+    """The report for people: family first, then size, weights, parts, what is missing. Every line
+    goes through :func:`printable`: names in it were read from the file (or are its name)."""
     name = os.path.basename(r.path.rstrip("/\\")) or r.path
     if r.family not in ("none", "unknown"):
         head = f"{name}: {r.family_name} ({r.family}{', ' + r.variant if r.variant else ''})"
@@ -77,8 +78,9 @@ def inspection_text(r: Any, verbose: bool = False) -> str:
     else:
         head = f"{name}: unknown family"
     lines: List[str] = [head]
-    params = f", {_count(r.parameters)} parameters" if r.parameters is not None else ""
-    lines.append(f"  file         {r.format}, {size_text(r.size_bytes)}, {plural(r.tensors, 'tensor')}{params}")
+    counts = (f"{plural(r.tensors, 'tensor')}, {_count(r.parameters)} parameters" if r.parameters is not None
+              else "no tensor names read")  # no count is claimed for a file whose names are unknown
+    lines.append(f"  file         {r.format}, {size_text(r.size_bytes)}, {counts}")
     if r.weight_types:
         total = sum(w.parameters for w in r.weight_types)
         mix = ", ".join(f"{w.dtype} {_share(w.parameters, total)}" for w in r.weight_types[:5])
@@ -100,4 +102,4 @@ def inspection_text(r: Any, verbose: bool = False) -> str:
         lines.append(f"  serves       {', '.join(r.fits)}")
     if verbose or r.family == "unknown":
         lines += [f"  evidence     {e}" for e in r.evidence]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

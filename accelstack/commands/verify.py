@@ -12,7 +12,7 @@ from ..core.direct import Runtime, RuntimeNotFoundError
 from ..errors import UsageError
 from ..serde import to_dict
 from ..settings import Settings
-from .common import emit, settings_from_args
+from .common import emit, printable, settings_from_args
 from .progress import progress_renderer
 
 __all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options", "check_given_dirs",
@@ -217,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
     payload = {"verdict": report.verdict, **to_dict(report)}
     if models:
         payload["models"] = [{**to_dict(m), "statement": MODEL_STATEMENT} for m in models]
-        text += "".join(f"\n  model       {m.path}: {m.family_name or m.family} -> the {m.probe} probe" for m in models)
+        text += "".join(f"\n  model       {printable(m.path)}: {m.family_name or m.family} -> the {m.probe} probe"
+                        for m in models)
         text += f"\n              ({MODEL_STATEMENT})"
     emit(args, payload, text, ok=report.ok)
     return 0 if report.ok else 1

@@ -6,16 +6,21 @@ name, shape and storage type (``torch._utils._rebuild_tensor_v2`` calls and the 
 of their storages). Nothing is imported or called: a ``GLOBAL`` stays a pair of names and a
 ``REDUCE`` becomes a record of what it would have built. An opcode it does not follow ends the
 reading with ``None`` (the caller then says the names could not be read safely).
+
+Nothing read from the pickle is ever passed to ``repr`` or ``str``: memo GETs let 400 bytes build a
+list holding 2^40 copies of another, which a ``repr`` would expand. Keys are kept only when they are
+text or int64 integers, and the work is bounded by ``MAX_OPS`` opcodes and one visit of each dict.
 """
 from __future__ import annotations
 
 import pickletools
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..limits import MAX_CKPT_PICKLE_BYTES
-from .model_io import TensorInfo
+from .ckpt_check import MAX_PICKLE_OPS, ZIP_ERRORS, read_pickle
+from .errors import ModelLoadError
+from .model_io import INT64_MAX, TensorInfo, damaged, is_int, open_regular, reading, text_of
 
 __all__ = ["checkpoint_index", "STORAGE_DTYPES"]
 
@@ -24,7 +29,10 @@ STORAGE_DTYPES = {"HalfStorage": "F16", "FloatStorage": "F32", "BFloat16Storage"
                   "LongStorage": "I64", "IntStorage": "I32", "ByteStorage": "U8", "CharStorage": "I8",
                   "BoolStorage": "BOOL", "ShortStorage": "I16"}
 _REBUILD = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor")}
-MAX_OPS = 5_000_000  # far above a real checkpoint's pickle (an SD 1.x one has ~60 k opcodes)
+MAX_OPS = MAX_PICKLE_OPS  # far above a real checkpoint's pickle (an SD 1.x one has ~60 k opcodes)
+MAX_DIMS = 8  # a diffusion checkpoint's tensors have at most 5; a longer size is not a weight
+MAX_DTYPE_NAME = 40
+OTHER_KEY = "?"  # a dict key that is neither text nor an int64: never turned into text
 
 
 class _Mark:
@@ -50,18 +58,26 @@ _VALUES = ("BININT", "BININT1", "BININT2", "LONG1", "LONG4", "LONG", "INT", "BIN
 
 def checkpoint_index(path: Path) -> Optional[List[TensorInfo]]:
     """The tensors of the checkpoint at ``path`` (already checked by ``check_model``), or None
-    when its pickle uses something this reader does not follow."""
-    with zipfile.ZipFile(path) as archive:
-        pickles = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
-        if len(pickles) != 1 or pickles[0].file_size > MAX_CKPT_PICKLE_BYTES:
-            return None
-        data = archive.read(pickles[0])
+    when its pickle uses something this reader does not follow; ``ModelLoadError`` when the archive
+    cannot be read (it changed since the check)."""
+    fh, _size = open_regular(path)
+    with fh, reading(path):
+        try:
+            with zipfile.ZipFile(fh) as archive:
+                pickles = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
+                if len(pickles) != 1:
+                    return None
+                data = read_pickle(path, archive, pickles[0])
+        except ModelLoadError:
+            raise
+        except ZIP_ERRORS as exc:  # the file changed since it was checked, or its entry lies about its size
+            raise damaged(path, "checkpoint", f"its zip archive is broken ({str(exc)[:100]})") from None
     try:
         root = _run(data)
     except (ValueError, IndexError, KeyError, TypeError, AttributeError, RecursionError, MemoryError):
         return None
     out: List[TensorInfo] = []
-    _collect(root, out, depth=0)
+    _collect(root, out, depth=0, seen=set())
     return out
 
 
@@ -122,11 +138,13 @@ def _run(data: bytes) -> Any:
             value = stack.pop()
             stack[-1].append(value)
         elif name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
+            module, _, attr = arg.partition(" ") if isinstance(arg, str) else ("", "", "")
             stack.append(_Global(module, attr))
         elif name == "STACK_GLOBAL":
             attr, module = stack.pop(), stack.pop()
-            stack.append(_Global(str(module), str(attr)))
+            if not isinstance(module, str) or not isinstance(attr, str):
+                raise ValueError("STACK_GLOBAL of something that is not text")  # pickle refuses it too
+            stack.append(_Global(module, attr))
         elif name == "BINPERSID":
             stack.append(("persid", stack.pop()))
         elif name in ("REDUCE", "NEWOBJ"):
@@ -163,7 +181,11 @@ def _pop_mark(stack: List[Any]) -> List[Any]:
 
 
 def _key(value: Any) -> Any:
-    return value if isinstance(value, (str, int)) else repr(value)[:80]
+    """A dict key as a name: text, or an int64 (a huge int's digits cost quadratic time); anything
+    else, a list holding 2^40 copies perhaps, is one placeholder, never hashed nor turned into text."""
+    if isinstance(value, str) or (is_int(value) and -INT64_MAX - 1 <= value <= INT64_MAX):
+        return value
+    return OTHER_KEY
 
 
 def _reduce(func: Any, args: Any) -> Any:
@@ -172,20 +194,24 @@ def _reduce(func: Any, args: Any) -> Any:
         dtype = "unknown"
         if isinstance(storage, tuple) and len(storage) == 2 and isinstance(storage[1], tuple) and len(storage[1]) > 1:
             kind = storage[1][1]
-            dtype = STORAGE_DTYPES.get(kind.attr, kind.attr) if isinstance(kind, _Global) else "unknown"
-        if isinstance(size, tuple) and all(isinstance(d, int) and d >= 0 for d in size):
+            if isinstance(kind, _Global):
+                dtype = STORAGE_DTYPES.get(kind.attr, text_of(kind.attr[:MAX_DTYPE_NAME]))
+        # torch sizes are int64: a larger dimension is no tensor (and no huge product is ever formed)
+        if isinstance(size, tuple) and len(size) <= MAX_DIMS and all(is_int(d) and 0 <= d <= INT64_MAX for d in size):
             return _Tensor(size, dtype)
     if isinstance(func, _Global) and func.attr == "OrderedDict":
         return {}
     return None
 
 
-def _collect(node: Any, out: List[TensorInfo], depth: int) -> None:
-    """Tensors in nested dicts, named by their key in the dict that holds them (the state dict)."""
-    if not isinstance(node, dict) or depth > 4:
+def _collect(node: Any, out: List[TensorInfo], depth: int, seen: Set[int]) -> None:
+    """Tensors in nested dicts, named by their key in the dict that holds them (the state dict).
+    Each dict is visited once: memo GETs can make a dict hold itself under many keys."""
+    if not isinstance(node, dict) or depth > 4 or id(node) in seen:
         return
+    seen.add(id(node))
     for key, value in node.items():
         if isinstance(value, _Tensor):
-            out.append(TensorInfo(str(key), value.shape, value.dtype))
+            out.append(TensorInfo(text_of(key) if isinstance(key, str) else str(key), value.shape, value.dtype))
         else:
-            _collect(value, out, depth + 1)
+            _collect(value, out, depth + 1, seen)

@@ -79,7 +79,7 @@ def gguf_tensors(path: Path, fh: BinaryIO, size: int) -> int:
 def gguf_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
     """Every tensor the header declares (shapes turned to PyTorch order), each checked (once per
     process while the file is unchanged); ``fh`` is at the file's start."""
-    return remembered_index(fh, lambda: _read_index(path, fh, size))
+    return remembered_index(path, fh, lambda: _read_index(path, fh, size))
 
 
 def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
@@ -140,6 +140,8 @@ def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
             needed, held = sizes_apart(end, size)
             raise damaged(path, "GGUF", f"a tensor's data ({size_text(nbytes)}) lies outside the file: it ends "
                            f"{needed} in, and the file is {held}; the file is probably truncated")
+    if not infos:  # as for safetensors: nothing to load (stable-diffusion.cpp would fail later, vaguely)
+        raise fail(path, "the GGUF file holds no tensors")
     return infos
 
 

@@ -21,6 +21,7 @@ from .modelfile import ModelFile, check_model, tensor_index
 __all__ = ["inspect_model", "ModelInspection", "ModelPart", "Companion", "WeightType", "QUANTIZED_PREFIXES"]
 
 QUANTIZED_PREFIXES = ("Q", "IQ", "TQ", "MXFP", "NVFP", "F8_")  # block-quantized ggml types and 8-bit floats
+MAX_SHOWN_NAME = 200  # a name read from a file is quoted this far in the evidence (a header may hold a 60 MB one)
 
 
 @dataclass
@@ -68,7 +69,7 @@ class ModelInspection:
     family: str  # a family id, "none" (no diffusion model in the file) or "unknown"
     family_name: str  # for people: the variant's name when one is told ("FLUX.1 [dev]")
     variant: str  # e.g. dev / schnell / inpaint; "" when the family has none or it is not told
-    tensors: int
+    tensors: int  # 0 when the names are not read (then parameters is None): no count is claimed
     parameters: Optional[int]  # None when the headers give no shapes (a legacy pickle)
     weight_types: List[WeightType] = field(default_factory=list)
     quantization: str = ""  # the quantized type holding most weights ("" when none)
@@ -85,7 +86,7 @@ def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> M
     k = data or knowledge()
     tensors, why = _tensors(info)
     if tensors is None:
-        return ModelInspection(info.path, info.kind, info.size_bytes, "unknown", "unknown", "unknown", "", info.tensors,
+        return ModelInspection(info.path, info.kind, info.size_bytes, "unknown", "unknown", "unknown", "", 0,
                                None, evidence=[why])
     return _inspect(info, tensors, k)
 
@@ -93,9 +94,12 @@ def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> M
 # -- reading the tensors ------------------------------------------------------------------------------
 def _tensors(info: ModelFile) -> Tuple[Optional[List[TensorInfo]], str]:
     found = tensor_index(info)
-    if found is not None:
+    if found:
         return found, ""
-    if info.tensors == 0:
+    if found is not None:  # a checkpoint's pickle followed to its end, with no dict of tensors in reach
+        return None, ("the checkpoint's data.pkl holds no tensor where a state dict keeps them (nested dicts), "
+                      "so its tensor names are unknown")
+    if not info.archive:
         return None, ("a legacy (non-zip) torch pickle: its tensor names are not read without unpickling it; "
                       "convert it to safetensors to inspect it")
     return None, ("the checkpoint's data.pkl uses pickle constructs accelstack does not follow without "
@@ -164,7 +168,7 @@ def _inspect(info: ModelFile, tensors: List[TensorInfo], k: Knowledge) -> ModelI
     to_k = _first(dm_names, shapes, ["attn2.to_k.weight"], exact=False)
     if to_k:
         context_dim = shapes[to_k][-1]
-        evidence.append(f"cross-attention context width {context_dim} (tensor {to_k!r}: {list(shapes[to_k])})")
+        evidence.append(f"cross-attention context width {context_dim} (tensor {to_k[:MAX_SHOWN_NAME]!r}: {list(shapes[to_k])})")
     else:
         clip = [p for p in encoders if p.kind in ("clip-l", "openclip-h")]
         if clip:
@@ -200,7 +204,7 @@ def _inspect(info: ModelFile, tensors: List[TensorInfo], k: Knowledge) -> ModelI
         result.source = k.source(family.source)
         result.needs = _needs(family, parts, k)
     elif has_dm or role == "unknown":
-        top = collections.Counter(".".join(t.name.split(".")[:2]) for t in tensors)
+        top = collections.Counter(".".join(t.name.split(".", 2)[:2])[:MAX_SHOWN_NAME] for t in tensors)
         shown = ", ".join(f"{p} ({n})" for p, n in top.most_common(8))
         result.evidence.append(f"no family rule matched; top-level tensor prefixes: {shown}")
     if not has_dm:
@@ -216,11 +220,11 @@ def _family(names: List[str], context_dim: int, input_channels: int, k: Knowledg
     for family in k.families:
         if not _holds(family.when, names, context_dim, input_channels):
             continue
-        marker = next((f"{n!r} contains {s!r}" for s in family.when.any + family.when.all for n in names if s in n), "")
+        marker = next((f"{n[:MAX_SHOWN_NAME]!r} contains {s!r}" for s in family.when.any + family.when.all for n in names if s in n), "")
         evidence.append(f"{family.id}: {marker or 'its measured widths'} (rule from {k.source(family.source)})")
         for var in family.variants:
             if _holds(var.when, names, context_dim, input_channels):
-                why = next((f"{n!r} contains {s!r}" for s in var.when.any for n in names if s in n), "")
+                why = next((f"{n[:MAX_SHOWN_NAME]!r} contains {s!r}" for s in var.when.any for n in names if s in n), "")
                 if var.when.input_channels:
                     why = f"the input layer takes {input_channels} channels"
                 evidence.append(f"variant {var.id}: {why or 'none of the other variants matched'} "

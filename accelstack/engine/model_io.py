@@ -6,16 +6,18 @@ or a socket is refused without blocking) and report with :func:`fail` and :func:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import BinaryIO, Callable, List, NamedTuple, Tuple
+from typing import BinaryIO, Callable, Iterator, List, NamedTuple, Tuple
 
 from .errors import ModelLoadError
 
-__all__ = ["fail", "damaged", "open_regular", "is_int", "INT64_MAX", "TensorInfo", "remembered_index", "forget_indexes"]
+__all__ = ["fail", "damaged", "open_regular", "reading", "is_int", "text_of", "INT64_MAX", "TensorInfo",
+           "remembered_index", "forget_indexes"]
 
 INT64_MAX = 2 ** 63 - 1
 
@@ -59,8 +61,29 @@ def open_regular(path: Path) -> Tuple[BinaryIO, int]:
         raise
 
 
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """A read that fails after the open (EIO from a failing disk or an NFS mount, ``/proc/self/mem``)
+    becomes the typed failure naming the file, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise fail(path, f"cannot read it: {exc.strerror or exc}",
+                   hint="check the disk or the network mount it is on, then copy the file again") from None
+
+
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def text_of(name: str) -> str:
+    """A name read from a file as text that UTF-8 can write: a lone surrogate (a pickle's text keeps
+    one) becomes U+FFFD, so our JSON output stays strict and a terminal can print it."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 # -- one read per file ----------------------------------------------------------------------------------
@@ -69,11 +92,17 @@ _INDEXES: OrderedDict[Tuple[int, ...], Tuple[TensorInfo, ...]] = OrderedDict()
 _INDEX_LOCK = threading.Lock()
 
 
-def remembered_index(fh: BinaryIO, read: Callable[[], List[TensorInfo]]) -> List[TensorInfo]:
+def remembered_index(path: Path, fh: BinaryIO, read: Callable[[], List[TensorInfo]]) -> List[TensorInfo]:
     """``read()``, the checked tensor index of the open file ``fh``, read once per process while the
     file is unchanged (the same device, inode, size, modification and change times). One generation
     checks its model's header up to eight times (the CLI's and the engine's checks, inspection, the
-    memory planner): ~35 ms on the FLUX.1 probe. A failed read is not remembered."""
+    memory planner): ~35 ms on the FLUX.1 probe. A failed read is not remembered; a read error of
+    the disk is a ``ModelLoadError`` naming ``path``."""
+    with reading(path):
+        return _remembered(fh, read)
+
+
+def _remembered(fh: BinaryIO, read: Callable[[], List[TensorInfo]]) -> List[TensorInfo]:
     st = os.fstat(fh.fileno())
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _INDEX_LOCK:

@@ -26,7 +26,7 @@ from .ckpt_check import TORCH_LEGACY_PICKLES, check_pickles, zip_checkpoint
 from .ckpt_index import checkpoint_index
 from .errors import ModelLoadError, ModelNotFoundError
 from .gguf_check import gguf_index, gguf_tensors
-from .model_io import TensorInfo, fail, open_regular
+from .model_io import TensorInfo, fail, open_regular, reading
 from .probe_layout import probe_weights
 from .safetensors_check import safetensors_index, safetensors_tensors
 
@@ -43,7 +43,8 @@ class ModelFile:
     path: str
     kind: str  # one of KINDS
     size_bytes: int
-    tensors: int = 0  # tensors found in the headers (0 for legacy pickles)
+    tensors: int = 0  # tensors found in the headers (0 for checkpoints: their names are read by tensor_index)
+    archive: bool = False  # a torch zip checkpoint: tensor_index reads the names its data.pkl declares
 
 
 # -- entry point ------------------------------------------------------------------------------------
@@ -59,9 +60,24 @@ def _stat(path: Path) -> os.stat_result:
         raise fail(path, f"cannot read it: {exc.strerror or exc}", hint="check the file's permissions") from None
 
 
+def _model_path(path: Union[str, Path]) -> Path:
+    """``path`` with ``~`` expanded, unless it names a file as written (``~model.safetensors`` in the
+    current folder) or no user of that name exists (then it is the name as written). An empty path
+    is refused: ``Path("")`` is the current folder, which nobody meant."""
+    if not str(path):
+        raise ModelNotFoundError("the model path is empty", hint="give the path of a model file or diffusers folder")
+    p = Path(path)
+    if not str(path).startswith("~") or os.path.lexists(p):
+        return p
+    try:
+        return p.expanduser()
+    except RuntimeError:  # "~name" with no user "name": the literal name, reported as missing below
+        return p
+
+
 def check_model(path: Union[str, Path]) -> ModelFile:
     """Identify ``path`` and check its headers; raise :class:`ModelLoadError` with the reason."""
-    p = Path(path).expanduser()
+    p = _model_path(path)
     st = _stat(p)
     if stat.S_ISDIR(st.st_mode):
         weights = probe_weights(str(p))
@@ -73,12 +89,13 @@ def check_model(path: Union[str, Path]) -> ModelFile:
                         hint="point at the diffusers model folder (the one holding unet/, vae/, text_encoder/) "
                         "or at a single model file")
         tensors = sum(safetensors_tensors(p / part) for part in DIFFUSERS_PARTS)
-        size = sum((p / part).stat().st_size for part in DIFFUSERS_PARTS)
+        with reading(p):
+            size = sum((p / part).stat().st_size for part in DIFFUSERS_PARTS)
         return ModelFile(str(p), "diffusers", size, tensors)
     if not stat.S_ISREG(st.st_mode):
         raise fail(p, "it is not a regular file (a pipe, device or socket)", hint="pass a model file or folder")
     fh, size = open_regular(p)
-    with fh:
+    with fh, reading(p):
         magic = fh.read(9)
         if size == 0:
             raise fail(p, "the file is empty")
@@ -93,7 +110,8 @@ def check_model(path: Union[str, Path]) -> ModelFile:
             if suffix == ".safetensors":
                 raise fail(p, "it is a pickled torch checkpoint, not safetensors", hint="rename it to .ckpt")
             if magic[:2] == b"PK":
-                return ModelFile(str(p), "ckpt", size, zip_checkpoint(p, fh, size))
+                zip_checkpoint(p, fh, size)
+                return ModelFile(str(p), "ckpt", size, archive=True)
             head = _rewind(fh).read(MAX_CKPT_PICKLE_BYTES)
             check_pickles(p, head, TORCH_LEGACY_PICKLES, complete=size <= MAX_CKPT_PICKLE_BYTES)
             return ModelFile(str(p), "ckpt", size)
@@ -123,7 +141,7 @@ def tensor_index(info: ModelFile) -> Optional[List[TensorInfo]]:
         for part, prefix in zip(DIFFUSERS_PARTS, DIFFUSERS_PREFIXES):
             out += [t._replace(name=prefix + t.name) for t in safetensors_index(path / part)]
         return out
-    return checkpoint_index(path) if info.tensors else None
+    return checkpoint_index(path) if info.archive else None
 
 
 def _safetensors_head(magic: bytes, size: int) -> bool:

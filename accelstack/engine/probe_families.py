@@ -373,7 +373,11 @@ def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
         probe = PROBE_OF_FAMILY.get(found.family)
         if probe is None:
             known = ", ".join(sorted(PROBE_OF_FAMILY))
-            raise InvalidRequestError(f"{path} is {found.family_name or found.family}: verify has no probe for that family",
+            role = "VAE" if found.role == "vae" else found.role.replace("_", " ")
+            what = (f"holds no diffusion model (it is a {role} file)" if found.family == "none"
+                    else "holds no diffusion model of a family accelstack recognises" if found.family == "unknown"
+                    else f"is {found.family_name or found.family}, a family verify has no probe for")
+            raise InvalidRequestError(f"{path} {what}: verify --model needs a model of a family it knows",
                                       hint=f"verify --model knows the families {known}; `accelstack model inspect "
                                            f"{path}` shows what the file is")
         out.append(ModelFamily(str(found.path), found.family, found.family_name, probe))

@@ -6,9 +6,11 @@ reading the header only (at most ``MAX_MODEL_HEADER_BYTES``).
 """
 from __future__ import annotations
 
+import json
+import re
 import struct
 from pathlib import Path
-from typing import BinaryIO, List
+from typing import BinaryIO, Dict, List
 
 from ..limits import MAX_MODEL_HEADER_BYTES, MalformedInput, parse_json, sizes_apart, too_large
 from ..serde import size_text
@@ -22,6 +24,7 @@ MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB (we read at
 SAFETENSORS_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "I32": 4, "I64": 8,
                       "U8": 1}
 SD_MAX_DIMS = 5  # stable-diffusion.cpp folds a 5-dim safetensors tensor into 4
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # may start a lone surrogate (\ud800); rare in real headers
 
 
 def safetensors_tensors(path: Path) -> int:
@@ -33,7 +36,7 @@ def safetensors_index(path: Path) -> List[TensorInfo]:
     process while the file is unchanged)."""
     fh, size = open_regular(path)
     with fh:
-        return remembered_index(fh, lambda: _read_index(path, fh, size))
+        return remembered_index(path, fh, lambda: _read_index(path, fh, size))
 
 
 def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
@@ -57,6 +60,8 @@ def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
         raise fail(path, "not a valid safetensors file: its header is not JSON") from None
     if not isinstance(header, dict):
         raise fail(path, "not a valid safetensors file: its header is not a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        _check_text(path, header)
     data_len = size - 8 - n
     tensors: List[TensorInfo] = []
     for name, info in header.items():
@@ -68,6 +73,23 @@ def _read_index(path: Path, fh: BinaryIO, size: int) -> List[TensorInfo]:
     if not tensors:
         raise fail(path, "the safetensors file holds no tensors")
     return tensors
+
+
+def _check_text(path: Path, header: Dict[str, object]) -> None:
+    """No lone UTF-16 surrogate (a JSON escape such as \\ud800 with no partner): stable-diffusion.cpp's
+    JSON parser and the safetensors library both refuse the whole header, and such text cannot be
+    written as UTF-8 (a strict JSON reader of our output would refuse it too)."""
+    for name in header:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise damaged(path, "safetensors", f"tensor name {name[:60]!r} holds a lone UTF-16 surrogate, which "
+                          "stable-diffusion.cpp's JSON parser refuses") from None
+    try:
+        json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise damaged(path, "safetensors", "its header holds a lone UTF-16 surrogate, which stable-diffusion.cpp's "
+                      "JSON parser refuses") from None
 
 
 def _check_safetensor(path: Path, name: str, info: object, data_len: int) -> None:

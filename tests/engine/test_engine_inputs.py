@@ -142,7 +142,11 @@ def test_corrupt_safetensors_gets_a_reason(tmp_path, make, reason):
 
 
 def test_other_formats(tmp_path):
-    (tmp_path / "m.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 16)
+    (tmp_path / "empty.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 16)  # no tensors: as safetensors, refused
+    with pytest.raises(ModelLoadError, match="holds no tensors"):
+        check_model(tmp_path / "empty.gguf")
+    (tmp_path / "m.gguf").write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"w"
+                                      + struct.pack("<IQIQ", 1, 8, 0, 0) + b"\0" * 64)  # one F32 tensor of 8
     assert check_model(tmp_path / "m.gguf").kind == "gguf"
     (tmp_path / "bad.gguf").write_bytes(b"NOPE" * 4)
     with pytest.raises(ModelLoadError, match="GGUF"):
