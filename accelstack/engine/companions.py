@@ -7,46 +7,56 @@ the request names (a plain name, no separator, no leading dot, no ``..``: see
 refuses what is not a regular file. Time of check and time of use: stable-diffusion.cpp reopens
 the file by path, so the checked file is staged first into a private folder of this run (a hard
 link to the very inode that was opened, verified by device and inode; a copy from the open file
-when a link is impossible, such as across file systems) and the headers are checked on the staged
-file, which is what the worker loads: nothing another process does to the user's folder after
-the check reaches the worker.
+when a link is impossible, such as across file systems, made only once the source's size and
+header passed, so that a huge broken file is refused uncopied) and the headers are checked on the
+staged file, which is what the worker loads: nothing another process does to the user's folder
+after the check reaches the worker. A tag is resolved to its file first, as the bindings resolve
+it: one file named two ways is staged once, and the weights the bindings add up for it are capped
+on their sum. A ``<lora:`` tag the bindings would not read (``<lora:NAME>``) is refused.
 
-A LoRA must touch the model: its tensor names, after the conversions stable-diffusion.cpp applies
-(``convert_tensor_name`` in its ``name_conversion.cpp``), must name weights of the model, with
-matching sizes (else its ``GGML_ASSERT`` aborts the worker); the naming conventions read are
+A LoRA must touch the model, and in a way stable-diffusion.cpp applies without aborting: its
+tensor names, after the conversions stable-diffusion.cpp applies (``convert_tensor_name`` in its
+``name_conversion.cpp``), must name weights of the model, with matching sizes, ranks, layouts and
+types (:mod:`accelstack.engine.lora_check`); the naming conventions read are
 :mod:`accelstack.engine.lora_names`'. An embedding's vectors must be as wide as one of the model's
 CLIP text encoders (768 for SD 1.x), the model's own or one given as a file (``--clip-l``).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 import shutil
 import stat
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple, TypeVar
 
+from ..errors import Action
 from . import workdirs
-from .errors import InvalidRequestError, ModelLoadError
-from .lora_names import ENCODER_PREFIXES, LORA_PARTS, canonical_module, dotted_module, is_kohya, kohya_dotted
+from .errors import GenerationError, InvalidRequestError, ModelLoadError
+from .lora_check import applied_at_runtime, check_lora, model_weights
+from .lora_names import ENCODER_PREFIXES, canonical_module
+from .lora_tag_check import check_lora_tag_syntax
 from .model_io import TensorInfo
 from .modelfile import ModelFile, check_model, tensor_index
-from .protocol import check_companion_name, lora_tags
+from .protocol import MAX_LORA_WEIGHT, check_companion_name, lora_tags
 
 __all__ = ["AppliedLora", "Companions", "prepare_companions", "tensor_index", "canonical_module",
-           "LORA_EXTENSIONS", "EMBEDDING_EXTENSIONS", "MAX_EMBEDDINGS", "MAX_EMBEDDING_VECTORS"]
+           "LORA_EXTENSIONS", "EMBEDDING_EXTENSIONS", "MAX_EMBEDDINGS", "MAX_EMBEDDING_VECTORS", "MAX_EMBEDDING_BYTES"]
 
 # The order the bindings try extensions in (stable_diffusion.py ``_extract_and_build_loras``).
 LORA_EXTENSIONS = (".pt", ".safetensors", ".gguf")
 EMBEDDING_EXTENSIONS = (".safetensors", ".gguf", ".pt", ".bin")
 MAX_EMBEDDINGS = 256
-MAX_EMBEDDING_VECTORS = 75  # one prompt chunk; sd.cpp also caps an embedding at 100 MB (conditioner.hpp)
+MAX_EMBEDDING_VECTORS = 75  # one prompt chunk
+MAX_EMBEDDING_BYTES = 100 << 20  # what sd.cpp loads an embedding into (conditioner.hpp load_embedding: mem_size)
 
 
 @dataclass
 class AppliedLora:
-    """A LoRA of the prompt: its name (as in the tag), summed weight, and how many model weights it changes."""
+    """A LoRA file of the prompt: its name (as in its first tag), the weights of its tags summed (as the
+    bindings sum them), and how many model weights it changes."""
 
     name: str
     weight: float
@@ -84,9 +94,17 @@ def _folder(path: str, what: str) -> str:
     return real
 
 
-def _stage(folder: str, name: str, dest_dir: str, what: str) -> Optional[str]:
-    """Link (else copy) ``folder/name`` into ``dest_dir`` if it is a regular file there (not a link);
-    None when it does not exist. The staged file is the inode that was opened."""
+Identity = Tuple[int, int]  # (device, inode) of a file opened in the user's folder
+T = TypeVar("T")
+
+
+def _stage(folder: str, name: str, dest_dir: str, what: str, check: Callable[[str], T],
+           max_bytes: Optional[int] = None) -> Optional[Tuple[str, Identity, T]]:
+    """Stage ``folder/name`` into ``dest_dir`` if it is a regular file there (not a link), and ``check``
+    it (headers only; it raises what it refuses): (staged path, identity, what ``check`` returned), or
+    None when there is no such file. The staged file is the inode that was opened: a hard link to it,
+    else (another file system) a copy, made only once the source's size and header passed (a 2 GB
+    file with a broken header is not copied first), and checked again as copied: the worker loads it."""
     source = os.path.join(folder, name)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
@@ -109,38 +127,54 @@ def _stage(folder: str, name: str, dest_dir: str, what: str) -> Optional[str]:
                                       hint=f"a {what} is a .safetensors, .gguf or .pt file")
         if os.path.dirname(os.path.realpath(source)) != folder:
             raise InvalidRequestError(f"the {what} {name} resolves outside {folder}")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise InvalidRequestError(f"the {what} {name} is {st.st_size / (1 << 20):.0f} MB, more than the "
+                                      f"{max_bytes >> 20} MB stable-diffusion.cpp loads one into",
+                                      hint=f"a {what} is far smaller; re-download it or remove it from the folder")
+        if os.path.lexists(dest):  # a file system that ignores case: another spelling of a name staged already
+            raise InvalidRequestError(f"the {what} {name} is named twice in the prompt, spelled two ways",
+                                      hint=f"name each {what} once, spelled as its file is")
+        identity = (st.st_dev, st.st_ino)
+        if _link(source, dest, identity):
+            return dest, identity, check(dest)
+        check(source)  # before any byte is copied
         try:
-            os.link(source, dest, follow_symlinks=False)
-            linked = os.stat(dest, follow_symlinks=False)
-            if (linked.st_dev, linked.st_ino) != (st.st_dev, st.st_ino):  # replaced between open and link
-                os.unlink(dest)
-                raise OSError("replaced")
+            now = os.stat(source, follow_symlinks=False)
         except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != identity:
+            raise InvalidRequestError(f"the {what} {name} in {folder} was replaced while it was checked",
+                                      hint="try again once nothing writes to the folder")
+        try:
             os.set_blocking(fd, True)
+            os.lseek(fd, 0, os.SEEK_SET)
             with os.fdopen(os.dup(fd), "rb") as src, open(dest, "xb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
+        except OSError as exc:  # the temp folder's disk is full, say
+            raise GenerationError(f"the {what} {name} could not be copied into this run's private folder "
+                                  f"({os.path.dirname(dest_dir)}): {exc.strerror or exc}",
+                                  hint="free disk space in the temp folder, or put the folder on its file system",
+                                  action=Action.FREE_DISK) from None
+        return dest, identity, check(dest)  # the copy is what the worker loads, whatever changed meanwhile
     finally:
         os.close(fd)
-    return dest
 
 
-def _lora_modules(tensors: List[TensorInfo], flux: bool = True) -> Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]]:
-    """{(part, module): {"down"|"up"|...: shape}} of a LoRA's tensors (``flux``: for a FLUX.1 model)."""
-    out: Dict[Tuple[str, str], Dict[str, Tuple[int, ...]]] = {}
-    for t in tensors:
-        m = LORA_PARTS.search(t.name)
-        if not m:
-            continue
-        base = t.name[:m.start()]
-        key = canonical_module(base, flux)
-        if key is None:
-            continue
-        role = m.group(0)
-        kind = "down" if ("down" in role or "lora_A" in role) else "up" if ("up" in role or "lora_B" in role) else "other"
-        out.setdefault(key, {})[kind] = tuple(t.shape)
-        if is_kohya(base):
-            out[key]["kohya"] = ()
-    return out
+def _link(source: str, dest: str, identity: Identity) -> bool:
+    """Hard-link ``source`` as ``dest`` if it still is the inode ``identity``; False where no link can be
+    made (another file system) or the file was replaced since it was opened."""
+    try:
+        os.link(source, dest, follow_symlinks=False)
+    except OSError:
+        return False
+    try:
+        linked = os.stat(dest, follow_symlinks=False)
+        if (linked.st_dev, linked.st_ino) == identity:
+            return True
+        os.unlink(dest)
+    except OSError:
+        pass  # the copy's exclusive create then says so
+    return False
 
 
 def _count(shape: Iterable[int]) -> int:
@@ -150,78 +184,12 @@ def _count(shape: Iterable[int]) -> int:
     return n
 
 
-def _model_weights(tensors: List[TensorInfo]) -> Tuple[Dict[Tuple[str, str], Tuple[int, ...]], Dict[Tuple[str, str], str]]:
-    """({key: shape} of the model's weights, {key: dotted name} of a DiT's diffusion weights), in one pass.
-    The second is empty for a UNet model, whose kohya names stable-diffusion.cpp reads through the UNet's
-    own conversion; for a DiT it is what a kohya module is checked against (:func:`kohya_dotted`)."""
-    out: Dict[Tuple[str, str], Tuple[int, ...]] = {}
-    dit: Dict[Tuple[str, str], str] = {}
-    unet = False
-    for t in tensors:
-        if t.name.endswith(".weight"):
-            key = canonical_module(t.name[:-len(".weight")])
-            if key is None:
-                continue
-            out[key] = tuple(t.shape)
-            if key[0] == "unet" and not unet:
-                unet = key[1].startswith(("input_blocks_", "output_blocks_", "middle_block_"))
-                dotted = dotted_module(t.name[:-len(".weight")])
-                if dotted is not None:
-                    dit[key] = dotted
-    return out, ({} if unet else dit)
-
-
-def _check_lora(name: str, path: str, model: Dict[Tuple[str, str], Tuple[int, ...]],
-                dit: Optional[Dict[Tuple[str, str], str]] = None) -> int:
-    """How many model weights the LoRA at ``path`` changes; InvalidRequestError when none, or when a
-    size does not fit (stable-diffusion.cpp would abort on it). ``dit``: a DiT model's dotted names,
-    against which a kohya module is read as stable-diffusion.cpp reads it (:func:`kohya_dotted`)."""
-    tensors = _index(path, name, "LoRA")
-    modules = _lora_modules(tensors, flux=any(module.startswith("double_blocks_") for _part, module in model))
-    misread = [(key, dit[key]) for key, roles in modules.items()
-               if dit and "kohya" in roles and key in dit and kohya_dotted(key[1]) != dit[key]]
-    for key, _dotted in misread:
-        del modules[key]
-    if misread and not any(key in model for key in modules):
-        (part, flat), dotted = misread[0]
-        raise InvalidRequestError(
-            f"the LoRA {name} changes nothing in this model: stable-diffusion.cpp 0.4.7 reads its kohya name "
-            f"lora_{part}_{flat} as {kohya_dotted(flat)}, not the model's {dotted} (it turns every underscore into a "
-            "dot but in the words it knows: src/name_conversion.cpp convert_sep_to_dot), so none of its "
-            f"{len(misread)} such modules would apply",
-            hint="use the LoRA in the model's own dotted names (ComfyUI's diffusion_model.… or diffusers' "
-                 "transformer.…), or a runtime whose name conversion knows this family's words")
-    if not modules:
-        raise InvalidRequestError(f"the LoRA {name} holds no LoRA tensors stable-diffusion.cpp reads "
-                                  f"({len(tensors)} tensors, none named like lora_down/lora_up or lora_A/lora_B)",
-                                  hint="use a LoRA in the kohya, diffusers/PEFT or stable-diffusion.cpp naming")
-    matched = 0
-    for key, roles in modules.items():
-        shape = model.get(key)
-        if shape is None:
-            continue
-        down, up = roles.get("down"), roles.get("up")
-        if down and up and len(down) >= 2:
-            out_rows, in_count = int(up[0]), _count(down[1:])
-            want_rows, want_in = int(shape[0]), _count(shape[1:])
-            fits = (out_rows, in_count) == (want_rows, want_in) or (
-                len(shape) == 2 and in_count == want_in and out_rows < want_rows)  # sd.cpp pads that case
-            if not fits:
-                raise InvalidRequestError(
-                    f"the LoRA {name} does not fit this model: its {'_'.join(key)} is {out_rows}x{in_count}, "
-                    f"the model's weight {'x'.join(map(str, shape))}",
-                    hint="the LoRA was trained for another model family; use one made for this model")
-        matched += 1
-    if not matched:
-        sample = sorted(modules)[0]
-        raise InvalidRequestError(
-            f"the LoRA {name} changes nothing in this model: none of its {len(modules)} modules "
-            f"(such as {sample[0]}:{sample[1][:80]}) names a weight of the model",
-            hint="the LoRA was made for another model family (or another naming); use one made for this model")
-    return matched
-
-
 def _index(path: str, name: str, what: str) -> List[TensorInfo]:
+    return _read(path, name, what)[0]
+
+
+def _read(path: str, name: str, what: str) -> Tuple[List[TensorInfo], str]:
+    """The tensors of a companion file and its kind (``ModelFile.kind``); InvalidRequestError when unreadable."""
     try:
         info = check_model(path)
         tensors = tensor_index(info)
@@ -232,7 +200,7 @@ def _index(path: str, name: str, what: str) -> List[TensorInfo]:
     if tensors is None:
         raise InvalidRequestError(f"the {what} {name} is a legacy torch pickle whose tensors are not read without "
                                   "unpickling it", hint=f"convert the {what} to safetensors")
-    return tensors
+    return tensors, info.kind
 
 
 def _encoder_widths(tensors: List[TensorInfo]) -> Set[int]:
@@ -270,9 +238,11 @@ def _encoder_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
 
 # -- entry point ----------------------------------------------------------------------------------------
 def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: ModelFile,
-                       encoders: Optional[Dict[str, str]] = None) -> Companions:
+                       encoders: Optional[Dict[str, str]] = None, weight_type: str = "") -> Companions:
     """Resolve, stage and check the prompt's LoRAs in ``lora_dir`` and every embedding of
-    ``embeddings_dir`` against ``model``; the caller removes the staging (:meth:`Companions.cleanup`)."""
+    ``embeddings_dir`` against ``model`` (with its component files ``encoders``, loaded as ``weight_type``);
+    the caller removes the staging (:meth:`Companions.cleanup`)."""
+    check_lora_tag_syntax(prompt)  # <lora:NAME>: a typo stable-diffusion.cpp would leave in the prompt as text
     tags = lora_tags(prompt)
     if tags and not lora_dir:
         raise InvalidRequestError("the prompt holds a <lora:NAME:WEIGHT> tag but no LoRA folder is given",
@@ -292,26 +262,72 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)
-            weights, dit = _model_weights(model_tensors)
-            for name, weight in tags:
-                if not math.isfinite(weight):
-                    raise InvalidRequestError(f"the LoRA weight of {name} is not a finite number")
-                candidates = [name] if name.lower().endswith(LORA_EXTENSIONS) else [name + ext for ext in LORA_EXTENSIONS]
-                staged = None
-                for candidate in candidates:
-                    staged = _stage(lora_src, candidate, out.lora_dir, "LoRA")
-                    if staged:
-                        break
-                if staged is None:
-                    raise InvalidRequestError(f"there is no LoRA {name!r} in {lora_dir}",
-                                              hint=f"looked for {', '.join(candidates)}; name a file of the folder")
-                out.loras.append(AppliedLora(name, round(weight, 6), _check_lora(name, staged, weights, dit)))
+            runtime = applied_at_runtime(model_tensors + _other_tensors(encoders or {}), weight_type)
+            out.loras = _loras(tags, lora_src, lora_dir, out.lora_dir, model_tensors, runtime)
         if emb_src:
             out.embeddings, out.embedding_paths = _embeddings(emb_src, embeddings_dir, out.folder, model_tensors)
     except BaseException:
         out.cleanup()
         raise
     return out
+
+
+def _other_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
+    """The tensors of the component files :func:`_encoder_tensors` does not read (T5-XXL, LLM, VAE...), for
+    their weight types only; a file whose tensors are not read (a legacy pickle) counts for none."""
+    out: List[TensorInfo] = []
+    for kind, path in sorted(encoders.items()):
+        if kind not in ENCODER_PREFIXES:
+            try:
+                out += _index(path, os.path.basename(path), kind)
+            except InvalidRequestError:
+                pass
+    return out
+
+
+def _lora_checker(name: str, weights: Dict[Tuple[str, str], Tuple[int, ...]], dit: Dict[Tuple[str, str], str],
+                  runtime: str) -> Callable[[str], int]:
+    def check(path: str) -> int:
+        tensors, kind = _read(path, name, "LoRA")
+        return check_lora(name, tensors, weights, dit, gguf=kind == "gguf", at_runtime=runtime)
+    return check
+
+
+def _loras(tags: List[Tuple[str, float]], source: str, given: str, dest: str,
+           model_tensors: List[TensorInfo], runtime: str) -> List[AppliedLora]:
+    """Each tag's LoRA, resolved to its file as the bindings resolve it, staged once and checked; one
+    :class:`AppliedLora` a file, its weights summed as the bindings sum them (a file named two ways,
+    ``<lora:x:1>`` and ``<lora:x.safetensors:1>``, is one LoRA of weight 2), and capped on that sum."""
+    weights, dit = model_weights(model_tensors)
+    staged: Dict[str, Tuple[Identity, int]] = {}  # by the file name a tag resolved to
+    applied: Dict[Identity, AppliedLora] = {}
+    named: Dict[Identity, List[str]] = {}
+    for name, weight in tags:
+        if not math.isfinite(weight):
+            raise InvalidRequestError(f"the LoRA weight of {name} is not a finite number")
+        candidates = [name] if name.lower().endswith(LORA_EXTENSIONS) else [name + ext for ext in LORA_EXTENSIONS]
+        for candidate in candidates:  # the bindings' order (a name with its extension is taken as it is)
+            if candidate not in staged:
+                found = _stage(source, candidate, dest, "LoRA", _lora_checker(name, weights, dit, runtime))
+                if found is None:
+                    continue
+                staged[candidate] = found[1], found[2]
+            identity, changed = staged[candidate]
+            break
+        else:
+            raise InvalidRequestError(f"there is no LoRA {name!r} in {given}",
+                                      hint=f"looked for {', '.join(candidates)}; name a file of the folder")
+        lora = applied.setdefault(identity, AppliedLora(name, 0.0, changed))
+        lora.weight += weight
+        named.setdefault(identity, []).append(name)
+        if abs(lora.weight) > MAX_LORA_WEIGHT:
+            raise InvalidRequestError(
+                f"the LoRA {lora.name!r} is named {len(named[identity])} times "
+                f"({', '.join(map(repr, named[identity]))}: one file), with weights that add up to {lora.weight:g}, "
+                f"past {MAX_LORA_WEIGHT:g} (the bindings add the weights of one file)", hint="name each LoRA once")
+    for lora in applied.values():
+        lora.weight = round(lora.weight, 6)
+    return list(applied.values())
 
 
 def _embeddings(source: str, given: str, folder: str, model_tensors: List[TensorInfo]) -> Tuple[List[str], List[str]]:
@@ -341,10 +357,10 @@ def _embeddings(source: str, given: str, folder: str, model_tensors: List[Tensor
         if len(names) >= MAX_EMBEDDINGS:
             raise InvalidRequestError(f"the embeddings folder holds more than {MAX_EMBEDDINGS} embeddings",
                                       hint="keep the ones you use in a folder of their own")
-        staged = _stage(source, entry, dest, "embedding")
+        staged = _stage(source, entry, dest, "embedding", functools.partial(_check_embedding, stem, widths=widths),
+                        max_bytes=MAX_EMBEDDING_BYTES)
         if staged is None:
             continue  # gone since the listing
-        _check_embedding(stem, staged, widths)
         names[stem.lower()] = entry
-        paths.append(staged)
+        paths.append(staged[0])
     return [os.path.splitext(names[k])[0] for k in sorted(names)], paths

@@ -26,6 +26,7 @@ from ..limits import (
 )
 from ..verdict import DeviceInfo
 from .errors import InvalidRequestError
+from .lora_tag_check import check_lora_tag_syntax
 
 __all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
            "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS", "COMPONENT_FLAGS",
@@ -52,6 +53,7 @@ _FLT_MAX, _FLT_MIN = 3.4028234e38, 1.1754944e-38
 # So a tag is taken only when its name is a plain file name, resolved by the parent inside the
 # request's lora_dir (:mod:`accelstack.engine.companions`); any other tag is refused.
 _LORA_TAG = re.compile(r"<lora:([^:>]+):([^>]+)>", re.IGNORECASE)
+_LORA_START = re.compile(r"<lora:", re.IGNORECASE)  # a tag, or the start of one the bindings would not read
 # A plain name: word characters, dots, dashes and inner spaces; no separator, no leading dot, no "..".
 _PLAIN_NAME = re.compile(r"\w[\w.\- ]{0,199}")
 _LORA_WEIGHT = re.compile(r"[+-]?(?:\d{1,6}(?:\.\d{0,8})?|\.\d{1,8})")
@@ -120,6 +122,7 @@ def lora_tags(text: str) -> List[Tuple[str, float]]:
     """The ``<lora:NAME:WEIGHT>`` tags of ``text`` as (name, weight), weights of a name repeated summed
     (as the bindings do); :class:`InvalidRequestError` for a tag that is not lower case, a name that is
     not plain, or a weight that is not a number within +-:data:`MAX_LORA_WEIGHT`."""
+    check_lora_tag_syntax(text)  # <lora:NAME> (no weight): the bindings would leave it in the prompt as text
     found: Dict[str, float] = {}
     for match in _LORA_TAG.finditer(text):
         name, raw = match.group(1), match.group(2)
@@ -176,7 +179,7 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
                               hint=f"retype the {name}") from None
     if name == "prompt":
         lora_tags(text)  # a tag's name and weight (that a folder is given: GenerateRequest.validate)
-    elif _LORA_TAG.search(text):
+    elif _LORA_START.search(text):
         raise InvalidRequestError(f"{name} holds a <lora:...> tag; LoRAs apply from the prompt only",
                               hint=f"remove the <lora:...> tag from the {name}")
     for match in _WEIGHT.finditer(text):

@@ -9,9 +9,11 @@ only names that are one prompt word. The model is a tiny safetensors file with S
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -30,7 +32,8 @@ from .fuzzing import Counter, bounded, fuzz
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from companion_files import embedding, write_safetensors  # noqa: E402  (the engine tests' tiny files)
 
-STATS = {"lora tags": Counter(), "lora accepted": Counter(), "embedding folders": Counter()}
+STATS = {"lora tags": Counter(), "lora accepted": Counter(), "embedding folders": Counter(), "tag texts": Counter(),
+         "lora files": Counter(), "lora files accepted": Counter()}
 QKV = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q"
 
 
@@ -128,3 +131,88 @@ def test_lora_tag_edge_cases_are_typed(text):
     except InvalidRequestError:
         return
     assert all(abs(w) <= 10 for _n, w in tags)
+
+
+# -- tags the bindings would not read; tensors stable-diffusion.cpp aborts on (review of issue 26) --------------
+READ_TAG = re.compile(r"<lora:([^:>]+):([^>]+)>", re.IGNORECASE)  # stable_diffusion.py _extract_and_build_loras
+PIECES = st.sampled_from(["<lora:", "<LoRa:", "style", "style.safetensors", ":", "1", "0.5", "", ">", " ", "<", "x",
+                          "<lora", ":>", "<lora:style:1>"])
+
+
+def _unread_tag(text: str) -> bool:
+    """Whether some ``<lora:`` of ``text`` begins no tag the bindings read (outside the tags they read)."""
+    pos = 0
+    for start in re.finditer(r"<lora:", text, re.IGNORECASE):
+        if start.start() < pos:
+            continue
+        tag = READ_TAG.match(text, start.start())
+        if tag is None:
+            return True
+        pos = tag.end()
+    return False
+
+
+@fuzz(int(os.environ.get("FUZZ_LORA_EXAMPLES", "300")))
+@given(pieces=st.lists(PIECES, max_size=12), folder=st.booleans())
+def test_a_lora_tag_the_bindings_would_not_read_is_refused(scene, pieces, folder):
+    """``<lora:style>``, ``<lora:style:>``, ``<lora::1>``, an unclosed tag: stable-diffusion.cpp would keep it
+    in the prompt as text, so it is refused, with or without a LoRA folder."""
+    root, model = scene
+    STATS["tag texts"]()
+    prompt = "a cat " + "".join(pieces)
+    with bounded("a prompt's tags"):
+        try:
+            found = prepare_companions(prompt, str(root / "loras") if folder else "", "", model)
+        except InvalidRequestError:
+            return
+    found.cleanup()
+    assert not _unread_tag(prompt), prompt
+
+
+DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8), "I32": ("<i4", 4)}
+SIZES = st.sampled_from([0, 1, 2, 4, 8, 160, 320])
+SHAPES = st.lists(SIZES, min_size=1, max_size=4).map(tuple)
+
+
+def _typed_lora(path: Path, tensors) -> Path:
+    header, blobs, offset = {}, [], 0
+    for name, (shape, dtype) in tensors.items():
+        raw = np.ones(shape, dtype=DTYPES[dtype][0]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    head = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    return path
+
+
+@fuzz(int(os.environ.get("FUZZ_LORA_EXAMPLES", "300")))
+@given(down=st.one_of(st.none(), st.tuples(SHAPES, st.sampled_from(sorted(DTYPES)))),
+       up=st.one_of(st.none(), st.tuples(SHAPES, st.sampled_from(sorted(DTYPES)))),
+       rank=st.sampled_from([1, 4]), natural=st.booleans())
+def test_a_lora_stable_diffusion_cpp_would_abort_on_or_ignore_is_refused(tmp_path_factory, scene, down, up, rank,
+                                                                          natural):
+    """Random lora_down/lora_up shapes and types on the model's linear 320x320 weight: refused, or what the CPU
+    build applies to a linear layer without aborting (as stored and at run time): both halves, float types,
+    matrices whose ranks meet, the model's 320 inputs and at most its 320 outputs."""
+    _root, model = scene
+    if natural:  # one in two examples near a good LoRA, so that acceptance is reached
+        down, up = ((rank, 320), (down or ((), "F32"))[1]), ((320, rank), (up or ((), "F32"))[1])
+    STATS["lora files"]()
+    folder = tmp_path_factory.mktemp("typed")
+    key = "lora_unet_" + QKV.replace(".", "_")
+    tensors = {f"{key}.lora_{role}.weight": half for role, half in (("down", down), ("up", up)) if half is not None}
+    _typed_lora(folder / "x.safetensors", tensors)
+    with bounded("a LoRA's tensors"):
+        try:
+            found = prepare_companions("a cat <lora:x:1>", str(folder), "", model)
+        except InvalidRequestError:
+            shutil.rmtree(folder)
+            return
+    found.cleanup()
+    shutil.rmtree(folder)
+    STATS["lora files accepted"]()
+    assert down is not None and up is not None
+    (d, d_type), (u, u_type) = down, up
+    assert {d_type, u_type} <= {"F32", "F16", "F64"}, (down, up)
+    assert len(d) == len(u) == 2 and d[0] == u[1] >= 1 and d[1] == 320 and 1 <= u[0] <= 320, (down, up)
