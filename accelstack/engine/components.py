@@ -8,20 +8,25 @@ file it is given under a fixed prefix (src/stable-diffusion.cpp ``new_sd_ctx``: 
 (a T5-XXL next to an SD 1.x UNet is read and never used), so each is checked here: the file itself
 like the model (:func:`~accelstack.engine.modelfile.check_model`: missing, a folder, a pipe, a
 damaged header), then what its headers say it is (:func:`~accelstack.engine.model_inspect.inspect_model`)
-against the family of the model. Images are read with a bounded PNG reader
-(:func:`~accelstack.engine.png.read_input_png`) and must have the request's size: nothing is
-resized, so the pixels the worker gets are the ones the user gave.
+against the family of the model, and the whole: a part given as ``--model`` and a family without
+the parts stable-diffusion.cpp cannot run it without (a crash, or a load failure blamed on the model)
+are refused. Paths go on absolute: the worker runs in a folder of its own. Images are read with a
+bounded PNG reader (:func:`~accelstack.engine.png.read_input_png`) and must have the request's size:
+nothing is resized, so the pixels the worker gets are the ones the user gave.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import InvalidRequestError, ModelLoadError
+from .family_reports import NEEDED_ENCODERS, controlnet_faults
+from .lora_names import LORA_PARTS
 from .model_families import knowledge
-from .model_inspect import ModelInspection, inspect_model
+from .model_inspect import ModelInspection, ModelPart, inspect_model
 from .model_io import TensorInfo
 from .modelfile import ModelFile, check_model, tensor_index
 from .png import PngError, read_input_png
@@ -115,8 +120,9 @@ def _family_needs(family: str) -> Optional[Tuple[Tuple[str, ...], Tuple[str, ...
     return None
 
 
-def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[ModelFile, str]:
-    """The model (--model) or the diffusion model (--diffusion-model): exactly one, and its family."""
+def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[ModelFile, Optional[ModelInspection]]:
+    """The model (--model) or the diffusion model (--diffusion-model): exactly one, and what it holds
+    (None: its headers do not tell, a legacy pickle)."""
     if model and request.diffusion_model:
         raise InvalidRequestError("both --model and --diffusion-model are given",
                                   hint="give a whole checkpoint with --model, or its diffusion model alone with "
@@ -126,10 +132,11 @@ def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[M
     if model:
         info = check_model(model)  # ModelLoadError / ModelNotFoundError, as before
         try:
-            family = inspect_model(model).family
+            found = inspect_model(model)
         except ModelLoadError:
-            family = "unknown"
-        return info, family
+            return info, None
+        _check_whole(model, info, found)
+        return info, found
     path = request.diffusion_model
     info = _check_file("diffusion_model", path)
     insp = _inspect("diffusion_model", path)
@@ -146,7 +153,85 @@ def _check_model_file(request: GenerateRequest, model: Optional[str]) -> Tuple[M
             "separate --clip-l the UNet prefix only when the diffusion model alone was told a UNet "
             "(src/stable-diffusion.cpp new_sd_ctx), so the version is never found (tried: 'get sd version from "
             "file failed')", "give the whole checkpoint with --model (and --vae or --clip-l to replace its parts)")
-    return info, insp.family
+    return info, insp
+
+
+def _check_whole(path: str, info: ModelFile, insp: ModelInspection) -> None:
+    """--model takes a whole model: stable-diffusion.cpp tells its version from a checkpoint's names
+    (src/model.cpp get_sd_version: model.diffusion_model.double_blocks., input_blocks....), so a part alone
+    failed in the worker ("get sd version from file failed", blamed on the model): say what it is instead."""
+    if insp.role == "checkpoint":
+        return
+    names = [t.name for t in tensor_index(info) or []]
+    dm = [p for p in insp.parts if p.component == "diffusion_model"]
+    what, hint = "", ""
+    if any(HINT_BLOCK in n for n in names):
+        what, hint = "a ControlNet", "give it as --control-net (with --control-image) next to the model it was made for"
+    elif names and 2 * sum(1 for n in names if LORA_PARTS.search(n)) >= len(names):
+        what, hint = "a LoRA", "put it in a folder given as --lora-dir and apply it from the prompt: <lora:NAME:1>"
+    elif insp.role == "vae" and any(n.startswith("decoder.layers.") for n in names):
+        what, hint = "a tiny autoencoder (TAESD)", "give it as --taesd next to the model"
+    elif insp.role in ("vae", "text_encoder", "components"):
+        given = [(p.name, _flag_of_part(p.component, p.kind)) for p in insp.parts if p.component != "other"]
+        what = " and ".join(f"a {name}{'' if flag == '--vae' or 'text encoder' in name else ' text encoder'}"
+                            for name, flag in given) + (" alone" if len(given) == 1 else ", no diffusion model")
+        hint = f"give it as {' and '.join(sorted({flag for _n, flag in given}))} next to the model (--model) or its diffusion model (--diffusion-model)"
+    elif dm and all(not p.prefix for p in dm) and insp.family in UNET_FAMILIES:
+        what = (f"a {insp.family_name} UNet alone; stable-diffusion.cpp 0.4.7 runs UNet models only from a whole "
+                "checkpoint (src/model.cpp get_sd_version reads the version from its text encoder)")
+        files = _rule_files(insp.family)
+        hint = f"give the whole checkpoint{' (such as ' + files[0] + ')' if files else ''}"
+    elif dm and all(not p.prefix for p in dm) and insp.family not in ("none", "unknown"):
+        what = f"a {insp.family_name} diffusion model alone (its names lack the checkpoint's model.diffusion_model.)"
+        hint = f"give it as --diffusion-model {path} with {_first_choices(_missing(insp.family, [], set()))}"
+    if what:
+        raise _component_error("model", path, f"it is {what}, not a whole model: stable-diffusion.cpp cannot load it "
+                               "as one", hint.strip())
+
+
+def _flag_of_part(component: str, kind: str) -> str:
+    if component == "vae":
+        return "--vae"
+    return next((flag_of(name) for name, kinds in TEXT_ENCODER_KINDS.items() if kind in kinds), "--clip-l")
+
+
+def _rule_files(family: str) -> Tuple[str, ...]:
+    return next((rule.files for rule in knowledge().families if rule.id == family), ())
+
+
+def _missing(family: str, parts: Sequence[ModelPart], given: Set[str]) -> List[Tuple[str, str]]:
+    """What ``family`` cannot run without and neither the model's file (``parts``) nor the request's
+    files (``given`` fields) hold: (the flags with the usual file names, why), from stable-diffusion.cpp."""
+    k, needs = knowledge(), _family_needs(family)
+    out: List[Tuple[str, str]] = []
+    if needs and needs[0] and not any(p.component == "vae" for p in parts) and not {"vae", "taesd"} & given:
+        files = next((v.files for v in k.vaes if v.id == needs[0][0]), ())
+        out.append((f"--vae {files[0] if files else 'VAE.safetensors'} or --taesd", "a VAE or a tiny autoencoder to "
+                    "decode with: without either the load fails on the decoder's tensors, src/stable-diffusion.cpp new_sd_ctx"))
+    wanted = NEEDED_ENCODERS.get(family, ())
+    have = {p.kind for p in parts if p.component == "text_encoder"} | {x for n in given for x in TEXT_ENCODER_KINDS.get(n, ())}
+    if wanted and not set(wanted) & have:
+        flags = [f"{_flag_of_part('text_encoder', kind)} {next((e.files[0] for e in k.encoders if e.id == kind and e.files), kind)}"
+                 for kind in wanted]
+        why = ("its LLM, which src/conditioner.hpp LLMEmbedder always builds: without it the load fails" if len(wanted) == 1
+               else "a text encoder: src/conditioner.hpp runs with any one of these, zeros for the others and a warning, "
+               "but with none it has no prompt condition and the worker crashes, SIGSEGV")
+        out.append((" or ".join(flags), why))
+    return out
+
+
+def _check_complete(name: str, path: str, insp: Optional[ModelInspection], given: Set[str]) -> None:
+    """The parts the model's family cannot run without (:func:`_missing`), before any worker starts."""
+    missing = _missing(insp.family, insp.parts, given) if insp is not None else []
+    if missing and insp is not None:
+        role = "diffusion model" if insp.role == "diffusion_model" else "model"
+        raise _component_error(name, path, f"this {insp.family_name} {role} lacks parts stable-diffusion.cpp cannot run "
+                               "it without, and the request does not give them: "
+                               + "; ".join(f"{flags} ({why})" for flags, why in missing), f"add {_first_choices(missing)}")
+
+
+def _first_choices(missing: List[Tuple[str, str]]) -> str:
+    return " ".join(flags.split(" or ")[0] for flags, _why in missing)
 
 
 def _check_component(name: str, path: str, family: str) -> None:
@@ -244,6 +329,10 @@ def _check_controlnet(path: str, family: str) -> None:
         raise _component_error("control_net", path, f"{CONTROLNET_LINEAR}; it has {len(linear)} ({linear[0]}, ...)",
                                "use a ControlNet whose proj_in/proj_out weights are 1x1 convolutions ([c, c, 1, 1]: "
                                "the same values), or leave out --control-net")
+    faults = controlnet_faults({t.name: t.shape for t in tensors}, next(w for w, f in CONTROLNET_FAMILIES.items() if f == family))
+    if faults:
+        raise _component_error("control_net", path, f"it is not a whole {family} ControlNet: {faults}",
+                               "the file may be damaged or cut; use a ControlNet in the original layout made for the model")
 
 
 def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:
@@ -253,12 +342,17 @@ def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:
         raise _component_error(name, path, "the file does not exist", "check the path") from None
     except (OSError, ValueError) as exc:  # PngError is a ValueError; OSError: ELOOP, EACCES, EISDIR
         reason = str(exc) if isinstance(exc, PngError) else (getattr(exc, "strerror", None) or str(exc))
-        raise _component_error(name, path, reason, "give an 8-bit PNG image") from None
+        raise _component_error(name, path, reason, "give a PNG image (any PNG variant: gray, palette, RGB or "
+                               "RGBA, 8 or 16 bits, interlaced or not)") from None
     if (img.width, img.height) != (request.width, request.height):
         raise _component_error(name, path, f"it is {img.width}x{img.height}, the request {request.width}x"
                                f"{request.height}; images are not resized",
                                f"generate at --width {img.width} --height {img.height}, or resize the image")
     return img.pixels
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path)) if isinstance(path, str) and path else path
 
 
 def check_components(request: GenerateRequest, model: Optional[str], *, components_supported: bool = True,
@@ -271,7 +365,12 @@ def check_components(request: GenerateRequest, model: Optional[str], *, componen
         flags = ", ".join(flag_of(n) for n in given + images) or "--init-image"
         raise InvalidRequestError(f"{flags}: not supported on the {library} stack",
                                   hint="generate with a stable-diffusion.cpp runtime, or leave them out")
-    info, family = _check_model_file(request, model)
+    # The worker runs in a folder of its own (engine.process): a relative path would name another file there, or
+    # none (stable-diffusion.cpp then leaves out a VAE with a warning): every file goes on as an absolute path.
+    absolute: Dict[str, Any] = {name: _absolute(getattr(request, name)) for name in given}
+    request = dataclasses.replace(request, **absolute)
+    info, insp = _check_model_file(request, model)
+    family = insp.family if insp is not None else "unknown"
     out = CheckedComponents(model=info, family=family)
     if request.diffusion_model:
         out.paths["diffusion_model"] = info.path
@@ -283,6 +382,8 @@ def check_components(request: GenerateRequest, model: Optional[str], *, componen
     if request.control_net:
         _check_controlnet(request.control_net, family)
         out.paths["control_net"] = request.control_net
+    main = "diffusion_model" if request.diffusion_model else "model"  # each file given is checked first, then the whole
+    _check_complete(main, info.path if request.diffusion_model else str(model), insp, set(given))
     if request.init_image:
         out.init_rgb = _read_image("init_image", request.init_image, request)
     elif request.init_pixels:  # a caller that wrote the pixels itself

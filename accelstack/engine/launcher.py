@@ -26,7 +26,7 @@ from .config import EngineOptions
 from .errors import ModelLoadError, WorkerCrashedError, WorkerStartError
 from .policy import SupervisorPolicy, load_note
 from .process import WorkerProcess
-from .protocol import WorkerStatus
+from .protocol import COMPONENT_FLAGS, WorkerStatus, flag_of
 from .runtime import Runtime
 from .workdirs import clean_stale, make, mark_crashed, stamp
 
@@ -36,6 +36,13 @@ log = logging.getLogger(__name__)
 # A prestarted worker is used only while it still waits for its model (or its deferred load file)
 # by this margin; later, it may have given up (its wait counts from after its import: ours is earlier).
 LOAD_MARGIN = 1.0
+# What stable-diffusion.cpp's load errors say of each component file (the prefix its tensors load under, its
+# log lines: src/stable-diffusion.cpp new_sd_ctx, src/control.hpp load_from_file), lower case.
+_COMPONENT_WORDS: Dict[str, Tuple[str, ...]] = {
+    "control_net": ("control net",), "vae": ("first_stage_model.", "loading vae"), "taesd": ("'tae.", "loading tae"),
+    "clip_l": ("clip_l", "cond_stage_model.transformer."), "clip_g": ("clip_g", "cond_stage_model.1."),
+    "t5xxl": ("t5xxl",), "llm": ("text_encoders.llm.", "loading llm"),
+}
 _Launcher = TypeVar("_Launcher", bound="WorkerLauncher")
 
 
@@ -249,7 +256,9 @@ class WorkerLauncher:
             if rc is not None:
                 log.warning("worker %d exited while starting (exit code %d)", proc.pid, rc)
                 if self.model:
-                    raise proc.load_failure(self.model, rc, self._keep_log())
+                    kept = self._keep_log()
+                    crash = proc.load_failure(self.model, rc, kept)
+                    raise self._load_error(crash.message, crash.hint, kept)
                 raise proc.start_failure(f"the worker exited while starting (exit code {rc})")
             st = self._status(self.policy.ping_timeout, wait=self.policy.poll_interval, since=version)
             if st is None:
@@ -270,8 +279,8 @@ class WorkerLauncher:
                 if st.phase == "error":
                     self._kill(f"it could not start: {st.error}")
                     if st.error_kind == "ModelLoadError":
-                        raise ModelLoadError(st.error, hint="check that the file is a complete Stable Diffusion "
-                                             "model (.safetensors, .gguf, .ckpt or a diffusers folder)")
+                        raise self._load_error(st.error, "check that the file is a complete Stable Diffusion model "
+                                               "(.safetensors, .gguf, .ckpt or a diffusers folder)")
                     raise WorkerStartError(f"the worker could not start the runtime: {st.error}",
                                            hint="the runtime is broken or does not match this machine; "
                                            "reinstall it", action=Action.REINSTALL, log_tail=self.log_tail())
@@ -279,6 +288,28 @@ class WorkerLauncher:
                 self._kill("it was not ready in time")
                 raise WorkerStartError(f"the worker was not ready within {self.policy.load_timeout:.0f} s",
                                        hint=self._log_hint(), action=Action.RETRY, log_tail=self.log_tail())
+
+    def _load_error(self, message: str, hint: str, kept_log: str = "") -> ModelLoadError:
+        """The worker's failed load, told on the component file the runtime's reason names (its tensors'
+        prefix, its log line): the load takes every file given with the model, and a damaged ControlNet or
+        VAE was reported as the model's fault, with a hint about a complete model."""
+        given = [(name, getattr(self.options, name)) for name in COMPONENT_FLAGS
+                 if name != "diffusion_model" and getattr(self.options, name)]
+        if not given:
+            return ModelLoadError(message, hint=hint)
+        reason = message.split(": ", 1)[-1] if message.startswith("cannot load model ") else message
+        low = reason.lower()
+        named = [(name, path) for name, path in given
+                 if path in reason or any(word in low for word in _COMPONENT_WORDS.get(name, ()))]
+        files = ", ".join(f"{flag_of(name)} {path}" for name, path in named or given)
+        log_note = f"; the worker's log is kept at {kept_log}" if kept_log else ""
+        if named:
+            return ModelLoadError(f"cannot load {files} (given with the model {self.model}): {reason}",
+                                  hint=f"check {' and '.join(flag_of(n) for n, _p in named)}: the file may be damaged, "
+                                  f"cut, or not made for this model; or leave it out{log_note}")
+        return ModelLoadError(f"{message} (loaded with {files})",
+                              hint="check the model and the files given with it: each must be complete and made for "
+                              f"the model's family, or leave them out to tell which one fails{log_note}")
 
     def log_tail(self, lines: int = 20) -> List[str]:
         """The last lines of the current worker's log (or of the last one, once stopped)."""

@@ -10,20 +10,23 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .. import fsio
 from .errors import OutputPathError, OutputWriteError
 
-__all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "read_input_png",
+__all__ = ["PngError", "PngImage", "encode_png", "write_png", "decode_png", "read_png", "read_input_png", "to_rgb",
            "parameters_text", "SIGNATURE", "MAX_INPUT_SIDE", "MAX_INPUT_BYTES"]
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_WIDE_GRAY = ("I", "I;16", "I;16B", "I;16L", "I;16N")  # Pillow's modes of a 16-bit gray PNG
+_OBJECT = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")  # a Python object's repr in an exception's text
 
 
 class PngError(ValueError):
@@ -227,19 +230,30 @@ def _decode_with_pillow(data: bytes, width: int, height: int) -> PngImage:
     """Pillow (a dependency of the package, in C) decodes every PNG variant (16-bit, palette,
     interlaced) at C speed; the sides were checked above, and Pillow caps text chunks itself
     (PngImagePlugin.MAX_TEXT_CHUNK), so its work is bounded by the checked size."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data), formats=["PNG"]) as img:
             if img.size != (width, height):
                 raise PngError("the PNG's size is not the one its header says")
-            rgb = img.convert("RGB")
-            return PngImage(width, height, 3, rgb.tobytes())
+            return PngImage(width, height, 3, to_rgb(img).tobytes())
     except PngError:
         raise
+    except UnidentifiedImageError:  # its message quotes our BytesIO object: nothing a user can act on
+        raise PngError("damaged PNG: Pillow cannot read its chunks (a checksum that does not match, a cut "
+                       "or damaged header)") from None
     except (OSError, ValueError, SyntaxError, EOFError, IndexError, struct.error, zlib.error,
             Image.DecompressionBombError) as exc:  # what Pillow raises for a damaged file
-        raise PngError(f"damaged or unreadable PNG ({str(exc)[:120]})") from None
+        raise PngError(f"damaged or unreadable PNG ({_OBJECT.sub('', str(exc))[:120]})") from None
+
+
+def to_rgb(img: Any) -> Any:
+    """A Pillow image as RGB. 16-bit gray (a depth map's usual format: Pillow's I;16, I;16B, or I) is
+    scaled to 8 bits first (the high byte, as Pillow reads 16-bit RGB(A)): convert("RGB") clips its
+    values, so all but the darkest 1/256 of a gradient came out white."""
+    if img.mode in _WIDE_GRAY:
+        img = img.convert("I").point(lambda v: v / 256).convert("L")
+    return img.convert("RGB")
 
 
 def parameters_text(prompt: str, negative_prompt: str, fields: Dict[str, object]) -> str:

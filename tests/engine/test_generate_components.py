@@ -189,7 +189,8 @@ def test_an_llm_of_another_family_is_refused_before_it_reaches_the_runtime(tmp_p
     for model, llm, other, takes in ((zimage, vl, "qwen2.5-vl-7b", "qwen3-4b"), (qwen, qwen3, "qwen3-4b", "qwen2.5-vl-7b")):
         with pytest.raises(InvalidRequestError, match=f"--llm .*it is a {other} text encoder.* takes {takes}"):
             check_components(GenerateRequest(**request, diffusion_model=model, llm=llm), None)
-    check_components(GenerateRequest(**request, diffusion_model=zimage, llm=qwen3), None)  # its own: accepted
+    ae = str(m.write_safetensors(tmp_path / "ae.safetensors", m.sd_vae("", 16)))  # Z-Image cannot run without its VAE
+    check_components(GenerateRequest(**request, diffusion_model=zimage, llm=qwen3, vae=ae), None)  # its own: accepted
 
 
 def test_a_file_of_the_wrong_kind_is_refused_naming_the_flag(cpu_runtime, probe_model, parts, tmp_path, no_worker):
@@ -576,9 +577,10 @@ def test_an_embedding_applies_to_a_separate_clip_l_file(cpu_runtime, flux_parts,
         clip_l=str(folder / "clip_l.safetensors")), "split")
     assert report.embeddings == ["fluxword"] and "Embeddings: fluxword" in text
     assert split == whole
-    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):  # the DiT file alone: still refused
+    t5 = sparse_safetensors(tmp_path / "t5xxl_fp16.safetensors", {"shared.weight": (32128, 4096)})
+    with pytest.raises(InvalidRequestError, match="no CLIP text encoder"):  # the DiT and T5-XXL alone: still refused
         generation.generate(cpu_runtime, None, GenerateRequest(**request, diffusion_model=str(folder / "flux1-dev.safetensors"),
-                                                               vae=str(folder / "ae.safetensors")), tmp_path / "no.png")
+                                                               vae=str(folder / "ae.safetensors"), t5xxl=str(t5)), tmp_path / "no.png")
 
 
 def test_sdxl_with_its_clip_g_as_a_file_of_its_own_is_the_checkpoints_image(cpu_runtime, sdxl_probe, tmp_path):
