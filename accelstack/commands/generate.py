@@ -126,7 +126,7 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None, *,
                               lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
                               **{name: getattr(args, name) for name in COMPONENT_FIELDS}).validate()
     options = engine_options(args, settings)
-    direct.check_outputs(direct.output_paths(args.output, request.batch_count))
+    direct.check_not_inputs(direct.check_outputs(direct.output_paths(args.output, request.batch_count)), request, args.model)
     check_given_dirs(args, "--runtime")
     if components:  # a missing or damaged model, component file or image is reported before anything else starts
         direct.check_components(request, args.model or None)

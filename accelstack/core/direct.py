@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.components import check_components
     from ..engine.generation import GenerateReport
     from ..engine.modelfile import check_model
-    from ..engine.outputs import check_outputs, output_paths
+    from ..engine.outputs import check_not_inputs, check_outputs, output_paths
     from ..engine.png import input_png_size
     from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
     from ..engine.probe_model import DEFAULT_SEED
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
 # starts (commands/generate.py) before the model checks and the memory planner are imported.
 _LAZY = {
     "check_components": "accelstack.engine.components", "GenerateReport": "accelstack.engine.generation",
-    "check_outputs": "accelstack.engine.outputs", "output_paths": "accelstack.engine.outputs", "check_model": "accelstack.engine.modelfile",
+    "check_outputs": "accelstack.engine.outputs", "check_not_inputs": "accelstack.engine.outputs",
+    "output_paths": "accelstack.engine.outputs", "check_model": "accelstack.engine.modelfile",
     "input_png_size": "accelstack.engine.png", "FAMILIES": "accelstack.engine.probe_families", "ModelFamily": "accelstack.engine.probe_families",
     "check_families": "accelstack.engine.probe_families", "family_names": "accelstack.engine.probe_families",
     "probe_families_of": "accelstack.engine.probe_families", "DEFAULT_SEED": "accelstack.engine.probe_model",
@@ -49,7 +50,7 @@ __getattr__ = lazy_exports(__name__, _LAZY, globals())
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "early_worker", "engine_options", "generate", "input_png_size", "verify_families",
+           "check_outputs", "check_not_inputs", "early_worker", "engine_options", "generate", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 

@@ -27,7 +27,7 @@ from .device_memory import gpu_vram_free
 from .errors import InvalidRequestError
 from .memory import MemoryEstimate, check, estimate
 from .memory_plan import MemoryPlan, plan_for_files
-from .outputs import NAME_MAX, check_outputs, output_error, output_paths
+from .outputs import NAME_MAX, check_not_inputs, check_outputs, output_error, output_paths
 from .png import parameters_text, write_png
 from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 from .runtime import Runtime
@@ -155,7 +155,8 @@ def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gene
     start = time.perf_counter()
     request.validate()
     options = (options or EngineOptions()).validate()
-    check_outputs(output_paths(output, request.batch_count))  # bad outputs fail before the model loads
+    # bad outputs fail before the model loads; one that is an input would overwrite it
+    check_not_inputs(check_outputs(output_paths(output, request.batch_count)), request, model)
     # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
     # (--init-image, --control-image): checked against the model's family before anything starts.
     checked = check_components(request, str(model) if model else None, components_supported=runtime.traits.companions,
@@ -180,7 +181,8 @@ def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gene
         options = dataclasses.replace(options, chroma_dit_mask=False)
     # LoRAs and embeddings: resolved in their folders, staged privately and checked against the
     # model's tensors before the worker starts; the worker gets only the staged copies.
-    extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths)
+    extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths,
+                               weight_type=options.weight_type)  # quantized: LoRAs apply at run time (lora_check)
     sup: Optional[Supervisor] = None
     try:
         files: Dict[str, Any] = dict(checked.paths)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Union
+from typing import Any, List, Union
 
 from .. import fsio
 from .errors import GenerationError, OutputPathError
 
-__all__ = ["output_paths", "check_outputs", "output_error", "NAME_MAX"]
+__all__ = ["output_paths", "check_outputs", "check_not_inputs", "output_error", "INPUT_FIELDS", "NAME_MAX"]
 
 
 def output_paths(output: Union[str, Path], count: int) -> List[Path]:
@@ -60,3 +60,29 @@ def check_outputs(paths: List[Path]) -> List[Path]:
                 hint = f"name a file, such as {path / 'image.png'}"
             raise output_error(path, reason, hint)
     return paths
+
+
+# a request's files: an output path that is one of them would overwrite it with the result
+INPUT_FIELDS = ("init_image", "control_image", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd",
+                "control_net")
+
+
+def check_not_inputs(paths: List[Path], request: Any, model: Union[str, Path, None] = None) -> List[Path]:
+    """Refuse, before any work, an output path that is one of the run's input files (``-o`` naming the
+    ``--init-image``): the result would replace the user's picture. Compared as the same file where
+    both exist, else by their absolute, normalized paths."""
+    given = [("--model", str(model))] if model else []
+    given += [(f"--{name.replace('_', '-')}", getattr(request, name, "") or "") for name in INPUT_FIELDS]
+    for path in paths:
+        for flag, source in given:
+            if source and _same(path, source):
+                raise output_error(path, f"it is the {flag} of this run, which the image would overwrite",
+                                   "write the result to another file")
+    return paths
+
+
+def _same(a: Union[str, Path], b: Union[str, Path]) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))

@@ -127,6 +127,26 @@ def test_outputs_checked_before_any_work(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created by the check
 
 
+def test_an_output_that_is_one_of_the_inputs_is_refused_before_any_work(tmp_path):
+    """`-o` naming the --init-image (or --control-image) would overwrite the user's picture with the
+    result; no image is worth that, and nothing says the user meant it."""
+    from component_files import write_png_image
+
+    init = write_png_image(tmp_path / "photo.png", 64, 64)
+    before = init.read_bytes()
+    env = cli_env(tmp_path / "cache", tmp_path)
+    model = tmp_path / "m.safetensors"
+    model.write_bytes(b"\xff" * 64)
+    for flag, output, extra in (("--init-image", init, []), ("--init-image", tmp_path / "." / "photo.png", []),
+                                ("--control-image", init, ["--control-net", str(model)])):
+        res = run_cli(["generate", "--runtime", tmp_path, "-m", model, "-p", "x", "-W", "64", "-H", "64", flag, init,
+                       *extra, "-o", output, "--json"], env)
+        line = json.loads(res.stdout.splitlines()[-1])
+        assert res.returncode == 2 and line["code"] == "output-path", (flag, line)
+        assert flag in line["message"] and "photo.png" in line["message"], line
+    assert init.read_bytes() == before
+
+
 def test_cli_refuses_bad_values_before_any_work(tmp_path):
     """No runtime, no model needed: every refusal comes first, as a typed error, no traceback."""
     env = cli_env(tmp_path / "cache", tmp_path)
