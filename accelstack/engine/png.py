@@ -1,4 +1,5 @@
-"""PNG files with the generation parameters in a ``tEXt`` chunk, with the standard library only.
+"""PNG files with the generation parameters in a ``tEXt`` chunk (``iTXt`` for text beyond Latin-1),
+with the standard library only.
 
 Image-generation tools conventionally store the parameters under the keyword ``parameters``
 (A1111 style: prompt, ``Negative prompt: ...``, then ``Steps: 20, Sampler: ..., Seed: ...``),
@@ -59,15 +60,19 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def encode_png(width: int, height: int, rgb: bytes, text: Union[Dict[str, str], None] = None, level: int = 6) -> bytes:
-    """Encode 8-bit RGB pixels (filter type 0 on every row) with optional ``tEXt`` entries."""
+    """Encode 8-bit RGB pixels (filter type 0 on every row) with optional text entries (``tEXt``, or
+    ``iTXt`` for text beyond Latin-1)."""
     if len(rgb) != width * height * 3:
         raise ValueError(f"expected {width * height * 3} bytes of RGB for {width}x{height}, got {len(rgb)}")
     stride = width * 3
     raw = b"".join(b"\x00" + rgb[y * stride:(y + 1) * stride] for y in range(height))
     parts = [SIGNATURE, _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))]
     for key, value in (text or {}).items():
-        # tEXt is Latin-1; characters outside it become '?' rather than failing the save.
-        parts.append(_chunk(b"tEXt", key.encode("latin-1", "replace")[:79] + b"\x00" + value.encode("latin-1", "replace")))
+        keyword = key.encode("latin-1", "replace")[:79] + b"\x00"
+        try:  # tEXt, which every reader knows, holds Latin-1 only
+            parts.append(_chunk(b"tEXt", keyword + value.encode("latin-1")))
+        except UnicodeEncodeError:  # a prompt in Chinese, an emoji: iTXt, UTF-8 (uncompressed, no language), as Pillow does
+            parts.append(_chunk(b"iTXt", keyword + b"\x00\x00\x00\x00" + value.encode("utf-8", "replace")))
     parts.append(_chunk(b"IDAT", zlib.compress(raw, level)))
     parts.append(_chunk(b"IEND", b""))
     return b"".join(parts)

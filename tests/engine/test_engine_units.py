@@ -48,6 +48,19 @@ def test_png_is_read_by_pillow_and_reads_pillows_filters(tmp_path):
     assert decode_png(encode_png(2, 1, b"\x01\x02\x03\x04\x05\x06")).rgb() == b"\x01\x02\x03\x04\x05\x06"
 
 
+def test_png_parameters_keep_text_beyond_latin_1(tmp_path):
+    """tEXt is Latin-1: a prompt in Chinese or with emoji came back as '?' (a user's own prompt,
+    lost from the image that records it). Such text goes in an iTXt chunk, UTF-8, as Pillow writes
+    it; Latin-1 text stays tEXt, which every reader knows."""
+    Image = pytest.importorskip("PIL.Image")
+    rgb = _gradient(8, 8)
+    for text, kind in (("猫 café 🐈 <lora:x:1>\nNegative prompt: ぼやけた", b"iTXt"), ("a café", b"tEXt")):
+        data = encode_png(8, 8, rgb, {"parameters": text})
+        assert kind in data
+        assert decode_png(data).text["parameters"] == text
+        assert Image.open(io.BytesIO(data)).info["parameters"] == text
+
+
 def test_png_rejects_wrong_sizes():
     with pytest.raises(ValueError, match="expected 12 bytes"):
         encode_png(2, 2, b"\0" * 11)
