@@ -369,6 +369,10 @@ def check_components(request: GenerateRequest, model: Optional[str], *, componen
     # none (stable-diffusion.cpp then leaves out a VAE with a warning): every file goes on as an absolute path.
     absolute: Dict[str, Any] = {name: _absolute(getattr(request, name)) for name in given}
     request = dataclasses.replace(request, **absolute)
+    for name, path in (("model", model or ""), *absolute.items()):  # the bindings load os.path.normpath(path.strip())
+        if path != path.strip():
+            raise _component_error(name, path, "its name begins or ends with white space, which the bindings strip: "
+                                   "another file, or none, would be loaded", "rename the file")
     info, insp = _check_model_file(request, model)
     family = insp.family if insp is not None else "unknown"
     out = CheckedComponents(model=info, family=family)

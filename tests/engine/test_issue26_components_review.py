@@ -101,6 +101,19 @@ def flux_parts(module_tmp):
 
 
 # -- 1. relative paths ----------------------------------------------------------------------------------
+def test_a_file_name_that_begins_or_ends_with_a_space_is_refused(probe_model, parts, tmp_path, no_worker):
+    """The bindings load os.path.normpath(path.strip()) (stable_diffusion.py _clean_path): "vae.safetensors "
+    was checked as itself and loaded as "vae.safetensors", another file or none."""
+    spaced = tmp_path / "vae-shifted.safetensors "
+    spaced.write_bytes((parts / "vae-shifted.safetensors").read_bytes())
+    with pytest.raises(InvalidRequestError, match="--vae .*space"):
+        check_components(fast(vae=str(spaced)), probe_model.path)
+    model = tmp_path / "model.safetensors\t"
+    model.symlink_to(probe_model.path)
+    with pytest.raises(InvalidRequestError, match="model .*space"):
+        check_components(fast(), str(model))
+
+
 def test_relative_component_paths_reach_the_worker_as_absolute_ones(probe_model, parts, flux_parts, monkeypatch):
     # The worker runs in its own folder (engine.process): a path relative to the caller's folder named
     # another file there, or none (the VAE was silently not used; --control-net and Flux failed to load).
