@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Optional, Tuple
 
 from .. import core
 from ..core import direct
 from ..core.direct import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..core.direct import protocol as _protocol
-from ..errors import AccelstackError
+from ..errors import AccelstackError, Action, Interrupted
 from ..serde import plural, to_dict
 from ..settings import Settings
 from .common import emit, settings_from_args
@@ -151,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     # the model checks take to import and to read the files' headers; a refusal stops it.
     runtime = _runtime_at_hand(args, s)
     worker = direct.early_worker(runtime) if runtime is not None else None
+    outputs = direct.output_paths(args.output, request.batch_count)
+    before = {str(p): _stamp(str(p)) for p in outputs}
     try:
         direct.check_components(request, args.model or None)
         with progress_renderer(json_mode=args.json) as progress:
@@ -165,11 +168,25 @@ def run(args: argparse.Namespace) -> int:
                 with no_runtime_says_what_to_do():
                     report = core.generate(args.model or None, args.prompt, args.output, settings=s,
                                            options=options, on_progress=progress, **wanted)
-    except BaseException:
+    except BaseException as exc:
         if worker is not None:
             worker.stop()  # (generate stops it itself; a worker stopped twice is no harm)
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: say what is left, as json.md promises
+            written = [p for p, was in before.items() if _stamp(p) not in (None, was)]
+            state = (f"{plural(len(written), 'image')} of {len(before)} written ({', '.join(written)}); the worker "
+                     "was stopped" if written else "no image was written, nothing else changed; the worker was stopped")
+            raise Interrupted.by(exc, state, action=Action.RETRY) from None
         raise
     return _report(args, report)
+
+
+def _stamp(path: str) -> Optional[Tuple[int, int, int]]:
+    """What tells a file written by this run from the one that was there: its inode, size and time."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
