@@ -209,7 +209,7 @@ def applied_at_runtime(tensors: List[TensorInfo], weight_type: str = "") -> str:
     "auto" lora_apply_mode (the bindings' default) does so when any weight it loads is quantized, as stored
     or converted on load (``weight_type``; src/stable-diffusion.cpp ``have_quantized_weight``)."""
     if weight_type.upper().startswith(_QUANTIZED):
-        return f"weight_type {weight_type} quantizes its weights"
+        return f"the weight type {weight_type} (--weight-type, or the memory plan's choice) quantizes its weights"
     found = next((t for t in tensors if t.dtype.upper().startswith(_QUANTIZED)), None)
     return f"the model's weights are quantized, such as {found.name[:60]} in {found.dtype}" if found else ""
 
@@ -283,7 +283,7 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
                 f"LoRAs at run time here ({at_runtime}) and adds such a change repeated down the rows, which aborts "
                 f"(ggml_can_repeat) as {total} does not divide {want}; it pads it only where it applies LoRAs to the "
                 "weights as loaded",
-                hint="use a model whose weights are not quantized (and weight_type default or f16), or a LoRA that "
+                hint="use a model whose weights are not quantized (and --weight-type default or f16), or a LoRA that "
                      "covers the whole weight")
     if not changed:
         sample = sorted(m.key for m in modules.values())[0]
