@@ -39,7 +39,13 @@ def _run(cpu_runtime, probe_model, tmp_path, name: str, request: GenerateRequest
 
 
 # -- for real on the CPU build ---------------------------------------------------------------------------
+def _staging() -> set:
+    """The run folders in the temp folder: a LoRA's staging is one (workdirs.make), named like a worker's."""
+    return set(Path(tempfile.gettempdir()).glob("accelstack-worker-*"))
+
+
 def test_a_lora_changes_the_image_is_named_and_weight_zero_changes_nothing(cpu_runtime, probe_model, tmp_path):
+    before = _staging()
     loras = tmp_path / "loras"
     loras.mkdir()
     kohya_lora(loras / "style.safetensors")
@@ -53,7 +59,7 @@ def test_a_lora_changes_the_image_is_named_and_weight_zero_changes_nothing(cpu_r
     assert report.loras[0].tensors == 3 * len(BLOCKS)
     text = read_png(tmp_path / "styled.png").text["parameters"]
     assert "LoRA: style:0.9" in text
-    assert not list(Path(tempfile.gettempdir()).glob("accelstack-companions-*"))  # the staging is removed
+    assert _staging() == before  # the staging is removed (the glob of "accelstack-companions-*" matched no folder ever made)
 
 
 def test_an_embedding_loads_and_its_name_changes_the_conditioning(cpu_runtime, probe_model, tmp_path):
@@ -109,9 +115,10 @@ def test_a_lora_tag_in_the_negative_prompt_is_refused():
 
 
 def _refused(tmp_path: Path, probe_info, name: str, match: str) -> None:
+    before = _staging()
     with pytest.raises(InvalidRequestError, match=match):
         prepare_companions(f"cat <lora:{name}:1>", str(tmp_path / "loras"), "", probe_info)
-    assert not list(Path(tempfile.gettempdir()).glob("accelstack-companions-*"))  # removed on the error too
+    assert _staging() == before  # removed on the error too
 
 
 def test_a_symlink_pointing_outside_is_refused(tmp_path, probe_info):
