@@ -13,9 +13,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 import pytest
+import wheelhouse
 
 from accelstack.settings import ENV, Settings
 
@@ -60,6 +61,17 @@ def module_tmp(tmp_path_factory, request) -> Iterator[Path]:
     path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def torch_cpu_wheels() -> Dict[str, str]:
+    """The pip environment that installs torch 2.13 (CPU), torchvision 0.28 and the torch engine's
+    packages from a wheel folder the tests fill once (tests/wheelhouse.py); skips with pip's reason
+    where they cannot be downloaded."""
+    folder, why = wheelhouse.fill(wheelhouse.TORCH_CPU_STACK)
+    if why:
+        pytest.skip(f"cannot download {' '.join(wheelhouse.TORCH_CPU_STACK)} into a local wheel folder: {why}")
+    return wheelhouse.pip_env(folder)
 
 
 @pytest.fixture(scope="session")

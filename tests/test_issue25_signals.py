@@ -85,7 +85,8 @@ def _env(tmp_path: Path) -> Dict[str, str]:
     env = {**os.environ, "ACCELSTACK_HOME": str(state / "home"), "ACCELSTACK_CACHE": str(state / "cache"),
            "ACCELSTACK_BUILD_CACHE": str(state / "builds"), "ACCELSTACK_PROBE_CACHE": str(state / "probe"),
            "ACCELSTACK_CONFIG": str(state / "config" / "config.yaml"), "ACCELSTACK_CONFIG_DIR": str(state / "config"),
-           "ACCELSTACK_OFFLINE": "", "ACCELSTACK_BACKEND": "", "PYTHONPATH": str(REPO)}
+           "ACCELSTACK_OFFLINE": "", "ACCELSTACK_BACKEND": "", "PYTHONPATH": str(REPO),
+           "ACCELSTACK_MIN_RATE": "0"}  # the held download is stopped by the signal, never by a clock
     env.pop("ACCELSTACK_DEBUG", None)
     return env
 

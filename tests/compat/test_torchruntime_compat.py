@@ -2,7 +2,8 @@
 
 - A script written only against torchruntime's API, as Easy Diffusion calls it, runs unchanged in a
   fresh venv with its import line swapped, and installs a working CPU torch 2.13 there (real pip,
-  the local wheel directory; skipped at run time where pip cannot find that wheel offline).
+  from the wheel folder the tests fill once: tests/wheelhouse.py; skipped with pip's reason where
+  that wheel cannot be downloaded).
 - The command line mirrors torchruntime's (install, test, info, --help).
 - On every replayed capture, the compat ``get_torch_platform`` is the platform of accelstack's plan,
   and differs from torchruntime's own exactly where tests/manifests/test_torchruntime_diff.py's
@@ -44,17 +45,7 @@ def _active_torch(status: dict) -> str:
 
 # -- the Easy Diffusion script in a fresh venv -----------------------------------------------------
 @pytest.fixture(scope="module")
-def torch_wheels(module_tmp) -> None:
-    """Skip unless pip finds the torch 2.13 CPU wheel and torchvision 0.28 offline (asked at run time)."""
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q", "-d",
-                          str(module_tmp / "probe"), "torch==2.13.0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    if res.returncode != 0:
-        pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
-
-
-@pytest.fixture(scope="module")
-def ed_run(torch_wheels, module_tmp):
+def ed_run(torch_cpu_wheels, module_tmp):
     """A fresh venv that sees accelstack (and its dependencies) through a .pth file, but no torch;
     the Easy Diffusion script, with its import line swapped, run by that venv's python."""
     root = module_tmp / "ed"
@@ -69,7 +60,7 @@ def ed_run(torch_wheels, module_tmp):
     assert text.count(SWAP[0]) == 1
     script = root / "app.py"
     script.write_text(text.replace(SWAP[0], SWAP[1]), encoding="utf-8")
-    env = {**os.environ, "ACCELSTACK_HOME": str(root / "home"), "ACCELSTACK_CACHE": str(root / "cache")}
+    env = {**os.environ, "ACCELSTACK_HOME": str(root / "home"), "ACCELSTACK_CACHE": str(root / "cache"), **torch_cpu_wheels}
     proc = _run(python, str(script), *PINS, env=env, timeout=1800)
     return env_dir, python, env, proc
 

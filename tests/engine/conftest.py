@@ -67,17 +67,15 @@ def _worker_folders_in_a_test_temp_dir(tmp_path_factory):
     tempfile.tempdir = saved
 
 
-TORCH_WHEELS = os.environ.get("ACCELSTACK_TEST_TORCH_WHEELS", "/opt/wheels")
 TORCH_PIN = "torch==2.13.*"
 
 
 @pytest.fixture(scope="package")
-def torch_venv(tmp_path_factory) -> Iterator[Path]:
+def torch_venv(tmp_path_factory, torch_cpu_wheels) -> Iterator[Path]:
     """One venv with torch + diffusers for the engine's torch tests (the worker, verify's pipeline step).
 
-    ``torch==2.13.*`` from the wheel on this machine's disk (``PIP_FIND_LINKS=/opt/wheels``; the pin
-    keeps pip from fetching any other torch) plus diffusers, transformers and safetensors from the
-    index; if that fails (no wheel, no network), the tests that need it skip. pip's ``--no-compile``
+    ``torch==2.13.*`` (CPU) plus diffusers, transformers and safetensors from the wheel folder the
+    tests fill once (tests/wheelhouse.py; the fixture skips where it cannot). pip's ``--no-compile``
     and one import with bytecode writing on compile only the modules the tests run: compiling every
     module of torch, diffusers and transformers took 50 of the install's 80 s here.
     """
@@ -89,7 +87,7 @@ def torch_venv(tmp_path_factory) -> Iterator[Path]:
     if res.returncode != 0:
         pytest.skip(f"cannot create a venv: {res.stdout[-300:]}")
     py = venv_python(venv)
-    env = {**os.environ, "PIP_FIND_LINKS": TORCH_WHEELS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = {**os.environ, **torch_cpu_wheels, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     try:
         res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", TORCH_PIN, "diffusers",
                               "transformers", "safetensors"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

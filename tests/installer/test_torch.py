@@ -1,14 +1,15 @@
 """A real torch install into a fresh venv through ``accelstack.install(plan)``, its check, and its undo.
 
-Uses the CPU build of torch 2.13 where pip can find it without the network (this machine's pip
-configuration points at a local wheel directory); elsewhere these tests skip. The plans install torch
-alone (``without_engine``): the torch engine's packages come from PyPI, which tests do not reach.
+pip installs the CPU build of torch 2.13 from a wheel folder the tests fill once (tests/wheelhouse.py:
+no index, no pip configuration), so the result does not depend on how a machine configures pip; where
+that wheel cannot be downloaded these tests skip with pip's reason. The plans install torch alone
+(``without_engine``): the torch engine's packages are not in that folder.
 """
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -23,13 +24,12 @@ PIN = "torch==2.13.*"
 
 
 @pytest.fixture(scope="module")
-def torch_wheel(module_tmp) -> None:
-    """Skip unless pip finds the torch 2.13 CPU wheel offline (asked at run time, never at collection)."""
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q",
-                          "-d", str(module_tmp / "probe"), "torch==2.13.0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    if res.returncode != 0:
-        pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
+def torch_wheel(torch_cpu_wheels) -> Iterator[None]:
+    """Every pip of this module (accelstack's included) installs from the tests' wheel folder alone."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in torch_cpu_wheels.items():
+            mp.setenv(name, value)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ into a fresh venv by a pip that can reach nothing but the bundle (no index, no f
 configuration), checked and recorded as an online torch install; tampered or hostile bundles refused
 before pip runs.
 
-Uses the CPU build of torch 2.13 where pip can find it without the network (this machine's pip
-configuration points at a local wheel directory); elsewhere the install tests skip.
+The bundle is made from the CPU build of torch 2.13 in the wheel folder the tests fill once
+(tests/wheelhouse.py); where that wheel cannot be downloaded the install tests skip with pip's reason.
 """
 from __future__ import annotations
 
@@ -33,17 +33,11 @@ PIN = "torch==2.13.*"
 
 
 @pytest.fixture(scope="module")
-def torch_bundle(module_tmp):
-    """A torch bundle made from this machine's plan (skips unless pip finds the torch 2.13 CPU wheel offline)."""
-    probe = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-q",
-                            "-d", str(module_tmp / "probe"), "torch==2.13.0"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    if probe.returncode != 0:
-        pytest.skip("pip cannot find the torch 2.13 CPU wheel without the network on this machine")
+def torch_bundle(module_tmp, torch_cpu_wheels):
+    """A torch bundle made from this machine's plan, its wheels downloaded from the tests' wheel folder alone."""
     root = module_tmp / "online"
     root.mkdir()
-    # the plan's index (download.pytorch.org) is unreachable here: PIP_RETRIES=0 fails over to the local mirror at once
-    env = cli_env(root / "home", root / "cache", {"ACCELSTACK_CONFIG_DIR": str(root / "config"), "PIP_RETRIES": "0"})
+    env = cli_env(root / "home", root / "cache", {"ACCELSTACK_CONFIG_DIR": str(root / "config"), **torch_cpu_wheels})
     proc = run_cli(["bundle", "create", "--stack", "torch", "--venv", str(root / "venv"), "-o", str(root / "torch.tar"),
                     "--json", PIN], env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
