@@ -114,7 +114,7 @@ ENV_READERS = {"accelstack.settings", "accelstack.hardware.live",
 # HTTP: artifacts/ is the network; the engine's client talks to its own worker on 127.0.0.1 and the
 # service serves on loopback (neither ever reaches another host)
 HTTP_MODULES = ("urllib.request", "http.client", "requests", "urllib3", "httpx")
-HTTP_ALLOWED = ("accelstack.artifacts", "accelstack.engine.client", "accelstack.service")
+HTTP_ALLOWED = ("accelstack.artifacts", "accelstack.engine.supervision.client", "accelstack.service")
 STACK_NAMES = ("ggml", "torch")
 MAX_FUNCTION_IMPORTS = 50
 MAX_MODULE_LINES = 400

@@ -19,19 +19,19 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from .. import __version__
 from ..events import ProgressCallback, null_progress
 from ..hardware.live import LiveSystem
-from . import workdirs
-from .companions import AppliedLora, Companions, prepare_companions
-from .components import CheckedComponents, check_components
 from .config import EngineOptions
-from .device_memory import gpu_vram_free
 from .errors import InvalidRequestError
-from .memory import MemoryEstimate, check, estimate
-from .memory_plan import MemoryPlan, plan_for_files
-from .outputs import NAME_MAX, check_not_inputs, check_outputs, output_error, output_paths
+from .memory.device import gpu_vram_free
+from .memory.estimate import MemoryEstimate, check, estimate
+from .memory.plan import MemoryPlan, plan_for_files
 from .png import parameters_text, write_png
-from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
+from .request.companions import AppliedLora, Companions, prepare_companions
+from .request.components import CheckedComponents, check_components
+from .request.outputs import NAME_MAX, check_not_inputs, check_outputs, output_error, output_paths
 from .runtime import Runtime
-from .supervisor import Supervisor, SupervisorPolicy
+from .supervision import workdirs
+from .supervision.supervisor import Supervisor, SupervisorPolicy
+from .worker.protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 
 __all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
            "available_ram", "NAME_MAX"]
@@ -136,7 +136,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
     raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
     request names a diffusion model of its own (``request.diffusion_model``). ``worker``: one that
-    :func:`~accelstack.engine.supervisor.early_worker` started for ``runtime`` (its ``policy`` is
+    :func:`~accelstack.engine.supervision.supervisor.early_worker` started for ``runtime`` (its ``policy`` is
     used); it is stopped when this returns or raises, whatever happened.
     """
     if worker is not None and worker.runtime != runtime:  # another directory, backend or environment
@@ -169,7 +169,7 @@ def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gene
                                   "embeddings folders")
     options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb))  # img2img loads the VAE's encoder
     memory_plan: Optional[MemoryPlan] = None
-    if runtime.traits.memory_estimate:  # the planner (engine.memory_plan) resolves every "auto" so that it fits
+    if runtime.traits.memory_estimate:  # the planner (engine.memory.plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
                                      request.width, request.height, request.batch_count, options, gpu=runtime.is_gpu,
                                      ram_free=available_ram(), vram_free=gpu_vram_free(runtime.backend))

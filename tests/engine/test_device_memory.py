@@ -8,8 +8,8 @@ import pytest
 
 from accelstack.engine import generation
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.device_memory import gpu_vram_free, vram_free_of
-from accelstack.engine.memory_plan import plan_for_files
+from accelstack.engine.memory.device import gpu_vram_free, vram_free_of
+from accelstack.engine.memory.plan import plan_for_files
 from accelstack.hardware.detection import detect
 from accelstack.hardware.replay import ReplaySystem
 
@@ -78,7 +78,7 @@ def test_generate_plans_with_the_machines_free_vram(cpu_runtime, probe_model, mo
     # where the test stops, with the options it would have been given.
     import dataclasses
 
-    from accelstack.engine.protocol import GenerateRequest
+    from accelstack.engine.worker.protocol import GenerateRequest
     from accelstack.hardware import live
 
     monkeypatch.setattr(live, "LiveSystem", lambda: _system("linux-nvidia-rtx4070-550"))

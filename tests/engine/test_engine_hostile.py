@@ -9,11 +9,12 @@ import stat
 
 import pytest
 
-from accelstack.engine import generation, memory
+from accelstack.engine import generation
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config
 from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError, InvalidRequestError
 from accelstack.engine.generation import check_outputs, output_paths
-from accelstack.engine.protocol import DeviceInfo, GenerateRequest, WorkerStatus
+from accelstack.engine.memory import estimate as memory
+from accelstack.engine.worker.protocol import DeviceInfo, GenerateRequest, WorkerStatus
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
 
 from engine_helpers import cli_env, run_cli
@@ -183,7 +184,7 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
 
 # -- memory estimate -----------------------------------------------------------------------------------
 def test_memory_estimate_matches_the_calibration():
-    """The formula against the peaks measured on the CPU build (see engine.memory): within 25 MiB
+    """The formula against the peaks measured on the CPU build (see engine.memory.estimate): within 25 MiB
     above 128 px, and never below what was measured."""
     measured = {(256, False, 32, True): 425, (384, False, 32, True): 956, (384, True, 8, True): 106,
                 (384, True, 32, True): 431, (384, True, 16, False): 204}

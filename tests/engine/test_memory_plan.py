@@ -20,13 +20,14 @@ import pytest
 from accelstack.cli import main
 from accelstack.commands.verify import add_engine_arguments
 from accelstack.core import direct
-from accelstack.engine import generation, process
+from accelstack.engine import generation
 from accelstack.engine.config import AUTO, LEGACY, EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, InsufficientMemoryError
-from accelstack.engine.memory_plan import FAMILIES, MemoryPlan, plan_for_files
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.memory.plan import FAMILIES, MemoryPlan, plan_for_files
+from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.supervision import process
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.serde import from_dict, to_dict
 
 GIB = 2 ** 30
