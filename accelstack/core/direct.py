@@ -16,6 +16,7 @@ from ..engine.runtime import Runtime
 from ..engine.worker import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.worker.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..events import ProgressCallback, null_progress
+from ..hardware.protocol import System
 from ..lazy import lazy_exports
 from ..settings import Settings
 from .stacks import stack_info
@@ -109,12 +110,16 @@ def early_worker(runtime: Runtime) -> Supervisor:
 
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path], *,
              options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress,
-             worker: Optional[Supervisor] = None) -> GenerateReport:
+             worker: Optional[Supervisor] = None, system: Optional[System] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` (None: the request's ``diffusion_model``) on ``runtime``;
-    the PNG(s) go to ``output``; ``worker``: one :func:`early_worker` started (stopped at the end)."""
+    the PNG(s) go to ``output``; ``worker``: one :func:`early_worker` started (stopped at the end);
+    ``system``: the machine whose memory the planner fits the generation to (default: this one)."""
     from ..engine.generation import generate as _generate
+    from .machine import machine_memory
 
-    return _generate(runtime, model, request, output, options=options, progress=progress, worker=worker)
+    machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
+    return _generate(runtime, model, request, output, options=options, progress=progress, worker=worker,
+                     machine=machine)
 
 
 def is_probe_model(model: Union[str, Path]) -> bool:

@@ -18,10 +18,9 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 from .. import __version__
 from ..events import ProgressCallback, null_progress
-from ..hardware.live import LiveSystem
 from .config import EngineOptions
 from .errors import InvalidRequestError
-from .memory.device import gpu_vram_free
+from .memory.device import MachineMemory
 from .memory.estimate import MemoryEstimate, check, estimate
 from .memory.plan import MemoryPlan, plan_for_files
 from .png import parameters_text, write_png
@@ -34,7 +33,7 @@ from .supervision.supervisor import Supervisor, SupervisorPolicy
 from .worker.protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 
 __all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
-           "available_ram", "NAME_MAX"]
+           "NAME_MAX"]
 
 
 @dataclass
@@ -109,11 +108,6 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
     return paths
 
 
-def available_ram() -> Optional[int]:
-    """RAM available to a new allocation now (None when it cannot be told)."""
-    return LiveSystem().memory()[1]
-
-
 def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: GenerateRequest,
                          options: EngineOptions) -> None:
     """With the model loaded on a GPU whose free memory the worker reports, check the working
@@ -130,7 +124,7 @@ def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: Generat
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
              options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
              progress: ProgressCallback = null_progress, attempts: int = 2,
-             worker: Optional[Supervisor] = None) -> GenerateReport:
+             worker: Optional[Supervisor] = None, machine: Optional[MachineMemory] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``.
 
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
@@ -143,7 +137,8 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
         worker.stop()
         raise ValueError("the early worker was started for another runtime")
     try:
-        return _generate(runtime, model, request, output, options, policy, progress, attempts, worker)
+        return _generate(runtime, model, request, output, options, policy, progress, attempts, worker,
+                         machine or MachineMemory())
     finally:
         if worker is not None:
             worker.let_go()  # stopped unless it already is (or was asked to exit)
@@ -151,7 +146,7 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
 
 def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
               options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], progress: ProgressCallback,
-              attempts: int, worker: Optional[Supervisor]) -> GenerateReport:
+              attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
     start = time.perf_counter()
     request.validate()
     options = (options or EngineOptions()).validate()
@@ -172,7 +167,7 @@ def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gene
     if runtime.traits.memory_estimate:  # the planner (engine.memory.plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
                                      request.width, request.height, request.batch_count, options, gpu=runtime.is_gpu,
-                                     ram_free=available_ram(), vram_free=gpu_vram_free(runtime.backend))
+                                     ram_free=machine.ram_available, vram_free=machine.vram_free(runtime.backend))
         options, need = memory_plan.apply(options), memory_plan.estimate()
     else:  # the estimate is stable-diffusion.cpp's; diffusers differs: "auto" is the old default there
         options = dataclasses.replace(options.concrete(), memory_check=False)

@@ -14,6 +14,7 @@ from accelstack.engine.config import EngineOptions, apply_overrides, load_config
 from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError, InvalidRequestError
 from accelstack.engine.generation import check_outputs, output_paths
 from accelstack.engine.memory import estimate as memory
+from accelstack.engine.memory.device import MachineMemory
 from accelstack.engine.worker.protocol import DeviceInfo, GenerateRequest, WorkerStatus
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
 
@@ -217,12 +218,13 @@ def test_memory_check_refuses_with_the_numbers_and_what_to_lower():
 
 
 def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime, probe_model, monkeypatch):
-    monkeypatch.setattr(generation, "available_ram", lambda: 22 * 2 ** 30)  # this machine's size, on any machine
+    machine = MachineMemory(ram_available=22 * 2 ** 30)  # this machine's size, on any machine
     req = GenerateRequest(prompt="x", width=4096, height=4096, steps=1)
     started = []
     monkeypatch.setattr(generation.Supervisor, "start", lambda self: started.append(1))
     with pytest.raises(InsufficientMemoryError) as err:  # untiled, as set (auto would tile it: test_memory_plan)
-        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False))
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False),
+                            machine=machine)
     assert "needs about" in err.value.message and not started and not (tmp_path / "big.png").exists()
     with pytest.raises(InvalidRequestError, match="--memory-check must be true or false"):
         apply_overrides(EngineOptions(), {"memory_check": "no"})
