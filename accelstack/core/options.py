@@ -6,7 +6,7 @@ without a loopback server and without monkeypatching. Each default is the real p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Protocol, Sequence
 
@@ -89,3 +89,7 @@ class InstallOptions:
     trusted: Optional[TrustedSet] = None
     prefer_remembered: bool = False
     fallback: bool = True
+
+    def keywords(self) -> Dict[str, Any]:
+        """These options as ``install``'s keywords (the one way it takes them), the values as they are."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

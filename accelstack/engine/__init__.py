@@ -26,7 +26,47 @@ deps. No room or module shares a name with an exported function (``verification`
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each loads on first use
+    from ..verdict import PixelStats as PixelStats
+    from ..verdict import VerifyCheck as VerifyCheck
+    from ..verdict import VerifyReport as VerifyReport
+    from .config import EngineOptions as EngineOptions
+    from .config import apply_overrides as apply_overrides
+    from .config import load_config as load_config
+    from .errors import CancelledError as CancelledError
+    from .errors import ConfigError as ConfigError
+    from .errors import EngineError as EngineError
+    from .errors import GenerationError as GenerationError
+    from .errors import InvalidRequestError as InvalidRequestError
+    from .errors import ModelLoadError as ModelLoadError
+    from .errors import ProbeModelError as ProbeModelError
+    from .errors import RuntimeNotFoundError as RuntimeNotFoundError
+    from .errors import WorkerCrashedError as WorkerCrashedError
+    from .errors import WorkerStartError as WorkerStartError
+    from .generation import GenerateReport as GenerateReport
+    from .generation import generate as generate
+    from .models.check import check_model as check_model
+    from .probes.model import ProbeModel as ProbeModel
+    from .probes.model import ensure_probe_model as ensure_probe_model
+    from .runtime import Runtime as Runtime
+    from .supervision.client import WorkerClient as WorkerClient
+    from .supervision.policy import LivenessJudge as LivenessJudge
+    from .supervision.policy import RestartRecord as RestartRecord
+    from .supervision.policy import SupervisorPolicy as SupervisorPolicy
+    from .supervision.process import WorkerProcess as WorkerProcess
+    from .supervision.process import kill_tree as kill_tree
+    from .supervision.supervisor import Supervisor as Supervisor
+    from .verification.probe_verify import verify as verify
+    from .verification.torch_verify import verify_torch as verify_torch
+    from .worker.protocol import DeviceInfo as DeviceInfo
+    from .worker.protocol import GenerateRequest as GenerateRequest
+    from .worker.protocol import GenerateResult as GenerateResult
+    from .worker.protocol import WorkerStatus as WorkerStatus
+
 
 _EXPORTS = {
     "Runtime": ".runtime",
@@ -69,4 +109,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 import pytest
 
 import accelstack
-from accelstack import InstallOptions, Services
+from accelstack import Services
 from accelstack.artifacts.errors import FetchError
 from accelstack.core import import_verifier
 from accelstack.refs import ArtifactRef
@@ -75,7 +75,7 @@ def test_an_injected_fetcher_installs_with_no_server(disk_site, tmp_path):
     assert any(c.endswith(".whl") for c in fetcher.calls)
     # options as one value or as keywords: the same install, now a no-op
     again = accelstack.install(settings=s, services=Services(fetcher=fetcher),
-                               options=InstallOptions(verifier=import_verifier()))
+                               verifier=import_verifier())
     assert not again.changed and again.runtime == summary.runtime
 
 
