@@ -29,7 +29,7 @@ POLICY = SupervisorPolicy(startup_timeout=60, load_timeout=300, poll_interval=0.
 # Spawns the worker of `accelstack generate` with a record of the modules loaded at that moment.
 RUNNER = """
 import json, sys
-from accelstack.engine import process
+from accelstack.engine.supervision import process
 spawn = process.WorkerProcess.spawn
 seen = []
 def recording(self):

@@ -285,7 +285,7 @@ def test_a_stamp_that_cannot_be_written_does_not_fail_the_launch(tmp_path):
 
 @pytest.mark.parametrize("stamped", [True, False])  # False: killed between the folder and the worker's spawn
 def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path, stamped):
-    code = ("import sys, time; from accelstack.engine import workdirs; "
+    code = ("import sys, time; from accelstack.engine.supervision import workdirs; "
             "print(workdirs.make(sys.argv[1], stamped=sys.argv[2] == 'True'), flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(stamped)], stdout=subprocess.PIPE, text=True)
     made = Path(proc.stdout.readline().strip())
