@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
-from ..engine.runtime import Runtime
+from ..engine.runtime import GGML, Runtime
 from ..engine.worker import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.worker.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..events import ProgressCallback, null_progress
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.png import input_png_size
     from ..engine.probes.families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
     from ..engine.probes.model import DEFAULT_SEED
+    from ..engine.request.check import CheckedGeneration
     from ..engine.request.components import check_components
     from ..engine.request.outputs import check_not_inputs, check_outputs, output_paths
     from ..engine.supervision.supervisor import Supervisor
@@ -44,7 +45,7 @@ _LAZY = {
     "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
     "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
     "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
-    "IDENTICAL": "accelstack.engine.verification.probe_verify",
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", "CheckedGeneration": "accelstack.engine.request.check",
 }
 if not TYPE_CHECKING:  # a type checker sees the names above, and no others
     __getattr__ = lazy_exports(__name__, _LAZY, globals())
@@ -52,7 +53,7 @@ if not TYPE_CHECKING:  # a type checker sees the names above, and no others
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "check_not_inputs", "early_worker", "engine_options", "generate", "input_png_size", "verify_families",
+           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options", "generate", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -109,18 +110,41 @@ def early_worker(runtime: Runtime) -> Supervisor:
     return _early_worker(runtime)
 
 
+def check_generation(request: GenerateRequest, model: Optional[Union[str, Path]], output: Union[str, Path],
+                     options: Optional[EngineOptions] = None, *, runtime: Optional[Runtime] = None,
+                     read_files: bool = True) -> CheckedGeneration:
+    """The one check of a generate request, for ``runtime``'s stack (None: stable-diffusion.cpp's):
+    see :func:`accelstack.engine.request.check.check_generation`."""
+    from ..engine.request.check import check_generation as _check
+
+    return _check(request, model, output, options, traits=runtime.traits if runtime is not None else GGML,
+                  read_files=read_files)
+
+
+def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, progress: ProgressCallback = null_progress,
+                     worker: Optional[Supervisor] = None, system: Optional[System] = None) -> GenerateReport:
+    """Generate what :func:`check_generation` checked, on ``runtime``, without checking it again;
+    ``worker``: one :func:`early_worker` started (stopped at the end); ``system``: the machine whose
+    memory the planner fits the generation to (default: this one)."""
+    from ..engine.generation import generate_checked as _generate
+    from .machine import machine_memory
+
+    machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
+    return _generate(runtime, checked, progress=progress, worker=worker, machine=machine)
+
+
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path], *,
              options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress,
              worker: Optional[Supervisor] = None, system: Optional[System] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` (None: the request's ``diffusion_model``) on ``runtime``;
-    the PNG(s) go to ``output``; ``worker``: one :func:`early_worker` started (stopped at the end);
-    ``system``: the machine whose memory the planner fits the generation to (default: this one)."""
-    from ..engine.generation import generate as _generate
-    from .machine import machine_memory
-
-    machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
-    return _generate(runtime, model, request, output, options=options, progress=progress, worker=worker,
-                     machine=machine)
+    the PNG(s) go to ``output``: :func:`check_generation`, then :func:`generate_checked`."""
+    try:
+        checked = check_generation(request, model, output, options, runtime=runtime)
+    except BaseException:
+        if worker is not None:
+            worker.let_go()
+        raise
+    return generate_checked(runtime, checked, progress=progress, worker=worker, system=system)
 
 
 def is_probe_model(model: Union[str, Path]) -> bool:

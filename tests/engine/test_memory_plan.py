@@ -355,7 +355,7 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
                             machine=MachineMemory(ram_available=ram))
     assert not (tmp_path / "old.png").exists()
     sent, reports = [], []  # the options the worker is given (the CLI's early worker gets them in its load file)
-    real_send, real_generate = process.WorkerProcess.send_load, direct.generate
+    real_send, real_generate = process.WorkerProcess.send_load, direct.generate_checked
 
     def send_load(self, model, options):
         sent.append(options)
@@ -370,7 +370,7 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     monkeypatch.setattr(generation, "_check_device_memory",
                         lambda sup, need, req, opts: (checked_after_load.append((opts, need)), real_check(sup, need, req, opts)))
     monkeypatch.setattr(process.WorkerProcess, "send_load", send_load)
-    monkeypatch.setattr(direct, "generate", generate)
+    monkeypatch.setattr(direct, "generate_checked", generate)
     out = tmp_path / "auto.png"
     assert main(["generate", "--runtime", str(cpu_runtime.path), "-m", probe_model.path, "-p", "a red cube",
                  "--width", str(side), "--height", str(side), "--steps", "1", "--seed", "7", "-o", str(out)]) == 0

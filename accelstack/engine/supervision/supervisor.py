@@ -105,8 +105,9 @@ class Supervisor(WorkerLauncher):
     def generate(self, request: GenerateRequest, attempts: int = 1, label: str = "") -> GenerateResult:
         """Run one job. A worker that dies or stalls is killed; with ``attempts`` > 1 the job is
         run again on a restarted worker (restarts are counted in the result). ``label`` names the
-        job's progress task (default: its size and steps)."""
-        request.validate()
+        job's progress task (default: its size and steps). The request was checked once by the
+        engine (:func:`~accelstack.engine.request.check.check_generation`, or built by ``verify``); the
+        worker validates what reaches it."""
         if not self.model:
             raise GenerationError("this supervisor has no model loaded", hint="pass model= to Supervisor")
         restarts_before = len(self.restarts)
