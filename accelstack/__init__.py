@@ -14,6 +14,8 @@ Names are imported on first use, so the CLI pays only for the command it runs.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
 import logging as _logging
@@ -22,6 +24,44 @@ import logging as _logging
 _logging.getLogger("accelstack").addHandler(_logging.NullHandler())
 
 from .lazy import lazy_exports  # noqa: E402
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each loads on first use
+    from accelstack.artifacts import fetch as fetch
+    from accelstack.core.detection import detect as detect
+    from accelstack.core.installing import install as install
+    from accelstack.core.maintenance import gc as gc
+    from accelstack.core.maintenance import repair as repair
+    from accelstack.core.maintenance import rollback as rollback
+    from accelstack.core.maintenance import status as status
+    from accelstack.core.maintenance import uninstall as uninstall
+    from accelstack.core.maintenance import upgrade as upgrade
+    from accelstack.core.models import ModelInspection as ModelInspection
+    from accelstack.core.models import inspect_model as inspect_model
+    from accelstack.core.models import inspect_models as inspect_models
+    from accelstack.core.options import InstallOptions as InstallOptions
+    from accelstack.core.options import Services as Services
+    from accelstack.core.planning import plan as plan
+    from accelstack.core.results import InstallSummary as InstallSummary
+    from accelstack.core.running import generate as generate
+    from accelstack.core.running import verify as verify
+    from accelstack.core.verifiers import default_verifier as default_verifier
+    from accelstack.core.verifiers import import_verifier as import_verifier
+    from accelstack.errors import AccelstackError as AccelstackError
+    from accelstack.errors import Action as Action
+    from accelstack.events import ProgressEvent as ProgressEvent
+    from accelstack.hardware.report import HardwareReport as HardwareReport
+    from accelstack.hardware.system import CapturingSystem as CapturingSystem
+    from accelstack.hardware.system import LiveSystem as LiveSystem
+    from accelstack.hardware.system import ReplaySystem as ReplaySystem
+    from accelstack.installer.records import Receipt as Receipt
+    from accelstack.manifests.plan import Plan as Plan
+    from accelstack.manifests.plan import Request as Request
+    from accelstack.manifests.resolver import Manifests as Manifests
+    from accelstack.manifests.resolver import resolve as resolve
+    from accelstack.refs import ArtifactRef as ArtifactRef
+    from accelstack.settings import Settings as Settings
+    from accelstack.verdict import VerifyReport as VerifyReport
+
 
 _EXPORTS = {
     # the core: one function per job, both stacks
@@ -68,4 +108,5 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -20,7 +20,7 @@ with the same probe model (default 256x256, 4 steps), alternating, and it prints
 the ratio cpu/native (product goal: <= 1.10, within 10% of the best speed the hardware allows).
 
 With ``--family F`` (issue 26) the same comparison runs on family F's synthesized probe
-(:mod:`accelstack.engine.probe_families`: ``sd2``, ``sdxl``, ``flux``, ``chroma``, ``qwen-image``; ``sd1`` is the default), one
+(:mod:`accelstack.engine.probes.families`: ``sd2``, ``sdxl``, ``flux``, ``chroma``, ``qwen-image``; ``sd1`` is the default), one
 file loaded with ``-m`` by both, with the family's CFG scale (1 for the DiTs and SDXL) and its forced
 options (Chroma: flash attention off); the verify line is ``verify --family F``.
 
@@ -112,7 +112,7 @@ def vs_native(args) -> None:
     import psutil
 
     from accelstack.engine.png import read_png
-    from accelstack.engine.probe_model import ensure_probe_model
+    from accelstack.engine.probes.model import ensure_probe_model
     from accelstack.publisher.build import build_ggml
     from accelstack.publisher.build_cache import build_cache_dir
     from accelstack.settings import Settings
@@ -172,10 +172,10 @@ def main() -> None:
 
     from accelstack.engine.config import EngineOptions
     from accelstack.engine.png import read_png
-    from accelstack.engine.probe_families import family_spec
-    from accelstack.engine.probe_family_files import ensure_family_probe
+    from accelstack.engine.probes.families import family_spec
+    from accelstack.engine.probes.family_files import ensure_family_probe
     from accelstack.engine.runtime import Runtime
-    from accelstack.engine.verification import verify
+    from accelstack.engine.verification.probe_verify import verify
     from accelstack.publisher.build import build_ggml
     from accelstack.publisher.build_cache import build_cache_dir
     from accelstack.settings import Settings

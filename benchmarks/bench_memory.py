@@ -5,13 +5,13 @@ temporary folder), for each VAE setting (untiled, tiles of 8 and 16 latent pixel
 loads the model with the options the planner would send, then generates 1-step images of growing
 sizes. Before each generation the worker's peak RSS is reset (``5`` into ``/proc/PID/clear_refs``);
 after it, the peak above the RSS it had before (``VmHWM - VmRSS``) is the working memory measured,
-as the table in :mod:`accelstack.engine.memory` was. The planner's working memory is its RAM need
+as the table in :mod:`accelstack.engine.memory.estimate` was. The planner's working memory is its RAM need
 less the weights (``BASE + the largest phase's activations + images``). Printed per row: the
 estimate, the measurement, their ratio; and once per worker the loaded RSS against the planner's
 weights (the RSS also holds Python and the library). Goal: every ratio within 15 % (0.85 .. 1.15);
 the estimate is meant to stay on the high side (a ratio >= 1 refuses nothing that fits).
 
-``--family sdxl`` runs the SDXL probe instead (engine.probe_families: Segmind Vega's UNet at SDXL's
+``--family sdxl`` runs the SDXL probe instead (engine.probes.families: Segmind Vega's UNet at SDXL's
 real widths, full CLIP-L and CLIP-G, but a quarter-width VAE decoder): its diffusion and text-encoder
 memory are SDXL's, its VAE's is not, so only tiled rows (``--tiles 8``: the decode is a few MiB) check
 the planner's SDXL constants. ``--family sd2`` and ``--family sd3`` are the same case (the full SD 2.x UNet;
@@ -63,8 +63,8 @@ def _reset_peak(pid: int) -> None:
 
 def _flux_wide(cache: Path, seed: int, chroma: bool = False):
     """The Flux (``chroma``: Chroma) probe with its blocks at the real width (a temporary probe, removed at exit)."""
-    from accelstack.engine import probe_families as pf
-    from accelstack.engine.probe_model import ProbeRecipe, ensure_probe
+    from accelstack.engine.probes import families as pf
+    from accelstack.engine.probes.model import ProbeRecipe, ensure_probe
 
     family = "chroma" if chroma else "flux"
 
@@ -80,10 +80,10 @@ def _sd3_large(work: Path, seed: int):
     """SD3.5-large's MMDiT (38 joint blocks of 2432: its depth fixes its width, src/mmdit.hpp) as a Q4_0 GGUF in
     bare names (8.1 G parameters, 4.6 GB), with the SD3 probe's CLIP-L, CLIP-G and VAE as files of their own:
     (the model, {component: file})."""
-    from accelstack.engine.probe_families import FAMILIES
-    from accelstack.engine.probe_gguf import write_gguf
-    from accelstack.engine.probe_sd3 import mmdit_tensors
-    from accelstack.engine.probe_weights import Pools, write_parts
+    from accelstack.engine.probes.families import FAMILIES
+    from accelstack.engine.probes.gguf import write_gguf
+    from accelstack.engine.probes.sd3 import mmdit_tensors
+    from accelstack.engine.probes.weights import Pools, write_parts
 
     dit = work / "sd3.5_large-Q4_0.gguf"
     write_gguf(dit, {"": mmdit_tensors(38)}, Pools(seed, "F16"), {}, lambda n: None,
@@ -113,13 +113,13 @@ def main() -> int:
     args = ap.parse_args()
 
     from accelstack.engine.config import EngineOptions
-    from accelstack.engine.memory_plan import plan_for_files
-    from accelstack.engine.probe_families import family_spec
-    from accelstack.engine.probe_family_files import ensure_family_probe
-    from accelstack.engine.probe_model import DEFAULT_SEED
-    from accelstack.engine.protocol import GenerateRequest
+    from accelstack.engine.memory.plan import plan_for_files
+    from accelstack.engine.probes.families import family_spec
+    from accelstack.engine.probes.family_files import ensure_family_probe
+    from accelstack.engine.probes.model import DEFAULT_SEED
     from accelstack.engine.runtime import Runtime
-    from accelstack.engine.supervisor import Supervisor
+    from accelstack.engine.supervision.supervisor import Supervisor
+    from accelstack.engine.worker.protocol import GenerateRequest
     from accelstack.publisher.build import build_ggml
     from accelstack.settings import Settings
 

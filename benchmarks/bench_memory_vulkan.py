@@ -190,12 +190,12 @@ def main() -> int:
     args = ap.parse_args()
 
     from accelstack.engine.config import EngineOptions
-    from accelstack.engine.memory_families import BASE
-    from accelstack.engine.memory_plan import MemoryPlan, plan_for_files
-    from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
-    from accelstack.engine.protocol import GenerateRequest
+    from accelstack.engine.memory.families import BASE
+    from accelstack.engine.memory.plan import MemoryPlan, plan_for_files
+    from accelstack.engine.probes.model import DEFAULT_SEED, ensure_probe_model
     from accelstack.engine.runtime import Runtime
-    from accelstack.engine.supervisor import Supervisor, SupervisorPolicy
+    from accelstack.engine.supervision.supervisor import Supervisor, SupervisorPolicy
+    from accelstack.engine.worker.protocol import GenerateRequest
     from accelstack.publisher.build import build_ggml
     from accelstack.settings import Settings
 

@@ -37,10 +37,10 @@ sys.path.insert(0, str(REPO))
 
 def write_f16_probe(root: Path, seed: int) -> tuple:
     """The old probe (every value f16, 2.1 GB) as a kept folder; returns (seconds, bytes)."""
-    from accelstack.engine import probe_layout
-    from accelstack.engine import probe_model as pm
-    from accelstack.engine.probe_architecture import sd1_tensors
-    from accelstack.engine.probe_weights import Pools, write_parts
+    from accelstack.engine.probes import layout as probe_layout
+    from accelstack.engine.probes import model as pm
+    from accelstack.engine.probes.architecture import sd1_tensors
+    from accelstack.engine.probes.weights import Pools, write_parts
 
     start = time.perf_counter()
     folder = root / pm.probe_dir_name(seed)
@@ -78,10 +78,10 @@ def synthesis(runs: int, seed: int) -> None:
     ``ensure_probe_model`` does once that file exists). All three must write the same bytes."""
     import hashlib
 
-    from accelstack.engine import probe_layout
-    from accelstack.engine import probe_model as pm
-    from accelstack.engine.probe_architecture import sd1_tensors
-    from accelstack.engine.probe_weights import Pools, pack_pools, scales_in_order, unpack_pools, write_parts
+    from accelstack.engine.probes import layout as probe_layout
+    from accelstack.engine.probes import model as pm
+    from accelstack.engine.probes.architecture import sd1_tensors
+    from accelstack.engine.probes.weights import Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
     parts = sd1_tensors()
     prefixed = {probe_layout.PREFIXES[p]: parts[p] for p in pm.PARTS}
@@ -139,7 +139,7 @@ def main() -> None:
         synthesis(args.runs, args.seed)
         return
 
-    from accelstack.engine.probe_model import ensure_probe_model
+    from accelstack.engine.probes.model import ensure_probe_model
     from accelstack.publisher.build import build_ggml
     from accelstack.settings import Settings
 

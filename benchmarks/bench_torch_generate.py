@@ -38,7 +38,7 @@ BASELINE = textwrap.dedent("""
     import json, sys, time
     import torch
     sys.path.insert(0, sys.argv[1])
-    from accelstack.engine.torch_check import build_probe_pipeline, fixed_prompt_embeds
+    from accelstack.engine.verification.torch_check import build_probe_pipeline, fixed_prompt_embeds
     probe, steps, size, images = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     dev, dtype = torch.device(kind), (torch.float16 if kind == "cuda" else torch.float32)
@@ -96,7 +96,7 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=4)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+    from accelstack.engine.probes.model import DEFAULT_SEED, ensure_probe_model
 
     work = Path(tempfile.mkdtemp(prefix="bench-torch-"))
     probe_root = Path(os.environ.get("ACCELSTACK_PROBE_CACHE") or work / "probe")

@@ -172,7 +172,7 @@ if [ -n "$RT_CUDA" ] && [ -n "$RT_CPU" ]; then
     say verify
 
     echo "== generate ${SIZE}x${SIZE}, $STEPS steps: CUDA vs CPU"
-    PROBE=$("$PY" -c 'from accelstack.engine.probe_model import ensure_probe_model; print(ensure_probe_model(keep=True).path)')
+    PROBE=$("$PY" -c 'from accelstack.engine.probes.model import ensure_probe_model; print(ensure_probe_model(keep=True).path)')
     for which in cuda cpu; do
         rt=$RT_CUDA; [ "$which" = cpu ] && rt=$RT_CPU
         step "generate-$which" generate --runtime "$rt" --backend "$which" --model "$PROBE" --prompt "a lighthouse at dusk" \

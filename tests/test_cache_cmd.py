@@ -112,7 +112,7 @@ def test_the_family_probes_and_their_pools_are_accelstacks_by_format(tmp_path):
     # verify --family F keeps pools-<family>-f<format>-s<seed>-<dtype>.bin in the probe cache (tens of MB each)
     # and keep=True a <family>-f<format>-s<seed>/ folder: `cache` listed both as not accelstack's, so purge
     # left them and a format change (FAMILY_FORMAT_VERSION 2) left the older ones forever.
-    from accelstack.engine.probe_family_files import FAMILY_FORMAT_VERSION as F
+    from accelstack.engine.probes.family_files import FAMILY_FORMAT_VERSION as F
 
     probe = tmp_path / "cache" / "probe"
     _write(probe / f"flux-f{F}-s1234" / "probe.safetensors", b"x" * 100)

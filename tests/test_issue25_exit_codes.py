@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.engine import memory
 from accelstack.engine.config import EngineOptions
 from accelstack.engine.errors import InsufficientMemoryError
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.memory import estimate as memory
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.errors import NotPossibleHere
 
 from cli_helpers import error_of, run_cli

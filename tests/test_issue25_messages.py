@@ -16,7 +16,7 @@ import accelstack
 from accelstack.artifacts.errors import OfflineError
 from accelstack.commands import common
 from accelstack.engine.errors import ModelLoadError
-from accelstack.engine.modelfile import check_model
+from accelstack.engine.models.check import check_model
 from accelstack.errors import AccelstackError
 from accelstack.limits import MalformedInput, parse_json, parse_yaml, sizes_apart, too_large
 from accelstack.manifests.ggml_manifest import parse_artifact

@@ -66,4 +66,4 @@ def test_no_fixed_temporary_name_is_left_in_the_engine_or_the_core():
     hits = {p.relative_to(root).as_posix() for sub in ("engine", "core") for p in (root / sub).rglob("*.py")
             if any(s in p.read_text(encoding="utf-8") for s in ('".part"', "'.part'", ".png.part"))}
     # the probe's weights, written inside a new private folder of its own; the download cache's listing
-    assert hits <= {"engine/probe_model.py", "core/caches.py"}, hits
+    assert hits <= {"engine/probes/model.py", "core/caches.py"}, hits

@@ -1,7 +1,7 @@
 """The pipeline's layering, checked on the source of the whole package.
 
-detect -> manifests -> artifacts -> installer -> engine, with shared value types below all of
-them, the publisher tooling beside the installer, the core above the stages, the service (the
+hardware -> manifests -> artifacts -> installer -> engine, with shared value types below all of
+them (the engine never reads the machine: the core hands it what it needs), the publisher tooling beside the installer, the core above the stages, the service (the
 core over HTTP) above the core, and the CLI on top.
 No module imports a layer that stands after its own (not even inside a function), and there are
 no import cycles among modules.
@@ -14,15 +14,16 @@ from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "accelstack"
 BOTTOM = ("errors", "events", "serde", "settings", "domain", "refs", "verdict", "lazy", "subprocesses", "limits", "fsio")
-ORDER = ["detect", "manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli"]
+ORDER = ["hardware", "manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli"]
 FORBIDDEN = {
     **{b: tuple(ORDER) + ("publisher",) for b in BOTTOM},
-    "detect": ("manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli", "publisher"),
+    "hardware": ("manifests", "artifacts", "installer", "engine", "core", "service", "commands", "cli", "publisher"),
     "manifests": ("artifacts", "installer", "engine", "core", "service", "commands", "cli", "publisher"),
     "artifacts": ("installer", "engine", "core", "service", "commands", "cli", "publisher"),
     "installer": ("engine", "core", "service", "commands", "cli", "publisher"),
     "publisher": ("installer", "engine", "core", "service", "commands", "cli"),
-    "engine": ("installer", "core", "service", "commands", "cli", "publisher"),
+    # the engine never reads the machine: the core hands it the memory it plans with (core/machine.py)
+    "engine": ("hardware", "installer", "core", "service", "commands", "cli", "publisher"),
     "core": ("service", "commands", "cli"),
     "service": ("commands", "cli"),  # the core over HTTP: it may use the core and below, never the CLI
 }
@@ -79,6 +80,16 @@ def test_no_module_imports_a_layer_after_its_own():
     assert not bad, f"imports against the pipeline order: {bad}"
 
 
+def test_every_part_of_the_package_has_its_layer():
+    """The rules above name layers by their package: a package renamed or added without its rule
+    would be checked by none of them (``hardware/`` went unchecked after its rename from ``detect``)."""
+    parts = {p.stem for p in PACKAGE.iterdir()
+             if (p.is_dir() and (p / "__init__.py").is_file()) or (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))}
+    known = set(FORBIDDEN) | set(ORDER) | {"compat", "schemas"}  # compat: nothing imports it; schemas: data files
+    assert parts - known == set(), f"parts of accelstack no layering rule names: {sorted(parts - known)}"
+    assert {layer for layer in known if layer not in ("cli",)} - parts == set(), "rules name packages that do not exist"
+
+
 def test_no_import_cycles_between_modules():
     mods = _modules()
     # module-level imports between modules; a package's __init__ re-exporting its own submodules
@@ -114,7 +125,7 @@ ENV_READERS = {"accelstack.settings", "accelstack.hardware.live",
 # HTTP: artifacts/ is the network; the engine's client talks to its own worker on 127.0.0.1 and the
 # service serves on loopback (neither ever reaches another host)
 HTTP_MODULES = ("urllib.request", "http.client", "requests", "urllib3", "httpx")
-HTTP_ALLOWED = ("accelstack.artifacts", "accelstack.engine.client", "accelstack.service")
+HTTP_ALLOWED = ("accelstack.artifacts", "accelstack.engine.supervision.client", "accelstack.service")
 STACK_NAMES = ("ggml", "torch")
 MAX_FUNCTION_IMPORTS = 50
 MAX_MODULE_LINES = 400

@@ -15,7 +15,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_public_names_resolve_to_the_functions_and_types():
     code = (
-        "import accelstack.hardware.report, accelstack.core.installing, accelstack.engine.verification\n"  # submodules first
+        "import accelstack.hardware.report, accelstack.core.installing, accelstack.engine.verification.probe_verify\n"  # submodules first
         "import accelstack, inspect\n"
         "for name in ('detect', 'plan', 'install', 'verify', 'status', 'repair', 'upgrade', 'rollback', 'generate', 'resolve', 'fetch'):\n"
         "    assert inspect.isfunction(getattr(accelstack, name)), name\n"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from typing import Optional, Tuple
 
@@ -25,7 +24,7 @@ from .verify import (
     runtime_from_args,
 )
 
-__all__ = ["register", "prepare", "run"]
+__all__ = ["register", "build_request", "prepare", "run"]
 
 # The request fields the component, img2img and ControlNet flags fill (argparse names them alike).
 COMPONENT_FIELDS = tuple(_protocol.COMPONENT_FLAGS) + _protocol.IMAGE_FIELDS + ("strength", "control_strength")
@@ -115,59 +114,66 @@ def image_size(args: argparse.Namespace) -> Tuple[int, int]:
     return (args.width if args.width is not None else default[0], args.height if args.height is not None else default[1])
 
 
+def build_request(args: argparse.Namespace) -> GenerateRequest:
+    """The typed request the arguments describe (checked by :func:`direct.check_generation`)."""
+    width, height = image_size(args)
+    return GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
+                           height=height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
+                           scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
+                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
+                           **{name: getattr(args, name) for name in COMPONENT_FIELDS})
+
+
 def prepare(args: argparse.Namespace, settings: Optional[Settings] = None, *,
             components: bool = True) -> Tuple[GenerateRequest, direct.EngineOptions]:
-    """The request and engine options from the arguments, every value checked, the output paths
-    and the model file too: all that can be refused is refused here, before any work starts.
-    ``components=False`` leaves out the model's and the component files' checks (their headers)."""
-    width, height = image_size(args)
-    request = GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
-                              height=height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
-                              scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
-                              lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
-                              **{name: getattr(args, name) for name in COMPONENT_FIELDS}).validate()
+    """The request and engine options from the arguments, through the one check that `run` makes:
+    every value, the output paths and (``components``) the model's and component files' headers."""
+    checked = _check(args, settings, None, read_files=components)
+    return checked.request, checked.options
+
+
+def _check(args: argparse.Namespace, settings: Optional[Settings], runtime: Optional[direct.Runtime], *,
+           read_files: bool) -> direct.CheckedGeneration:
     options = engine_options(args, settings)
-    direct.check_not_inputs(direct.check_outputs(direct.output_paths(args.output, request.batch_count)), request, args.model)
     check_given_dirs(args, "--runtime")
-    if components:  # a missing or damaged model, component file or image is reported before anything else starts
-        direct.check_components(request, args.model or None)
-    return request, options
+    return direct.check_generation(build_request(args), args.model or None, args.output, options, runtime=runtime,
+                                   read_files=read_files)
 
 
 def _runtime_at_hand(args: argparse.Namespace, settings: Settings) -> Optional[direct.Runtime]:
     """The runtime the command will use when it can be had now and checks out; None otherwise (no
     runtime, a broken one: the error comes where it always did, after the model's checks)."""
     try:
-        if args.runtime or core.stack_for_backend(args.backend) is not None:  # a runtime given by hand
-            return runtime_from_args(args).check()
-        return core.installed_runtime(settings=settings).check()
+        return _runtime(args, settings).check()
     except AccelstackError:
         return None
 
 
+def _runtime(args: argparse.Namespace, settings: Settings) -> direct.Runtime:
+    """The runtime named by --runtime/--backend, else the installed one (its errors say what to do)."""
+    if args.runtime or core.stack_for_backend(args.backend) is not None:  # a runtime given by hand
+        return runtime_from_args(args)  # a torch one's packages checked
+    with no_runtime_says_what_to_do():
+        return core.installed_runtime(settings=settings)
+
+
 def run(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
-    request, options = prepare(args, s, components=False)  # what the arguments themselves get wrong, first
+    runtime = _runtime_at_hand(args, s)
+    # One check of the request: what the arguments themselves get wrong first, before any process starts.
+    checked = _check(args, s, runtime, read_files=False)
     # The worker starts now: its start (about 0.15 s of every image on the CPU build) overlaps the time
     # the model checks take to import and to read the files' headers; a refusal stops it.
-    runtime = _runtime_at_hand(args, s)
     worker = direct.early_worker(runtime) if runtime is not None else None
-    outputs = direct.output_paths(args.output, request.batch_count)
-    before = {str(p): _stamp(str(p)) for p in outputs}
+    before = {str(p): _stamp(str(p)) for p in checked.outputs}
     try:
-        direct.check_components(request, args.model or None)
+        checked.read_files()
+        if runtime is None:  # none could be had before the files were checked: its error, now
+            runtime = _runtime(args, s)
+            if runtime.traits != checked.traits:  # checked for the stack that was at hand, if any
+                checked = _check(args, s, runtime, read_files=True)
         with progress_renderer(json_mode=args.json) as progress:
-            if worker is not None and runtime is not None:  # (the one implies the other)
-                report = direct.generate(runtime, args.model or None, request, args.output, options=options,
-                                         progress=progress, worker=worker)
-            elif args.runtime or core.stack_for_backend(args.backend) is not None:  # the engine alone
-                report = direct.generate(runtime_from_args(args), args.model or None, request, args.output,
-                                         options=options, progress=progress)  # a torch one's packages checked
-            else:  # the installed runtime, through the core
-                wanted = {k: v for k, v in dataclasses.asdict(request).items() if k != "prompt"}
-                with no_runtime_says_what_to_do():
-                    report = core.generate(args.model or None, args.prompt, args.output, settings=s,
-                                           options=options, on_progress=progress, **wanted)
+            report = direct.generate_checked(runtime, checked, progress=progress, worker=worker)
     except BaseException as exc:
         if worker is not None:
             worker.stop()  # (generate stops it itself; a worker stopped twice is no harm)

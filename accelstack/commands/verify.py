@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from .. import core
 from ..core import direct
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     families, models = _families_from_args(args)
     options = engine_options(args, s)
     cpu = Runtime(path=Path(args.cpu_runtime).expanduser().resolve(), backend="cpu") if args.cpu_runtime else None
-    engine = {"options": options, "cpu_runtime": cpu,
+    engine: Dict[str, Any] = {"options": options, "cpu_runtime": cpu,
               "tolerance": direct.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
               "probe_seed": direct.DEFAULT_SEED if args.probe_seed is None else args.probe_seed,
               "keep_probe": False}  # verified once: the temporary probe goes while the worker exits

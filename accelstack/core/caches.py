@@ -9,16 +9,16 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
     compiled ggml wheels, one slot per build key (:mod:`accelstack.publisher.build`):
     ``<20 hex>/`` with ``build.json``, and ``sdist/`` with the bindings' source distribution.
 ``probe`` (``Settings.probe_cache``)
-    the verify probe model (:mod:`accelstack.engine.probe_model`): folders ``sd1-f<N>-s<seed>/``
+    the verify probe model (:mod:`accelstack.engine.probes.model`): folders ``sd1-f<N>-s<seed>/``
     (``custom-…`` for test architectures), the temporary ``.tmp-…`` folders verify synthesizes
     into and removes, and ``pools-f<N>-s<seed>-<dtype>.bin``, the encoded value pools that make
     synthesis twice as fast (27 MB); ``.pools-….bin.<pid>.tmp`` is one being written (or left by a
     process killed while writing it). ``verify --family F`` adds ``pools-<family>-f<N>-s<seed>-<dtype>.bin``
-    and, when kept, ``<family>-f<N>-s<seed>/`` (:mod:`accelstack.engine.probe_family_files`), for the
+    and, when kept, ``<family>-f<N>-s<seed>/`` (:mod:`accelstack.engine.probes.family_files`), for the
     families verify knows only.
 ``verify`` (``Settings.verify_dir``)
     ``verify-<backend>.png``, the last probe image of each backend, and ``image-<32 hex>.json``,
-    the digest of a probe image a passing verify saw (:mod:`accelstack.engine.probe_record`): a
+    the digest of a probe image a passing verify saw (:mod:`accelstack.engine.probes.record`): a
     later verify of the same runtime compares with it instead of generating twice.
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
@@ -41,10 +41,10 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from filelock import FileLock, Timeout
 
-from ..engine.probe_families import FAMILIES
-from ..engine.probe_family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
-from ..engine.probe_model import FORMAT_VERSION as PROBE_FORMAT
-from ..engine.probe_model import temporary_probe_in_use
+from ..engine.probes.families import FAMILIES
+from ..engine.probes.family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
+from ..engine.probes.model import FORMAT_VERSION as PROBE_FORMAT
+from ..engine.probes.model import temporary_probe_in_use
 from ..publisher.build_cache import is_slot
 from ..serde import size_text
 from ..settings import Settings
@@ -66,7 +66,7 @@ _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
 _SLOT = re.compile(r"^[0-9a-f]{20}\Z")
 _SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
 _PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
-# a family's probe (engine.probe_family_files): <family>-f<format>-s<seed>/ and pools-<family>-f<format>-s<seed>-<dtype>.bin
+# a family's probe (engine.probes.family_files): <family>-f<format>-s<seed>/ and pools-<family>-f<format>-s<seed>-<dtype>.bin
 _FAMILY_PROBE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+\Z")
 _FAMILY_POOLS = re.compile(r"^pools-(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+-[A-Za-z0-9_]+\.bin\Z")
 _PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
@@ -221,7 +221,7 @@ def _probe(s: Settings) -> CacheInfo:
 
 def _family_format(name: str, st: os.stat_result) -> Optional[int]:
     """The format of a family probe's folder or pools file named ``name`` (None: not one), for the
-    families verify knows (engine.probe_families; sd1 keeps probe_model's names)."""
+    families verify knows (engine.probes.families; sd1 keeps probe_model's names)."""
     m = (_FAMILY_PROBE if stat.S_ISDIR(st.st_mode) else _FAMILY_POOLS if stat.S_ISREG(st.st_mode) else None)
     found = m.match(name) if m is not None else None
     if found is None or found["family"] not in FAMILIES or found["family"] == "sd1":

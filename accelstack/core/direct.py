@@ -10,47 +10,50 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
-from ..engine import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
-from ..engine.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
-from ..engine.runtime import Runtime
+from ..engine.runtime import GGML, Runtime
+from ..engine.worker import protocol  # the request's fields and limits, for the CLI's flags
+from ..engine.worker.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..events import ProgressCallback, null_progress
+from ..hardware.protocol import System
 from ..lazy import lazy_exports
 from ..settings import Settings
 from .stacks import stack_info
 
 if TYPE_CHECKING:  # the lazy names below, for the type checker
-    from ..engine.components import check_components
     from ..engine.generation import GenerateReport
-    from ..engine.modelfile import check_model
-    from ..engine.outputs import check_not_inputs, check_outputs, output_paths
+    from ..engine.models.check import check_model
     from ..engine.png import input_png_size
-    from ..engine.probe_families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
-    from ..engine.probe_model import DEFAULT_SEED
-    from ..engine.supervisor import Supervisor
-    from ..engine.torch_verification import torch_details
-    from ..engine.verification import DEFAULT_TOLERANCE, IDENTICAL
+    from ..engine.probes.families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
+    from ..engine.probes.model import DEFAULT_SEED
+    from ..engine.request.check import CheckedGeneration
+    from ..engine.request.components import check_components
+    from ..engine.request.outputs import check_not_inputs, check_outputs, output_paths
+    from ..engine.supervision.supervisor import Supervisor
+    from ..engine.verification.probe_verify import DEFAULT_TOLERANCE, IDENTICAL
+    from ..engine.verification.torch_verify import torch_details
     from ..verdict import VerifyReport
 
 # Loaded on first use: a generate does not import the probes' and verify's modules, and its worker
 # starts (commands/generate.py) before the model checks and the memory planner are imported.
 _LAZY = {
-    "check_components": "accelstack.engine.components", "GenerateReport": "accelstack.engine.generation",
-    "check_outputs": "accelstack.engine.outputs", "check_not_inputs": "accelstack.engine.outputs",
-    "output_paths": "accelstack.engine.outputs", "check_model": "accelstack.engine.modelfile",
-    "input_png_size": "accelstack.engine.png", "FAMILIES": "accelstack.engine.probe_families", "ModelFamily": "accelstack.engine.probe_families",
-    "check_families": "accelstack.engine.probe_families", "family_names": "accelstack.engine.probe_families",
-    "probe_families_of": "accelstack.engine.probe_families", "DEFAULT_SEED": "accelstack.engine.probe_model",
-    "torch_details": "accelstack.engine.torch_verification", "DEFAULT_TOLERANCE": "accelstack.engine.verification",
-    "IDENTICAL": "accelstack.engine.verification",
+    "check_components": "accelstack.engine.request.components", "GenerateReport": "accelstack.engine.generation",
+    "check_outputs": "accelstack.engine.request.outputs", "check_not_inputs": "accelstack.engine.request.outputs",
+    "output_paths": "accelstack.engine.request.outputs", "check_model": "accelstack.engine.models.check",
+    "input_png_size": "accelstack.engine.png", "FAMILIES": "accelstack.engine.probes.families", "ModelFamily": "accelstack.engine.probes.families",
+    "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
+    "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
+    "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", "CheckedGeneration": "accelstack.engine.request.check",
 }
-__getattr__ = lazy_exports(__name__, _LAZY, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "check_not_inputs", "early_worker", "engine_options", "generate", "input_png_size", "verify_families",
+           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options", "generate", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -68,7 +71,7 @@ def verify_families(stack: str, families: Any) -> List[str]:
     if not stack_info(stack).model_families:
         raise InvalidRequestError(f"model families are verified on the stable-diffusion.cpp stack only, not {stack}",
                                   hint="leave out the families, or verify the ggml stack")
-    from ..engine.probe_families import check_families as check
+    from ..engine.probes.families import check_families as check
 
     return check(families)
 
@@ -77,8 +80,8 @@ def verify(runtime: Runtime, settings: Settings, *, output: Optional[Union[str, 
     """The engine's check of ``runtime`` (the probe image goes to ``output``, default
     ``verify-<backend>.png`` in the settings' verify folder); ``engine``: options, cpu_runtime,
     tolerance, probe_seed, keep_probe, families (the model families' probes to verify, default SD 1.x's)."""
-    from ..engine.verification import default_output
-    from ..engine.verification import verify as _verify
+    from ..engine.verification.probe_verify import default_output
+    from ..engine.verification.probe_verify import verify as _verify
 
     out = Path(output) if output is not None else default_output(runtime.backend, settings.verify_dir)
     return _verify(runtime, out, probe_cache=settings.probe_cache, records=settings.verify_dir, progress=progress,
@@ -89,8 +92,8 @@ def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict
                          probe_seed: Optional[int], progress: ProgressCallback = null_progress) -> VerifyReport:
     """The torch check of the interpreter ``python`` (None: this one) with ``env``; with a
     ``probe_seed``, also one diffusers step on the probe model of that seed."""
-    from ..engine.probe_model import ensure_probe_model
-    from ..engine.torch_verification import verify_torch
+    from ..engine.probes.model import ensure_probe_model
+    from ..engine.verification.torch_verify import verify_torch
 
     probe = None
     if probe_seed is not None:
@@ -100,26 +103,53 @@ def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict
 
 def early_worker(runtime: Runtime) -> Supervisor:
     """A worker for a :func:`generate` on ``runtime``, started before the request is checked: it
-    imports the runtime meanwhile (see :func:`accelstack.engine.supervisor.early_worker`). Pass it to
+    imports the runtime meanwhile (see :func:`accelstack.engine.supervision.supervisor.early_worker`). Pass it to
     :func:`generate` as ``worker``, or stop it."""
-    from ..engine.supervisor import early_worker as _early_worker
+    from ..engine.supervision.supervisor import early_worker as _early_worker
 
     return _early_worker(runtime)
 
 
+def check_generation(request: GenerateRequest, model: Optional[Union[str, Path]], output: Union[str, Path],
+                     options: Optional[EngineOptions] = None, *, runtime: Optional[Runtime] = None,
+                     read_files: bool = True) -> CheckedGeneration:
+    """The one check of a generate request, for ``runtime``'s stack (None: stable-diffusion.cpp's):
+    see :func:`accelstack.engine.request.check.check_generation`."""
+    from ..engine.request.check import check_generation as _check
+
+    return _check(request, model, output, options, traits=runtime.traits if runtime is not None else GGML,
+                  read_files=read_files)
+
+
+def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, progress: ProgressCallback = null_progress,
+                     worker: Optional[Supervisor] = None, system: Optional[System] = None) -> GenerateReport:
+    """Generate what :func:`check_generation` checked, on ``runtime``, without checking it again;
+    ``worker``: one :func:`early_worker` started (stopped at the end); ``system``: the machine whose
+    memory the planner fits the generation to (default: this one)."""
+    from ..engine.generation import generate_checked as _generate
+    from .machine import machine_memory
+
+    machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
+    return _generate(runtime, checked, progress=progress, worker=worker, machine=machine)
+
+
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path], *,
              options: Optional[EngineOptions] = None, progress: ProgressCallback = null_progress,
-             worker: Optional[Supervisor] = None) -> GenerateReport:
+             worker: Optional[Supervisor] = None, system: Optional[System] = None) -> GenerateReport:
     """Generate ``request`` with ``model`` (None: the request's ``diffusion_model``) on ``runtime``;
-    the PNG(s) go to ``output``; ``worker``: one :func:`early_worker` started (stopped at the end)."""
-    from ..engine.generation import generate as _generate
-
-    return _generate(runtime, model, request, output, options=options, progress=progress, worker=worker)
+    the PNG(s) go to ``output``: :func:`check_generation`, then :func:`generate_checked`."""
+    try:
+        checked = check_generation(request, model, output, options, runtime=runtime)
+    except BaseException:
+        if worker is not None:
+            worker.let_go()
+        raise
+    return generate_checked(runtime, checked, progress=progress, worker=worker, system=system)
 
 
 def is_probe_model(model: Union[str, Path]) -> bool:
     """Whether ``model`` is accelstack's synthesized probe (random weights: its images are noise)."""
-    from ..engine.probe_layout import probe_weights
+    from ..engine.probes.layout import probe_weights
 
     try:
         return probe_weights(str(model)) is not None

@@ -14,17 +14,18 @@ progress only through ``on_progress``. How it runs is :class:`~.options.InstallO
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
+from ..installer.transaction import Verifier
 from ..manifests.plan import Plan
 from ..settings import Settings
 from .context import InstallJob, home_of
 from .detection import detect
 from .fallback import install_with_fallback
 from .options import InstallOptions, Services
-from .planning import NO_CHANNEL_LINE, DocumentFetcher, plan_sources
+from .planning import NO_CHANNEL_LINE, DocumentFetcher, TrustedSet, plan_sources
 from .planning import plan as make_plan
 from .results import InstallSummary
 from .stacks import default_stack, driver, stack_info
@@ -34,18 +35,20 @@ __all__ = ["install", "InstallSummary", "InstallOptions", "Services"]
 
 def install(plan: Optional[Plan] = None, *, stack: Optional[str] = None, requirements: Sequence[str] = (),
             backend: Optional[str] = None, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
-            options: Optional[InstallOptions] = None, services: Optional[Services] = None,
-            on_progress: Optional[ProgressCallback] = None, **option_fields: Any) -> InstallSummary:
+            services: Optional[Services] = None, on_progress: Optional[ProgressCallback] = None,
+            force: bool = False, dry_run: bool = False, verifier: Optional[Verifier] = None,
+            trusted: Optional[TrustedSet] = None, prefer_remembered: bool = False, fallback: bool = True) -> InstallSummary:
     """Install ``plan`` (or, without one, the plan for ``stack``, ``requirements`` and ``backend``
     made here from the trusted manifests), verify it, and make it active; the whole story comes
     back (``summary.receipt``, ``changed``, ``previous``, ``timings``, ``notes``).
 
     Without a plan, the manifests are fetched and verified once for both the plan and the install,
-    and a build (ggml or torch) that fails verify gives way to the plan's next candidate. ``option_fields``:
-    ``force``, ``dry_run``, ``verifier``, ``trusted``, ``prefer_remembered``, ``fallback`` (see
-    :class:`InstallOptions`)."""
+    and a build (ggml or torch) that fails verify gives way to the plan's next candidate. How it runs
+    is said by keyword, one way only: ``force``, ``dry_run``, ``verifier``, ``trusted``,
+    ``prefer_remembered``, ``fallback`` (the fields of :class:`InstallOptions`)."""
     s = settings or Settings.resolve()
-    opts = dataclasses.replace(options or InstallOptions(), **option_fields)
+    opts = InstallOptions(force=force, dry_run=dry_run, verifier=verifier, trusted=trusted,
+                          prefer_remembered=prefer_remembered, fallback=fallback)
     svc = services or Services()
     progress = on_progress or null_progress
     report = report if report is not None else detect(svc.system, settings=s, write_cache=not opts.dry_run)

@@ -1,4 +1,4 @@
-"""Model files, known before loading: the core's door to :mod:`accelstack.engine.model_inspect`.
+"""Model files, known before loading: the core's door to :mod:`accelstack.engine.models.inspection`.
 
 An app asks ``inspect_model(path)`` before it offers a model, so a user hears "this is FLUX.1
 [dev]; it still needs ae.safetensors, clip_l.safetensors and t5xxl_fp16.safetensors" instead of a
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, List, Union
 
-from ..engine.model_inspect import Companion, ModelInspection, ModelPart, WeightType
-from ..engine.model_inspect import inspect_model as _inspect_one
+from ..engine.models.inspection import Companion, ModelInspection, ModelPart, WeightType
+from ..engine.models.inspection import inspect_model as _inspect_one
 
 __all__ = ["inspect_model", "inspect_models", "ModelInspection", "ModelPart", "Companion", "WeightType"]
 

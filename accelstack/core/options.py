@@ -6,7 +6,7 @@ without a loopback server and without monkeypatching. Each default is the real p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Protocol, Sequence
 
@@ -18,6 +18,7 @@ from ..installer.transaction import Verifier
 from ..publisher.build import build_ggml
 from ..refs import ArtifactRef
 from ..settings import Settings
+from .fetched import CheckedFetcher
 from .planning import NetworkDocuments, TrustedSet
 
 __all__ = ["Fetcher", "NetworkFetcher", "Builder", "Services", "InstallOptions"]
@@ -68,7 +69,8 @@ class Services:
     system: Optional[System] = None  # the machine detection reads (a ReplaySystem replays a capture)
 
     def fetcher_for(self, settings: Settings) -> Fetcher:
-        return self.fetcher if self.fetcher is not None else NetworkFetcher(settings)
+        """The real fetcher, or the app's with every file it returns checked again (:mod:`.fetched`)."""
+        return CheckedFetcher(self.fetcher) if self.fetcher is not None else NetworkFetcher(settings)
 
     def builder_or_default(self) -> Builder:
         return self.builder if self.builder is not None else build_ggml
@@ -89,3 +91,7 @@ class InstallOptions:
     trusted: Optional[TrustedSet] = None
     prefer_remembered: bool = False
     fallback: bool = True
+
+    def keywords(self) -> Dict[str, Any]:
+        """These options as ``install``'s keywords (the one way it takes them), the values as they are."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

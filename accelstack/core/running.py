@@ -13,6 +13,7 @@ from ..engine.config import load_config
 from ..engine.runtime import Runtime
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
+from ..hardware.protocol import System
 from ..installer.errors import StateError
 from ..installer.home import Home
 from ..installer.records import Receipt, now_iso
@@ -77,16 +78,17 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
 
 def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
              stack: str = "ggml", settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None,
-             options: Any = None, **request: Any) -> Any:
+             options: Any = None, system: Optional[System] = None, **request: Any) -> Any:
     """Generate images with an installed runtime (default: the active one); ``request`` takes the
     fields of :class:`accelstack.engine.GenerateRequest` (negative_prompt, width, height, steps,
-    seed, sampler...); ``options`` are the engine's (default: the settings' config file).
+    seed, sampler...); ``options`` are the engine's (default: the settings' config file); ``system``:
+    the machine whose memory the planner fits the generation to (default: this one).
     Returns the engine's ``GenerateReport`` with the saved PNG paths."""
     s = settings or Settings.resolve()
     runtime = installed_runtime(receipt, stack=stack, settings=s)
     if options is None:
         options = load_config(s.config_file, missing_ok=True)
-    from ..engine.generation import generate as engine_generate  # the model checks and planner: loaded when used
+    from .direct import generate as direct_generate
 
-    return engine_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
-                           progress=on_progress or null_progress)
+    return direct_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
+                           progress=on_progress or null_progress, system=system)

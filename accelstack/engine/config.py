@@ -12,7 +12,7 @@ The file has one section that this module owns::
       memory_check: true       # refuse a generation whose memory estimate exceeds the free RAM/VRAM
 
 ``auto`` (the default of ``offload_to_cpu``, ``vae_tiling``, ``vae_tile_size`` and ``weight_type``) lets the memory
-planner (:mod:`accelstack.engine.memory_plan`) choose, per generation, the cheapest setting that
+planner (:mod:`accelstack.engine.memory.plan`) choose, per generation, the cheapest setting that
 fits the model, the image size and this machine's free memory: weights on the GPU when they fit,
 VAE tiling only when the decode would not fit (with the tile size it picks), weight conversion
 only as a last resort. A value given (``true``/``false``/a type, here or as a flag) always wins.
@@ -45,7 +45,7 @@ KNOWN_SECTIONS = (SECTION,)
 WEIGHT_TYPES = ("default", "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k", "q5_1", "q5_0", "q4_k", "q4_1",
                 "q4_0", "q3_k", "q2_k")
 MIN_TILE = 4
-AUTO = "auto"  # the planner chooses (engine.memory_plan)
+AUTO = "auto"  # the planner chooses (engine.memory.plan)
 AUTO_KEYS = ("offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type")  # the options that may be auto
 # What each auto option meant before the planner existed: what a caller that plans nothing gets
 # (EngineOptions.concrete), e.g. verify's 64x64 probe.
@@ -75,9 +75,9 @@ class EngineOptions:
     vae_tile_size: Union[int, str] = AUTO  # 4..512 or "auto" (the planner picks it when it tiles)
     threads: int = 0
     weight_type: str = AUTO
-    memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory)
+    memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory.estimate)
     # Not a config key: the embedding files generate checked and staged in its private folder
-    # (engine.companions), which the worker loads with the model.
+    # (engine.request.companions), which the worker loads with the model.
     embeddings: List[str] = dataclasses.field(default_factory=list)
     # Not config keys either: component files generate checked (--vae, --clip-l, --control-net...,
     # protocol.COMPONENT_FLAGS), passed to StableDiffusion(...); vae_encode for an img2img run.
@@ -104,7 +104,7 @@ class EngineOptions:
         left = self.auto_keys()
         if concrete and left:
             raise ConfigError(f"engine options: {', '.join(left)} must be resolved (not auto) before the worker loads",
-                              hint="resolve them with accelstack.engine.memory_plan.plan or EngineOptions.concrete()")
+                              hint="resolve them with accelstack.engine.memory.plan.plan or EngineOptions.concrete()")
         if not isinstance(self.embeddings, list) or not all(isinstance(p, str) and p for p in self.embeddings):
             raise ConfigError("engine options: embeddings must be a list of file paths")
         return self

@@ -18,23 +18,22 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 from .. import __version__
 from ..events import ProgressCallback, null_progress
-from ..hardware.live import LiveSystem
-from . import workdirs
-from .companions import AppliedLora, Companions, prepare_companions
-from .components import CheckedComponents, check_components
 from .config import EngineOptions
-from .device_memory import gpu_vram_free
-from .errors import InvalidRequestError
-from .memory import MemoryEstimate, check, estimate
-from .memory_plan import MemoryPlan, plan_for_files
-from .outputs import NAME_MAX, check_not_inputs, check_outputs, output_error, output_paths
+from .memory.device import MachineMemory
+from .memory.estimate import MemoryEstimate, check, estimate
+from .memory.plan import MemoryPlan, plan_for_files
 from .png import parameters_text, write_png
-from .protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
+from .request.check import CheckedGeneration, check_generation
+from .request.companions import AppliedLora, Companions, prepare_companions
+from .request.components import CheckedComponents
+from .request.outputs import NAME_MAX, check_outputs, output_error, output_paths
 from .runtime import Runtime
-from .supervisor import Supervisor, SupervisorPolicy
+from .supervision import workdirs
+from .supervision.supervisor import Supervisor, SupervisorPolicy
+from .worker.protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 
-__all__ = ["generate", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
-           "available_ram", "NAME_MAX"]
+__all__ = ["generate", "generate_checked", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
+           "NAME_MAX"]
 
 
 @dataclass
@@ -109,11 +108,6 @@ def save_images(result: GenerateResult, request: GenerateRequest, output: Union[
     return paths
 
 
-def available_ram() -> Optional[int]:
-    """RAM available to a new allocation now (None when it cannot be told)."""
-    return LiveSystem().memory()[1]
-
-
 def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: GenerateRequest,
                          options: EngineOptions) -> None:
     """With the model loaded on a GPU whose free memory the worker reports, check the working
@@ -130,49 +124,59 @@ def _check_device_memory(sup: Supervisor, need: MemoryEstimate, request: Generat
 def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
              options: Optional[EngineOptions] = None, policy: Optional[SupervisorPolicy] = None,
              progress: ProgressCallback = null_progress, attempts: int = 2,
-             worker: Optional[Supervisor] = None) -> GenerateReport:
-    """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``.
+             worker: Optional[Supervisor] = None, machine: Optional[MachineMemory] = None) -> GenerateReport:
+    """Generate ``request`` with ``model`` on ``runtime`` and write the PNG(s) to ``output``: the one
+    check (:func:`~accelstack.engine.request.check.check_generation`), then :func:`generate_checked`.
 
     A worker crash is retried once on a fresh worker (``attempts``); a model that cannot load
     raises :class:`ModelLoadError` naming the file and the reason. ``model`` may be None when the
     request names a diffusion model of its own (``request.diffusion_model``). ``worker``: one that
-    :func:`~accelstack.engine.supervisor.early_worker` started for ``runtime`` (its ``policy`` is
-    used); it is stopped when this returns or raises, whatever happened.
+    :func:`~accelstack.engine.supervision.supervisor.early_worker` started for ``runtime`` (its ``policy`` is
+    used); it is stopped when this returns or raises, whatever happened. ``machine``: the RAM and GPUs
+    the memory planner fits the generation to, read by the caller (the core) from its ``System``;
+    None: unknown (nothing refused for RAM, weights offloaded on a GPU).
     """
-    if worker is not None and worker.runtime != runtime:  # another directory, backend or environment
-        worker.stop()
-        raise ValueError("the early worker was started for another runtime")
     try:
-        return _generate(runtime, model, request, output, options, policy, progress, attempts, worker)
+        checked = check_generation(request, model, output, options, traits=runtime.traits)
+    except BaseException:
+        if worker is not None:
+            worker.let_go()
+        raise
+    return generate_checked(runtime, checked, policy=policy, progress=progress, attempts=attempts, worker=worker,
+                            machine=machine)
+
+
+def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, policy: Optional[SupervisorPolicy] = None,
+                     progress: ProgressCallback = null_progress, attempts: int = 2, worker: Optional[Supervisor] = None,
+                     machine: Optional[MachineMemory] = None) -> GenerateReport:
+    """Run a request :func:`~accelstack.engine.request.check.check_generation` checked for ``runtime``'s
+    stack, without checking it again (see :func:`generate` for the rest)."""
+    try:
+        if worker is not None and worker.runtime != runtime:  # another directory, backend or environment
+            raise ValueError("the early worker was started for another runtime")
+        if checked.traits != runtime.traits:
+            raise ValueError(f"the request was checked for the {checked.traits.library} stack, not {runtime.traits.library}")
+        return _generate(runtime, checked, policy, progress, attempts, worker, machine or MachineMemory())
     finally:
         if worker is not None:
             worker.let_go()  # stopped unless it already is (or was asked to exit)
 
 
-def _generate(runtime: Runtime, model: Optional[Union[str, Path]], request: GenerateRequest, output: Union[str, Path],
-              options: Optional[EngineOptions], policy: Optional[SupervisorPolicy], progress: ProgressCallback,
-              attempts: int, worker: Optional[Supervisor]) -> GenerateReport:
+def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[SupervisorPolicy], progress: ProgressCallback,
+              attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
     start = time.perf_counter()
-    request.validate()
-    options = (options or EngineOptions()).validate()
-    # bad outputs fail before the model loads; one that is an input would overwrite it
-    check_not_inputs(check_outputs(output_paths(output, request.batch_count)), request, model)
+    request, options, model, output = job.request, job.options, job.model, job.output
     # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
-    # (--init-image, --control-image): checked against the model's family before anything starts.
-    checked = check_components(request, str(model) if model else None, components_supported=runtime.traits.companions,
-                               library=runtime.traits.library)
+    # (--init-image, --control-image), checked against the model's family by the one check.
+    checked = job.files()
     info = checked.model
     runtime.check()
-    if (request.lora_dir or request.embeddings_dir) and not runtime.traits.companions:
-        raise InvalidRequestError(f"LoRAs and embeddings are not supported on the {runtime.traits.library} stack",
-                                  hint="generate with a stable-diffusion.cpp runtime, or leave out the LoRA and "
-                                  "embeddings folders")
     options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb))  # img2img loads the VAE's encoder
     memory_plan: Optional[MemoryPlan] = None
-    if runtime.traits.memory_estimate:  # the planner (engine.memory_plan) resolves every "auto" so that it fits
+    if runtime.traits.memory_estimate:  # the planner (engine.memory.plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
                                      request.width, request.height, request.batch_count, options, gpu=runtime.is_gpu,
-                                     ram_free=available_ram(), vram_free=gpu_vram_free(runtime.backend))
+                                     ram_free=machine.ram_available, vram_free=machine.vram_free(runtime.backend))
         options, need = memory_plan.apply(options), memory_plan.estimate()
     else:  # the estimate is stable-diffusion.cpp's; diffusers differs: "auto" is the old default there
         options = dataclasses.replace(options.concrete(), memory_check=False)

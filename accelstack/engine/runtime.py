@@ -6,7 +6,7 @@ The installer hands over a runtime home plus the plan's environment (``CUDA_VISI
 A CUDA runtime's ``libcudart`` and cuBLAS live outside it, shared by every runtime of the home
 (or in a torch environment); the installer leaves a note, :data:`LIBS_FILE`, in the runtime
 directory saying where. The worker gets those directories and the libraries to load first through
-its environment (:func:`accelstack.engine.worker_backend.load_runtime_libraries` loads them in
+its environment (:func:`accelstack.engine.worker.backend.load_runtime_libraries` loads them in
 order before the runtime; Linux also gets ``LD_LIBRARY_PATH``, Windows ``PATH`` and
 ``os.add_dll_directory``). macOS has no CUDA, so no note is ever written there.
 """
@@ -24,7 +24,7 @@ from ..errors import Action
 from ..limits import read_capped
 from ..settings import inherited_env
 from .errors import ConfigError, RuntimeNotFoundError
-from .worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
+from .worker.backend import LIB_DIRS_ENV, PRELOAD_ENV
 
 __all__ = ["Runtime", "RuntimeLibraries", "StackTraits", "runtime_libraries", "GGML", "TORCH", "STACKS",
            "GGML_BACKENDS", "BACKENDS", "TORCH_BACKEND", "LIBS_FILE", "MAX_LIBS_FILE"]
@@ -45,8 +45,8 @@ class StackTraits:
     package: str  # the package a runtime directory must hold ("" = none to look for: a venv or --target dir)
     library_note: bool  # the runtime may name outside libraries in its note (CUDA's, shared by the home)
     device_check: bool  # the worker reports the device the model went to: verify fails a GPU build that ran on its CPU
-    memory_estimate: bool  # :mod:`accelstack.engine.memory`'s estimate (stable-diffusion.cpp's) applies
-    companions: bool = False  # takes <lora:...> tags and embeddings (engine.companions stages them)
+    memory_estimate: bool  # :mod:`accelstack.engine.memory.estimate`'s estimate (stable-diffusion.cpp's) applies
+    companions: bool = False  # takes <lora:...> tags and embeddings (engine.request.companions stages them)
 
 
 GGML = StackTraits(stack="ggml", library="stable-diffusion.cpp", package="stable_diffusion_cpp", library_note=True,
@@ -153,20 +153,20 @@ class Runtime:
         return cls(path=p, backend=TORCH_BACKEND, env=dict(env or {}))
 
     def worker_command(self) -> List[str]:
-        """The worker's command line up to its options: ``accelstack.engine.worker`` run as
+        """The worker's command line up to its options: ``accelstack.engine.worker.main`` run as
         ``__main__`` by a bootstrap that registers the ``accelstack`` package without running its
         ``__init__``: that binds ``accelstack.detect``, which needs ``packaging``, while the worker
         needs only the standard library. So the worker runs in an interpreter that has none of
         accelstack's dependencies, such as a torch runtime's own venv, where accelstack's import
         root is appended to the *end* of ``sys.path`` so the venv's packages win over ours.
-        (``python -m accelstack.engine.worker`` works too where accelstack's dependencies are.)
+        (``python -m accelstack.engine.worker.main`` works too where accelstack's dependencies are.)
 
         The options that follow the bootstrap come from the runtime: its stack (``--backend``) and
         the outside libraries its note names (``--lib-dir``, ``--preload``, in loading order)."""
         root = Path(__file__).resolve().parents[2]
         boot = ("import runpy, sys, types; sys.path.append(%r); "
                 "pkg = types.ModuleType('accelstack'); pkg.__path__ = [%r]; sys.modules['accelstack'] = pkg; "
-                "runpy.run_module('accelstack.engine.worker', run_name='__main__', alter_sys=True)"
+                "runpy.run_module('accelstack.engine.worker.main', run_name='__main__', alter_sys=True)"
                 % (str(root), str(root / "accelstack")))
         cmd = [self.interpreter(), "-c", boot, "--backend", self.traits.stack]
         libs = self.libraries()

@@ -9,7 +9,21 @@ nothing here resolves a setting of its own.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each loads on first use
+    from .capture import CapturingSystem as CapturingSystem
+    from .detection import HomeRule as HomeRule
+    from .detection import detect as detect
+    from .live import LiveSystem as LiveSystem
+    from .protocol import System as System
+    from .replay import ReplaySystem as ReplaySystem
+    from .report import GPU as GPU
+    from .report import HardwareReport as HardwareReport
+    from .report import Problem as Problem
+
 
 __all__ = ["detect", "HomeRule", "HardwareReport", "GPU", "Problem", "System", "LiveSystem", "ReplaySystem",
            "CapturingSystem"]
@@ -22,4 +36,5 @@ _EXPORTS = {
     "System": ".protocol", "LiveSystem": ".live", "ReplaySystem": ".replay", "CapturingSystem": ".capture",
 }
 
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,7 +1,7 @@
 """The GPUs' memory now, read quickly for the engine's memory planner (not a whole ``detect``).
 
 A generation on a GPU decides, before its worker loads anything, whether the weights stay in VRAM or
-are offloaded to RAM (:mod:`accelstack.engine.memory_plan`); that needs the free VRAM now. ``detect``
+are offloaded to RAM (:mod:`accelstack.engine.memory.plan`); that needs the free VRAM now. ``detect``
 knows it (nvidia-smi's ``memory.free``; amdgpu's sysfs ``mem_info_vram_total`` minus ``_used``) but
 also enumerates Vulkan in a child process, which a generation should not pay for. This reads only the
 GPUs: on Linux the PCI devices with their sysfs VRAM and nvidia-smi (:func:`.linux.gpus`), elsewhere

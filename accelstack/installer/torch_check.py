@@ -1,7 +1,7 @@
 """What imports in a torch target interpreter: the cheap post-install check (torch imports, is the
 planned build, sees the device, has kernels for it) and whether the torch engine's own packages
 are there before a torch worker starts. (The workload ``verify`` runs on the device is the
-engine's: :mod:`accelstack.engine.torch_check`.)
+engine's: :mod:`accelstack.engine.verification.torch_check`.)
 """
 from __future__ import annotations
 

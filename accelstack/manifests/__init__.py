@@ -39,7 +39,8 @@ __all__ = [
     "load_manifest_file", "parse_manifest", "resolve",
 ]
 
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list:

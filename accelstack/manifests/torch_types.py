@@ -20,7 +20,7 @@ __all__ = ["BUILTIN", "COMPANIONS", "DEFAULT_TORCH_TIERS", "ENGINE_PACKAGES", "P
 TORCH_BACKENDS: Tuple[Backend, ...] = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
 PLATFORMS = ("linux-x86_64", "linux-arm64", "windows-x86_64", "windows-arm64", "macos-arm64", "macos-x86_64", "wsl-x86_64")
 COMPANIONS = ("torchvision", "torchaudio")
-# What accelstack's torch engine (engine/torch_engine.py) imports next to torch: a torch runtime
+# What accelstack's torch engine (engine/worker/torch_backend.py) imports next to torch: a torch runtime
 # generates images only with them. accelerate is not imported, but without it diffusers loads a
 # model's weights twice over in memory. The floors are the oldest releases with the APIs used
 # (exponential sigmas in the schedulers, from_single_file, CLIPTextModel's config).

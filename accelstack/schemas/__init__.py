@@ -30,7 +30,7 @@ from ..core.bundles import BundleSummary
 from ..core.results import InstallSummary
 from ..domain import EventKind
 from ..engine.generation import GenerateReport
-from ..engine.model_inspect import ModelInspection
+from ..engine.models.inspection import ModelInspection
 from ..hardware.report import HardwareReport
 from ..installer.maintenance import GcReport, StackStatus
 from ..installer.records import Active

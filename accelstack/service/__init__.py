@@ -12,7 +12,26 @@ page), ``connections`` (bounded connections, request deadlines), ``server`` (bin
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each loads on first use
+    from .errors import JobCancelled as JobCancelled
+    from .errors import JobConflict as JobConflict
+    from .errors import ServiceError as ServiceError
+    from .jobs import HOME_CHANGING as HOME_CHANGING
+    from .jobs import KINDS as KINDS
+    from .jobs import Job as Job
+    from .jobs import Jobs as Jobs
+    from .security import Guard as Guard
+    from .security import Policy as Policy
+    from .server import Ready as Ready
+    from .server import ServiceConfig as ServiceConfig
+    from .server import Stopped as Stopped
+    from .server import serve as serve
+    from .server import token_file as token_file
+
 
 _EXPORTS = {
     "ServiceConfig": ".server", "Ready": ".server", "Stopped": ".server", "serve": ".server", "token_file": ".server",
@@ -23,4 +42,5 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names above, and no others
+    __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

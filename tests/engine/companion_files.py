@@ -82,7 +82,7 @@ def check_refuses_embedding_and_controlnet(runtime, model: str, request: dict, f
 
     from accelstack.engine import generation
     from accelstack.engine.errors import InvalidRequestError
-    from accelstack.engine.protocol import GenerateRequest
+    from accelstack.engine.worker.protocol import GenerateRequest
 
     embeds = folder / "embeddings"
     embeds.mkdir()

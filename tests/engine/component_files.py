@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 from accelstack.engine.png import encode_png
-from accelstack.engine.probe_architecture import Shape, _conv, _linear, _norm, _transformer  # the probe's own builders
-from accelstack.engine.probe_layout import probe_weights
-from accelstack.engine.probe_weights import Pools, write_part
+from accelstack.engine.probes.architecture import Shape, _conv, _linear, _norm, _transformer  # the probe's own builders
+from accelstack.engine.probes.layout import probe_weights
+from accelstack.engine.probes.weights import Pools, write_part
 
 
 def standalone_vae(probe_path: str, out: Path, prefix: str = "vae.") -> Path:
@@ -29,7 +29,7 @@ def extract_part(probe_path: str, out: Path, prefix: str) -> Path:
 def split_probe(family: str, folder: Path, files: Dict[str, str]) -> Tuple[str, Path]:
     """Family ``family``'s probe (kept in ``folder``/cache) and its parts as files of their own in ``folder``,
     ``files`` naming each ({file name: the probe's prefix}): a model in separate files, as users have it."""
-    from accelstack.engine.probe_family_files import ensure_family_probe
+    from accelstack.engine.probes.family_files import ensure_family_probe
 
     probe = ensure_family_probe(family, 1234, folder / "cache", keep=True)
     for name, prefix in files.items():
@@ -188,7 +188,7 @@ def t5xxl_gguf(path: Path, seed: int = 7) -> Path:
     matrices Q4_0: 4.76 G parameters, 2.7 GB. stable-diffusion.cpp fixes its size (src/t5.hpp T5Params: 24
     blocks of 4096, 64 heads, a 10240-wide gated FFN, 32128 tokens; the relative attention bias in block 0
     only) and converts the names (src/name_conversion.cpp t5_name_map)."""
-    from accelstack.engine.probe_gguf import write_gguf
+    from accelstack.engine.probes.gguf import write_gguf
 
     d, ff = 4096, 10240
     tensors: Dict[str, Shape] = {"token_embd.weight": (32128, d)}

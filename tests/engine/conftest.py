@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+from accelstack.engine.probes.model import DEFAULT_SEED, ensure_probe_model
 from accelstack.engine.runtime import Runtime
 from accelstack.installer.pip_runner import venv_python
 from accelstack.settings import Settings

@@ -12,7 +12,8 @@ import signal
 import sys
 from typing import Any
 
-from accelstack.engine import ggml_backend, worker
+from accelstack.engine.worker import ggml_backend
+from accelstack.engine.worker import main as worker
 
 
 def crash(self: Any, model: str, options: Any) -> None:

@@ -5,7 +5,7 @@ declares), so a 23 GB "FLUX.1 [dev]" costs a few kilobytes of disk. Names and sh
 published checkpoints (black-forest-labs FLUX.1, stabilityai SD 1.5 / 2.1 / SDXL base and refiner /
 SD3 medium, Tongyi Z-Image, Qwen-Image, Comfy-Org's separate ae / clip_l / t5xxl files) in the
 layouts stable-diffusion.cpp reads; the SD 1.x diffusers tensors come whole from
-:func:`accelstack.engine.probe_architecture.sd1_tensors` (checked against shared/reference).
+:func:`accelstack.engine.probes.architecture.sd1_tensors` (checked against shared/reference).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import zipfile
 from pathlib import Path
 from typing import Dict, Tuple
 
-from accelstack.engine.gguf_check import GGML_TYPES
-from accelstack.engine.probe_architecture import sd1_tensors
+from accelstack.engine.models.gguf_check import GGML_TYPES
+from accelstack.engine.probes.architecture import sd1_tensors
 
 Spec = Dict[str, Tuple[Tuple[int, ...], str]]  # name -> (shape in PyTorch order, dtype)
 ITEM = {"F16": 2, "BF16": 2, "F32": 4, "F8_E4M3": 1, "F8_E5M2": 1}

@@ -12,7 +12,8 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from accelstack.engine import worker, worker_server
+from accelstack.engine.worker import main as worker
+from accelstack.engine.worker import server as worker_server
 
 
 def slow_handler(delay: float):

@@ -1,15 +1,18 @@
-"""The free VRAM the memory planner gets before a GPU generation's worker starts, read from real
-machines' dumps (replayed captures: nvidia-smi's CSV, amdgpu's sysfs), never from a full detect."""
+"""The free VRAM the memory planner gets before a GPU generation's worker starts, read by the core from
+the System it has (here real machines' dumps, replayed: nvidia-smi's CSV, amdgpu's sysfs), never from a
+full detect, and never by the engine itself."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
+from accelstack.core import direct
+from accelstack.core.machine import machine_memory
 from accelstack.engine import generation
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.device_memory import gpu_vram_free, vram_free_of
-from accelstack.engine.memory_plan import plan_for_files
+from accelstack.engine.memory.device import vram_free_of
+from accelstack.engine.memory.plan import plan_for_files
 from accelstack.hardware.detection import detect
 from accelstack.hardware.replay import ReplaySystem
 
@@ -23,6 +26,11 @@ def fixture_names():
 
 def _system(name: str) -> ReplaySystem:
     return ReplaySystem(str(CAPTURES / name))
+
+
+def gpu_vram_free(backend: str, system: ReplaySystem):
+    """What the planner is told of ``backend``'s free VRAM on ``system``."""
+    return machine_memory(backend, system).vram_free(backend)
 
 
 @pytest.mark.parametrize("name", fixture_names())
@@ -72,17 +80,14 @@ def test_known_free_vram_keeps_the_weights_on_the_gpu_where_unknown_offloads(pro
 
 
 def test_generate_plans_with_the_machines_free_vram(cpu_runtime, probe_model, monkeypatch, tmp_path):
-    # The wiring: generate asks this machine's GPUs (a replayed RTX 4070) before the worker starts, and the
-    # worker is started with the weights kept in VRAM. A CUDA runtime cannot exist here: the CPU build's
-    # folder is named a cuda runtime (it has no outside libraries to check), and the worker's start is
-    # where the test stops, with the options it would have been given.
+    # The wiring: the core's generate hands the engine the machine it is given (a replayed RTX 4070: a
+    # System an app injects), and the worker is started with the weights kept in VRAM. A CUDA runtime
+    # cannot exist here: the CPU build's folder is named a cuda runtime (it has no outside libraries to
+    # check), and the worker's start is where the test stops, with the options it would have been given.
     import dataclasses
 
-    from accelstack.engine.protocol import GenerateRequest
-    from accelstack.hardware import live
+    from accelstack.engine.worker.protocol import GenerateRequest
 
-    monkeypatch.setattr(live, "LiveSystem", lambda: _system("linux-nvidia-rtx4070-550"))
-    assert generation.gpu_vram_free("cuda") == 11852 * MIB
     probe = probe_model
     started = {}
 
@@ -96,6 +101,11 @@ def test_generate_plans_with_the_machines_free_vram(cpu_runtime, probe_model, mo
     monkeypatch.setattr(generation, "Supervisor", supervisor)
     cuda = dataclasses.replace(cpu_runtime, backend="cuda")
     with pytest.raises(Stop):
+        direct.generate(cuda, probe.path, GenerateRequest(prompt="a lighthouse", width=512, height=512),
+                        tmp_path / "out.png", system=_system("linux-nvidia-rtx4070-550"))
+    assert started["options"].offload_to_cpu is False  # 2 GB of weights fit in the 11.6 GiB free
+    started.clear()
+    with pytest.raises(Stop):  # the engine alone, told nothing of the machine: unknown VRAM, weights offloaded
         generation.generate(cuda, probe.path, GenerateRequest(prompt="a lighthouse", width=512, height=512),
                             tmp_path / "out.png")
-    assert started["options"].offload_to_cpu is False  # 2 GB of weights fit in the 11.6 GiB free
+    assert started["options"].offload_to_cpu is True

@@ -18,18 +18,18 @@ import pytest
 
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
-from accelstack.engine.probe_layout import probe_weights
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.probes.layout import probe_weights
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.supervisor import Supervisor, SupervisorPolicy, early_worker
-from accelstack.engine.worker import MAX_LOAD_FILE_BYTES, read_load_file
+from accelstack.engine.supervision.supervisor import Supervisor, SupervisorPolicy, early_worker
+from accelstack.engine.worker.main import MAX_LOAD_FILE_BYTES, read_load_file
+from accelstack.engine.worker.protocol import GenerateRequest
 
 POLICY = SupervisorPolicy(startup_timeout=60, load_timeout=300, poll_interval=0.3, ping_timeout=1.0, shutdown_grace=5.0)
 
 # Spawns the worker of `accelstack generate` with a record of the modules loaded at that moment.
 RUNNER = """
 import json, sys
-from accelstack.engine import process
+from accelstack.engine.supervision import process
 spawn = process.WorkerProcess.spawn
 seen = []
 def recording(self):
@@ -44,9 +44,9 @@ sys.stderr.write("\\nSPAWNS " + json.dumps({"code": code, "spawns": seen}) + "\\
 # What the parent imports only once the worker runs: the model checks, the memory planner, LoRAs;
 # psutil (~9 ms: the supervisor's folder marker, killing and watching the worker) and secrets (~4 ms:
 # hmac and OpenSSL, for the worker's token).
-AFTER_THE_WORKER_STARTS = ("accelstack.engine.generation", "accelstack.engine.components",
-                           "accelstack.engine.model_inspect", "accelstack.engine.memory_plan",
-                           "accelstack.engine.companions", "accelstack.engine.verification", "psutil", "secrets")
+AFTER_THE_WORKER_STARTS = ("accelstack.engine.generation", "accelstack.engine.request.components",
+                           "accelstack.engine.models.inspection", "accelstack.engine.memory.plan",
+                           "accelstack.engine.request.companions", "accelstack.engine.verification.probe_verify", "psutil", "secrets")
 
 
 def request(**kw):
@@ -219,7 +219,7 @@ def test_the_cli_starts_the_worker_before_it_imports_the_model_checks(cpu_runtim
     assert data is not None and data["code"] == 0, out.stderr[-3000:]
     assert (tmp_path / "a.png").is_file() and len(data["spawns"]) == 1
     loaded = set(data["spawns"][0])
-    assert "accelstack.engine.supervisor" in loaded
+    assert "accelstack.engine.supervision.supervisor" in loaded
     early = sorted(m for m in AFTER_THE_WORKER_STARTS if m in loaded)
     assert not early, f"imported before the worker started: {early}"
     assert not _workers_of(temp) and not list(temp.glob("accelstack-worker-*"))

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import accelstack.engine as engine
 from accelstack.engine.config import load_config
-from accelstack.engine.probe_model import ensure_probe_model
-from accelstack.engine.protocol import DeviceInfo
-from accelstack.engine.torch_verification import TorchCheckDetails, TorchOp, to_verify_report, torch_details, verify_torch
-from accelstack.engine.verification import default_output
+from accelstack.engine.probes.model import ensure_probe_model
+from accelstack.engine.verification.probe_verify import default_output
+from accelstack.engine.verification.torch_verify import TorchCheckDetails, TorchOp, to_verify_report, torch_details, verify_torch
+from accelstack.engine.worker.protocol import DeviceInfo
 from accelstack.serde import dumps, from_dict, loads, to_dict
 from accelstack.settings import Settings
 from accelstack.verdict import PixelStats, VerifyCheck, VerifyReport
@@ -142,13 +142,13 @@ def test_the_worker_runs_as_a_module_and_through_the_bootstrap(tmp_path):
 
     env = {"PATH": "", "PYTHONPATH": str(ENGINE_DIR.parents[1])}
     args = ["--ready-file", str(tmp_path / "r"), "--parent-pid", "1"]
-    for cmd in ([sys.executable, "-m", "accelstack.engine.worker"], Runtime(tmp_path).worker_command(),
+    for cmd in ([sys.executable, "-m", "accelstack.engine.worker.main"], Runtime(tmp_path).worker_command(),
                 Runtime(tmp_path, backend="torch", python=sys.executable).worker_command()):
         res = subprocess.run(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, env=env)
         assert res.returncode == 2 and "no token" in res.stderr, res.stderr  # it refuses to serve without its token
     # the bootstrap loads only the worker's own, standard-library-only modules
     probe = ("import runpy, sys; sys.argv[1:] = %r; "
-             "exec(%r.split('runpy.run_module')[0]); import accelstack.engine.worker; "
+             "exec(%r.split('runpy.run_module')[0]); import accelstack.engine.worker.main; "
              "print(sorted(m for m in sys.modules if m.startswith('accelstack')))"
              % (args, Runtime(tmp_path).worker_command()[2]))
     out = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, timeout=60, env=env).stdout
@@ -163,7 +163,7 @@ def test_the_worker_runs_as_a_module_and_through_the_bootstrap(tmp_path):
     cmd = Runtime(tmp_path, backend="torch", python=bare_python).worker_command()
     res = subprocess.run(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, env=env)
     assert res.returncode == 2 and "no token" in res.stderr, res.stderr
-    res = subprocess.run([bare_python, "-m", "accelstack.engine.worker"] + args, stdout=subprocess.PIPE,
+    res = subprocess.run([bare_python, "-m", "accelstack.engine.worker.main"] + args, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, timeout=60, env=env)
     assert res.returncode == 2 and "no token" in res.stderr, res.stderr
 
@@ -171,4 +171,4 @@ def test_the_worker_runs_as_a_module_and_through_the_bootstrap(tmp_path):
 def test_logging_names_the_module(caplog):
     with caplog.at_level(logging.INFO, logger="accelstack.engine"):
         verify_torch(python="/nonexistent/python")
-    assert any(r.name == "accelstack.engine.torch_verification" for r in caplog.records)
+    assert any(r.name == "accelstack.engine.verification.torch_verify" for r in caplog.records)

@@ -9,11 +9,13 @@ import stat
 
 import pytest
 
-from accelstack.engine import generation, memory
+from accelstack.engine import generation
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config
 from accelstack.engine.errors import ConfigError, GenerationError, InsufficientMemoryError, InvalidRequestError
 from accelstack.engine.generation import check_outputs, output_paths
-from accelstack.engine.protocol import DeviceInfo, GenerateRequest, WorkerStatus
+from accelstack.engine.memory import estimate as memory
+from accelstack.engine.memory.device import MachineMemory
+from accelstack.engine.worker.protocol import DeviceInfo, GenerateRequest, WorkerStatus
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_THREADS
 
 from engine_helpers import cli_env, run_cli
@@ -183,7 +185,7 @@ def test_cli_refuses_bad_values_before_any_work(tmp_path):
 
 # -- memory estimate -----------------------------------------------------------------------------------
 def test_memory_estimate_matches_the_calibration():
-    """The formula against the peaks measured on the CPU build (see engine.memory): within 25 MiB
+    """The formula against the peaks measured on the CPU build (see engine.memory.estimate): within 25 MiB
     above 128 px, and never below what was measured."""
     measured = {(256, False, 32, True): 425, (384, False, 32, True): 956, (384, True, 8, True): 106,
                 (384, True, 32, True): 431, (384, True, 16, False): 204}
@@ -216,12 +218,13 @@ def test_memory_check_refuses_with_the_numbers_and_what_to_lower():
 
 
 def test_a_4096_image_is_refused_before_any_worker_starts(tmp_path, cpu_runtime, probe_model, monkeypatch):
-    monkeypatch.setattr(generation, "available_ram", lambda: 22 * 2 ** 30)  # this machine's size, on any machine
+    machine = MachineMemory(ram_available=22 * 2 ** 30)  # this machine's size, on any machine
     req = GenerateRequest(prompt="x", width=4096, height=4096, steps=1)
     started = []
     monkeypatch.setattr(generation.Supervisor, "start", lambda self: started.append(1))
     with pytest.raises(InsufficientMemoryError) as err:  # untiled, as set (auto would tile it: test_memory_plan)
-        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False))
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "big.png", options=EngineOptions(vae_tiling=False),
+                            machine=machine)
     assert "needs about" in err.value.message and not started and not (tmp_path / "big.png").exists()
     with pytest.raises(InvalidRequestError, match="--memory-check must be true or false"):
         apply_overrides(EngineOptions(), {"memory_check": "no"})

@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from accelstack.engine import workdirs, worker_server
-from accelstack.engine.client import WorkerClient
 from accelstack.engine.errors import ModelLoadError
 from accelstack.engine.generation import generate
-from accelstack.engine.protocol import GenerateRequest
-from accelstack.engine.supervisor import Supervisor
-from accelstack.engine.worker import listen
-from accelstack.engine.worker_backend import WorkerBackend
-from accelstack.engine.worker_server import make_server
-from accelstack.engine.worker_state import WorkerState
+from accelstack.engine.supervision import workdirs
+from accelstack.engine.supervision.client import WorkerClient
+from accelstack.engine.supervision.supervisor import Supervisor
+from accelstack.engine.worker import server as worker_server
+from accelstack.engine.worker.backend import WorkerBackend
+from accelstack.engine.worker.main import listen
+from accelstack.engine.worker.protocol import GenerateRequest
+from accelstack.engine.worker.server import make_server
+from accelstack.engine.worker.state import WorkerState
 from accelstack.limits import WORKER_MAX_BODY_BYTES, WORKER_MAX_CONNECTIONS, WORKER_MAX_UNAUTHENTICATED
 
 from engine_helpers import CrashOnLoadRuntime
@@ -284,7 +285,7 @@ def test_a_stamp_that_cannot_be_written_does_not_fail_the_launch(tmp_path):
 
 @pytest.mark.parametrize("stamped", [True, False])  # False: killed between the folder and the worker's spawn
 def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path, stamped):
-    code = ("import sys, time; from accelstack.engine import workdirs; "
+    code = ("import sys, time; from accelstack.engine.supervision import workdirs; "
             "print(workdirs.make(sys.argv[1], stamped=sys.argv[2] == 'True'), flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(stamped)], stdout=subprocess.PIPE, text=True)
     made = Path(proc.stdout.readline().strip())
@@ -300,7 +301,7 @@ def test_a_killed_process_leaves_a_folder_that_the_next_start_removes(tmp_path, 
 def test_a_port_that_answers_no_http_is_a_transport_error_for_the_client(answer):
     """Something else on the worker's port (or a worker that died mid-answer): the client's calls give
     their "no answer" values and the supervisor's transport errors, never http.client's own exceptions."""
-    from accelstack.engine.client import TRANSPORT_ERRORS, ProtocolError
+    from accelstack.engine.supervision.client import TRANSPORT_ERRORS, ProtocolError
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

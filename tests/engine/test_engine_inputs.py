@@ -14,9 +14,9 @@ from accelstack.domain import RUNTIME_LIBS_NOTE, RUNTIME_LIBS_NOTE_FORMAT
 from accelstack.engine.config import EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, GenerationError, InvalidRequestError, ModelLoadError, RuntimeNotFoundError
 from accelstack.engine.generation import output_paths
-from accelstack.engine.modelfile import check_model
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.models.check import check_model
 from accelstack.engine.runtime import Runtime
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.errors import Action
 from accelstack.settings import Settings
 
@@ -27,7 +27,7 @@ from engine_helpers import cli_env, run_cli
 def test_defaults_when_no_config_file(tmp_path):
     assert load_config(Settings.resolve().config_file, missing_ok=True) == EngineOptions()  # ACCELSTACK_CONFIG: a missing file
     opts = EngineOptions()
-    assert opts.flash_attention and opts.threads == 0  # offload, VAE tiling, weight type: auto (engine.memory_plan)
+    assert opts.flash_attention and opts.threads == 0  # offload, VAE tiling, weight type: auto (engine.memory.plan)
     assert (opts.offload_to_cpu, opts.vae_tiling, opts.weight_type) == ("auto", "auto", "auto")
 
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from accelstack.engine.errors import ProbeModelError
-from accelstack.engine.probe_architecture import sd1_tensors, value_rule
-from accelstack.engine.probe_layout import PREFIXES, probe_weights, split_parts
-from accelstack.engine.probe_model import MARKER, OWNER, PARTS, WEIGHTS, ensure_probe_model, pools_file_name, probe_dir_name
-from accelstack.engine.probe_weights import (
+from accelstack.engine.probes.architecture import sd1_tensors, value_rule
+from accelstack.engine.probes.layout import PREFIXES, probe_weights, split_parts
+from accelstack.engine.probes.model import MARKER, OWNER, PARTS, WEIGHTS, ensure_probe_model, pools_file_name, probe_dir_name
+from accelstack.engine.probes.weights import (
     Pools,
     base_pool,
     encode,
@@ -218,7 +218,7 @@ def test_a_kept_probe_is_written_once_per_cache_and_used_by_every_call(tmp_path)
 
 _CHILD = """
 import json, os, sys
-from accelstack.engine.probe_model import ensure_probe_model
+from accelstack.engine.probes.model import ensure_probe_model
 arch = json.loads(sys.argv[2])
 p = ensure_probe_model(9, cache_root=sys.argv[1], architecture={k: {n: tuple(s) for n, s in v.items()} for k, v in arch.items()})
 print(p.path, flush=True)
@@ -302,7 +302,7 @@ def test_probe_weights_names_only_a_complete_probe(tmp_path):
 def test_the_encoded_pools_are_kept_and_give_the_same_bytes(tmp_path, monkeypatch):
     """The pools file (26 MB for SD 1.x) skips encoding on the next synthesis; what it makes is
     byte for byte what encoding gives, and a damaged or foreign file is ignored and replaced."""
-    import accelstack.engine.probe_model as pm
+    import accelstack.engine.probes.model as pm
 
     monkeypatch.setattr(pm, "sd1_tensors", lambda: TINY)  # the default architecture's path, small
     first = ensure_probe_model(7, cache_root=tmp_path)

@@ -11,12 +11,12 @@ import textwrap
 from pathlib import Path
 
 from accelstack.commands.progress import ProgressRenderer
-from accelstack.engine import torch_check
-from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.supervisor import Supervisor
-from accelstack.engine.torch_verification import _run_check, verify_torch
-from accelstack.engine.verification import verify
+from accelstack.engine.supervision.supervisor import Supervisor
+from accelstack.engine.verification import torch_check
+from accelstack.engine.verification.probe_verify import verify
+from accelstack.engine.verification.torch_verify import _run_check, verify_torch
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.settings import Settings
 
 from cli_helpers import events_of, result_of

@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from accelstack.engine import VerifyReport
-from accelstack.engine.torch_verification import verify_torch
+from accelstack.engine.verification.torch_verify import verify_torch
 from accelstack.installer.pip_runner import venv_python
 
 from cli_helpers import result_of

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from accelstack.engine.png import decode_png, encode_png, parameters_text, read_png, write_png
-from accelstack.engine.policy import LivenessJudge
-from accelstack.engine.process import kill_tree
-from accelstack.engine.torch_check import pick_device
-from accelstack.engine.verification import image_diff, pixel_stats
+from accelstack.engine.supervision.policy import LivenessJudge
+from accelstack.engine.supervision.process import kill_tree
+from accelstack.engine.verification.probe_verify import image_diff, pixel_stats
+from accelstack.engine.verification.torch_check import pick_device
 
 
 # -- PNG --------------------------------------------------------------------------------------------

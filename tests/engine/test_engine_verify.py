@@ -8,7 +8,7 @@ import pytest
 
 from accelstack.engine.png import read_png
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.verification import verify
+from accelstack.engine.verification.probe_verify import verify
 from accelstack.settings import Settings
 
 from cli_helpers import result_of

@@ -22,9 +22,9 @@ import psutil
 import pytest
 
 from accelstack.engine.errors import CancelledError, ModelLoadError, WorkerCrashedError, WorkerStartError
-from accelstack.engine.protocol import GenerateRequest
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.supervisor import Supervisor, SupervisorPolicy
+from accelstack.engine.supervision.supervisor import Supervisor, SupervisorPolicy
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.errors import Action
 
 from engine_helpers import SlowStatusRuntime
@@ -189,7 +189,7 @@ PARENT = """
 import sys, time
 from pathlib import Path
 from accelstack.engine.runtime import Runtime
-from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.supervision.supervisor import Supervisor
 s = Supervisor(Runtime(Path(sys.argv[1])))
 s.start()
 print(s.pid, s._dir, flush=True)
@@ -213,7 +213,7 @@ def test_worker_exits_when_its_parent_dies(cpu_runtime):
 
 
 def test_a_model_that_fails_to_load_names_the_file_and_the_reason(cpu_runtime, tmp_path):
-    from accelstack.engine.probe_weights import safetensors_header
+    from accelstack.engine.probes.weights import safetensors_header
 
     path = tmp_path / "not-sd.safetensors"
     path.write_bytes(safetensors_header({"foo.weight": (4, 4)}, {}) + b"\0" * 32)  # valid file, not a diffusion model
@@ -229,7 +229,7 @@ FAILED_LOAD = """
 import gc, sys
 from accelstack.engine.config import EngineOptions
 from accelstack.engine.errors import ModelLoadError
-from accelstack.engine.ggml_backend import GgmlBackend
+from accelstack.engine.worker.ggml_backend import GgmlBackend
 backend = GgmlBackend(sys.stderr, [], [])
 backend.import_runtime()
 try:
@@ -244,7 +244,7 @@ print("alive")
 def test_a_failed_load_leaves_the_process_alive(cpu_runtime, tmp_path):
     """stable-diffusion.cpp returns a NULL context for a file it cannot place; the bindings' object
     around it would free that NULL when dropped (a segfault): the worker must survive to say why."""
-    from accelstack.engine.probe_weights import safetensors_header
+    from accelstack.engine.probes.weights import safetensors_header
 
     path = tmp_path / "not-sd.safetensors"
     path.write_bytes(safetensors_header({"foo.weight": (4, 4)}, {}) + b"\0" * 32)

@@ -11,8 +11,8 @@ from component_files import split_probe, write_controlnet, write_png_image
 from accelstack.engine import generation
 from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.png import read_png
-from accelstack.engine.probe_family_files import ensure_family_probe
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.probes.family_files import ensure_family_probe
+from accelstack.engine.worker.protocol import GenerateRequest
 
 
 def _generate(runtime, model, folder, request: GenerateRequest, name: str):

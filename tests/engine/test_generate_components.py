@@ -24,14 +24,14 @@ from component_files import (  # noqa: E402
 )
 
 from accelstack.engine import generation
-from accelstack.engine.components import check_components
 from accelstack.engine.errors import InvalidRequestError, ModelLoadError
-from accelstack.engine.modelfile import check_model
+from accelstack.engine.models.check import check_model
 from accelstack.engine.png import SIGNATURE, read_png
-from accelstack.engine.probe_architecture import sd1_tensors
-from accelstack.engine.probe_weights import safetensors_header
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.probes.architecture import sd1_tensors
+from accelstack.engine.probes.weights import safetensors_header
+from accelstack.engine.request.components import check_components
 from accelstack.engine.runtime import Runtime
+from accelstack.engine.worker.protocol import GenerateRequest
 
 from cli_helpers import json_lines  # validates each line against the shipped schemas
 from engine_helpers import cli_env, run_cli  # noqa: E402
@@ -349,7 +349,7 @@ def test_the_cli_runs_img2img_with_a_vae_and_reports_them(cpu_runtime, probe_mod
 # -- a DiT family from separate files: the Flux probe's parts --------------------------------------------
 @pytest.fixture(scope="module")
 def flux_parts(module_tmp):
-    """The reduced Flux probe (engine.probe_families) and its three parts as files of their own, as
+    """The reduced Flux probe (engine.probes.families) and its three parts as files of their own, as
     users have them (flux1-dev.safetensors, ae.safetensors, clip_l.safetensors)."""
     return split_probe("flux", module_tmp / "flux", {
         "flux1-dev.safetensors": "model.diffusion_model.", "ae.safetensors": "vae.",
@@ -402,8 +402,8 @@ def test_the_request_the_worker_gets_for_a_large_init_image_fits_its_body_limit(
 def test_a_chroma_model_with_the_default_flash_attention_gives_an_image_not_nan(cpu_runtime, tmp_path):
     # stable-diffusion.cpp's Chroma DiT mask is not supported with flash attention (its own warning,
     # src/stable-diffusion.cpp): with both on, as generate's defaults were, the image is NaN (all white).
-    from accelstack.engine.probe_family_files import ensure_family_probe
-    from accelstack.engine.verification import pixel_stats
+    from accelstack.engine.probes.family_files import ensure_family_probe
+    from accelstack.engine.verification.probe_verify import pixel_stats
 
     probe = ensure_family_probe("chroma", 1234, tmp_path / "cache", keep=True)
     pixels, text, report = _generate(cpu_runtime, probe.path, tmp_path, GenerateRequest(
@@ -443,7 +443,7 @@ def test_flux_with_a_t5xxl_gguf_runs_it_and_the_image_follows_it(cpu_runtime, fl
     # with it the conditioning, and so the image, is T5's.
     from component_files import t5xxl_gguf
 
-    from accelstack.engine.model_inspect import inspect_model
+    from accelstack.engine.models.inspection import inspect_model
 
     probe, _folder = flux_parts
     t5 = t5xxl_gguf(tmp_path / "t5-v1_1-xxl-encoder-Q4_0.gguf")
@@ -510,7 +510,7 @@ def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, f
 @pytest.fixture(scope="module")
 def sdxl_probe(module_tmp) -> str:
     """The SDXL probe (1.6 GB), made once for this module's tests."""
-    from accelstack.engine.probe_family_files import ensure_family_probe
+    from accelstack.engine.probes.family_files import ensure_family_probe
 
     return ensure_family_probe("sdxl", 7, module_tmp / "sdxl", keep=True).path
 
@@ -605,7 +605,7 @@ def test_a_chroma_lora_applies_and_an_embedding_is_refused_for_want_of_a_clip(cp
     # text encoder is T5-XXL, which takes no textual-inversion embedding: refused before any worker starts.
     from companion_files import embedding, flux_block_lora
 
-    from accelstack.engine.probe_family_files import ensure_family_probe
+    from accelstack.engine.probes.family_files import ensure_family_probe
 
     probe = ensure_family_probe("chroma", 1234, tmp_path / "cache", keep=True)
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"

@@ -23,14 +23,14 @@ from component_files import (  # noqa: E402
 )
 
 from accelstack.engine import generation
-from accelstack.engine.components import check_components
 from accelstack.engine.config import EngineOptions
 from accelstack.engine.errors import InvalidRequestError, ModelLoadError
 from accelstack.engine.png import SIGNATURE, PngError, read_input_png, read_png
-from accelstack.engine.probe_architecture import sd1_tensors
-from accelstack.engine.probe_weights import safetensors_header
-from accelstack.engine.protocol import GenerateRequest
-from accelstack.engine.supervisor import Supervisor
+from accelstack.engine.probes.architecture import sd1_tensors
+from accelstack.engine.probes.weights import safetensors_header
+from accelstack.engine.request.components import check_components
+from accelstack.engine.supervision.supervisor import Supervisor
+from accelstack.engine.worker.protocol import GenerateRequest
 
 from cli_helpers import json_lines  # validates each line against the shipped schemas
 from engine_helpers import CrashOnLoadRuntime, cli_env, run_cli  # noqa: E402
@@ -115,7 +115,7 @@ def test_a_file_name_that_begins_or_ends_with_a_space_is_refused(probe_model, pa
 
 
 def test_relative_component_paths_reach_the_worker_as_absolute_ones(probe_model, parts, flux_parts, monkeypatch):
-    # The worker runs in its own folder (engine.process): a path relative to the caller's folder named
+    # The worker runs in its own folder (engine.supervision.process): a path relative to the caller's folder named
     # another file there, or none (the VAE was silently not used; --control-net and Flux failed to load).
     monkeypatch.chdir(parts.parent)
     checked = check_components(fast(vae="parts/vae-shifted.safetensors", taesd="parts/taesd.safetensors",

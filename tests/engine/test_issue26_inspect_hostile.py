@@ -20,10 +20,10 @@ from typing import Iterator, List
 
 import pytest
 
-from accelstack.engine.ckpt_index import MAX_OPS, checkpoint_index
 from accelstack.engine.errors import ModelLoadError, ModelNotFoundError
-from accelstack.engine.model_inspect import inspect_model
-from accelstack.engine.modelfile import check_model
+from accelstack.engine.models.check import check_model
+from accelstack.engine.models.ckpt_index import MAX_OPS, checkpoint_index
+from accelstack.engine.models.inspection import inspect_model
 
 from cli_helpers import error_of, json_lines, result_of, run_cli
 
@@ -267,7 +267,7 @@ def test_verify_model_of_a_vae_says_it_holds_no_diffusion_model(tmp_path):
     import model_specs as m
 
     from accelstack.engine.errors import InvalidRequestError
-    from accelstack.engine.probe_families import probe_families_of
+    from accelstack.engine.probes.families import probe_families_of
 
     vae = m.write_safetensors(tmp_path / "ae.safetensors", m.sd_vae(""))
     with pytest.raises(InvalidRequestError, match="holds no diffusion model") as err:

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from companion_files import embedding, kohya_lora, write_safetensors  # noqa: E402
 
-from accelstack.engine import companions as companions_module
-from accelstack.engine.companions import prepare_companions
 from accelstack.engine.errors import GenerationError, InvalidRequestError
-from accelstack.engine.modelfile import check_model
+from accelstack.engine.models.check import check_model
+from accelstack.engine.request import companions as companions_module
+from accelstack.engine.request.companions import prepare_companions
 from accelstack.errors import Action
 
 from engine_helpers import cli_env, run_cli  # noqa: E402

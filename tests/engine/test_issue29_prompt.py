@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from accelstack.engine.errors import InvalidRequestError
-from accelstack.engine.protocol import GenerateRequest, check_prompt, prompt_tokens
+from accelstack.engine.worker.protocol import GenerateRequest, check_prompt, prompt_tokens
 from accelstack.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 
 from engine_helpers import cli_env, run_cli

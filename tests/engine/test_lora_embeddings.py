@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from companion_files import BLOCKS, embedding, kohya_lora, write_safetensors  # noqa: E402
 
-from accelstack.engine import companions as companions_module
 from accelstack.engine import generation
-from accelstack.engine.companions import canonical_module, prepare_companions
 from accelstack.engine.errors import InvalidRequestError
-from accelstack.engine.modelfile import check_model
+from accelstack.engine.models.check import check_model
 from accelstack.engine.png import read_png
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.request import companions as companions_module
+from accelstack.engine.request.companions import canonical_module, prepare_companions
+from accelstack.engine.worker.protocol import GenerateRequest
 
 from engine_helpers import cli_env, run_cli  # noqa: E402
 
@@ -190,7 +190,7 @@ def test_a_staging_left_by_a_killed_run_is_removed_by_the_stale_folder_cleanup(t
     it once its maker is dead, as it removes a killed supervisor's folders."""
     import time
 
-    from accelstack.engine import workdirs
+    from accelstack.engine.supervision import workdirs
 
     loras = _folder_with(tmp_path)
     found = prepare_companions("cat <lora:style:1>", str(loras), "", probe_info)
@@ -279,7 +279,7 @@ def test_the_cli_applies_a_lora_and_says_so_in_json(cpu_runtime, probe_model, ca
 def test_kohya_names_are_read_as_stable_diffusion_cpp_reads_them():
     # src/name_conversion.cpp convert_sep_to_dot keeps the underscores of the words it knows; the SD3 row is
     # what its log printed for a kohya SD3 LoRA ("unused lora tensor |...joint.blocks.0.x.block.attn.qkv...|").
-    from accelstack.engine.lora_names import is_kohya, kohya_dotted
+    from accelstack.engine.loras.names import is_kohya, kohya_dotted
 
     assert kohya_dotted("joint_blocks_0_x_block_attn_qkv") == "joint.blocks.0.x.block.attn.qkv"
     assert kohya_dotted("double_blocks_0_img_attn_qkv") == "double_blocks.0.img_attn.qkv"  # FLUX.1's words are known

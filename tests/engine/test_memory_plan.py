@@ -19,14 +19,16 @@ import pytest
 
 from accelstack.cli import main
 from accelstack.commands.verify import add_engine_arguments
-from accelstack.core import direct
-from accelstack.engine import generation, process
+from accelstack.core import direct, machine
+from accelstack.engine import generation
 from accelstack.engine.config import AUTO, LEGACY, EngineOptions, apply_overrides, load_config, options_from_mapping
 from accelstack.engine.errors import ConfigError, InsufficientMemoryError
-from accelstack.engine.memory_plan import FAMILIES, MemoryPlan, plan_for_files
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.memory.device import MachineMemory
+from accelstack.engine.memory.plan import FAMILIES, MemoryPlan, plan_for_files
+from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.supervision import process
+from accelstack.engine.worker.protocol import GenerateRequest
 from accelstack.serde import from_dict, to_dict
 
 GIB = 2 ** 30
@@ -346,13 +348,14 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     tiled = plan_for_files([probe_model.path], side, side, 1, EngineOptions(vae_tiling=True, vae_tile_size=8),
                            gpu=False, ram_free=None)
     ram = (untiled.ram_need + tiled.ram_need) // 2  # between: only the tiled decode fits
-    monkeypatch.setattr(generation, "available_ram", lambda: ram)
+    monkeypatch.setattr(machine, "available_ram", lambda system: ram)  # what the core reads of this machine
     req = GenerateRequest(prompt="a red cube", width=side, height=side, steps=1, seed=7)
     with pytest.raises(InsufficientMemoryError):  # the options as they were before auto: refused before any work
-        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "old.png", options=EngineOptions().concrete())
+        generation.generate(cpu_runtime, probe_model.path, req, tmp_path / "old.png", options=EngineOptions().concrete(),
+                            machine=MachineMemory(ram_available=ram))
     assert not (tmp_path / "old.png").exists()
     sent, reports = [], []  # the options the worker is given (the CLI's early worker gets them in its load file)
-    real_send, real_generate = process.WorkerProcess.send_load, direct.generate
+    real_send, real_generate = process.WorkerProcess.send_load, direct.generate_checked
 
     def send_load(self, model, options):
         sent.append(options)
@@ -367,7 +370,7 @@ def test_auto_tiles_the_vae_when_the_untiled_decode_does_not_fit(tmp_path, cpu_r
     monkeypatch.setattr(generation, "_check_device_memory",
                         lambda sup, need, req, opts: (checked_after_load.append((opts, need)), real_check(sup, need, req, opts)))
     monkeypatch.setattr(process.WorkerProcess, "send_load", send_load)
-    monkeypatch.setattr(direct, "generate", generate)
+    monkeypatch.setattr(direct, "generate_checked", generate)
     out = tmp_path / "auto.png"
     assert main(["generate", "--runtime", str(cpu_runtime.path), "-m", probe_model.path, "-p", "a red cube",
                  "--width", str(side), "--height", str(side), "--steps", "1", "--seed", "7", "-o", str(out)]) == 0

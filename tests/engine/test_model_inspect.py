@@ -17,9 +17,9 @@ import pytest
 import accelstack
 from accelstack import schemas
 from accelstack.engine.errors import EngineError, ModelLoadError
-from accelstack.engine.model_families import DATA_FILE, knowledge, parse_knowledge
-from accelstack.engine.model_inspect import inspect_model
-from accelstack.engine.modelfile import DIFFUSERS_PARTS
+from accelstack.engine.models.check import DIFFUSERS_PARTS
+from accelstack.engine.models.families import DATA_FILE, knowledge, parse_knowledge
+from accelstack.engine.models.inspection import inspect_model
 
 from engine_helpers import cli_env, run_cli
 
@@ -229,7 +229,8 @@ def test_a_header_is_read_once_per_process_while_the_file_is_unchanged(tmp_path,
     """One `generate` checked the same model's header up to 8 times (the CLI's and the engine's
     component checks, inspection, the memory planner): ~35 ms on the FLUX.1 probe before the worker
     started. A changed file (same path, new bytes) is read again."""
-    from accelstack.engine import gguf_check, model_io, safetensors_check
+    from accelstack.engine.models import gguf_check, safetensors_check
+    from accelstack.engine.models import reader as model_io
     from accelstack.limits import parse_json
 
     writer, spec, family, *_ = CASES[name]

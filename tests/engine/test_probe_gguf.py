@@ -1,4 +1,4 @@
-"""The GGUF writer of the quantized family probes (engine.probe_gguf): the file ggml reads, Q4_0 blocks whose
+"""The GGUF writer of the quantized family probes (engine.probes.gguf): the file ggml reads, Q4_0 blocks whose
 values follow the probe's value rule, the same bytes for the same seed; and a probe folder holding it."""
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from accelstack.engine import generation
-from accelstack.engine.gguf_check import gguf_index
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.models.gguf_check import gguf_index
+from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
-from accelstack.engine.probe_architecture import sd1_tensors
-from accelstack.engine.probe_gguf import Q4_BLOCK, Q4_BLOCK_BYTES, gguf_size, quantized_prefixes, write_gguf
-from accelstack.engine.probe_layout import GGUF_WEIGHTS, MARKER, PREFIXES, WEIGHTS, probe_weights
-from accelstack.engine.probe_weights import Pools
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.probes.architecture import sd1_tensors
+from accelstack.engine.probes.gguf import Q4_BLOCK, Q4_BLOCK_BYTES, gguf_size, quantized_prefixes, write_gguf
+from accelstack.engine.probes.layout import GGUF_WEIGHTS, MARKER, PREFIXES, WEIGHTS, probe_weights
+from accelstack.engine.probes.weights import Pools
+from accelstack.engine.worker.protocol import GenerateRequest
 
 PARTS = {"model.diffusion_model.": {"layers.0.attention.qkv.weight": (96, 256), "layers.0.attention_norm1.weight": (256,),
                                     "odd.weight": (8, 40)},

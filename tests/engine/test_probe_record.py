@@ -1,4 +1,4 @@
-"""Records of probe images (``accelstack.engine.probe_record``): what verify's ``deterministic``
+"""Records of probe images (``accelstack.engine.probes.record``): what verify's ``deterministic``
 check compares with instead of a second generation, and how a damaged or planted record is ignored.
 The end-to-end use, on the real CPU runtime, is in test_engine_verify.py."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from accelstack import fsio
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.probe_record import (
+from accelstack.engine.probes.record import (
     MAX_RECORD_BYTES,
     image_digest,
     recall,
@@ -19,7 +19,7 @@ from accelstack.engine.probe_record import (
     record_path,
     remember,
 )
-from accelstack.engine.protocol import DeviceInfo, GenerateRequest
+from accelstack.engine.worker.protocol import DeviceInfo, GenerateRequest
 
 REQ = GenerateRequest(prompt="accelstack probe", width=64, height=64, steps=1, cfg_scale=7.0, sampler="euler",
                       scheduler="discrete", seed=42)

@@ -19,12 +19,12 @@ import pytest
 from model_specs import sd2_original, sdxl_refiner, write_safetensors, z_image
 
 from accelstack.engine.errors import InvalidRequestError
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
-from accelstack.engine.probe_families import FAMILIES, check_families, probe_families_of
-from accelstack.engine.probe_family_files import FAMILY_FORMAT_VERSION, ensure_family_probe, family_dir_name
-from accelstack.engine.probe_model import MARKER, OWNER, TEMP_PREFIX, WEIGHTS
-from accelstack.engine.verification import family_output, verify
+from accelstack.engine.probes.families import FAMILIES, check_families, probe_families_of
+from accelstack.engine.probes.family_files import FAMILY_FORMAT_VERSION, ensure_family_probe, family_dir_name
+from accelstack.engine.probes.model import MARKER, OWNER, TEMP_PREFIX, WEIGHTS
+from accelstack.engine.verification.probe_verify import family_output, verify
 
 from cli_helpers import error_of, result_of
 from engine_helpers import cli_env, run_cli

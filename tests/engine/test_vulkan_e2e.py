@@ -42,8 +42,8 @@ import pytest
 
 from accelstack.engine import Runtime
 from accelstack.engine.config import EngineOptions
-from accelstack.engine.ggml_backend import initialized_backends
-from accelstack.engine.verification import verify
+from accelstack.engine.verification.probe_verify import verify
+from accelstack.engine.worker.ggml_backend import initialized_backends
 from accelstack.settings import Settings
 
 CI = bool(os.environ.get("CI"))

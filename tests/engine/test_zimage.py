@@ -1,4 +1,4 @@
-"""Z-Image on the real CPU build: its whole DiT stored Q4_0 in GGUF (engine.probe_gguf), from one file and
+"""Z-Image on the real CPU build: its whole DiT stored Q4_0 in GGUF (engine.probes.gguf), from one file and
 from the files users run it from (a GGUF DiT, the Flux VAE, a Qwen3 GGUF in llama.cpp's names for --llm),
 with a LoRA in the names Z-Image LoRAs ship in; an embedding and a ControlNet refused before any worker."""
 from __future__ import annotations
@@ -7,14 +7,14 @@ import pytest
 from companion_files import check_refuses_embedding_and_controlnet, dit_lora
 
 from accelstack.engine import generation
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
-from accelstack.engine.probe_families import family_spec
-from accelstack.engine.probe_family_files import ensure_family_probe
-from accelstack.engine.probe_gguf import quantized_prefixes, write_gguf
-from accelstack.engine.probe_weights import Pools, write_parts
-from accelstack.engine.probe_zimage import ZIMAGE_QUANTIZED
-from accelstack.engine.protocol import GenerateRequest
+from accelstack.engine.probes.families import family_spec
+from accelstack.engine.probes.family_files import ensure_family_probe
+from accelstack.engine.probes.gguf import quantized_prefixes, write_gguf
+from accelstack.engine.probes.weights import Pools, write_parts
+from accelstack.engine.probes.zimage import ZIMAGE_QUANTIZED
+from accelstack.engine.worker.protocol import GenerateRequest
 
 SEED = 7
 REQUEST = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)

@@ -24,15 +24,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelstack.engine import worker_server
-from accelstack.engine.client import WorkerClient
 from accelstack.engine.errors import ModelLoadError
-from accelstack.engine.modelfile import check_model
-from accelstack.engine.supervisor import Supervisor
-from accelstack.engine.worker import listen
-from accelstack.engine.worker_backend import WorkerBackend
-from accelstack.engine.worker_server import make_server
-from accelstack.engine.worker_state import WorkerState
+from accelstack.engine.models.check import check_model
+from accelstack.engine.supervision.client import WorkerClient
+from accelstack.engine.supervision.supervisor import Supervisor
+from accelstack.engine.worker import server as worker_server
+from accelstack.engine.worker.backend import WorkerBackend
+from accelstack.engine.worker.main import listen
+from accelstack.engine.worker.server import make_server
+from accelstack.engine.worker.state import WorkerState
 
 from .fuzzing import Counter, bounded, fuzz
 

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelstack.engine.companions import prepare_companions
 from accelstack.engine.errors import InvalidRequestError
-from accelstack.engine.modelfile import check_model
-from accelstack.engine.protocol import GenerateRequest, lora_tags
+from accelstack.engine.models.check import check_model
+from accelstack.engine.request.companions import prepare_companions
+from accelstack.engine.worker.protocol import GenerateRequest, lora_tags
 
 from .fuzzing import Counter, bounded, fuzz
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelstack.engine.ckpt_index import checkpoint_index
 from accelstack.engine.errors import ModelLoadError
-from accelstack.engine.model_inspect import inspect_model
+from accelstack.engine.models.ckpt_index import checkpoint_index
+from accelstack.engine.models.inspection import inspect_model
 
 from .fuzzing import Counter, bounded, fuzz
 from .test_fuzz_engine import safetensors_bytes

@@ -23,7 +23,7 @@ import pytest
 from accelstack.artifacts import Cache, fetch
 from accelstack.engine.errors import RuntimeNotFoundError
 from accelstack.engine.runtime import Runtime, runtime_libraries
-from accelstack.engine.worker_backend import LIB_DIRS_ENV, PRELOAD_ENV
+from accelstack.engine.worker.backend import LIB_DIRS_ENV, PRELOAD_ENV
 from accelstack.installer import cuda_libs, transaction
 from accelstack.installer.errors import InstallError, StateError
 from accelstack.installer.ggml import FetchedWheel, GgmlDirectory
@@ -115,7 +115,7 @@ class Fetcher:
 
 LOAD = """
 import ctypes, json, os, sys
-from accelstack.engine.worker_backend import libraries_in, load_runtime_libraries
+from accelstack.engine.worker.backend import libraries_in, load_runtime_libraries
 loaded = load_runtime_libraries(*libraries_in(os.environ))
 cublas = ctypes.CDLL("libcublas.so.13")   # found by name: already loaded, or on the library path
 cudart = ctypes.CDLL("libcudart.so.13")

@@ -384,7 +384,7 @@ def test_the_torch_worker_names_every_missing_package(monkeypatch):
     import importlib.util
     import types
 
-    from accelstack.engine.torch_engine import ENGINE_MODULES, TorchBackend
+    from accelstack.engine.worker.torch_backend import ENGINE_MODULES, TorchBackend
 
     missing = [m for m in ENGINE_MODULES if importlib.util.find_spec(m) is None]
     if not missing:

@@ -15,7 +15,7 @@ from service_helpers import Service
 @pytest.fixture(scope="session")
 def probe_model():
     """The probe model every verify loads (made once per machine, then from the cache)."""
-    from accelstack.engine.probe_model import DEFAULT_SEED, ensure_probe_model
+    from accelstack.engine.probes.model import DEFAULT_SEED, ensure_probe_model
 
     return ensure_probe_model(DEFAULT_SEED, cache_root=Settings.resolve().probe_cache, keep=True)
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from component_files import standalone_vae, write_png_image  # noqa: E402  (the engine tests' files)
 
-from accelstack.engine.protocol import PATH_FIELDS  # noqa: E402
+from accelstack.engine.worker.protocol import PATH_FIELDS  # noqa: E402
 from accelstack.service import jobs  # noqa: E402
 
 

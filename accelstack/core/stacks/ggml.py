@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ...artifacts.cache import Cache
 from ...domain import BACKENDS
 from ...engine import Runtime, verify
-from ...engine.verification import default_output
+from ...engine.verification.probe_verify import default_output
 from ...errors import AccelstackError, Action, NotPossibleHere, SubprocessTimeout, UsageError
 from ...events import ProgressCallback, ProgressEvent
 from ...hardware.report import HardwareReport
@@ -65,7 +65,7 @@ __all__ = ["GgmlDriver", "DRIVER", "not_possible", "wheel_version"]
 
 ACTIVATE = "check it with a probe generation, and activate it only if that passes"
 _IMPORT = (  # the runtime's outside libraries (a CUDA build's cudart/cuBLAS) load first, as in the worker
-    "import os; from accelstack.engine.worker_backend import libraries_in, load_runtime_libraries;"
+    "import os; from accelstack.engine.worker.backend import libraries_in, load_runtime_libraries;"
     "load_runtime_libraries(*libraries_in(os.environ));"
     "import json, stable_diffusion_cpp as s, stable_diffusion_cpp.stable_diffusion_cpp as lib;"
     "print(json.dumps({'version': getattr(s, '__version__', ''), 'system_info': "

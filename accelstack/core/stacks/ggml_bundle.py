@@ -168,4 +168,4 @@ def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Opti
     trusted = TrustedSet(knowledge, loaded, [channel], remember=channel.url not in ("", "bundle"))
     offline = s.replace(offline=True, allow_build=False)
     return install(None, stack=STACK, backend=backend, report=job.report, settings=offline, services=job.services,
-                   on_progress=job.progress, options=dataclasses.replace(job.options, trusted=trusted))
+                   on_progress=job.progress, **dataclasses.replace(job.options, trusted=trusted).keywords())

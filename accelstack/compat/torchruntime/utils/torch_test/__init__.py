@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
-from .....engine.torch_check import run_check
+from .....engine.verification.torch_check import run_check
 from .....serde import plural
 from ..torch_device_utils import get_device_count, get_installed_torch_platform
 

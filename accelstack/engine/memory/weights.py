@@ -1,0 +1,108 @@
+"""What a model's files weigh once stable-diffusion.cpp has loaded them, part by part, from their headers.
+
+The memory planner (:mod:`accelstack.engine.memory.plan`) counts each phase's weights: the parts
+:func:`~accelstack.engine.models.inspection.inspect_model` finds (diffusion model, VAE, text encoders),
+each at its bytes per parameter as loaded (F8 is widened to F16 on load, a GGUF block type keeps its
+block size), the file's size shared out when the types cannot be read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, List, Optional, Tuple, Union
+
+from ..models.gguf_check import GGML_TYPE_NAMES, GGML_TYPES
+from ..models.inspection import ModelInspection, inspect_model
+from . import estimate as memory
+from .families import LOADED_BYTES
+
+__all__ = ["ComponentWeights", "bytes_per_parameter", "conversion_bytes", "weights_of", "components_of", "shares",
+           "decode_only"]
+
+
+@dataclass
+class ComponentWeights:
+    """The weights of one part of the model, as found in the files' headers."""
+
+    component: str  # diffusion_model | vae | text_encoder | other
+    kind: str  # family, VAE or encoder id
+    parameters: int
+    loaded_bytes: int  # as stable-diffusion.cpp holds them without conversion
+    decoder_parameters: int = 0  # a VAE's: what a decode-only load builds (ModelPart.decoder_parameters)
+
+
+
+def bytes_per_parameter(dtype: str) -> Optional[float]:
+    key = dtype.upper()
+    if key in LOADED_BYTES:
+        return LOADED_BYTES[key]
+    for type_id, name in GGML_TYPE_NAMES.items():
+        if name == key and type_id in GGML_TYPES:
+            block, nbytes = GGML_TYPES[type_id]
+            return nbytes / block
+    return None
+
+
+def conversion_bytes(weight_type: str) -> float:
+    found = bytes_per_parameter(weight_type)
+    return found if found is not None else 2.0
+
+
+def weights_of(inspection: ModelInspection) -> List[ComponentWeights]:
+    """The parts of one inspected file with their loaded sizes (the file's size shared out by
+    parameters when its types are not all known)."""
+    total_params = inspection.parameters or 0
+    loaded = 0.0
+    known = True
+    for w in inspection.weight_types:
+        per = bytes_per_parameter(w.dtype)
+        if per is None:
+            known = False
+            break
+        loaded += per * w.parameters
+    if not known or not total_params:
+        loaded = float(inspection.size_bytes)
+    per_param = loaded / total_params if total_params else 0.0
+    parts = [p for p in inspection.parts if p.parameters]
+    if not parts or not total_params:  # no shapes (a legacy pickle) or no parts told: the file, as a diffusion model
+        return [ComponentWeights("diffusion_model", inspection.family, total_params, int(loaded))]
+    return [ComponentWeights(p.component, p.kind, p.parameters, int(p.parameters * per_param), p.decoder_parameters)
+            for p in parts]
+
+
+def components_of(paths: Iterable[Union[str, Path]]) -> Tuple[str, str, List[ComponentWeights]]:
+    """(family, variant, parts) of the model files: the family of the first file that names one."""
+    family, variant = "unknown", ""
+    parts: List[ComponentWeights] = []
+    for path in paths:
+        found = inspect_model(path)  # a file it cannot read is a ModelLoadError, as anywhere
+        if family == "unknown" and found.family not in ("none", "unknown"):
+            family, variant = found.family, found.variant
+        parts += weights_of(found)
+    return family, variant, parts
+
+
+def shares(parts: List[ComponentWeights]) -> List[ComponentWeights]:
+    """A file whose parts are unknown: shared out as an SD checkpoint is (UNet 85%)."""
+    if len(parts) != 1 or parts[0].component != "diffusion_model" or parts[0].kind not in ("unknown", ""):
+        return parts
+    whole = parts[0]
+    dm = int(whole.loaded_bytes * memory.UNET_SHARE)
+    rest = whole.loaded_bytes - dm
+    return [ComponentWeights("diffusion_model", whole.kind, int(whole.parameters * memory.UNET_SHARE), dm),
+            ComponentWeights("text_encoder", "unknown", 0, rest * 2 // 3),
+            ComponentWeights("vae", "unknown", 0, rest - rest * 2 // 3)]
+
+
+
+
+def decode_only(parts: List[ComponentWeights]) -> List[ComponentWeights]:
+    """The parts as a text-to-image load holds them: a VAE without its encoder (measured on lavapipe:
+    the Vulkan backend's VAE buffer was the decoder's size, 1.69 times less than the whole SD VAE)."""
+    out = []
+    for p in parts:
+        if p.component == "vae" and 0 < p.decoder_parameters < p.parameters:
+            p = ComponentWeights("vae", p.kind, p.decoder_parameters,
+                                 int(p.loaded_bytes * p.decoder_parameters / p.parameters), p.decoder_parameters)
+        out.append(p)
+    return out

@@ -1,0 +1,55 @@
+"""Who owns a temporary probe folder: its ``.owner`` file names the process (pid, host, time), and a
+folder whose process is gone is swept by the next synthesis (:mod:`accelstack.engine.probes.model`)
+and purged by ``accelstack cache`` (:mod:`accelstack.core.caches`)."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from ...limits import read_capped
+
+__all__ = ["OWNER", "STALE_UNOWNED_SECONDS", "owner_text", "pid_alive", "temporary_probe_in_use"]
+
+OWNER = ".owner"  # in a temporary probe folder: the process that uses it
+STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
+
+
+def owner_text() -> str:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time()})
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        if handle:
+            ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+            return True
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, someone else's
+        return True
+    return True
+
+
+def temporary_probe_in_use(folder: Path) -> bool:
+    """True while the process that made temporary probe ``folder`` runs (or may: another host,
+    or no owner file yet and the folder is recent)."""
+    try:
+        owner = json.loads(read_capped(Path(folder) / OWNER, 64 << 10))  # a FIFO is refused, never waited on
+        if owner.get("host") != socket.gethostname():
+            return True
+        return pid_alive(int(owner["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return time.time() - Path(folder).lstat().st_mtime < STALE_UNOWNED_SECONDS
+        except OSError:
+            return False
