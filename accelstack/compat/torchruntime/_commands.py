@@ -13,15 +13,17 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from .errors import CompatUsageError
 
-__all__ = ["PYTORCH_INDEX", "TORCH_PACKAGES", "torch_command", "run_plain"]
+__all__ = ["PYTORCH_INDEX", "TORCH_PACKAGES", "is_torch", "torch_command", "run_plain"]
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 TORCH_PACKAGES = ("torch", "torchvision", "torchaudio")
+# options a torch command may carry: none changes the plan (it names exact versions and their dependencies)
+_TAKEN = ("--upgrade", "-U", "-q", "--quiet", "--no-cache-dir", "--no-deps", "--no-warn-script-location")
 
 
-def _is_torch(arg: str) -> bool:
+def is_torch(arg: str) -> bool:
     try:
-        return Requirement(arg).name.lower() in TORCH_PACKAGES
+        return Requirement(arg.strip()).name.lower() in TORCH_PACKAGES
     except InvalidRequirement:
         return False
 
@@ -37,7 +39,7 @@ def torch_command(cmd: Sequence[str]) -> Optional[Tuple[List[str], str, bool, Li
         uv, rest = False, args[4:]
     else:
         return None
-    if not any(_is_torch(a) for a in rest if not a.startswith("-")):
+    if not any(is_torch(a.strip()) for a in rest if not a.startswith("-")):
         return None
     where, reqs, others = "", [], []  # type: Tuple[str, List[str], List[str]]
     i = 0
@@ -48,11 +50,11 @@ def torch_command(cmd: Sequence[str]) -> Optional[Tuple[List[str], str, bool, Li
             where = url[len(PYTORCH_INDEX) + 1:] if url.startswith(PYTORCH_INDEX + "/") else url
             i += 2
             continue
-        if arg.startswith("-") and arg not in ("--upgrade", "-U", "-q", "--quiet", "--no-cache-dir"):
+        if arg.startswith("-") and arg not in _TAKEN:
             raise CompatUsageError(f"the pip option {arg!r} is not taken by accelstack's install",
                                    hint="torch commands take package names, an index URL and --upgrade")
         if not arg.startswith("-"):
-            (reqs if _is_torch(arg) else others).append(arg)
+            (reqs if is_torch(arg) else others).append(arg.strip())
         i += 1
     return reqs, where, uv, others
 

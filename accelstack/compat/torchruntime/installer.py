@@ -17,9 +17,11 @@ from typing import List, Optional, Sequence, Tuple
 from ...core.installing import install as core_install
 from ...core.results import InstallSummary
 from ...events import ProgressEvent
-from ._commands import PYTORCH_INDEX, run_plain, torch_command
+from ._commands import PYTORCH_INDEX, is_torch, run_plain, torch_command
 from ._machine import machine_report, refuse_unless_ready, settings, torch_plan
+from .device_db import get_gpus
 from .errors import CompatUsageError
+from .platform_detection import get_torch_platform
 
 __all__ = ["DEFAULT_PACKAGES", "split_packages", "install", "get_install_commands", "get_pip_commands", "run_commands", "os_name",
            "PIP_PREFIX", "CUDA_REGEX", "ROCM_REGEX", "ROCM_VERSION_REGEX"]
@@ -30,7 +32,10 @@ DEFAULT_PACKAGES = ["torch", "torchaudio", "torchvision"]  # torchruntime's defa
 # pip options torchruntime's callers pass among the packages (Easy Diffusion: "--upgrade", "--force"),
 # and what each means here; a plan already names exact versions, so upgrading is what it does anyway
 _FORCE = ("--force", "--force-reinstall")
-_IGNORED = ("--upgrade", "-U", "--upgrade-strategy=eager", "-q", "--quiet", "--no-cache-dir")
+# --no-deps and --no-warn-script-location (FooocusPlus's launcher) do not apply to a torch plan, which installs
+# the dependencies its packages name; a command without torch packages gets them as given
+_IGNORED = ("--upgrade", "-U", "--upgrade-strategy=eager", "-q", "--quiet", "--no-cache-dir", "--no-deps",
+            "--no-warn-script-location")
 
 os_name = platform.system()  # torchruntime's global: which companions a platform gets (tests patch it)
 PIP_PREFIX = [sys.executable, "-m", "pip", "install"]
@@ -76,9 +81,10 @@ def split_packages(packages: Optional[Sequence[str]]) -> Tuple[List[str], bool]:
     """The requirement strings and whether a reinstall was asked, from torchruntime's package list."""
     reqs: List[str] = []
     force = False
-    for item in packages or []:
-        if not isinstance(item, str):
-            raise CompatUsageError(f"install() takes package strings, not {type(item).__name__}: {item!r}")
+    for given in packages or []:
+        if not isinstance(given, str):
+            raise CompatUsageError(f"install() takes package strings, not {type(given).__name__}: {given!r}")
+        item = given.strip()  # FooocusPlus writes " torchvision==0.x"
         if item in _FORCE:
             force = True
         elif item in _IGNORED:
@@ -96,13 +102,20 @@ def _log_event(event: ProgressEvent) -> None:
         log.info("%s", event.message)
 
 
-def install(packages: Optional[Sequence[str]] = None, use_uv: bool = False) -> InstallSummary:
+def install(packages: Optional[Sequence[str]] = None, use_uv: bool = False) -> Optional[InstallSummary]:
     """Install ``packages`` (default torch, torchaudio, torchvision; pins kept) for this machine's GPU.
 
     Raises :class:`~.errors.NoTorchRunsHere` (a ``NotImplementedError``) when no build runs here as
     asked, and an ``AccelstackError`` when pip or the check fails (the previous torch is restored).
-    Returns the core's :class:`InstallSummary` (torchruntime returns None)."""
+    Returns the core's :class:`InstallSummary` (torchruntime returns None). Packages without torch,
+    torchvision or torchaudio among them (FooocusPlus: ``["--no-deps", "xformers==0.0.28"]``) are
+    installed as torchruntime installs them, from the index of :func:`get_torch_platform`'s answer; None."""
     reqs, force = split_packages(packages)
+    if packages and not any(is_torch(r) for r in reqs):
+        given = [p.strip() for p in packages if p.strip() not in _FORCE]
+        answer = get_torch_platform(get_gpus(), packages=reqs)
+        run_commands(get_pip_commands(get_install_commands(answer, given), use_uv=use_uv))
+        return None
     s = settings(use_uv=use_uv)
     report = machine_report(s=s)
     p = refuse_unless_ready(torch_plan(report, reqs, s))
