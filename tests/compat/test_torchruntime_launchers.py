@@ -25,6 +25,8 @@ from accelstack.hardware.system import ReplaySystem
 @pytest.fixture()
 def launchers(monkeypatch):
     saved = {k: v for k, v in sys.modules.items() if k == "torchruntime" or k.startswith("torchruntime.")}
+    for k in saved:  # the app's process: register() before its first import of torchruntime
+        del sys.modules[k]
     compat.register()
     sys.modules.pop("compat.launchers", None)
     module = importlib.import_module("compat.launchers")

@@ -78,7 +78,12 @@ def get_torch_platform(gpu_infos: Sequence[Any], packages: Optional[Sequence[str
     report = _machine_of(gpus)
     if report is not None:  # asked of torchruntime as if it ran on that machine, with its database's GPU names
         words = _torchruntime_platform_words(report)
-        theirs = _theirs.torchruntime_platform([_as_theirs(g) for g in gpus], reqs, words[0], words[1], py_version)
+        try:
+            theirs = _theirs.torchruntime_platform([_as_theirs(g) for g in gpus], reqs, words[0], words[1], py_version)
+        except NotImplementedError:  # two vendors without NVIDIA, NVIDIA on a Mac...: the plan still chooses
+            if chosen == "torchruntime":
+                raise
+            theirs = "cpu"
         return theirs if chosen == "torchruntime" else _from_plan(report, theirs, reqs)
     theirs = _theirs.torchruntime_platform(gpus, reqs, os_name, arch, py_version, _nvidia_arch_override())
     if chosen == "torchruntime":
