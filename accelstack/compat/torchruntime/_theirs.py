@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 __all__ = ["NAME", "package_dir", "original", "torchruntime_platform"]
 
 NAME = "accelstack_torchruntime_original"
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entered when a patched lookup asks torchruntime again
 
 
 def package_dir() -> Optional[Path]:

@@ -10,7 +10,7 @@ read from the installed torchruntime.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 from ...hardware.protocol import System
 from ...hardware.tables import amd_gfx_target, amd_is_integrated, intel_platform, nvidia_compute_capability, pci_lookup
@@ -87,14 +87,12 @@ def get_gpu_type(vendor_id: str, device_id: str, device_name: str) -> str:
     """"DISCRETE", "INTEGRATED" or "NONE" for a PCI device, from accelstack's tables where they know it."""
     vendor, device = str(vendor_id).lower(), str(device_id).lower()
     known = pci_lookup(vendor, device)
-    kinds: List[str] = []
     if known:
-        kinds.append("DISCRETE" if known[1] else "INTEGRATED")
-    elif vendor == AMD and amd_gfx_target(device):
-        kinds.append("INTEGRATED" if amd_is_integrated(amd_gfx_target(device)) else "DISCRETE")
-    elif vendor == INTEL and intel_platform(device):
-        platform_facts = intel_platform(device)
-        kinds.append("INTEGRATED" if platform_facts and platform_facts[2] == "integrated" else "DISCRETE")
-    if kinds:
-        return kinds[0]
+        return "DISCRETE" if known[1] else "INTEGRATED"
+    gfx = amd_gfx_target(device) if vendor == AMD else ""
+    if gfx:
+        return "INTEGRATED" if amd_is_integrated(gfx) else "DISCRETE"
+    intel = intel_platform(device) if vendor == INTEL else None
+    if intel is not None:
+        return "INTEGRATED" if intel[2] == "integrated" else "DISCRETE"
     return str(_original().get_gpu_type(vendor, device, device_name))
