@@ -110,6 +110,25 @@ def test_the_command_line_install_of_the_same_pins_keeps_the_same_runtime(ed_run
     assert _run(python, "-c", "import torch; print(torch.__version__)").stdout.startswith("2.13")
 
 
+def test_fooocus_installer_builders_run_through_accelstacks_transaction(ed_run):
+    """FooocusPlus's calls (get_install_commands, get_pip_commands, run_commands, its options and spacing) in the
+    same venv: the torch command becomes accelstack's plan for the cpu platform, installed and checked as one
+    transaction; the active runtime is the same one (the same pins), torch unchanged."""
+    _, python, env, _ = ed_run
+    before = json.loads(_run(python, "-m", "accelstack", "status", "--json", env=env).stdout.strip().splitlines()[-1])
+    script = ("import accelstack.compat.torchruntime as t; t.register()\n"
+              "from torchruntime.installer import get_install_commands, get_pip_commands, run_commands\n"
+              "cmds = get_pip_commands(get_install_commands('cpu', ['--no-warn-script-location', 'torch==2.13.*', ' torchvision==0.28.*']))\n"
+              "done = run_commands(cmds)\n"
+              "print('RAN', [s.plan.variant for s in done])\n")
+    proc = _run(python, "-c", script, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RAN ['cpu']" in proc.stdout
+    after = json.loads(_run(python, "-m", "accelstack", "status", "--json", env=env).stdout.strip().splitlines()[-1])
+    assert _active_torch(after) == _active_torch(before) != ""
+    assert _run(python, "-c", "import torch; print(torch.__version__)").stdout.startswith("2.13")
+
+
 # -- the command line ------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["info", "test", "install"])
 def test_each_command_has_help_that_teaches(command):
