@@ -212,12 +212,23 @@ def is_npu(pci_class: str, vendor_id: str, device_id: str, driver: str) -> bool:
     return not (vendor_id.lower() == "8086" and (intel_platform(device_id) or driver in ("i915", "xe")))
 
 
+def _distribution_folders() -> List[str]:
+    """The installed torchruntime distribution's package folder, whatever ``sys.modules`` calls torchruntime."""
+    from importlib import metadata  # only when the database is first read
+
+    try:
+        return [str(metadata.distribution("torchruntime").locate_file("torchruntime"))]
+    except metadata.PackageNotFoundError:
+        return []
+
+
 @functools.lru_cache(maxsize=1)
 def _pci_db() -> Dict[Tuple[str, str], Tuple[str, bool]]:
     """torchruntime's PCI-ID database (NVIDIA, AMD, discrete Intel), loaded once; {} if absent."""
     try:
         spec = importlib.util.find_spec("torchruntime")  # where it is, without importing it
         folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        folders += _distribution_folders()  # accelstack's compat package may answer to the name torchruntime
         db_path = next(p for p in (Path(f, TORCHRUNTIME_PCI_DB) for f in folders) if p.is_file())
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         try:

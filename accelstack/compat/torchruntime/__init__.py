@@ -12,6 +12,7 @@ import sys
 import types
 
 from . import configuration, consts, device_db, gpu_db, installer, platform_detection, utils
+from ._switch import foreign_modules, switch_in_place, warn_late
 from .configuration import configure
 from .device_db import GPU, get_gpus
 from .errors import CompatUsageError, NoTorchRunsHere
@@ -31,8 +32,14 @@ def register(name: str = "torchruntime") -> types.ModuleType:
     """Answer ``import torchruntime`` and ``from torchruntime.utils import get_device`` in this process
     with this package (an app whose code imports torchruntime's submodules by name calls it once).
 
-    It replaces what ``sys.modules`` holds under ``name`` (the real torchruntime, if it was imported,
-    stays where its importers put it); returns this package."""
+    When the real torchruntime was imported first, every module-level name bound to it (its package,
+    its modules, its functions and classes) in every loaded module is rebound to this package's, and a
+    ``RuntimeWarning`` says so and what it could not reach (docs/torchruntime.md); returns this package."""
+    real = foreign_modules(name)
     for sub in ("",) + tuple("." + s for s in _SUBMODULES):
         sys.modules[name + sub] = sys.modules[__name__ + sub]
+    if real:
+        for stale in [n for n in real if sys.modules.get(n) is real[n]]:
+            del sys.modules[stale]  # a real submodule this package does not mirror is not imported again from the old files
+        warn_late(name, real, switch_in_place(name, __name__, real))
     return sys.modules[__name__]

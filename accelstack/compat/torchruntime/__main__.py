@@ -13,14 +13,17 @@ import logging
 import sys
 from typing import List, Optional
 
-from ...errors import AccelstackError
-from .installer import DEFAULT_PACKAGES, install
-from .utils import info
-from .utils.torch_test import TESTS, run_tests
+# absolute imports: with the shim on PYTHONPATH this file also runs as ``python -m torchruntime``
+from accelstack.compat.torchruntime.installer import DEFAULT_PACKAGES, install
+from accelstack.compat.torchruntime.utils import info
+from accelstack.compat.torchruntime.utils.torch_test import TESTS, run_tests
+from accelstack.compat.torchruntime_shim import SHIM_DIR
+from accelstack.errors import AccelstackError
 
 __all__ = ["main", "parser"]
 
-PROG = "python -m accelstack.compat.torchruntime"
+# "python -m torchruntime" when the shim (accelstack.compat.torchruntime_shim) answers for torchruntime
+PROG = "python -m " + (__spec__.name.rsplit(".", 1)[0] if __spec__ is not None else "accelstack.compat.torchruntime")
 EXAMPLES = f"""examples:
   {PROG} install
       torch, torchaudio and torchvision, the build for this machine's GPU
@@ -56,6 +59,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="show the GPUs, the recommended torch platform and its environment variables",
                    description="Show the GPUs accelstack detects, the torch platform it would install and why, and "
                                "the environment variables configure() would set.")
+    sub.add_parser("shim", help="print the folder that, on PYTHONPATH, makes 'import torchruntime' accelstack's",
+                   description="Print the folder to put on PYTHONPATH so that 'import torchruntime' and 'python -m "
+                               "torchruntime', in this process and every subprocess, run accelstack's answers with no "
+                               "change to the app: PYTHONPATH=\"$(python -m accelstack.compat.torchruntime shim)\" python app.py")
     return ap
 
 
@@ -79,7 +86,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == "install":
             summary = install(list(args.packages) + list(extra) or None, use_uv=args.uv)
-            print(f"installed: {summary.plan.summary}" if summary.changed else "already installed: nothing to do")
+            if summary is not None:  # None: packages without torch, run as pip commands (their output shown)
+                print(f"installed: {summary.plan.summary}" if summary.changed else "already installed: nothing to do")
         elif args.command == "test":
             failed = False
             for result in run_tests(args.check):
@@ -87,6 +95,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"[{word}] {result.name}: {result.detail}")
                 failed = failed or not result.ok
             return 1 if failed else 0
+        elif args.command == "shim":
+            print(SHIM_DIR)
         else:
             info()
     except AccelstackError as exc:

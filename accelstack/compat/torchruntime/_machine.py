@@ -41,10 +41,12 @@ def machine_report(system: Optional[System] = None, s: Optional[Settings] = None
         return _LIVE["live"]
 
 
-def torch_plan(report: HardwareReport, packages: Sequence[str] = (), s: Optional[Settings] = None) -> Plan:
-    """accelstack's torch plan for ``report`` and the caller's requirement strings (pins included)."""
+def torch_plan(report: HardwareReport, packages: Sequence[str] = (), s: Optional[Settings] = None,
+               backend: Optional[str] = None) -> Plan:
+    """accelstack's torch plan for ``report`` and the caller's requirement strings (pins included);
+    ``backend``: only that variant ("cu128") or backend."""
     s = s or settings()
-    return plan(report, stack="torch", requirements=list(packages), settings=s)
+    return plan(report, stack="torch", requirements=list(packages), backend=backend, settings=s)
 
 
 def refuse_unless_ready(p: Plan) -> Plan:

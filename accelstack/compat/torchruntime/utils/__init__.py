@@ -11,6 +11,7 @@ from typing import List, Optional, TextIO
 from .._machine import machine_report, torch_plan
 from ..configuration import planned_env
 from ..device_db import gpus_of
+from ..platform_detection import get_torch_platform
 from . import torch_device_utils, torch_test
 from .torch_device_utils import (
     SUPPORTED_BACKENDS,
@@ -33,7 +34,7 @@ def info_text() -> str:
     lines += ["", "--- RECOMMENDED TORCH PLATFORM ---"]
     p = torch_plan(report)
     if p.ok:
-        lines += [p.variant, f"({p.summary})"]
+        lines += [get_torch_platform(gpus), f"(accelstack installs {p.summary})"]
     else:
         lines += [f"none: {p.summary}"]
     lines += ["", "--- CONFIGURATION ---"]
