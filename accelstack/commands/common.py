@@ -81,13 +81,20 @@ def render_action(action: str) -> str:
     return f"run `{run}`" + (f", {words}" if value in ACTION_COMMANDS and words else "")
 
 
+STACK_ACTIONS = (Action.INSTALL.value, Action.REINSTALL.value)  # an error's ``stack`` says which stack these install
+
+
 def run_command(action: str, argv: Optional[Sequence[str]] = None,
-                parser: Optional[argparse.ArgumentParser] = None) -> str:
-    """The command that takes ``action``, or "" when it is words to follow: a fixed command, or
-    ``argv`` (the command line as typed, without ``accelstack``) with the flag the action adds,
-    when ``parser`` (the whole command line's) shows that command takes it and it was not given."""
+                parser: Optional[argparse.ArgumentParser] = None, stack: str = "") -> str:
+    """The command that takes ``action``, or "" when it is words to follow: a fixed command (for
+    an install, ``--stack STACK`` when the error names a stack: torch's missing packages are not
+    the default stack's to install), or ``argv`` (the command line as typed, without ``accelstack``)
+    with the flag the action adds, when ``parser`` (the whole command line's) shows that command
+    takes it and it was not given."""
     value = _value(action)
     if value in ACTION_COMMANDS:
+        if stack and value in STACK_ACTIONS:
+            return ACTION_COMMANDS[Action.INSTALL.value] + f" --stack {stack}" + (" --force" if value == Action.REINSTALL.value else "")
         return ACTION_COMMANDS[value]
     flag = ACTION_FLAGS.get(value)
     name = flag.split()[0] if flag else ""
@@ -110,7 +117,7 @@ def _parser_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
 def hint_of(exc: Any, argv: Optional[Sequence[str]] = None, parser: Optional[argparse.ArgumentParser] = None) -> str:
     """An error's hint with the words of its action when they say more than its ``run`` does."""
     action = _value(exc.action)
-    run = run_command(action, argv, parser)
+    run = run_command(action, argv, parser, getattr(exc, "stack", ""))
     words = ACTION_WORDS.get(action, "") if not run or action in ACTION_COMMANDS else ""
     hint = str(exc.hint or "")
     if not words or words in hint or (action in ACTION_SAID and ACTION_SAID[action] in hint):
@@ -217,7 +224,7 @@ def error_line(command: str, exc: Any, argv: Optional[Sequence[str]] = None,
     line: Dict[str, Any] = {"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
                             "error": type(exc).__name__, "code": exc.code, "message": exc.message,
                             "hint": hint_of(exc, argv, parser), "action": action}
-    run = run_command(action, argv, parser)
+    run = run_command(action, argv, parser, getattr(exc, "stack", ""))
     if run:
         line["run"] = run
     return json.dumps(line, separators=(",", ":"), default=str)

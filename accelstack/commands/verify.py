@@ -293,7 +293,8 @@ def _run_stack_check(args: argparse.Namespace, stack: str) -> int:
     lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:
         lines.append(f"  reason      {report.reason}")
-    lines.append(f"  device      {found.device_kind} — {found.device_name}")
+    lines.append(f"  device      {found.device_kind} — {found.device_name}" if found.device_kind
+                 else "  device      none: torch did not run")
     for kind, why in found.rejected.items():
         lines.append(f"  not used    {kind}: {why}")
     for op in found.ops:
