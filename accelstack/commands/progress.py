@@ -350,6 +350,11 @@ class ProgressRenderer:
             text = "\n".join(line if len(line) < width else line[:width - 2] + "…" for line in text.splitlines())
         _tqdm().write(text, file=self.stream)
 
+    def end_open(self, message: str) -> None:
+        """End each task still running (ok false, ``message``): an interrupted command leaves no bar open."""
+        for stage, task in list(self._tasks):
+            self(ProgressEvent("end", stage, task=task, ok=False, message=message))
+
     def close(self) -> None:
         """Stop; the bars still open (an error or Ctrl-C ends the work under them) are erased, so
         what the command prints next is not under a step that no longer runs."""

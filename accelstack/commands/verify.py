@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from .. import core
 from ..core import direct
 from ..core.direct import Runtime, RuntimeNotFoundError
-from ..errors import UsageError
+from ..errors import Action, Interrupted, UsageError
 from ..serde import to_dict
 from ..settings import Settings
 from .common import emit, printable, settings_from_args
@@ -204,12 +206,18 @@ def run(args: argparse.Namespace) -> int:
               "keep_probe": False}  # verified once: the temporary probe goes while the worker exits
     if families is not None:
         engine["families"] = families
+    images, probes = _images_of(args, s), _folders_in(s.probe_cache)
     with progress_renderer(json_mode=args.json) as progress:
-        if args.runtime:  # a directory given by hand: the engine's check alone
-            report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
-        else:  # the installed runtime, through the core, which records the verdict in its receipt
-            with no_runtime_says_what_to_do():
-                report = core.verify(settings=s, output=args.output, on_progress=progress, **engine)
+        try:
+            if args.runtime:  # a directory given by hand: the engine's check alone
+                report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
+            else:  # the installed runtime, through the core, which records the verdict in its receipt
+                with no_runtime_says_what_to_do():
+                    report = core.verify(settings=s, output=args.output, on_progress=progress, **engine)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what is left, as json.md promises, and no bar open
+            err = Interrupted.by(exc, _interrupted_state(args, s, images, probes), action=Action.RETRY)
+            progress.end_open(err.message.split(":")[0])
+            raise err from None
     text = render(report)
     if not args.runtime and not report.ok:
         text += ("\n  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
@@ -222,6 +230,42 @@ def run(args: argparse.Namespace) -> int:
         text += f"\n              ({MODEL_STATEMENT})"
     emit(args, payload, text, ok=report.ok)
     return 0 if report.ok else 1
+
+
+def _images_of(args: argparse.Namespace, s: Settings) -> Dict[str, object]:
+    """The probe images this verify may write (``-o`` and its families' beside it, else the verify
+    folder's), each with what tells a file written now from the one that was there."""
+    out = Path(args.output).expanduser() if args.output else None
+    paths = [out, *out.parent.glob(f"{glob.escape(out.stem)}-*.png")] if out else list(s.verify_dir.glob("verify-*.png"))
+    return {str(p): _stamp(p) for p in paths}
+
+
+def _folders_in(folder: Path) -> Set[str]:
+    """The probe cache's folders: a probe model is one (its seeded pools beside them are a kept cache)."""
+    try:
+        return {str(p) for p in folder.iterdir() if p.is_dir()}
+    except OSError:
+        return set()
+
+
+def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _interrupted_state(args: argparse.Namespace, s: Settings, images: Dict[str, object], probes: Set[str]) -> str:
+    """What an interrupted verify left: no verdict (a receipt records one only at the end), the probe
+    images written if any, the worker stopped, and whether a probe model stayed behind."""
+    after = _images_of(args, s)
+    written = [p for p, was in after.items() if after[p] is not None and images.get(p) != was]
+    left = sorted(_folders_in(s.probe_cache) - probes)
+    return ("no verdict was recorded and " + (f"the probe image {', '.join(written)} was written" if written
+                                             else "no probe image was written")
+            + "; the worker was stopped and " + (f"the probe model {', '.join(left)} was left" if left
+                                                 else "the temporary probe model removed"))
 
 
 def _families_from_args(args: argparse.Namespace) -> Tuple[Optional[List[str]], List[direct.ModelFamily]]:
