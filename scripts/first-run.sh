@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First run on a fresh machine: set up accelstack in a virtual environment, put the `accelstack`
-# command on PATH, then detect the hardware, plan the runtime, and install it (transactionally).
+# command on PATH, then detect the hardware, and plan and install the runtime (transactionally).
 # `accelstack install` verifies the runtime itself (a probe generation) before activating it,
 # so no separate `accelstack verify` follows: the probe generation runs once.
 # Extra arguments go to `accelstack install` (e.g. --manifest URL, --stack torch --venv DIR).
@@ -44,8 +44,8 @@ echo
 
 .venv/bin/accelstack detect
 echo
-.venv/bin/accelstack plan
-echo
+# install says the plan it carries out (and its notes): a separate `accelstack plan` printed the same
+# decision, features and channel note again (`accelstack plan` shows every candidate and why)
 .venv/bin/accelstack install "$@"
 echo
 echo "next: $run generate -m MODEL.safetensors -p 'a lighthouse at dusk'   (writes output.png here)"

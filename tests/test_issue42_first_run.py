@@ -49,6 +49,7 @@ def test_first_run_puts_accelstack_on_path_says_so_and_never_replaces_a_file_not
     assert theirs.is_symlink() and Path(os.readlink(theirs)) == target
     assert res.stdout.startswith(f"accelstack command: {theirs} -> {target}\n"), res.stdout[:500]
     assert "is not on your PATH" not in res.stdout
+    assert res.stdout.count("no channel is configured") == 1, res.stdout  # said once (item 10: plan and install both said it)
     last = res.stdout.rstrip().splitlines()[-2:]
     assert last[0].startswith("next: accelstack generate -m ") and last[1].startswith("      accelstack status"), last
 
