@@ -20,7 +20,7 @@ from ..errors import Action, UsageError
 from ..serde import to_dict
 from ..settings import Settings, Timeouts, debug_requested, log_level
 
-__all__ = ["ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
+__all__ = ["COMPLETES", "completes", "ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
            "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
            "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "check_output_path", "configure_output",
            "printable"]
@@ -125,6 +125,16 @@ def hint_of(exc: Any, argv: Optional[Sequence[str]] = None, parser: Optional[arg
     return f"{hint}; {words}" if hint else words
 
 
+COMPLETES = "accelstack_completes"  # an option's values for shell completion, where the command checks them itself
+
+
+def completes(action: argparse.Action, values: Sequence[str]) -> argparse.Action:
+    """Offer ``values`` when the option is completed (`accelstack completion`), with no argparse
+    ``choices``: the command refuses a bad value with its own typed error and hint."""
+    setattr(action, COMPLETES, list(values))
+    return action
+
+
 def add_home_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON (progress as JSON lines)")
     p.add_argument("--home", metavar="DIR", help="runtime home (default: ACCELSTACK_HOME or the user data dir)")
@@ -137,15 +147,19 @@ def add_engine_package_argument(p: argparse.ArgumentParser) -> None:
                    "(diffusers, transformers, safetensors, accelerate)")
 
 
-def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
+def add_manifest_arguments(p: argparse.ArgumentParser, *, installs: bool = True) -> None:
+    """The manifest sources; ``installs=False`` (status: it only asks them for upgrades) says so
+    and leaves out what only an install uses (--no-build)."""
     p.add_argument("--channel", action="append", default=[], metavar="NAME",
                    help="use this configured channel (`accelstack channel list`); repeatable. Default: every configured one")
     p.add_argument("--manifest", action="append", default=[], metavar="URL",
-                   help="ggml manifest to install from (URL or path; its .sig is fetched beside it). Repeatable.")
+                   help=f"ggml manifest to {'install from' if installs else 'look for upgrades in'} (URL or path; "
+                   "its .sig is fetched beside it). Repeatable.")
     p.add_argument("--insecure-unsigned", action="store_true", help="accept an unsigned manifest (a local mirror you control)")
     p.add_argument("--trusted-key", action="append", default=[], metavar="KEY", help="extra trusted public key (base64 or .pub file)")
     p.add_argument("--offline", action="store_true", help="use only the download cache, no network (or ACCELSTACK_OFFLINE=1)")
-    p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
+    if installs:
+        p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
     p.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
     p.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
 

@@ -124,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deep", action="store_true", help="re-hash every file of the active runtimes against their "
                    "receipts (slower: reads every byte) instead of comparing size, mtime and inode")
     add_home_arguments(p)
-    add_manifest_arguments(p)
+    add_manifest_arguments(p, installs=False)
     p.set_defaults(func=run_status)
 
     p = sub.add_parser(

@@ -14,7 +14,7 @@ from ..core.direct import Runtime, RuntimeNotFoundError
 from ..errors import Action, Interrupted, UsageError
 from ..serde import to_dict
 from ..settings import Settings
-from .common import emit, printable, settings_from_args
+from .common import completes, emit, printable, settings_from_args
 from .progress import progress_renderer
 
 __all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options", "check_given_dirs",
@@ -179,9 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="largest mean difference (0-255) from the CPU image that passes (default 8)")
     p.add_argument("--probe-seed", type=int, default=None, metavar="N", help="seed of the synthesized probe model")
     p.add_argument("--no-diffusers", action="store_true", help="torch: skip the diffusers pipeline step")
-    p.add_argument("--family", action="append", metavar="F", dest="families",
-                   help=f"verify with a reduced probe of model family F (repeatable): {', '.join(direct.family_names())}; "
-                   "default: sd1 alone")
+    completes(p.add_argument("--family", action="append", metavar="F", dest="families",
+                             help=f"verify with a reduced probe of model family F (repeatable): "
+                             f"{', '.join(direct.family_names())}; default: sd1 alone"), direct.family_names())
     p.add_argument("--model", action="append", metavar="PATH", dest="models",
                    help="verify the probe of this model file's family (repeatable; the file is only inspected)")
     add_engine_arguments(p)
