@@ -303,12 +303,11 @@ def render(r) -> str:
     lines = [f"{r.verdict}  {r.backend} runtime {r.runtime}"]
     if not r.ok:
         lines.append(f"  reason      {r.reason}")
-    lines += [
-        f"  device      {device}",
-        f"  load        {_secs(r.load_seconds)}",
-        f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
-        "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
-    ]
+    several = len(r.details.get("families") or {}) > 1  # the run's figures are sums; each family's is on its line
+    lines += [f"  device      {device}", f"  load        {_secs(r.load_seconds)}" + (" in all (each family's below)" if several else "")]
+    if not several:
+        lines.append(f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""))
+    lines.append("  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks))
     lines += _render_families(r)
     det = next((c for c in r.checks if c.name == "deterministic"), None)
     if det is not None and det.detail != direct.IDENTICAL:  # compared with an earlier verify, or failed
@@ -317,8 +316,9 @@ def render(r) -> str:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")
     if r.image:
         lines.append(f"  image       {r.image}  ({PROBE_NOISE})")
-    made = f"synthesized in {r.probe_seconds:.1f} s" if r.probe_seconds else "reused"
-    lines.append(f"  probe       {r.probe_path} ({made}" + (", removed after this run)" if r.probe_temporary else ", kept)"))
+    made = f"synthesized in {r.probe_seconds:.1f} s" + (" in all" if several else "") if r.probe_seconds else "reused"
+    lines.append(f"  probe       {r.probe_path or 'one per family'} ({made}"
+                 + (", removed after this run)" if r.probe_temporary else ", kept)"))
     lines.append(f"  total       {_secs(r.total_seconds)}")
     if not r.ok and r.log_tail:
         lines.append("  last worker log lines:")
