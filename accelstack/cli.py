@@ -220,7 +220,7 @@ def _print_error(args_json: bool, command: str, exc: AccelstackError, argv: Opti
         sys.stdout.write(common.error_line(command, exc, argv, parser) + "\n")
         sys.stdout.flush()
         return
-    hint, run = common.hint_of(exc, argv, parser), common.run_command(exc.action.value, argv, parser)
+    hint, run = common.hint_of(exc, argv, parser), common.run_command(exc.action.value, argv, parser, exc.stack)
     # messages quote file names and argv: for people, control characters (ESC...) as escapes
     print(f"accelstack: error: {common.printable(exc.message, lines=True)}", file=sys.stderr)
     if hint:

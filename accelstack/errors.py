@@ -65,13 +65,16 @@ class AccelstackError(Exception):
 
     exit_code = 1
     default_action: Action = Action.NONE
+    stack = ""  # the stack an install or reinstall action is for ("": the default one)
 
     def __init__(self, message: str, hint: Optional[str] = None, *,
                  action: Optional[Action] = None, code: Optional[str] = None,
-                 exit_code: Optional[int] = None) -> None:
+                 exit_code: Optional[int] = None, stack: Optional[str] = None) -> None:
         super().__init__(message)
         if exit_code is not None:  # e.g. an input file the user named that cannot be read: a usage error (2)
             self.exit_code = exit_code
+        if stack is not None:  # `accelstack install --stack X`, not the default stack's install
+            self.stack = stack
         self.message = message
         self.hint: str = hint or ""
         self.action: Action = Action(action) if action is not None else self.default_action

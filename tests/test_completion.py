@@ -169,3 +169,12 @@ def test_pwsh_loads_the_script_and_completes(tmp_path):
                          timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["list", "add", "remove"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_family_completes_the_model_families_not_file_names(bash_script, tmp_path):
+    """Issue 42, item 12: `verify --family <TAB>` offered the files of the current folder."""
+    from accelstack.core.direct import family_names
+
+    assert complete(bash_script, "verify", "--family", "") == list(family_names())
+    assert complete(bash_script, "verify", "--family", "fl") == [f for f in family_names() if f.startswith("fl")]

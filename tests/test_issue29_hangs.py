@@ -58,7 +58,7 @@ def test_a_fifo_in_the_home_never_hangs_a_command(tmp_path, which, command):
     last = final_of(out)
     if last["event"] == "error":
         assert last["code"] != "internal-error" and "bug in accelstack" not in last["message"], last
-    assert (rc == 0) == (last["event"] == "result"), (rc, last)
+    assert (rc == 0) == (last["event"] == "result" and last["ok"]), (rc, last)  # status on damage: ok false, 1
     if which in ("active.json", "receipt") and command[0] == "status":  # refused, and said why
         assert "not a regular file" in json.dumps(last), last
     planted = _home_files(tmp_path)[which]

@@ -20,7 +20,7 @@ from ..errors import Action, UsageError
 from ..serde import to_dict
 from ..settings import Settings, Timeouts, debug_requested, log_level
 
-__all__ = ["ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
+__all__ = ["COMPLETES", "completes", "ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_WORDS", "FORMAT_VERSION", "render_action", "run_command", "hint_of", "add_home_arguments", "add_engine_package_argument",
            "add_manifest_arguments", "settings_from_args", "report_from", "command_name", "result_line", "error_line",
            "emit", "needs_subcommand", "what_to_do", "problem_lines", "optional_path", "check_output_path", "configure_output",
            "printable"]
@@ -81,13 +81,20 @@ def render_action(action: str) -> str:
     return f"run `{run}`" + (f", {words}" if value in ACTION_COMMANDS and words else "")
 
 
+STACK_ACTIONS = (Action.INSTALL.value, Action.REINSTALL.value)  # an error's ``stack`` says which stack these install
+
+
 def run_command(action: str, argv: Optional[Sequence[str]] = None,
-                parser: Optional[argparse.ArgumentParser] = None) -> str:
-    """The command that takes ``action``, or "" when it is words to follow: a fixed command, or
-    ``argv`` (the command line as typed, without ``accelstack``) with the flag the action adds,
-    when ``parser`` (the whole command line's) shows that command takes it and it was not given."""
+                parser: Optional[argparse.ArgumentParser] = None, stack: str = "") -> str:
+    """The command that takes ``action``, or "" when it is words to follow: a fixed command (for
+    an install, ``--stack STACK`` when the error names a stack: torch's missing packages are not
+    the default stack's to install), or ``argv`` (the command line as typed, without ``accelstack``)
+    with the flag the action adds, when ``parser`` (the whole command line's) shows that command
+    takes it and it was not given."""
     value = _value(action)
     if value in ACTION_COMMANDS:
+        if stack and value in STACK_ACTIONS:
+            return ACTION_COMMANDS[Action.INSTALL.value] + f" --stack {stack}" + (" --force" if value == Action.REINSTALL.value else "")
         return ACTION_COMMANDS[value]
     flag = ACTION_FLAGS.get(value)
     name = flag.split()[0] if flag else ""
@@ -110,12 +117,22 @@ def _parser_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
 def hint_of(exc: Any, argv: Optional[Sequence[str]] = None, parser: Optional[argparse.ArgumentParser] = None) -> str:
     """An error's hint with the words of its action when they say more than its ``run`` does."""
     action = _value(exc.action)
-    run = run_command(action, argv, parser)
+    run = run_command(action, argv, parser, getattr(exc, "stack", ""))
     words = ACTION_WORDS.get(action, "") if not run or action in ACTION_COMMANDS else ""
     hint = str(exc.hint or "")
     if not words or words in hint or (action in ACTION_SAID and ACTION_SAID[action] in hint):
         return hint
     return f"{hint}; {words}" if hint else words
+
+
+COMPLETES = "accelstack_completes"  # an option's values for shell completion, where the command checks them itself
+
+
+def completes(action: argparse.Action, values: Sequence[str]) -> argparse.Action:
+    """Offer ``values`` when the option is completed (`accelstack completion`), with no argparse
+    ``choices``: the command refuses a bad value with its own typed error and hint."""
+    setattr(action, COMPLETES, list(values))
+    return action
 
 
 def add_home_arguments(p: argparse.ArgumentParser) -> None:
@@ -130,15 +147,19 @@ def add_engine_package_argument(p: argparse.ArgumentParser) -> None:
                    "(diffusers, transformers, safetensors, accelerate)")
 
 
-def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
+def add_manifest_arguments(p: argparse.ArgumentParser, *, installs: bool = True) -> None:
+    """The manifest sources; ``installs=False`` (status: it only asks them for upgrades) says so
+    and leaves out what only an install uses (--no-build)."""
     p.add_argument("--channel", action="append", default=[], metavar="NAME",
                    help="use this configured channel (`accelstack channel list`); repeatable. Default: every configured one")
     p.add_argument("--manifest", action="append", default=[], metavar="URL",
-                   help="ggml manifest to install from (URL or path; its .sig is fetched beside it). Repeatable.")
+                   help=f"ggml manifest to {'install from' if installs else 'look for upgrades in'} (URL or path; "
+                   "its .sig is fetched beside it). Repeatable.")
     p.add_argument("--insecure-unsigned", action="store_true", help="accept an unsigned manifest (a local mirror you control)")
     p.add_argument("--trusted-key", action="append", default=[], metavar="KEY", help="extra trusted public key (base64 or .pub file)")
     p.add_argument("--offline", action="store_true", help="use only the download cache, no network (or ACCELSTACK_OFFLINE=1)")
-    p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
+    if installs:
+        p.add_argument("--no-build", action="store_true", help="never build a ggml runtime from source when no published build fits")
     p.add_argument("--hardware", metavar="FILE", help=argparse.SUPPRESS)
     p.add_argument("--replay", metavar="DIR", help=argparse.SUPPRESS)
 
@@ -217,7 +238,7 @@ def error_line(command: str, exc: Any, argv: Optional[Sequence[str]] = None,
     line: Dict[str, Any] = {"event": "error", "format_version": FORMAT_VERSION, "command": command, "ok": False,
                             "error": type(exc).__name__, "code": exc.code, "message": exc.message,
                             "hint": hint_of(exc, argv, parser), "action": action}
-    run = run_command(action, argv, parser)
+    run = run_command(action, argv, parser, getattr(exc, "stack", ""))
     if run:
         line["run"] = run
     return json.dumps(line, separators=(",", ":"), default=str)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from ..errors import UsageError
-from .common import emit
+from .common import COMPLETES, emit
 
 __all__ = ["SHELLS", "Node", "register", "tree", "bash_script", "zsh_script", "fish_script", "powershell_script",
            "script", "run"]
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "completion",
         help="print a shell completion script (bash, zsh, fish or PowerShell)",
         description="Print a completion script for your shell, generated from accelstack's own parser: "
-        "commands, subcommands, options and their fixed choices complete with Tab.",
+        "commands, subcommands, options and their fixed choices (verify --family: the model families) complete with Tab.",
         epilog="examples:\n"
         "  accelstack completion bash > ~/.local/share/bash-completion/completions/accelstack\n"
         "  accelstack completion zsh > \"${fpath[1]}/_accelstack\"      (then restart zsh)\n"
@@ -72,9 +72,10 @@ def tree(parser: argparse.ArgumentParser, path: str = "") -> List[Node]:
             if action.help == argparse.SUPPRESS:
                 continue
             node.options += action.option_strings
-            if action.choices:
+            values = action.choices or getattr(action, COMPLETES, None)  # checked by the command, offered here
+            if values:
                 for o in action.option_strings:
-                    node.choices[o] = [str(c) for c in action.choices]
+                    node.choices[o] = [str(c) for c in values]
         elif action.choices:
             node.positional_choices += [str(c) for c in action.choices]
     node.options = sorted(set(node.options))

@@ -174,14 +174,18 @@ def _gpu_line(g: GPU) -> List[str]:
 def render(r: HardwareReport) -> str:
     o = r.os
     flags = [f for f in ("WSL2" if o.wsl else "", "Rosetta" if o.rosetta else "", f"container: {o.container}" if o.container else "") if f]
+    # what a capture did not record is said so, not shown as blanks, "?" or this machine's home
+    unknown = "not in the capture" if r.source.startswith("replay:") else "unknown"
+    cpu = r.cpu
+    memory = r.memory
     lines = [
         f"OS       {o.name} {o.version} ({o.arch}{', ' + o.libc + ' ' + o.libc_version if o.libc else ''}){'  [' + ', '.join(flags) + ']' if flags else ''}",
-        f"Python   {o.python_version}",
-        f"CPU      {r.cpu.model or r.cpu.vendor or 'unknown'}: {r.cpu.physical_cores or '?'} cores / {r.cpu.logical_cores or '?'} threads"
-        + (f", x86-64-v{r.cpu.x86_64_level}" if r.cpu.x86_64_level else ""),
-        f"         features: {' '.join(r.cpu.features) or 'unknown'}",
-        f"Memory   {_size(r.memory.ram_total)} RAM ({_size(r.memory.ram_available)} available); "
-        f"{_size(r.memory.disk_free)} free at {r.memory.disk_path}",
+        f"Python   {o.python_version or unknown}",
+        f"CPU      {cpu.model or cpu.vendor or 'unknown'}: {cpu.physical_cores or '?'} cores / {cpu.logical_cores or '?'} threads"
+        + (f", x86-64-v{cpu.x86_64_level}" if cpu.x86_64_level else "") + f"\n         features: {' '.join(cpu.features) or 'unknown'}"
+        if cpu.model or cpu.vendor or cpu.physical_cores or cpu.logical_cores or cpu.features else f"CPU      {unknown}",
+        (f"Memory   {_size(memory.ram_total)} RAM ({_size(memory.ram_available)} available)" if memory.ram_total else f"Memory   {unknown}")
+        + (f"; {_size(memory.disk_free)} free at {memory.disk_path}" if memory.disk_free else ""),
         "GPUs" if r.gpus else "GPUs     none found",
     ]
     for g in r.gpus:

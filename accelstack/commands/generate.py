@@ -76,8 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
     p.add_argument("--seed", type=int, default=42, help="-1 for a random seed (default 42)")
     p.add_argument("--batch-count", "-b", type=int, default=1)
-    p.add_argument("--output", "-o", default="output.png",
-                   help="PNG path; with several images, %%d or {n} is the number, else name-1.png, name-2.png...")
+    p.add_argument("--output", "-o", default=None,
+                   help="PNG path; with several images, %%d or {n} is the number, else name-1.png, name-2.png... "
+                   "(default: output.png, or output-2.png, output-3.png... when that exists: no file is overwritten)")
     p.add_argument("--lora-dir", default="", metavar="DIR",
                    help="folder the prompt's <lora:NAME:WEIGHT> tags are looked up in (NAME.safetensors, .gguf or .pt)")
     p.add_argument("--embeddings-dir", default="", metavar="DIR",
@@ -124,10 +125,25 @@ def build_request(args: argparse.Namespace) -> GenerateRequest:
                            **{name: getattr(args, name) for name in COMPONENT_FIELDS})
 
 
+DEFAULT_OUTPUT = "output"  # the name's stem when no -o is given
+
+
+def free_output(count: int, folder: str = ".") -> str:
+    """The output when no -o is given: output.png (output-1.png... for a batch), else the first of
+    output-2, output-3... whose files are all absent: an image the user did not name never replaces a file."""
+    n = 1
+    while True:
+        name = os.path.join(folder, DEFAULT_OUTPUT + (f"-{n}" if n > 1 else "") + ".png")
+        if not any(os.path.lexists(p) for p in direct.output_paths(name, count)):
+            return os.path.relpath(name) if folder == "." else name
+        n += 1
+
+
 def prepare(args: argparse.Namespace, settings: Optional[Settings] = None, *,
             components: bool = True) -> Tuple[GenerateRequest, direct.EngineOptions]:
     """The request and engine options from the arguments, through the one check that `run` makes:
-    every value, the output paths and (``components``) the model's and component files' headers."""
+    every value, the output paths and (``components``) the model's and component files' headers.
+    Without -o, ``args.output`` becomes a free name (:func:`free_output`)."""
     checked = _check(args, settings, None, read_files=components)
     return checked.request, checked.options
 
@@ -135,6 +151,8 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None, *,
 def _check(args: argparse.Namespace, settings: Optional[Settings], runtime: Optional[direct.Runtime], *,
            read_files: bool) -> direct.CheckedGeneration:
     options = engine_options(args, settings)
+    if args.output is None:
+        args.output, args.output_chosen = free_output(max(1, args.batch_count or 1)), True
     check_given_dirs(args, "--runtime")
     return direct.check_generation(build_request(args), args.model or None, args.output, options, runtime=runtime,
                                    read_files=read_files)
@@ -199,7 +217,9 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
     """The result: one JSON object with --json, else what was written and how fast."""
     dev = report.device
     noise = f"  ({PROBE_NOISE})" if args.model and direct.is_probe_model(args.model) else ""
-    lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise,
+    chosen = getattr(args, "output_chosen", False) and args.output != DEFAULT_OUTPUT + ".png"
+    kept = "  (a free name: the files already there were kept; -o names the file)" if chosen else ""
+    lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise + kept,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
              f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
              f"  device {dev.name if dev else '?'}{' — ' + dev.description if dev and dev.description else ''}; "

@@ -29,7 +29,7 @@ from .interrupts import interruptible
 from .plan import check_backend
 from .progress import progress_renderer
 from .progress_format import amount
-from .status_text import status_text
+from .status_text import is_damaged, status_text
 
 __all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
            "run_rollback", "run_uninstall", "run_gc", "TIMING_LABELS"]
@@ -124,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deep", action="store_true", help="re-hash every file of the active runtimes against their "
                    "receipts (slower: reads every byte) instead of comparing size, mtime and inode")
     add_home_arguments(p)
-    add_manifest_arguments(p)
+    add_manifest_arguments(p, installs=False)
     p.set_defaults(func=run_status)
 
     p = sub.add_parser(
@@ -257,8 +257,9 @@ def run_status(args) -> int:
     s = settings_from_args(args)
     with progress_renderer(json_mode=args.json) as progress:  # only --deep reports progress (the hashing)
         stats = core.status(report=report_from(args, s), settings=s, deep=args.deep, on_progress=progress)
-    emit(args, {"home": str(s.home), "stacks": stats}, status_text(s.home, stats))
-    return 0
+    damaged = [st.stack for st in stats if is_damaged(st)]
+    emit(args, {"home": str(s.home), "stacks": stats}, status_text(s.home, stats), ok=not damaged)
+    return 1 if damaged else 0  # docs/json.md: a damaged state is a negative verdict (ok false, exit 1)
 
 
 def run_repair(args) -> int:

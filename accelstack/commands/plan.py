@@ -101,11 +101,14 @@ def render(plan: Plan, report: HardwareReport) -> str:
         lines.append("fetch:")
         for a in plan.artifacts:
             lines.append(f"  {a.name}  {a.size / MiB:.1f} MiB  sha256 {a.sha256[:16]}…  from {a.urls[0]}" + (f" (+{len(a.urls) - 1} mirror)" if len(a.urls) > 1 else ""))
-    if plan.build is not None:
+    if plan.build is not None:  # what the decision already says (the build's reason, its features) is not said again
         b = plan.build
         lines.append("local build needed:" if plan.status == "needs-build" else "a local build would do better:")
-        lines.append(f"  {b.reason}")
-        lines.append("  " + ", ".join(f"{k}={v}" for k, v in b.properties.items()))
+        if b.reason not in plan.summary:
+            lines.append(f"  {b.reason}")
+        extra = [f"{k}={v}" for k, v in b.properties.items() if f"{k} {v}" not in b.reason]
+        if extra:
+            lines.append("  " + ", ".join(extra))
     if plan.env:
         lines.append("environment at launch:")
         lines += [f"  {k}={v}" for k, v in plan.env.items()]
@@ -116,6 +119,8 @@ def render(plan: Plan, report: HardwareReport) -> str:
         lines.append("notes:")
         lines += [f"  - {n}" for n in plan.notes]
     rejected = plan.rejected
+    if plan.status == "needs-build" and plan.build is not None:  # "no published build" is the decision itself
+        rejected = [c for c in rejected if not (c.code == "no-artifact" and c.backend == plan.build.backend)]
     if rejected:
         lines.append("rejected:")
         lines += [f"  {c.reason}" for c in rejected]

@@ -28,15 +28,14 @@ for a time estimate (verify's checks). The renderer is thread-safe; any command 
 from __future__ import annotations
 
 import contextlib
-import io
-import os
 import sys
 import threading
 import time
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional
 
 from ..events import ProgressEvent
-from .progress_format import Task, amount, bar_format, duration, eta_of, first_line, label_of, short
+from .progress_format import Task, amount, bar_format, duration, eta_of, first_line, label_of, short, spinner_text
+from .progress_format import terminal_columns as _columns
 
 __all__ = ["ProgressRenderer", "configure", "verbosity", "progress_renderer", "TICK", "LINE_INTERVAL", "HEARTBEAT",
            "JSON_INTERVAL", "SHOW_DURATION"]
@@ -183,9 +182,11 @@ class ProgressRenderer:
                 self._line(event.ts, label, f"failed{took.replace(' in ', ' after ')}" + (f": {event.message}" if event.message else ""))
             else:
                 self._line(event.ts, label, f"done{took}" + (f": {event.message}" if event.message else ""))
-        elif event.kind == "message" and self.mode == "lines" and event.message:
-            label = label_of(event.stage, event.task)
-            self._line(event.ts, label, event.message)
+        elif event.kind == "message" and event.message:
+            if task is not None:
+                task.message = event.message  # the task's current step (its spinner shows it)
+            if self.mode == "lines":
+                self._line(event.ts, label_of(event.stage, event.task), event.message)
 
     def _progress_line(self, task: Task, now: float, ts: float) -> None:
         elapsed = now - task.started
@@ -255,9 +256,9 @@ class ProgressRenderer:
         """An indeterminate bar: its name, a turning spinner, the time so far and its last note."""
         task = self._tasks.get(key)
         elapsed = self.clock() - task.started if task is not None else bar.format_dict.get("elapsed", 0)
-        note = f" — {task.message}" if task is not None and task.message else ""
         done = f", {amount(task.done, task.unit, of=False)}" if task is not None and task.done else ""
-        bar.set_description_str(f"{SPINNER[self._spin]} {bar.accelstack_name}: {duration(elapsed)}{done}{note}", refresh=False)
+        bar.set_description_str(spinner_text(SPINNER[self._spin], bar.accelstack_name, elapsed, done,
+                                             task.message if task is not None else "", _columns(self.stream)), refresh=False)
         bar.refresh()
 
     def _bar_event(self, event: ProgressEvent) -> None:
@@ -286,7 +287,10 @@ class ProgressRenderer:
                 self._write(event.message)
             return
         if event.kind == "message":
-            if event.message:
+            spinning = self._bars.get(key)
+            if spinning is not None and spinning.total is None:  # its spinner names the step now: said once
+                self._spinner(spinning, key)
+            elif event.message:
                 self._write(f"{short(event.task)}: {event.message}")
             return
         bar = self._bars.get(key)
@@ -350,6 +354,11 @@ class ProgressRenderer:
             text = "\n".join(line if len(line) < width else line[:width - 2] + "…" for line in text.splitlines())
         _tqdm().write(text, file=self.stream)
 
+    def end_open(self, message: str) -> None:
+        """End each task still running (ok false, ``message``): an interrupted command leaves no bar open."""
+        for stage, task in list(self._tasks):
+            self(ProgressEvent("end", stage, task=task, ok=False, message=message))
+
     def close(self) -> None:
         """Stop; the bars still open (an error or Ctrl-C ends the work under them) are erased, so
         what the command prints next is not under a step that no longer runs."""
@@ -364,14 +373,6 @@ class ProgressRenderer:
             self._bars.clear()
             self._totals.clear()
             self._tasks.clear()
-
-
-def _columns(stream: Any) -> int:
-    """The terminal's width (0: not a terminal, or it does not say), asked each time: a window resizes."""
-    try:
-        return os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return 0
 
 
 def _tqdm() -> Any:

@@ -2,13 +2,16 @@
 and tqdm's bar formats (:mod:`.progress` renders them)."""
 from __future__ import annotations
 
+import io
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from ..serde import size_text
 
-__all__ = ["Task", "label_of", "first_line", "short", "bar_format", "duration", "amount", "eta_of", "local_time"]
+__all__ = ["Task", "label_of", "first_line", "short", "bar_format", "duration", "amount", "eta_of", "local_time", "spinner_text",
+           "terminal_columns"]
 
 
 @dataclass
@@ -97,3 +100,18 @@ def eta_of(task: Task, elapsed: float) -> Optional[float]:
     if task.total is None or moved <= 0 or elapsed <= 0 or task.done >= task.total:
         return None
     return max(0.0, (task.total - task.done) * elapsed / moved)
+
+
+def spinner_text(spin: str, name: str, elapsed: float, done: str, note: str, width: int) -> str:
+    """An indeterminate bar's line: its name, the spinner, the time so far and its current step,
+    cut with "…" to the terminal's ``width`` (0: not known) so it never wraps onto a second row."""
+    text = f"{spin} {name}: {duration(elapsed)}{done}" + (f" — {note}" if note else "")
+    return text[:width - 2] + "…" if width and len(text) >= width else text
+
+
+def terminal_columns(stream: Any) -> int:
+    """The terminal's width (0: not a terminal, or it does not say), asked each time: a window resizes."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0

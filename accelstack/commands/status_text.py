@@ -8,7 +8,15 @@ from typing import List
 from .common import problem_lines
 from .progress_format import local_time
 
-__all__ = ["status_text"]
+__all__ = ["status_text", "is_damaged"]
+
+DAMAGE_ACTIONS = ("repair", "reinstall")  # a problem only these fix is damage (a changed GPU asks for an upgrade)
+
+
+def is_damaged(st) -> bool:
+    """Whether ``st`` found damage: files missing, changed or corrupt, or state it cannot read
+    (active.json, a receipt). ``accelstack status`` then exits 1 with ``ok: false``."""
+    return any(p.action in DAMAGE_ACTIONS for p in st.problems)
 
 
 def _health(st) -> str:
@@ -62,7 +70,9 @@ def status_text(home: Path, stats: List) -> str:
             lines.append(f"  upgrade check: {check.note} ({local_time(check.checked_at)}: "
                          f"{'an upgrade' if st.upgrade_available else 'no upgrade'}; cached)")
         others = [i for i in st.installed if i not in (st.active, st.previous)]
-        if others:
+        if others and not st.active and is_damaged(st):  # which one is active is not known: gc is no answer
+            lines.append(f"  installed: {', '.join(others)} (`accelstack repair` restores which one is active)")
+        elif others:
             lines.append(f"  also installed: {', '.join(others)} (`accelstack gc` removes them)")
         lines += problem_lines(st.problems)
     return "\n".join(lines)

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from .. import core
 from ..core import direct
 from ..core.direct import Runtime, RuntimeNotFoundError
-from ..errors import UsageError
+from ..errors import Action, Interrupted, UsageError
 from ..serde import to_dict
 from ..settings import Settings
-from .common import emit, printable, settings_from_args
+from .common import completes, emit, printable, settings_from_args
 from .progress import progress_renderer
 
 __all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_arguments", "engine_options", "check_given_dirs",
@@ -177,9 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="largest mean difference (0-255) from the CPU image that passes (default 8)")
     p.add_argument("--probe-seed", type=int, default=None, metavar="N", help="seed of the synthesized probe model")
     p.add_argument("--no-diffusers", action="store_true", help="torch: skip the diffusers pipeline step")
-    p.add_argument("--family", action="append", metavar="F", dest="families",
-                   help=f"verify with a reduced probe of model family F (repeatable): {', '.join(direct.family_names())}; "
-                   "default: sd1 alone")
+    completes(p.add_argument("--family", action="append", metavar="F", dest="families",
+                             help=f"verify with a reduced probe of model family F (repeatable): "
+                             f"{', '.join(direct.family_names())}; default: sd1 alone"), direct.family_names())
     p.add_argument("--model", action="append", metavar="PATH", dest="models",
                    help="verify the probe of this model file's family (repeatable; the file is only inspected)")
     add_engine_arguments(p)
@@ -204,12 +206,18 @@ def run(args: argparse.Namespace) -> int:
               "keep_probe": False}  # verified once: the temporary probe goes while the worker exits
     if families is not None:
         engine["families"] = families
+    images, probes = _images_of(args, s), _folders_in(s.probe_cache)
     with progress_renderer(json_mode=args.json) as progress:
-        if args.runtime:  # a directory given by hand: the engine's check alone
-            report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
-        else:  # the installed runtime, through the core, which records the verdict in its receipt
-            with no_runtime_says_what_to_do():
-                report = core.verify(settings=s, output=args.output, on_progress=progress, **engine)
+        try:
+            if args.runtime:  # a directory given by hand: the engine's check alone
+                report = direct.verify(runtime_from_args(args), s, output=args.output, progress=progress, **engine)
+            else:  # the installed runtime, through the core, which records the verdict in its receipt
+                with no_runtime_says_what_to_do():
+                    report = core.verify(settings=s, output=args.output, on_progress=progress, **engine)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what is left, as json.md promises, and no bar open
+            err = Interrupted.by(exc, _interrupted_state(args, s, images, probes), action=Action.RETRY)
+            progress.end_open(err.message.split(":")[0])
+            raise err from None
     text = render(report)
     if not args.runtime and not report.ok:
         text += ("\n  what to do  run `accelstack repair` (it restores damaged files and checks again); if it still "
@@ -222,6 +230,42 @@ def run(args: argparse.Namespace) -> int:
         text += f"\n              ({MODEL_STATEMENT})"
     emit(args, payload, text, ok=report.ok)
     return 0 if report.ok else 1
+
+
+def _images_of(args: argparse.Namespace, s: Settings) -> Dict[str, object]:
+    """The probe images this verify may write (``-o`` and its families' beside it, else the verify
+    folder's), each with what tells a file written now from the one that was there."""
+    out = Path(args.output).expanduser() if args.output else None
+    paths = [out, *out.parent.glob(f"{glob.escape(out.stem)}-*.png")] if out else list(s.verify_dir.glob("verify-*.png"))
+    return {str(p): _stamp(p) for p in paths}
+
+
+def _folders_in(folder: Path) -> Set[str]:
+    """The probe cache's folders: a probe model is one (its seeded pools beside them are a kept cache)."""
+    try:
+        return {str(p) for p in folder.iterdir() if p.is_dir()}
+    except OSError:
+        return set()
+
+
+def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _interrupted_state(args: argparse.Namespace, s: Settings, images: Dict[str, object], probes: Set[str]) -> str:
+    """What an interrupted verify left: no verdict (a receipt records one only at the end), the probe
+    images written if any, the worker stopped, and whether a probe model stayed behind."""
+    after = _images_of(args, s)
+    written = [p for p, was in after.items() if after[p] is not None and images.get(p) != was]
+    left = sorted(_folders_in(s.probe_cache) - probes)
+    return ("no verdict was recorded and " + (f"the probe image {', '.join(written)} was written" if written
+                                             else "no probe image was written")
+            + "; the worker was stopped and " + (f"the probe model {', '.join(left)} was left" if left
+                                                 else "the temporary probe model removed"))
 
 
 def _families_from_args(args: argparse.Namespace) -> Tuple[Optional[List[str]], List[direct.ModelFamily]]:
@@ -259,12 +303,11 @@ def render(r) -> str:
     lines = [f"{r.verdict}  {r.backend} runtime {r.runtime}"]
     if not r.ok:
         lines.append(f"  reason      {r.reason}")
-    lines += [
-        f"  device      {device}",
-        f"  load        {_secs(r.load_seconds)}",
-        f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""),
-        "  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks),
-    ]
+    several = len(r.details.get("families") or {}) > 1  # the run's figures are sums; each family's is on its line
+    lines += [f"  device      {device}", f"  load        {_secs(r.load_seconds)}" + (" in all (each family's below)" if several else "")]
+    if not several:
+        lines.append(f"  step        {_secs(r.step_seconds)}" + (f" ({r.its_per_second:.2f} it/s)" if r.its_per_second else ""))
+    lines.append("  checks      " + ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'}" for c in r.checks))
     lines += _render_families(r)
     det = next((c for c in r.checks if c.name == "deterministic"), None)
     if det is not None and det.detail != direct.IDENTICAL:  # compared with an earlier verify, or failed
@@ -273,8 +316,9 @@ def render(r) -> str:
         lines.append(f"  vs CPU      mean difference {r.cpu_mean_diff:.2f}, largest {r.cpu_max_diff}")
     if r.image:
         lines.append(f"  image       {r.image}  ({PROBE_NOISE})")
-    made = f"synthesized in {r.probe_seconds:.1f} s" if r.probe_seconds else "reused"
-    lines.append(f"  probe       {r.probe_path} ({made}" + (", removed after this run)" if r.probe_temporary else ", kept)"))
+    made = f"synthesized in {r.probe_seconds:.1f} s" + (" in all" if several else "") if r.probe_seconds else "reused"
+    lines.append(f"  probe       {r.probe_path or 'one per family'} ({made}"
+                 + (", removed after this run)" if r.probe_temporary else ", kept)"))
     lines.append(f"  total       {_secs(r.total_seconds)}")
     if not r.ok and r.log_tail:
         lines.append("  last worker log lines:")
@@ -293,7 +337,8 @@ def _run_stack_check(args: argparse.Namespace, stack: str) -> int:
     lines: List[str] = [f"{report.verdict}  torch {found.torch_version or '?'} ({report.runtime})"]
     if not report.ok:
         lines.append(f"  reason      {report.reason}")
-    lines.append(f"  device      {found.device_kind} — {found.device_name}")
+    lines.append(f"  device      {found.device_kind} — {found.device_name}" if found.device_kind
+                 else "  device      none: torch did not run")
     for kind, why in found.rejected.items():
         lines.append(f"  not used    {kind}: {why}")
     for op in found.ops:

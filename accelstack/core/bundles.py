@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .. import fsio
+from ..artifacts.errors import HashMismatchError
 from ..errors import Action, UsageError
 from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
@@ -110,7 +111,14 @@ def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: O
             raise BundleError(f"{path} is a bundle of the {str(stack)[:40]!r} stack, which this accelstack does not install",
                               "update accelstack", action=Action.UPDATE_ACCELSTACK)
         job = InstallJob(report, s, InstallOptions(force=force, verifier=verifier), svc, progress)
-        return found.install_bundle(opened, str(path), job, backend, time.perf_counter() - t0)
+        try:
+            return found.install_bundle(opened, str(path), job, backend, time.perf_counter() - t0)
+        except HashMismatchError as exc:  # the bundle's own bytes: another try reads the same file
+            err = HashMismatchError(exc.message, expected=exc.expected, actual=exc.actual, hint=(
+                f"the bundle {path} was changed or damaged after it was made: copy it again from where it was made "
+                "(the sha256 `bundle create` printed tells a good copy), or make it again"))
+            err.action = Action.FIX_INPUT
+            raise err from None
     finally:
         for each in closing:
             each.close()

@@ -94,7 +94,9 @@ def verify_torch_runtime(settings: Settings, *, python: Optional[str], env: Dict
     ``probe_seed``, also one diffusers step on the probe model of that seed."""
     from ..engine.probes.model import ensure_probe_model
     from ..engine.verification.torch_verify import verify_torch
+    from ..installer.torch_check import require_torch
 
+    require_torch(python, env)  # no torch: said with the install that adds it, before the 1 GB probe is written
     probe = None
     if probe_seed is not None:
         probe = ensure_probe_model(probe_seed, settings.probe_cache, progress=progress).path

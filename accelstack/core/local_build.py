@@ -10,7 +10,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import AccelstackError, Action
 from ..events import ProgressCallback, ProgressEvent
@@ -23,16 +23,17 @@ from ..manifests.plan import Plan
 from ..manifests.resolver import Manifests
 from ..manifests.schema import parse_manifest
 from ..publisher.build import build_ggml, build_options
-from ..publisher.build_cache import cache_key, in_cache, remembered_sha256, sha256_file
+from ..publisher.build_cache import BuildResult, cache_key, in_cache, remembered_sha256, sha256_file
 from ..publisher.errors import BuildError
 from ..publisher.publish import manifest_of
 from ..publisher.sdist import offline_source_error, sdist_name
 from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, VARIANTS, cuda_targets, find_cuda_toolkit
+from ..publisher.wheel_repack import PACKAGING_VERSION
 from ..settings import Settings, cuda_env
 from .options import Builder
 from .planning import LOCAL_SOURCE, NO_CHANNEL_LINE, TrustedSet, plan
 
-__all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "Rebuild", "build_locally", "built_variant", "rebuilder", "build_sentence", "cached_local_build",
+__all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "Rebuild", "build_locally", "built_variant", "rebuilder", "build_sentence", "cached_build_manifests", "cached_local_build",
            "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant", "needs_cuda12",
            "no_channel_choices", "replan", "require_buildable"]
 
@@ -99,22 +100,53 @@ def cached_local_build(variant: str, build_cache: Path, cuda_archs: Optional[Seq
     """The wheel a local build of ``variant`` (for ``cuda_archs``) would reuse from the build cache
     ("" when it would compile), found by reading only: the pinned source's digest, then the cache
     slot it keys, with the options and toolkit key ``build_ggml`` itself would use."""
+    found = _cached_record(variant, build_cache, cuda_archs, configured=configured, env=env)
+    return found[0] if found else ""
+
+
+def _cached_record(variant: str, build_cache: Path, cuda_archs: Optional[Sequence[str]] = None, *,
+                   configured: str = "", env: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, dict]]:
+    """(the cached wheel, its slot's build record) for :func:`cached_local_build`, or None."""
     sdist = build_cache / "sdist" / sdist_name()
     if variant == "vulkan" or not sdist.is_file():
-        return ""  # a Vulkan build's key also names the headers it was given
+        return None  # a Vulkan build's key also names the headers it was given
     try:
         cmake_args, toolkit = build_options(variant, cuda_archs, cuda_env=cuda_env() if env is None else env,
                                             configured=configured)
     except BuildError:  # an unknown variant, bad architectures, cuda12 without a toolkit: nothing to find
-        return ""
+        return None
     try:
         digest = remembered_sha256(sdist) or sha256_file(sdist)  # what build_ggml remembered, read only
         key = cache_key(digest, variant, cmake_args, toolkit)
         record = json.loads(read_capped(build_cache / key / "build.json", 1 << 20))  # a FIFO is refused, never waited on
         wheel = in_cache(str(record.get("wheel", "")), build_cache, key) if isinstance(record, dict) else ""
     except (OSError, ValueError):
-        return ""
-    return wheel if wheel and Path(wheel).is_file() else ""
+        return None
+    return (wheel, record) if wheel and Path(wheel).is_file() else None
+
+
+def cached_build_manifests(plan: Plan, report: HardwareReport, manifests: Manifests, s: Settings) -> Optional[Manifests]:
+    """``manifests`` with the build a local build would reuse as-is from the build cache, found by
+    reading only, and offered as :func:`build_locally` offers it: a dry run then plans the runtime
+    the real run would install (and sees when it is installed already). None when the real run
+    would compile or repackage (its wheel, so the runtime's id, is not known before)."""
+    variant = local_variant(plan, report)
+    archs = local_cuda_archs(plan, report) if variant in CUDA_VARIANTS else None
+    found = _cached_record(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
+    if found is None:
+        return None
+    wheel, data = found
+    try:
+        record = BuildResult(**data)
+    except TypeError:
+        return None
+    if record.packaging < PACKAGING_VERSION or remembered_sha256(Path(wheel)) != record.sha256:
+        return None  # the real run repackages or re-hashes it first
+    record.wheel = wheel
+    doc = manifest_of([(record, Path(wheel).as_uri())], source=LOCAL_SOURCE, version=1)
+    extended = Manifests(torch=manifests.torch, ggml=list(manifests.ggml))
+    extended.add(parse_manifest(doc))
+    return extended
 
 
 class NoChannelError(AccelstackError):

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from ..errors import AccelstackError, Action
 from ..verdict import VerifyReport
 
-__all__ = ["StateError", "DiskFullError", "LockHeldError", "InstallError", "VerifyFailed", "TorchInstallError", "TorchEngineMissingError",
+__all__ = ["StateError", "DiskFullError", "LockHeldError", "InstallError", "VerifyFailed", "TorchInstallError", "TorchEngineMissingError", "TorchMissingError",
            "PipError", "PipNetworkError", "PipNotFoundError", "PipConflictError", "PipDiskFullError",
            "PipHashMismatchError"]
 
@@ -53,6 +53,14 @@ class TorchEngineMissingError(InstallError):
     """The torch runtime lacks packages accelstack's torch engine imports (diffusers, transformers...)."""
 
     default_action = Action.REINSTALL
+    stack = "torch"  # the install that adds them is the torch stack's, not the default one
+
+
+class TorchMissingError(InstallError):
+    """The interpreter a torch command would run in has no torch: the torch stack is not installed there."""
+
+    default_action = Action.INSTALL
+    stack = "torch"
 
 
 class PipError(TorchInstallError):

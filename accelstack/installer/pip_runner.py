@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..errors import Action, SubprocessTimeout
 from ..events import ProgressCallback, ProgressEvent
@@ -26,11 +26,13 @@ __all__ = ["run_json", "python_version", "venv_python", "ensure_venv", "pip_vers
 _PIP_VERSIONS: Dict[str, Tuple[int, ...]] = {}
 
 
-def run_json(python: str, code: str, arg: object, timeout: float) -> Dict[str, object]:
-    """Run ``code`` in ``python`` with one JSON argument; its last stdout line is a JSON object."""
+def run_json(python: str, code: str, arg: object, timeout: float,
+             env: Optional[Mapping[str, str]] = None) -> Dict[str, object]:
+    """Run ``code`` in ``python`` with one JSON argument (``env``: added to the environment it
+    inherits); its last stdout line is a JSON object."""
     try:
         res = subprocess.run([python, "-c", code, json.dumps(arg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, timeout=timeout)
+                             text=True, timeout=timeout, env=inherited_env(**env) if env else None)
     except subprocess.TimeoutExpired:
         raise SubprocessTimeout(f"{python} did not answer within {timeout:.0f} s", hint="the environment may be "
                                 "starting very slowly or hanging on import; try again") from None

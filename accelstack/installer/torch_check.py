@@ -6,8 +6,9 @@ engine's: :mod:`accelstack.engine.verification.torch_check`.)
 from __future__ import annotations
 
 import shlex
+import sys
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -18,12 +19,12 @@ from ..manifests.request import TORCH_FAMILY
 from ..manifests.torch_matrix import ENGINE_PACKAGES
 from ..manifests.torch_resolve import engine_command
 from ..verdict import DeviceInfo, VerifyCheck, VerifyReport
-from .errors import TorchEngineMissingError
+from .errors import TorchEngineMissingError, TorchMissingError
 from .pip_runner import run_json
 from .torch_scripts import CHECK_SCRIPT, ENGINE_SCRIPT
 from .transaction import StagedRuntime
 
-__all__ = ["import_check", "engine_modules", "check_engine"]
+__all__ = ["import_check", "engine_modules", "check_engine", "require_torch"]
 
 
 def import_check(staged: StagedRuntime, progress: ProgressCallback, timeout: float = 300) -> VerifyReport:
@@ -64,13 +65,28 @@ def engine_modules(plan: Plan) -> List[str]:
 _ENGINE_NEEDED = tuple(req for req in ENGINE_PACKAGES if not req.startswith("accelerate"))
 
 
-def check_engine(python: str, timeout: float = 60, packages: Sequence[str] = _ENGINE_NEEDED) -> None:
+def require_torch(python: Optional[str], env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> None:
+    """Raise :class:`TorchMissingError` when torch cannot be found in ``python`` (None: this
+    interpreter) with ``env``: said with the command that installs the torch stack before a worker
+    starts or a probe is written, not as a failed worker or an empty device line after them."""
+    exe = python or sys.executable
+    missing = run_json(exe, ENGINE_SCRIPT, ["torch"], timeout, env).get("missing")
+    if isinstance(missing, list) and missing:  # (the one module asked about)
+        path = (env or {}).get("PYTHONPATH", "")
+        raise TorchMissingError(f"torch is not installed for {exe}" + (f" (PYTHONPATH {path})" if path else "")
+                                + ", so there is no torch runtime to use",
+                                "install the torch stack (an environment with torch and the engine's packages), or pass "
+                                "--runtime DIR naming a venv or a pip --target dir that has them", code="torch-missing")
+
+
+def check_engine(python: str, timeout: float = 60, packages: Sequence[str] = _ENGINE_NEEDED,
+                 env: Optional[Mapping[str, str]] = None) -> None:
     """Raise :class:`TorchEngineMissingError` naming every one of ``packages`` that ``python``
     cannot import, and the pip command that adds them; before a torch worker starts, so a person
     reads which packages are missing instead of a worker that failed to start. accelerate is not
     asked for by default: the engine runs without it (loading a model takes more memory)."""
     modules = {canonicalize_name(Requirement(p).name).replace("-", "_"): p for p in packages}
-    info = run_json(python, ENGINE_SCRIPT, list(modules), timeout)
+    info = run_json(python, ENGINE_SCRIPT, list(modules), timeout, env)
     found = info.get("missing")
     missing = [modules[m] for m in (found if isinstance(found, list) else []) if m in modules]
     if missing:

@@ -149,6 +149,10 @@ class _TorchResolver(TorchDeviceRules):
             text += f" (also on {', '.join(d.label for d in ev.covers[1:])})"
         if newer:
             text += f"; not newer: {self.render_fails(ev, newer)}"
+        skipped = [ok.release.torch for ok in ev.oks if ok.release.version > best.release.version]
+        if skipped:  # newer lines that would run, passed over because nobody confirmed their wheels
+            text += (f"; not newer: the publication of torch {', '.join(skipped)} is unverified "
+                     f"(ask for torch=={skipped[0]}.* to use it)")
         if best.build.unverified or best.variant.unverified:
             text += " [publication unverified]"
         verdict = "chosen" if ev is chosen else "accepted"
@@ -308,8 +312,13 @@ class _TorchResolver(TorchDeviceRules):
         unverified = build.unverified or var.unverified
         if unverified:
             older = next((r.torch for r in matrix.releases if r.version < rel.version and r.variant(var.name)), "")
-            plan.notes.append(f"unverified: that torch {rel.torch} publishes {var.name} for {m.platform} is not confirmed ({unverified})"
-                              + (f"; if pip finds no such wheel, ask for torch<{rel.torch} (torch {older} {var.name})" if older else ""))
+            asked = any(code == "requirement" for _, code, _ in ev.fails)  # a confirmed line was excluded by the request
+            why = ("because your requirement excludes every release whose publication is confirmed" if asked else
+                   "as a fallback: no release whose publication is confirmed runs here")
+            plan.notes.append(f"unverified: that torch {rel.torch} publishes {var.name} for {m.platform} is not confirmed "
+                              f"({unverified}); chosen {why}")
+            if older:
+                plan.notes[-1] += f"; if pip finds no such wheel, ask for torch<{rel.torch} (torch {older} {var.name})"
         target = ev.device.label if ev.device else "the CPU"
         plan.summary = f"torch {rel.torch} ({ev.name}) for {target}"
         if ev.device is None and m.devices:

@@ -168,6 +168,68 @@ def test_dry_run_says_when_the_build_cache_already_has_the_build(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def _cached_stand_in_build(builds: Path, variant: str) -> Path:
+    """A build cache holding a finished build of ``variant`` as ``build_ggml`` leaves one (its record,
+    the wheel's remembered digest): a local build is then a cache hit, as on any machine after the
+    first install. The wheel is a stand-in, so the install that uses it is given a passing check."""
+    from accelstack.publisher.build import build_options
+    from accelstack.publisher.build_cache import cache_key, cached_sha256, make_slot, write_record
+    from accelstack.publisher.sdist import sdist_name
+    from accelstack.publisher.variants import properties_for
+    from accelstack.publisher.wheel_repack import PACKAGING_VERSION
+
+    (builds / "sdist").mkdir(parents=True)
+    sdist = builds / "sdist" / sdist_name()
+    sdist.write_bytes(b"a stand-in source distribution")
+    options, toolkit = build_options(variant, cuda_env={})
+    source = cached_sha256(sdist)
+    slot = make_slot(builds / cache_key(source, variant, options, toolkit))
+    wheel = make_wheel(slot / f"lean{PACKAGING_VERSION}", "cached")
+    data = wheel.read_bytes()
+    write_record(slot / "build.json", BuildResult(
+        variant=variant, wheel=str(wheel), sha256=cached_sha256(wheel), size=len(data), cmake_args=options,
+        source_sha256=source, key=slot.name, platform_tag=f"linux_{platform.machine()}", packaging=PACKAGING_VERSION,
+        properties=properties_for(variant, options)),
+        root=builds)
+    return wheel
+
+
+def test_dry_run_after_a_local_build_install_says_nothing_to_do_as_the_install_does(tmp_path):
+    """Issue 42, item 3: on a healthy install of a build made here (no channel has one for this machine),
+    `install --dry-run` listed a reuse of the build and an install, while `install` did nothing."""
+    from accelstack.core.local_build import local_variant
+    from accelstack.core.reports import report_for
+
+    env = _env(tmp_path)
+    s = Settings.resolve(home=env["ACCELSTACK_HOME"], cache=env["ACCELSTACK_CACHE"], build_cache=env["ACCELSTACK_BUILD_CACHE"],
+                         probe_cache=env["ACCELSTACK_PROBE_CACHE"], config_dir=env["ACCELSTACK_CONFIG_DIR"],
+                         config_file=env["ACCELSTACK_CONFIG"], allow_build=True)
+    report = report_for(s)  # this machine: no channel is configured, so its build is made here
+    variant = local_variant(accelstack.plan(report, "ggml", settings=s), report)
+    _cached_stand_in_build(Path(env["ACCELSTACK_BUILD_CACHE"]), variant)
+    first = install(None, stack="ggml", settings=s, report=report, verifier=_passing)
+    assert first.changed and first.built_locally, first
+    before = snapshot(tmp_path / "state")
+    rc, out, err = run_cli(["install", "--dry-run", "--json"], env)
+    assert rc == 0, err
+    res = result_of(out)
+    assert res["would"] == [f"nothing to do: runtime {first.runtime} is already installed and active (--force reinstalls it)"], res
+    assert res["runtime"] == first.runtime and not res["would_build"]
+    assert snapshot(tmp_path / "state") == before
+    rc, out, err = run_cli(["install", "--dry-run"], env)
+    assert rc == 0 and "nothing to do" in out and "would install" not in out and "would reuse" not in out, out
+    rc, out, err = run_cli(["install", "--json"], env)  # the real run: the same decision
+    assert rc == 0, err
+    real = result_of(out)
+    assert real["changed"] is False and real["runtime"] == first.runtime, real
+
+    rc, out, err = run_cli(["install", "--dry-run", "--force", "--json"], env)
+    assert rc == 0, err  # --force: the reuse, then the reinstall the real run would do
+    would = result_of(out)["would"]
+    assert would[0].startswith(f"would reuse the {variant} build already in the build cache (no compile)"), would
+    assert would[-1].startswith(f"would reinstall runtime {first.runtime}"), would
+
+
 def test_dry_run_names_the_build_line_of_the_issue(tmp_path):
     from accelstack.core.local_build import build_sentence
 

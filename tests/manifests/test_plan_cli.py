@@ -145,3 +145,19 @@ def test_the_documented_round_trip_detect_json_then_plan_hardware(tmp_path):
     failed.write_text(json.dumps({"event": "error", "command": "detect", "ok": False, "message": "boom"}) + "\n")
     rc, out, _ = run_cli(["plan", "--hardware", failed, "--json"])
     assert rc == 2 and "error" in error_of(out)["message"]
+
+
+@NEEDS_CAPTURES
+def test_the_default_torch_plan_is_the_newest_confirmed_release_through_the_cli(tmp_path):
+    """Issue 42, item 6: `plan --stack torch` on a CPU-only machine chose torch 2.15, whose CPU wheels
+    the plan itself marked "publication unverified"; the default is the newest confirmed release."""
+    capture = str(CAPTURES / "linux-cpu-pentium-e5700-no-avx")
+    res = subprocess.run([sys.executable, "-m", "accelstack", "plan", "--stack", "torch", "--replay", capture, "--json"],
+                         capture_output=True, text=True, timeout=300)
+    plan = result_of(res.stdout)
+    assert res.returncode == 0 and plan["torch_version"] == "2.14", (plan["summary"], res.stderr[-500:])
+    assert not any(n.startswith("unverified:") for n in plan["notes"])
+    res = subprocess.run([sys.executable, "-m", "accelstack", "plan", "--stack", "torch", "--replay", capture, "torch==2.15.*"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "decision: torch 2.15 (cpu)" in res.stdout, res.stdout + res.stderr
+    assert "chosen because your requirement excludes every release whose publication is confirmed" in res.stdout

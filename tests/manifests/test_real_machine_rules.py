@@ -144,11 +144,18 @@ def test_torch_2_15_linux_is_pypis_cu132_wheel():
     assert plan_of(machine(nvidia()), python="3.10").torch_version == "2.14"  # 2.15 has no cp310 wheels
 
 
-def test_an_unverified_index_variant_is_said_in_the_plan():
+def test_an_unverified_index_variant_is_chosen_only_when_asked_for_and_said_in_the_plan():
+    """Issue 42, item 6: the default plan picked 2.15, which the plan itself marked "publication
+    unverified": the default is the newest confirmed release, and the one passed over is named."""
     plan = plan_of(machine(nvidia(), os="windows"), python="3.12")
-    assert plan.torch_version == "2.15" and "[publication unverified]" in plan.chosen.reason
-    note = next(n for n in plan.notes if n.startswith("unverified:"))
-    assert f"torch 2.15 publishes {plan.variant} for windows-x86_64 is not confirmed" in note and "ask for torch<2.15" in note
+    assert plan.torch_version == "2.14" and "[publication unverified]" not in plan.chosen.reason
+    assert "not newer: the publication of torch 2.15 is unverified (ask for torch==2.15.* to use it)" in plan.chosen.reason
+    assert not any(n.startswith("unverified:") for n in plan.notes)
+    asked = plan_of(machine(nvidia(), os="windows"), "torch", "torch==2.15.*", python="3.12")
+    assert asked.torch_version == "2.15" and "[publication unverified]" in asked.chosen.reason
+    note = next(n for n in asked.notes if n.startswith("unverified:"))
+    assert f"torch 2.15 publishes {asked.variant} for windows-x86_64 is not confirmed" in note and "ask for torch<2.15" in note
+    assert "chosen because your requirement excludes every release whose publication is confirmed" in note
 
 
 def test_a_companion_with_no_known_release_excludes_that_line():

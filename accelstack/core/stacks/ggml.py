@@ -41,6 +41,7 @@ from ..local_build import (
     Rebuild,
     build_locally,
     build_sentence,
+    cached_build_manifests,
     cached_local_build,
     local_cuda_archs,
     local_variant,
@@ -219,8 +220,15 @@ class GgmlDriver:
         """What an install would do, from reads alone: no home, lock, cache entry, download or build."""
         s, report, force = job.settings, job.report, job.options.force
         home = Home(s.home)
+        reuse: List[str] = []
         if not plan.ok:
             require_buildable(plan, s, report, job.options.trusted)
+            trusted = job.options.trusted
+            offered = cached_build_manifests(plan, report, trusted.manifests if trusted else Manifests(), s)
+            if offered is not None:  # the real run reuses this build: its runtime decides, as there
+                variant, plan = local_variant(plan, report), replan(report, plan, offered, s)
+                reuse = [f"would reuse the {variant} build already in the build cache (no compile): {wheel_of(plan).name}"]
+        if not plan.ok:
             variant = local_variant(plan, report)
             archs = local_cuda_archs(plan, report) if variant in CUDA_VARIANTS else None
             cached = cached_local_build(variant, s.build_cache, archs, configured=s.cuda_archs, env=s.cuda_env)
@@ -240,7 +248,7 @@ class GgmlDriver:
             return InstallSummary(self.name, rid, False, plan, dry_run=True, previous=active,
                                   would=[f"would activate the installed runtime {rid}" + (f" (now active: {active})" if active else "")])
         cache = Cache(s.cache)
-        would = []
+        would = list(reuse)
         for a in plan.artifacts:
             if cache.valid(a.sha256, a.size, verify=False):
                 would.append(f"would use {a.name} ({size_text(a.size)}) from the download cache")

@@ -5,7 +5,7 @@ every tensor of an SD ControlNet."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ...serde import to_dict
 from ...verdict import VerifyCheck, VerifyReport
@@ -34,17 +34,24 @@ def family_output(output: Union[str, Path], family: str) -> Path:
 
 
 def merge_reports(reports: List[Tuple[str, VerifyReport]], seconds: float) -> VerifyReport:
-    """One report of the families' reports (``verify(families=...)``): the first one's figures,
-    every family's checks named ``<family>:<check>``, each family's own report in ``details["families"]``."""
-    first = reports[0][1]
+    """One report of the families' reports (``verify(families=...)``): the run's figures (load and
+    generate times summed; one family's step, image, pixels and probe only when it is the one family:
+    they are no whole run's), every family's checks named ``<family>:<check>``, each family's own
+    report in ``details["families"]``."""
+    first, one = reports[0][1], len(reports) == 1
+
+    def total(name: str) -> Optional[float]:
+        values = [getattr(r, name) for _f, r in reports if getattr(r, name) is not None]
+        return round(sum(values), 4) if values else None
+
     merged = VerifyReport(ok=all(r.ok for _f, r in reports), reason="; ".join(f"{f}: {r.reason}" for f, r in reports
                                                                                if not r.ok),
                           runtime=first.runtime, backend=first.backend, device=first.device,
-                          load_seconds=first.load_seconds, step_seconds=first.step_seconds,
-                          its_per_second=first.its_per_second, generate_seconds=first.generate_seconds,
-                          probe_seconds=round(sum(r.probe_seconds for _f, r in reports), 3), probe_path=first.probe_path,
-                          probe_temporary=first.probe_temporary, image=first.image, total_seconds=round(seconds, 4),
-                          pixels=first.pixels)
+                          load_seconds=total("load_seconds"), step_seconds=first.step_seconds if one else None,
+                          its_per_second=first.its_per_second if one else None, generate_seconds=total("generate_seconds"),
+                          probe_seconds=round(sum(r.probe_seconds for _f, r in reports), 3),
+                          probe_path=first.probe_path if one else "", probe_temporary=first.probe_temporary,
+                          image=first.image if one else "", total_seconds=round(seconds, 4), pixels=first.pixels if one else None)
     for family, r in reports:
         merged.checks += [VerifyCheck(f"{family}:{c.name}", c.ok, c.detail) for c in r.checks]
         if r.cpu_mean_diff is not None and (merged.cpu_mean_diff is None or r.cpu_mean_diff > merged.cpu_mean_diff):
