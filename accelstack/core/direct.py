@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
+from ..engine.request.check import CheckedGeneration
+from ..engine.request.check import check_generation as _check_generation
 from ..engine.runtime import GGML, Runtime
 from ..engine.worker import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.worker.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
@@ -19,6 +21,7 @@ from ..events import ProgressCallback, null_progress
 from ..hardware.protocol import System
 from ..lazy import lazy_exports
 from ..settings import Settings
+from .machine import machine_memory  # the machine's memory for the planner: LiveSystem, light
 from .stacks import stack_info
 
 if TYPE_CHECKING:  # the lazy names below, for the type checker
@@ -27,7 +30,6 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.png import input_png_size
     from ..engine.probes.families import FAMILIES, ModelFamily, check_families, family_names, probe_families_of
     from ..engine.probes.model import DEFAULT_SEED
-    from ..engine.request.check import CheckedGeneration
     from ..engine.request.components import check_components
     from ..engine.request.outputs import check_not_inputs, check_outputs, output_paths
     from ..engine.supervision.supervisor import Supervisor
@@ -45,8 +47,7 @@ _LAZY = {
     "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
     "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
     "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
-    "IDENTICAL": "accelstack.engine.verification.probe_verify", "CheckedGeneration": "accelstack.engine.request.check",
-}
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", }
 if not TYPE_CHECKING:  # a type checker sees the names above, and no others
     __getattr__ = lazy_exports(__name__, _LAZY, globals())
 
@@ -117,9 +118,7 @@ def check_generation(request: GenerateRequest, model: Optional[Union[str, Path]]
                      read_files: bool = True) -> CheckedGeneration:
     """The one check of a generate request, for ``runtime``'s stack (None: stable-diffusion.cpp's):
     see :func:`accelstack.engine.request.check.check_generation`."""
-    from ..engine.request.check import check_generation as _check
-
-    return _check(request, model, output, options, traits=runtime.traits if runtime is not None else GGML,
+    return _check_generation(request, model, output, options, traits=runtime.traits if runtime is not None else GGML,
                   read_files=read_files)
 
 
@@ -129,7 +128,6 @@ def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, progress: 
     ``worker``: one :func:`early_worker` started (stopped at the end); ``system``: the machine whose
     memory the planner fits the generation to (default: this one)."""
     from ..engine.generation import generate_checked as _generate
-    from .machine import machine_memory
 
     machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
     return _generate(runtime, checked, progress=progress, worker=worker, machine=machine)
