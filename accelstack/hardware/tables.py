@@ -19,7 +19,7 @@ from ..limits import MAX_NAME_LENGTH
 __all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_hip_runtime_windows", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
            "cuda_for_driver", "gfx_from_target_version", "gpu_kind", "intel_generation", "intel_generation_for",
            "intel_is_discrete_id", "intel_platform", "is_npu", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
-           "npu_name", "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
+           "npu_name", "nvidia_chip_by_device_id", "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
            "pretty_pci_name", "rocm_supports", "DriverVersion"]
 
 PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
@@ -117,6 +117,19 @@ def cuda_for_driver(driver_version: str, os_name: str) -> str:
 def nvidia_compute_capability(name: str) -> str:
     hit = _first("nvidia.json", "compute_capability_by_name", name)
     return hit[0] if hit else ""
+
+
+def nvidia_chip_by_device_id(device_id: str) -> Tuple[str, str]:
+    """(chip, compute capability) of an NVIDIA PCI device id from the id ranges of each chip (envytools'
+    PCI id database): what decides for parts no name rule lists (a GK107 Quadro K600); ("", "") if unknown."""
+    try:
+        value = int(device_id, 16)
+    except ValueError:
+        return "", ""
+    for first, last, chip, cc in _data("nvidia.json")["compute_capability_by_device_id"]["rules"]:
+        if int(first, 16) <= value <= int(last, 16):
+            return chip, cc
+    return "", ""
 
 
 def amd_gfx_target(device_id: str = "", name: str = "") -> str:

@@ -292,6 +292,14 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         apis={"cpu"}, unusable={"cuda"}, first=("cpu", None), problems={"nvidia_driver_too_old", "vulkan_loader_missing"},
         problem_hint={"nvidia_driver_too_old": "R470"},
     ),
+    # issue 42: a GK107 part no name rule knows: its compute capability from the PCI device id; R470 is its branch, no warning
+    "linux-nvidia-quadro-k600-gk107-470": dict(
+        os="linux", version="Arch Linux", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="Quadro K600", kind="discrete", pci_device_id="0ffa", driver="nvidia", driver_version="470.223.02",
+                   compute_capability="3.0", cuda_driver_version="11.4")],
+        gpu_sources={0: "compute_capability: PCI device id (GK107)"},
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
         cpu=dict(vendor="apple", model="Apple M3", x86_64_level=None), cpu_has={"neon", "dotprod", "fp16", "bf16", "i8mm"},

@@ -81,6 +81,9 @@ DISAGREEMENTS = {
     "linux-nvidia-gtx680-331": ("cu118", "cpu",
         "the GTX 680 is Kepler sm_30: no torch CUDA wheel has kernels for it (cu118's oldest is sm_37), whatever the driver, "
         "and driver 331.38 reports no CUDA version at all; the rejection says the architecture first (issue 27)"),
+    "linux-nvidia-quadro-k600-gk107-470": ("cu118", "cpu",
+        "the Quadro K600 is a GK107 Kepler part, sm_30 (its PCI id 10de:0ffa, issue 42): no torch CUDA wheel has kernels for it "
+        "(cu118's oldest is sm_37), whatever the driver; torchruntime maps the Kepler name to cu118 without looking at the SM"),
     "linux-nvidia-no-devices-rtx3090-550": ("cu128", "cpu",
         "the 550.144.03 module is loaded but could not initialize the RTX 3090 (nvidia-smi: No devices were found; dmesg: "
         "RmInitAdapter failed): no CUDA program sees the GPU until that is fixed, and the plan says so (issue 27)"),

@@ -1,0 +1,74 @@
+"""Build the issue-42 fixtures (decisions real machines still trip) from real public dumps.
+
+Same format and README layout as ``tests/detect/make_i11d_fixtures.py`` (whose ``url_readme`` it uses):
+each README names the public dump, what is verbatim from it, what is transcribed and what is assumed.
+
+    .venv/bin/python tests/detect/make_issue42_fixtures.py            # rewrite every issue-42 fixture
+    .venv/bin/python tests/detect/make_issue42_fixtures.py NAME ...   # rewrite some
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("accelstack_make_i11d", HERE / "make_i11d_fixtures.py")
+assert _spec and _spec.loader
+i11d = sys.modules.get("accelstack_make_i11d") or importlib.util.module_from_spec(_spec)
+if "accelstack_make_i11d" not in sys.modules:
+    sys.modules["accelstack_make_i11d"] = i11d
+    _spec.loader.exec_module(i11d)
+
+mf = i11d.mf
+CaptureBuilder, CAPTURES, MIB, GIB = mf.CaptureBuilder, mf.CAPTURES, mf.MIB, mf.GIB
+url_readme = i11d.url_readme
+
+# -- a low-end Kepler (GK107) Quadro K600 on the legacy R470 driver --------------------------------------
+
+K600_URLS = ("https://github.com/korvahannu/arch-nvidia-drivers-installation-guide/issues/20 (a Quadro K600 on Arch Linux with "
+             "nvidia-470xx-dkms, kernel 6.6.17-1-lts); https://github.com/envytools/envytools docs/hw/pciid.rst ('0x0ffa GK107 "
+             "[Quadro K600]'); https://github.com/LibreELEC/LibreELEC.tv/pull/3038 (NVIDIA's supported-products list: '0ffa Quadro K600')")
+
+
+def linux_nvidia_quadro_k600_gk107_470() -> CaptureBuilder:
+    b = CaptureBuilder(release="6.6.17-1-lts")
+    b.pci("0000:01:00.0", "030000", "10de", "0ffa", driver="nvidia")
+    b.file("/etc/os-release", 'NAME="Arch Linux"\nID=arch\nPRETTY_NAME="Arch Linux"\n')
+    b.file("/sys/module/nvidia/version", "470.223.02\n")
+    b.smi([[0, "00000000:01:00.0", "Quadro K600", 979, 975, "470.223.02"]], old_driver=True)
+    return b
+
+
+FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
+    "linux-nvidia-quadro-k600-gk107-470": (
+        linux_nvidia_quadro_k600_gk107_470,
+        url_readme(
+            "linux-nvidia-quadro-k600-gk107-470",
+            "Quadro K600 (Kepler GK107, compute capability 3.0) on Arch Linux with the legacy nvidia-470xx driver: no name rule "
+            "knows the K600, so the compute capability comes from the PCI device id 10de:0ffa; the driver advice must be the R470 "
+            "branch the GPU can run, never 'R580 or newer'.",
+            K600_URLS,
+            ["nothing byte for byte: the sources are an issue's prose, a device id list and a supported-products list"],
+            ["the GPU 10de:0ffa named Quadro K600 (envytools, NVIDIA's list); the nvidia-470xx driver and kernel 6.6.17-1-lts (the issue)"],
+            ["driver 470.223.02 (the nvidia-470xx AUR package of February 2024, the issue's date), in /sys/module/nvidia/version and nvidia-smi",
+             "one board at 0000:01:00.0 with 1 GiB (979 MiB, 975 MiB free)",
+             "nvidia-smi 470 rejects the compute_cap field (as drivers before ~510 do) and answers the query without it",
+             "no Vulkan loader (not the point of this capture)"],
+        ),
+    ),
+}
+
+
+def main(argv: List[str]) -> int:
+    wanted = set(argv)
+    for name, (build, readme) in FIXTURES.items():
+        if not wanted or name in wanted:
+            build().write(CAPTURES / name, readme.replace("tests/detect/make_i11d_fixtures.py", "tests/detect/make_issue42_fixtures.py"))
+            print(CAPTURES / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

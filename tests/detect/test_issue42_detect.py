@@ -1,0 +1,28 @@
+"""Issue 42, detection: GPU facts the name tables miss, read from sourced data (replayed real machines)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelstack.hardware import detect
+from accelstack.hardware.common import nvidia_driver_hint
+from accelstack.hardware.system import ReplaySystem
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+
+
+def _replay(name: str):
+    return detect(ReplaySystem(str(CAPTURES / name)), home=Path("/nonexistent/accelstack-test-home"))
+
+
+def test_a_gk107_part_no_name_rule_knows_gets_its_compute_capability_from_the_pci_id():
+    report = _replay("linux-nvidia-quadro-k600-gk107-470")
+    (g,) = report.gpus
+    assert (g.name, g.pci_device_id, g.compute_capability) == ("Quadro K600", "0ffa", "3.0")
+    assert "compute_capability: PCI device id (GK107)" in g.sources
+    for p in report.problems:  # R470 is the newest branch a Kepler GPU runs: nothing tells it to go past it
+        assert "R525" not in p.hint and "R580" not in p.hint, p
+
+
+def test_driver_advice_for_a_kepler_part_names_the_legacy_r470_branch():
+    hint = nvidia_driver_hint("3.0", install=True)
+    assert "R470" in hint and "R580" not in hint and "R525 or newer" not in hint
