@@ -306,5 +306,5 @@ def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "", bu
             return "integrated"
         return "discrete" if name else "unknown"
     if vendor == "nvidia":
-        return "integrated" if re.search(r"Jetson|Orin|Xavier|Tegra|GB10\b", name, re.I) else "discrete"
+        return "integrated" if tables.nvidia_is_integrated(name) else "discrete"
     return "unknown"

@@ -133,7 +133,9 @@ def pci_gpus(probe: Probe) -> List[GPU]:
             driver=_driver_name(driver_link),
             sources=[f"pci: {base}"],
         )
-        if known and vendor != "intel":  # an Intel GPU's kind comes from the platform (classify_kind), not the database's flag
+        # an Intel GPU's kind comes from the platform, an NVIDIA one's from its name (classify_kind), not the database's flag,
+        # which calls Meteor Lake's iGPU and the DGX Spark's unified-memory GB10 discrete
+        if known and vendor not in ("intel", "nvidia"):
             gpu.kind = "discrete" if known[1] else "integrated"
         vram = _int_file(probe, f"{base}/mem_info_vram_total")
         if vram:

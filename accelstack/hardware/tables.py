@@ -19,7 +19,7 @@ from ..limits import MAX_NAME_LENGTH
 __all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_hip_runtime_windows", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
            "cuda_for_driver", "gfx_from_target_version", "gpu_kind", "intel_generation", "intel_generation_for",
            "intel_is_discrete_id", "intel_platform", "is_npu", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
-           "npu_name", "nvidia_chip_by_device_id", "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
+           "npu_name", "nvidia_chip_by_device_id", "nvidia_compute_capability", "nvidia_is_integrated", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
            "pretty_pci_name", "rocm_supports", "DriverVersion"]
 
 PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
@@ -130,6 +130,11 @@ def nvidia_chip_by_device_id(device_id: str) -> Tuple[str, str]:
         if int(first, 16) <= value <= int(last, 16):
             return chip, cc
     return "", ""
+
+
+def nvidia_is_integrated(name: str) -> bool:
+    """An NVIDIA GPU that shares the system's memory (Jetson, the DGX Spark's GB10), by its name."""
+    return _first("nvidia.json", "integrated_by_name", name) is not None
 
 
 def amd_gfx_target(device_id: str = "", name: str = "") -> str:

@@ -41,6 +41,24 @@ def linux_nvidia_quadro_k600_gk107_470() -> CaptureBuilder:
     return b
 
 
+# -- DGX Spark: the GB10's GPU shares the system's LPDDR5X (unified memory) ---------------------------------
+
+GB10_URLS = ("https://github.com/snowflakedb/ArcticTraining/pull/345 (DGX Spark nvidia-smi: 'NVIDIA GB10', bus 0000000F:01:00.0, "
+             "driver 580.126.09, CUDA Version 13.0, Memory-Usage 'Not Supported'); https://github.com/leptonai/gpud/pull/1170 "
+             "(NVML: 'NVML memory APIs not supported for unified memory device', bus 000f:01:00.0, is_unified_memory); "
+             "https://developer.nvidia.com/cuda/gpus (NVIDIA GB10: compute capability 12.1)")
+
+
+def linux_nvidia_dgx_spark_gb10_580() -> CaptureBuilder:
+    b = CaptureBuilder(machine="aarch64", release="6.11.0-1016-nvidia")
+    b.pci("000f:01:00.0", "030200", "10de", "2e12", driver="nvidia")
+    b.file("/etc/os-release", 'NAME="Ubuntu"\nVERSION_ID="24.04"\nPRETTY_NAME="Ubuntu 24.04.3 LTS"\n')
+    b.file("/sys/module/nvidia/version", "580.126.09\n")
+    b.smi([[0, "0000000F:01:00.0", "NVIDIA GB10", "[N/A]", "[N/A]", "580.126.09", "12.1"]])
+    b.memory = [128 * GIB, 120 * GIB]
+    return b
+
+
 FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
     "linux-nvidia-quadro-k600-gk107-470": (
         linux_nvidia_quadro_k600_gk107_470,
@@ -55,6 +73,21 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
             ["driver 470.223.02 (the nvidia-470xx AUR package of February 2024, the issue's date), in /sys/module/nvidia/version and nvidia-smi",
              "one board at 0000:01:00.0 with 1 GiB (979 MiB, 975 MiB free)",
              "nvidia-smi 470 rejects the compute_cap field (as drivers before ~510 do) and answers the query without it",
+             "no Vulkan loader (not the point of this capture)"],
+        ),
+    ),
+    "linux-nvidia-dgx-spark-gb10-580": (
+        linux_nvidia_dgx_spark_gb10_580,
+        url_readme(
+            "linux-nvidia-dgx-spark-gb10-580",
+            "DGX Spark: the GB10 superchip's Blackwell GPU (10de:2e12, compute capability 12.1) shares the system's memory "
+            "(nvidia-smi reports no memory of its own). It is an integrated GPU, never a discrete one, whatever a PCI database "
+            "flags it as.",
+            GB10_URLS,
+            ["nvidia-smi's name `NVIDIA GB10`, driver `580.126.09` and bus `0000000F:01:00.0` (ArcticTraining#345)"],
+            ["memory.total/free as `[N/A]` (what the query prints where the table shows 'Not Supported'); compute capability 12.1 "
+             "(NVIDIA's CUDA GPUs page); PCI id 10de:2e12 ('GB20B [GB10]' in the PCI id database)"],
+            ["PCI class 0x030200 (3D controller), kernel 6.11.0-1016-nvidia and Ubuntu 24.04.3 (DGX OS 7), 128 GiB RAM",
              "no Vulkan loader (not the point of this capture)"],
         ),
     ),

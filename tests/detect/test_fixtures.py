@@ -300,6 +300,13 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         gpu_sources={0: "compute_capability: PCI device id (GK107)"},
         apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
     ),
+    # issue 42: the DGX Spark's GB10 shares the system's memory: integrated, whatever torchruntime's PCI database flags
+    "linux-nvidia-dgx-spark-gb10-580": dict(
+        os="linux", version="Ubuntu 24.04.3 LTS", arch="arm64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA GB10", kind="integrated", pci_device_id="2e12", driver="nvidia", driver_version="580.126.09",
+                   compute_capability="12.1", cuda_driver_version="13.0", vram_total=None)],
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
         cpu=dict(vendor="apple", model="Apple M3", x86_64_level=None), cpu_has={"neon", "dotprod", "fp16", "bf16", "i8mm"},

@@ -26,3 +26,11 @@ def test_a_gk107_part_no_name_rule_knows_gets_its_compute_capability_from_the_pc
 def test_driver_advice_for_a_kepler_part_names_the_legacy_r470_branch():
     hint = nvidia_driver_hint("3.0", install=True)
     assert "R470" in hint and "R580" not in hint and "R525 or newer" not in hint
+
+
+def test_the_gb10_of_a_dgx_spark_is_an_integrated_gpu_whatever_the_pci_database_flags():
+    report = _replay("linux-nvidia-dgx-spark-gb10-580")
+    (g,) = report.gpus
+    assert (g.name, g.compute_capability, g.cuda_driver_version) == ("NVIDIA GB10", "12.1", "13.0")
+    assert g.kind == "integrated"  # unified memory: the system's LPDDR5X, no memory of its own
+    assert "discrete" not in report.preference[0].reason

@@ -28,6 +28,7 @@ FIXTURES = {
     "linux-intel-meteorlake-7d55-npu":           ("xpu", ">=2.14", "cpu", "sycl"),      # Meteor Lake iGPU (integrated), its NPU no GPU
     "linux-nvidia-gtx680-331":                   ("cpu", ">=2.14", "cpu", None),        # sm_30: no torch CUDA wheel has its kernels
     "linux-nvidia-no-devices-rtx3090-550":       ("cpu", ">=2.14", "cpu", None),        # driver loaded, GPU not initialized
+    "linux-nvidia-dgx-spark-gb10-580":           ("cu132", ">=2.15", "cuda", "cuda"),   # GB10 sm_121 (integrated, unified memory); no published arm64 ggml CUDA build
     "linux-nvidia-quadro-k600-gk107-470":        ("cpu", ">=2.14", "cpu", None),        # GK107 sm_30 (from its PCI id): no CUDA wheel, no local build
     "windows-nvidia-rtx4060-laptop-driver-unread-smi-system32": ("cu130", ">=2.14", "cuda", None),  # version from System32's nvidia-smi.exe
     "windows-nvidia-rtx4060-laptop-driver-from-registry": ("cu130", ">=2.14", "cuda", None),  # version from the registry's DriverVersion
