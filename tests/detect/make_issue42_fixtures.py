@@ -59,6 +59,27 @@ def linux_nvidia_dgx_spark_gb10_580() -> CaptureBuilder:
     return b
 
 
+# -- Windows: an R595 driver reports CUDA 13.2 --------------------------------------------------------------
+
+R595_URL = ("a public environment report in a GitHub repository (code-index id 69336118710): Windows, Python 3.11.9, torch "
+            "2.5.1+cu121 on an 'NVIDIA GeForce RTX 4060 Laptop GPU' (8, 9); nvidia-smi 'Driver Version: 595.79  CUDA Version: 13.2', "
+            "WDDM, bus 00000000:01:00.0, 8188MiB. The same pair on other Windows machines: code-index ids 54521000558, 59432267321, 61407276102")
+
+
+def windows_nvidia_rtx4060_laptop_595() -> CaptureBuilder:
+    b = CaptureBuilder(system="Windows", machine="AMD64", release="11", version="10.0.26100", win_version="10.0.26100")
+    b.powershell({
+        "gpus": [dict(i11d.ADL_NVIDIA, DriverVersion="32.0.15.9579")],
+        "registry": [{"DriverDesc": "NVIDIA GeForce RTX 4060 Laptop GPU", "MatchingDeviceId": "pci\\ven_10de&dev_28a0",
+                      "HardwareInformation.qwMemorySize": 8589934592}],
+        "cpu": None, "features": {},
+    })
+    b.smi([[0, "00000000:01:00.0", "NVIDIA GeForce RTX 4060 Laptop GPU", 8188, 8188, "595.79", "8.9"]])
+    b.device(mf.VULKAN_DLL)
+    b.memory = [16 * GIB, None]
+    return b
+
+
 FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
     "linux-nvidia-quadro-k600-gk107-470": (
         linux_nvidia_quadro_k600_gk107_470,
@@ -89,6 +110,20 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
              "(NVIDIA's CUDA GPUs page); PCI id 10de:2e12 ('GB20B [GB10]' in the PCI id database)"],
             ["PCI class 0x030200 (3D controller), kernel 6.11.0-1016-nvidia and Ubuntu 24.04.3 (DGX OS 7), 128 GiB RAM",
              "no Vulkan loader (not the point of this capture)"],
+        ),
+    ),
+    "windows-nvidia-rtx4060-laptop-595": (
+        windows_nvidia_rtx4060_laptop_595,
+        url_readme(
+            "windows-nvidia-rtx4060-laptop-595",
+            "RTX 4060 Laptop on Windows with driver 595.79, which reports CUDA 13.2 (nvidia-smi's header): the R595 branch "
+            "maps to CUDA 13.2 on Windows as on Linux, not to 13.1 (R591).",
+            R595_URL,
+            ["nvidia-smi's driver `595.79` and name `NVIDIA GeForce RTX 4060 Laptop GPU`"],
+            ["nvidia-smi query CSV: bus 01:00.0, 8188 MiB, driver 595.79, compute capability 8.9 (the report's (8, 9)); WMI: the "
+             "adapter 10de:28a0 with DriverVersion 32.0.15.9579 (Windows' form of 595.79)"],
+            ["Windows 11 build 26100, 16 GiB RAM, 8188 MiB free (no process running: the report says 'No running processes found'), "
+             "registry qwMemorySize 8 GiB, vulkan-1.dll present; CPU not in the report: `cpu` null, `features` empty"],
         ),
     ),
 }

@@ -307,6 +307,13 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    compute_capability="12.1", cuda_driver_version="13.0", vram_total=None)],
         apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
     ),
+    # issue 42: Windows' R595 driver reports CUDA 13.2 (nvidia-smi's header), not R591's 13.1
+    "windows-nvidia-rtx4060-laptop-595": dict(
+        os="windows", version="10.0.26100", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", driver_version="595.79",
+                   compute_capability="8.9", cuda_driver_version="13.2", vram_total=8188 * MIB)],
+        apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 0), problems=set(),
+    ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
         cpu=dict(vendor="apple", model="Apple M3", x86_64_level=None), cpu_has={"neon", "dotprod", "fp16", "bf16", "i8mm"},

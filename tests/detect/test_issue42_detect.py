@@ -34,3 +34,11 @@ def test_the_gb10_of_a_dgx_spark_is_an_integrated_gpu_whatever_the_pci_database_
     assert (g.name, g.compute_capability, g.cuda_driver_version) == ("NVIDIA GB10", "12.1", "13.0")
     assert g.kind == "integrated"  # unified memory: the system's LPDDR5X, no memory of its own
     assert "discrete" not in report.preference[0].reason
+
+
+def test_a_windows_r595_driver_reports_cuda_13_2_as_its_nvidia_smi_does():
+    report = _replay("windows-nvidia-rtx4060-laptop-595")
+    (g,) = report.gpus
+    assert (g.driver_version, g.cuda_driver_version) == ("595.79", "13.2")
+    cuda = report.api("cuda")
+    assert cuda is not None and cuda.usable and cuda.version == "13.2"

@@ -62,6 +62,7 @@ FIXTURES = {
     "windows-intel-uhd-cometlake":               ("directml", "~=2.4.0", "vulkan", None),
     "windows-nvidia-gtx1080ti-531":              ("cu126", ">=2.14", "cuda", None),     # sm_60 SASS; 531.14 >= 527.41
     "windows-nvidia-rtx4060-591":                ("cu130", ">=2.14", "cuda", None),
+    "windows-nvidia-rtx4060-laptop-595":         ("cu132", ">=2.15", "cuda", None),     # R595 reports CUDA 13.2 on Windows too (issue 42)
     "windows-ryzen-igpu-arc-b580":               ("xpu", ">=2.14", "vulkan", "sycl"),
     "windows7-laptop-intel-hd-quadro-m2000m-441": ("cpu", ">=2.14", "vulkan", None),     # driver CUDA 10.2: local CUDA build rejected
     "wsl2-nvidia-rtx3060-laptop":                ("cu126", ">=2.14", "cuda", None),

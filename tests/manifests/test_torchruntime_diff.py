@@ -72,6 +72,9 @@ DISAGREEMENTS = {
         "the GB10 (sm_121, aarch64) runs the 12.0 cubins of the CUDA 13 aarch64 wheels (compat-facts 3.3: cu130/cu132 for GB10); "
         "cu132 is torch 2.15, run by the 580 driver (CUDA 13.0) through NVIDIA minor-version compatibility; torchruntime maps "
         "the Blackwell name to cu128 without looking at the driver (issue 42)"),
+    "windows-nvidia-rtx4060-laptop-595": ("cu128", "cu132",
+        "both run on the RTX 4060 Laptop GPU; driver 595.79 reports CUDA 13.2 (its nvidia-smi), so cu132 (torch 2.15) runs natively; "
+        "cu128 ends at torch 2.11 (issue 42)"),
     "linux-nvidia-8x-b200-580": ("cu128", "cu132",
         "both run (driver reports CUDA 13.0, sm_100 in both); cu128 ends at torch 2.11, cu132 is PyPI's own torch 2.15 "
         "(CUDA 13.2, run by the 13.0 driver through NVIDIA minor-version compatibility)"),
