@@ -80,6 +80,23 @@ def windows_nvidia_rtx4060_laptop_595() -> CaptureBuilder:
     return b
 
 
+# -- Intel Data Center GPU Max 1100 on Intel's out-of-tree (DKMS) i915 -------------------------------------
+
+PVC_URLS = ("https://github.com/intel-gpu/intel-gpu-i915-backports/issues/210 (Rocky Linux 9.4, kernel 5.14.0-427.42.1.el9_4.x86_64, "
+            "intel-i915-dkms 1.24.4.12.240603.18-1; lspci -knn: 'ca:00.0 Display controller [0380]: Intel Corporation Ponte Vecchio XT "
+            "(1 Tile) [Data Center GPU Max 1100] [8086:0bda] (rev 2f)', 'Kernel driver in use: i915'); "
+            "https://github.com/intel-gpu/intel-gpu-i915-backports/pull/141 (the backport's modules carry a module version, for DKMS)")
+
+
+def linux_intel_max1100_pvc_dkms() -> CaptureBuilder:
+    b = CaptureBuilder(release="5.14.0-427.42.1.el9_4.x86_64")
+    b.pci("0000:ca:00.0", "038000", "8086", "0bda", driver="i915")
+    b.file("/etc/os-release", 'NAME="Rocky Linux"\nVERSION_ID="9.4"\nPRETTY_NAME="Rocky Linux 9.4 (Blue Onyx)"\n')
+    b.file("/sys/module/i915/version", "1.24.4.12.240603.18\n")
+    b.memory = [512 * GIB, 480 * GIB]
+    return b
+
+
 FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
     "linux-nvidia-quadro-k600-gk107-470": (
         linux_nvidia_quadro_k600_gk107_470,
@@ -124,6 +141,20 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
              "adapter 10de:28a0 with DriverVersion 32.0.15.9579 (Windows' form of 595.79)"],
             ["Windows 11 build 26100, 16 GiB RAM, 8188 MiB free (no process running: the report says 'No running processes found'), "
              "registry qwMemorySize 8 GiB, vulkan-1.dll present; CPU not in the report: `cpu` null, `features` empty"],
+        ),
+    ),
+    "linux-intel-max1100-pvc-dkms": (
+        linux_intel_max1100_pvc_dkms,
+        url_readme(
+            "linux-intel-max1100-pvc-dkms",
+            "Intel Data Center GPU Max 1100 (Ponte Vecchio, 8086:0bda) on Rocky Linux 9.4 with Intel's out-of-tree i915 "
+            "(intel-i915-dkms): the GPU is named from its PCI id, and its driver version is the DKMS module's, not the kernel's release.",
+            PVC_URLS,
+            ["lspci's `Ponte Vecchio XT (1 Tile) [Data Center GPU Max 1100] [8086:0bda]` and `Kernel driver in use: i915`"],
+            ["bus 0000:ca:00.0, class 0x038000 (Display controller), 8086:0bda, driver i915; kernel 5.14.0-427.42.1.el9_4.x86_64 and "
+             "Rocky Linux 9.4; the DKMS package 1.24.4.12.240603.18-1 (issue 210)"],
+            ["/sys/module/i915/version reads `1.24.4.12.240603.18` (the package version without its Debian/RPM revision; PR 141 gives "
+             "the backport modules a version)", "512 GiB RAM; no Level Zero loader, no Vulkan loader (not the point of this capture)"],
         ),
     ),
 }

@@ -314,6 +314,13 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
                    compute_capability="8.9", cuda_driver_version="13.2", vram_total=8188 * MIB)],
         apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 0), problems=set(),
     ),
+    # issue 42: a Data Center GPU Max is named from its PCI id; Intel's DKMS i915 has its own version
+    "linux-intel-max1100-pvc-dkms": dict(
+        os="linux", version="Rocky Linux 9.4 (Blue Onyx)", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="intel", name="Intel Data Center GPU Max 1100", kind="discrete", pci_device_id="0bda", driver="i915",
+                   driver_version="1.24.4.12.240603.18", intel_generation="Xe-HPC (Ponte Vecchio)")],
+        apis={"xpu", "cpu"}, first=("xpu", 0), problems={"vulkan_loader_missing"},
+    ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
         cpu=dict(vendor="apple", model="Apple M3", x86_64_level=None), cpu_has={"neon", "dotprod", "fp16", "bf16", "i8mm"},

@@ -42,3 +42,11 @@ def test_a_windows_r595_driver_reports_cuda_13_2_as_its_nvidia_smi_does():
     assert (g.driver_version, g.cuda_driver_version) == ("595.79", "13.2")
     cuda = report.api("cuda")
     assert cuda is not None and cuda.usable and cuda.version == "13.2"
+
+
+def test_an_intel_data_center_gpu_max_is_named_and_its_dkms_driver_version_is_not_the_kernels_release():
+    report = _replay("linux-intel-max1100-pvc-dkms")
+    (g,) = report.gpus
+    assert g.name == "Intel Data Center GPU Max 1100"
+    assert (g.kind, g.intel_generation) == ("discrete", "Xe-HPC (Ponte Vecchio)")
+    assert g.driver_version == "1.24.4.12.240603.18" != report.os.kernel

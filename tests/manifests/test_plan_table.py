@@ -25,6 +25,7 @@ FIXTURES = {
     "i11d-windows-adl-uhd46a3-rtx4060-laptop":   ("cu130", ">=2.14", "cuda", None),
     "i11d-windows-rtx4060-laptop-partial-wmi":   ("cu118", "~=2.7.0", "cuda", None),    # driver unread: the CUDA build with the oldest driver floor, both stacks (issues 27, 42)
     "linux-amd-phoenix-780m-npu-amdxdna":        ("cpu", ">=2.14", "cpu", None),        # the XDNA NPU is no GPU; gfx1103 without /dev/kfd
+    "linux-intel-max1100-pvc-dkms":              ("xpu", ">=2.15", "cpu", "sycl"),      # Data Center GPU Max 1100 (Xe-HPC), named from its PCI id
     "linux-intel-meteorlake-7d55-npu":           ("xpu", ">=2.14", "cpu", "sycl"),      # Meteor Lake iGPU (integrated), its NPU no GPU
     "linux-nvidia-gtx680-331":                   ("cpu", ">=2.14", "cpu", None),        # sm_30: no torch CUDA wheel has its kernels
     "linux-nvidia-no-devices-rtx3090-550":       ("cpu", ">=2.14", "cpu", None),        # driver loaded, GPU not initialized
