@@ -1,0 +1,48 @@
+"""Issue 42, the status page in a real headless Chromium: a button does what it says (Reinstall on a
+healthy runtime reinstalls it: a forced install, verified again), and an install that changed
+nothing says "already installed", never a verdict it did not reach."""
+from __future__ import annotations
+
+from selenium.webdriver.support.ui import WebDriverWait
+from test_page import browser, pytestmark  # noqa: F401 - the same headless Chromium, skipped the same way
+
+FINAL = ("succeeded", "failed", "cancelled", "refused", "lost")
+
+
+def _text(driver, element_id: str) -> str:
+    return driver.find_element("id", element_id).text
+
+
+def _open(driver, svc) -> None:
+    driver.get(f"{svc.url}/#token={svc.token}")
+    WebDriverWait(driver, 60).until(lambda d: "healthy" in _text(d, "runtime") and not d.find_element("id", "btn-install").get_attribute("disabled"))
+
+
+def _last_final(driver) -> dict:
+    return driver.execute_script("const f = window.accelstack.finals; return f[f.length - 1]")
+
+
+def test_reinstall_on_a_healthy_runtime_reinstalls_it_and_verifies_again(browser, start_service, installed_home):  # noqa: F811
+    svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
+    _open(browser, svc)
+    button = browser.find_element("id", "btn-install")
+    assert button.text == "Reinstall"
+    button.click()
+    WebDriverWait(browser, 300).until(lambda d: _text(d, "job-state") in FINAL)
+    assert _text(browser, "job-state") == "succeeded", _text(browser, "log")
+    result = _last_final(browser)["data"]["result"]
+    assert result["changed"] and result["reinstalled"], result  # it did reinstall, not "nothing to do"
+    assert _text(browser, "verdict") == "PASS"  # the new copy's own check
+    jobs = svc.get("/api/v1/jobs").json()["jobs"]
+    assert jobs[-1]["kind"] == "install" and jobs[-1]["options"].get("force") is True
+
+
+def test_an_install_that_changed_nothing_says_already_installed_never_a_verdict(browser, start_service, installed_home):  # noqa: F811
+    svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
+    _open(browser, svc)
+    browser.execute_script("start('install')")  # an install without force, as an app may ask for one
+    WebDriverWait(browser, 120).until(lambda d: _text(d, "job-state") in FINAL)
+    assert _last_final(browser)["data"]["result"]["changed"] is False
+    assert _text(browser, "verdict") == "already installed"
+    assert "PASS" not in _text(browser, "verdict") and "PASS" not in _text(browser, "result-detail")
+    assert "nothing changed" in _text(browser, "job-step") or "already installed" in _text(browser, "job-step")
