@@ -45,3 +45,27 @@ def test_a_comfyui_tree_is_named_by_subfolder_and_nothing_escapes_it(start_servi
     assert event == "result", data
     assert data["result"]["init_image"] == "init.png"
     assert data["result"]["components"] == {"vae": "probe-vae.safetensors"}
+
+
+def test_service_errors_speak_the_apis_words_never_the_clis(start_service, installed_home, probe_model, tmp_path):
+    from filelock import FileLock
+
+    models = tmp_path / "models"
+    (models / "controlnet").mkdir(parents=True)
+    (models / "checkpoints").mkdir()
+    (models / "checkpoints" / "probe").symlink_to(probe_model.path, target_is_directory=True)
+    (models / "controlnet" / "edges.safetensors").write_bytes(b"x" * 64)
+    svc = start_service("--models-dir", str(models), home=installed_home / "home", cache=installed_home / "cache")
+    job = svc.start_job("generate", model="checkpoints/probe", prompt="a cube", control_net="controlnet/edges.safetensors")
+    _progress, event, data = svc.follow(job["id"])
+    assert event == "error", data
+    said = data["error"]["message"] + " " + data["error"]["hint"]
+    assert "--control" not in said and "control_net" in said and "control_image" in said, data["error"]
+
+    lock = FileLock(str(installed_home / "home" / "install.lock"))  # another accelstack process changes the home
+    with lock:
+        job = svc.start_job("repair")
+        _progress, event, data = svc.follow(job["id"])
+    assert event == "error" and data["error"]["action"] == "wait", data
+    hint = data["error"]["hint"]
+    assert "--wait" not in hint and "pass " not in hint and "start the job again" in hint, hint
