@@ -46,3 +46,13 @@ def test_an_install_that_changed_nothing_says_already_installed_never_a_verdict(
     assert _text(browser, "verdict") == "already installed"
     assert "PASS" not in _text(browser, "verdict") and "PASS" not in _text(browser, "result-detail")
     assert "nothing changed" in _text(browser, "job-step") or "already installed" in _text(browser, "job-step")
+
+
+def test_the_accelerator_panel_says_the_local_build_is_installed_once_it_is(browser, start_service, installed_home):  # noqa: F811
+    svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
+    _open(browser, svc)
+    WebDriverWait(browser, 30).until(lambda d: "ggml:" in _text(d, "accelerator"))
+    panel = _text(browser, "accelerator")
+    assert "is needed" not in panel, panel  # the plan's "a local CPU build is needed" is done: it is installed
+    ggml = browser.find_element("css selector", '#accelerator [data-stack="ggml"]').text
+    assert "installed" in ggml and "cpu" in ggml.lower(), ggml
