@@ -56,3 +56,17 @@ def test_the_accelerator_panel_says_the_local_build_is_installed_once_it_is(brow
     assert "is needed" not in panel, panel  # the plan's "a local CPU build is needed" is done: it is installed
     ggml = browser.find_element("css selector", '#accelerator [data-stack="ggml"]').text
     assert "installed" in ggml and "cpu" in ggml.lower(), ggml
+
+
+def test_reloading_the_page_keeps_the_job_history(browser, start_service, installed_home):  # noqa: F811
+    svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
+    first = svc.start_job("install")  # an app's job, before the page was opened: nothing to do on the active runtime
+    assert svc.follow(first["id"])[1] == "result"
+    _open(browser, svc)
+    browser.execute_script("start('install')")
+    WebDriverWait(browser, 120).until(lambda d: _text(d, "job-state") in FINAL)
+    browser.refresh()
+    _open(browser, svc)
+    WebDriverWait(browser, 30).until(lambda d: len(d.find_elements("css selector", "#history li")) >= 2)
+    items = [li.text for li in browser.find_elements("css selector", "#history li")]
+    assert all("install" in t and "succeeded" in t and "already installed" in t for t in items[:2]), items
