@@ -70,3 +70,13 @@ def test_reloading_the_page_keeps_the_job_history(browser, start_service, instal
     WebDriverWait(browser, 30).until(lambda d: len(d.find_elements("css selector", "#history li")) >= 2)
     items = [li.text for li in browser.find_elements("css selector", "#history li")]
     assert all("install" in t and "succeeded" in t and "already installed" in t for t in items[:2]), items
+
+
+def test_a_family_verify_is_shown_beside_the_runtimes_own_verified_time(browser, start_service, installed_home):  # noqa: F811
+    svc = start_service(home=installed_home / "home", cache=installed_home / "cache")
+    job = svc.start_job("verify", families=["flux"])
+    _progress, event, data = svc.follow(job["id"])
+    assert event == "result" and data["result"]["ok"], data
+    _open(browser, svc)
+    line = browser.find_element("css selector", '#runtime [data-stack="ggml"]').text
+    assert "verified" in line and "flux" in line and "families" in line, line  # the family check, with its time
