@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parent-pid", type=int, default=None, metavar="PID", help="stop when the process PID ends")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="a web origin (http://localhost:3000) whose pages may call the API. Repeatable.")
-    p.add_argument("--models-dir", metavar="DIR", help="models that generate jobs may use, named by file name")
+    p.add_argument("--models-dir", metavar="DIR", help="models that generate jobs may use, named by their place in it (checkpoints/sd15.safetensors, unet/flux.gguf)")
     add_home_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run)

@@ -67,9 +67,13 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
                          action=Action.REPAIR)
     check = default_verifier(s, Path(output) if output is not None else None, **engine)
     report = check(driver(receipt.stack).staged(receipt, home.runtime_path(receipt)), on_progress or null_progress)
-    if not engine.get("families") and home.receipt_path(receipt.id).is_file():
-        try:
+    if home.receipt_path(receipt.id).is_file():
+        families = list(engine.get("families") or [])
+        if families:  # when the families were checked, and how: beside the runtime's own verdict (issue 42)
+            receipt.families, receipt.families_verified_at, receipt.families_ok = families, now_iso(), report.ok
+        else:
             receipt.verification, receipt.verified_at = report, now_iso()
+        try:
             home.write_receipt(receipt)
         except OSError:
             pass  # a read-only home still verifies

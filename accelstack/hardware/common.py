@@ -230,6 +230,10 @@ def fill_nvidia(gpu: GPU, smi: Optional[SmiGPU], os_name: str) -> None:
         gpu.compute_capability = tables.nvidia_compute_capability(gpu.name)
         if gpu.compute_capability:
             gpu.sources.append("compute_capability: name table")
+    if not gpu.compute_capability and gpu.pci_device_id:
+        chip, gpu.compute_capability = tables.nvidia_chip_by_device_id(gpu.pci_device_id)
+        if gpu.compute_capability:
+            gpu.sources.append(f"compute_capability: PCI device id ({chip})")
     if gpu.driver_version and not gpu.cuda_driver_version:
         gpu.cuda_driver_version = tables.cuda_for_driver(gpu.driver_version, os_name)
 
@@ -302,5 +306,5 @@ def classify_kind(vendor: str, name: str, device_id: str = "", gfx: str = "", bu
             return "integrated"
         return "discrete" if name else "unknown"
     if vendor == "nvidia":
-        return "integrated" if re.search(r"Jetson|Orin|Xavier|Tegra|GB10\b", name, re.I) else "discrete"
+        return "integrated" if tables.nvidia_is_integrated(name) else "discrete"
     return "unknown"

@@ -121,7 +121,8 @@ def pci_gpus(probe: Probe) -> List[GPU]:
             continue  # an NPU (Intel's intel_vpu, AMD's XDNA): reported by pci_npus, never as a GPU
         sub = "{}:{}".format(_hexid(probe.read(f"{base}/subsystem_vendor")), _hexid(probe.read(f"{base}/subsystem_device")))
         known = tables.pci_lookup(vendor_id, device_id)
-        name = tables.pretty_pci_name(vendor, known[0]) if known else f"{vendor.upper() if vendor != 'other' else 'PCI'} device {vendor_id}:{device_id}"
+        listed = tables.intel_name(device_id) if vendor == "intel" and not known else ""
+        name = tables.pretty_pci_name(vendor, known[0]) if known else listed or f"{vendor.upper() if vendor != 'other' else 'PCI'} device {vendor_id}:{device_id}"
         gpu = GPU(
             index=len(gpus),
             vendor=vendor,
@@ -133,7 +134,9 @@ def pci_gpus(probe: Probe) -> List[GPU]:
             driver=_driver_name(driver_link),
             sources=[f"pci: {base}"],
         )
-        if known and vendor != "intel":  # an Intel GPU's kind comes from the platform (classify_kind), not the database's flag
+        # an Intel GPU's kind comes from the platform, an NVIDIA one's from its name (classify_kind), not the database's flag,
+        # which calls Meteor Lake's iGPU and the DGX Spark's unified-memory GB10 discrete
+        if known and vendor not in ("intel", "nvidia"):
             gpu.kind = "discrete" if known[1] else "integrated"
         vram = _int_file(probe, f"{base}/mem_info_vram_total")
         if vram:
@@ -364,7 +367,8 @@ def gpus(probe: Probe, os_name: str, wsl: bool, pci: Optional[List[GPU]] = None)
         elif g.kind == "unknown":
             g.kind = classify_kind(g.vendor, g.name, g.pci_device_id)
         if g.vendor in ("amd", "intel") and g.driver:
-            # amdgpu-dkms (the ROCm kernel driver) has its own version; the in-tree driver is the kernel's
-            module = probe.read_line("/sys/module/amdgpu/version") if g.driver == "amdgpu" else ""
+            # amdgpu-dkms (the ROCm kernel driver) and Intel's intel-i915-dkms (the Data Center GPU stack) have their own
+            # version; only the in-tree driver's is the kernel's release
+            module = probe.read_line(f"/sys/module/{g.driver}/version") if g.driver in ("amdgpu", "i915", "xe") else ""
             g.driver_version = g.driver_version or module or probe.system.platform().release
     return found

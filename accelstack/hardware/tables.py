@@ -18,8 +18,8 @@ from ..limits import MAX_NAME_LENGTH
 
 __all__ = ["PCI_VENDORS", "amd_gfx_target", "amd_hip_runtime_windows", "amd_is_integrated", "apple_chip_key", "apple_metal", "apple_metal3_gpu",
            "cuda_for_driver", "gfx_from_target_version", "gpu_kind", "intel_generation", "intel_generation_for",
-           "intel_is_discrete_id", "intel_platform", "is_npu", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
-           "npu_name", "nvidia_compute_capability", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
+           "intel_is_discrete_id", "intel_name", "intel_platform", "is_npu", "jetson_cuda", "jetson_l4t_from_openrm", "jetson_soc",
+           "npu_name", "nvidia_chip_by_device_id", "nvidia_compute_capability", "nvidia_is_integrated", "nvidia_os_limit", "nvidia_support", "parse_version", "pci_lookup",
            "pretty_pci_name", "rocm_supports", "DriverVersion"]
 
 PCI_VENDORS: Dict[str, Vendor] = {"10de": "nvidia", "1002": "amd", "1022": "amd", "8086": "intel", "106b": "apple"}
@@ -119,6 +119,24 @@ def nvidia_compute_capability(name: str) -> str:
     return hit[0] if hit else ""
 
 
+def nvidia_chip_by_device_id(device_id: str) -> Tuple[str, str]:
+    """(chip, compute capability) of an NVIDIA PCI device id from the id ranges of each chip (envytools'
+    PCI id database): what decides for parts no name rule lists (a GK107 Quadro K600); ("", "") if unknown."""
+    try:
+        value = int(device_id, 16)
+    except ValueError:
+        return "", ""
+    for first, last, chip, cc in _data("nvidia.json")["compute_capability_by_device_id"]["rules"]:
+        if int(first, 16) <= value <= int(last, 16):
+            return chip, cc
+    return "", ""
+
+
+def nvidia_is_integrated(name: str) -> bool:
+    """An NVIDIA GPU that shares the system's memory (Jetson, the DGX Spark's GB10), by its name."""
+    return _first("nvidia.json", "integrated_by_name", name) is not None
+
+
 def amd_gfx_target(device_id: str = "", name: str = "") -> str:
     gfx = _data("amd.json")["gfx_by_device_id"].get(device_id.lower(), "") if device_id else ""
     if not gfx and name:
@@ -165,6 +183,12 @@ def _intel_ids() -> Dict[str, Tuple[str, str, GpuKind]]:
 def intel_platform(device_id: str) -> Optional[Tuple[str, str, GpuKind]]:
     """(platform, generation, kind) of an Intel GPU PCI device id from the kernel's id list, else None."""
     return _intel_ids().get(device_id.lower()) if device_id else None
+
+
+def intel_name(device_id: str) -> str:
+    """The product name of an Intel GPU PCI id the PCI databases may lack ("Intel Data Center GPU Max 1100"), else ''."""
+    name = _data("intel.json")["names_by_device_id"]["names"].get(device_id.lower(), "") if device_id else ""
+    return f"Intel {name}" if name else ""
 
 
 def intel_generation_for(device_id: str, name: str) -> Tuple[str, GpuKind]:

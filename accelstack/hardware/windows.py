@@ -166,8 +166,9 @@ def gpus(p: Probe, data: Dict[str, Any]) -> List[GPU]:
             g.intel_generation = tables.intel_generation_for(device_id, name)[0]
             if tables.intel_platform(device_id):
                 g.sources.append("generation: PCI device id (kernel id list)")
-        # an Intel GPU's kind comes from the platform (its PCI id), never the database's flag: it calls Meteor Lake's iGPU discrete
-        g.kind = ("discrete" if known[1] else "integrated") if known and vendor != "intel" else classify_kind(vendor, name, device_id, g.gfx_target)
+        # an Intel GPU's kind comes from the platform (its PCI id), an NVIDIA one's from its name, never the database's flag: it
+        # calls Meteor Lake's iGPU and the unified-memory GB10 discrete
+        g.kind = ("discrete" if known[1] else "integrated") if known and vendor not in ("intel", "nvidia") else classify_kind(vendor, name, device_id, g.gfx_target)
         if vendor == "amd" and g.gfx_target and tables.amd_is_integrated(g.gfx_target):
             g.kind = "integrated"
         if vendor == "amd" and not basic:

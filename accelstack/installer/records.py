@@ -76,6 +76,10 @@ class Receipt:
     manifest_url: str = ""  # where the manifest was read
     package: str = ""  # the distribution installed, with its version: what a bug report needs
     package_version: str = ""
+    # the latest check of other model families (verify --family): beside the runtime's own, never in its place
+    families: List[str] = field(default_factory=list)
+    families_verified_at: str = ""
+    families_ok: Optional[bool] = None
 
     @property
     def origin(self) -> str:

@@ -7,12 +7,14 @@ never could (``build_problem``); ``ggml_resolve`` ranks what passes and explains
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
 
 from ..domain import ApiName
 from ..hardware.cpu import normalize_features
 from .ggml_manifest import GgmlTarget
-from .hw_rules import branch_note, cuda_driver_check, driver_hint, hw_rules
+from .hw_rules import branch_note, cuda_driver_check, driver_floor, driver_hint, driver_unread, hw_rules, unread_driver_check
 from .machine import Device, Machine, cc_parts, cuda_kernels_for, sm_name, version_of, version_or_none
 from .plan import Request
 
@@ -35,6 +37,8 @@ class GgmlChecks:
     def __init__(self, machine: Machine, request: Request) -> None:
         self.m = machine
         self.request = request
+        self.targets: List[GgmlTarget] = []  # the manifests' targets for this OS and architecture
+        self._lowest: Dict[int, Optional[Tuple[Version, str]]] = {}
 
     def device_problem(self, dev: Device, backend: str) -> Optional[Tuple[str, str]]:
         m, g = self.m, dev.first
@@ -42,6 +46,8 @@ class GgmlChecks:
         if backend == "cuda":
             if usable is True or (usable is None and (dev.cuda_max or dev.driver)):
                 return None
+            if driver_unread(dev) and self.lowest_floor(dev) is not None:
+                return None  # planned for by driver_fail, as the torch plan does (hw_rules.unread_driver_check)
             if g.driver == "nouveau":
                 return ("api", f"{dev.label} runs the open-source nouveau driver; CUDA needs NVIDIA's driver{branch_note(dev.cc)}")
             return ("api", f"CUDA is not usable on {dev.label}: {m.api_evidence('cuda', g) or 'no working NVIDIA driver answered'}")
@@ -97,6 +103,9 @@ class GgmlChecks:
             fail = self.driver_fail(dev, t, native)
             if fail:
                 return fail, ""
+            lowest = self.lowest_floor(dev) if driver_unread(dev) else None
+            if lowest is not None:
+                how = unread_driver_check(dev, t.id, self.floor_of(t, native), lowest)[1]
         elif dev is not None and t.backend == "rocm" and req.gfx:
             if dev.gfx not in req.gfx:
                 return ("kernels", f"{dev.gfx} ({dev.name}) is not among the targets of {t.id} ({', '.join(req.gfx)})"), ""
@@ -113,6 +122,10 @@ class GgmlChecks:
         """The driver rule of torch (NVIDIA's minor-version compatibility) applied to a ggml CUDA target."""
         req, g = t.requires, dev.first
         min_drv = req.nvidia_driver.get(self.m.driver_os, "")
+        lowest = self.lowest_floor(dev) if driver_unread(dev) else None
+        if lowest is not None:
+            why, _how = unread_driver_check(dev, t.id, self.floor_of(t, native), lowest)
+            return ("driver", why) if why else None
         if req.cuda:
             why, _how = cuda_driver_check(dev, req.cuda, min_drv, native=native, os_name=self.m.driver_os,
                                           what=t.id, policy=self.request.cuda_driver)
@@ -123,6 +136,30 @@ class GgmlChecks:
             if dev.driver < version_of(min_drv):
                 return ("driver", f"NVIDIA driver {g.driver_version} is older than {min_drv}, which {t.id} needs; {driver_hint(dev.cc, min_drv)}")
         return None
+
+    def floor_of(self, t: GgmlTarget, native: bool) -> str:
+        """The oldest driver that runs CUDA target ``t`` here, by the rule :meth:`driver_fail` applies."""
+        min_drv = t.requires.nvidia_driver.get(self.m.driver_os, "")
+        if not t.requires.cuda:
+            return min_drv
+        return driver_floor(t.requires.cuda, min_drv, native=native, os_name=self.m.driver_os, policy=self.request.cuda_driver)[0]
+
+    def lowest_floor(self, dev: Device) -> Optional[Tuple[Version, str]]:
+        """(driver floor, target) of the CUDA target that runs on ``dev`` with the oldest driver (cached)."""
+        if dev.rank in self._lowest:
+            return self._lowest[dev.rank]
+        best: Optional[Tuple[Version, str]] = None
+        for t in self.targets:
+            if t.backend != "cuda":
+                continue
+            kernels = cuda_kernels_for(dev.cc, t.requires.sm, t.requires.ptx) if dev.cc and (t.requires.sm or t.requires.ptx) else ""
+            if kernels is None:
+                continue
+            floor = self.floor_of(t, bool(kernels) and not kernels.startswith("compute_"))
+            if floor and (best is None or version_of(floor) < best[0]):
+                best = (version_of(floor), t.id)
+        self._lowest[dev.rank] = best
+        return best
 
     # -- can a local build work at all? -----------------------------------------------------------
     def build_problem(self, dev: Optional[Device], backend: str) -> Optional[Tuple[str, str]]:
@@ -150,7 +187,7 @@ class GgmlChecks:
             elif dev.driver is not None:
                 if floor and dev.driver < version_of(floor):
                     return ("driver", f"NVIDIA driver {g.driver_version} is older than {floor}; the CUDA toolkits that can build ggml need {need}{hint}")
-            else:
+            elif not driver_unread(dev):  # unread: the install's device check decides, as for a published build
                 return ("driver", f"the driver of {dev.name} reported no CUDA version; a local ggml CUDA build needs {need}")
             return None
         if backend == "rocm":

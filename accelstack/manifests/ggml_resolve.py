@@ -15,7 +15,7 @@ from ..hardware.report import VulkanDevice
 from ..serde import plural, size_text
 from .ggml_checks import BACKEND_TEXT, GgmlChecks
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
-from .hw_rules import hw_rules
+from .hw_rules import driver_unread, hw_rules, unread_driver_note
 from .knowledge import Manifests
 from .machine import (
     Device,
@@ -84,7 +84,7 @@ class _GgmlResolver(GgmlChecks):
         self.reqs = reqs
         self.manifests = manifests
         self.forced = request.backend.strip().lower()
-        self.targets: List[GgmlTarget] = [
+        self.targets = [
             t for mf in manifests.ggml for t in mf.targets if t.os == machine.os and t.arch == machine.arch
         ]
         self.tiers = manifests.ggml[0].backend_tiers if manifests.ggml else [list(t) for t in DEFAULT_GGML_TIERS]
@@ -255,6 +255,8 @@ class _GgmlResolver(GgmlChecks):
                 plan.device_reason = f"{e.device.label} is used; " + "; ".join(
                     f"{d.label}: " + (f"ranks lower ({why_preferred(e.device, d)})" if d.rank > e.device.rank else "no better build runs on it")
                     for d in others)
+        if e.backend == "cuda" and e.device is not None and driver_unread(e.device):
+            self.notes.append(unread_driver_note(e.device, self.lowest_floor(e.device)))
         if "PTX" in e.how:
             self.notes.append("this build reaches the GPU through PTX: the first start compiles kernels and can take minutes")
 

@@ -17,7 +17,8 @@ from packaging.version import Version
 
 from .machine import Device, cc_parts, is_jetson, l4t_of
 
-__all__ = ["HwRules", "branch_note", "cuda_driver_check", "driver_floor", "driver_hint", "hw_rules", "is_jetson", "jetson_text", "l4t_of"]
+__all__ = ["HwRules", "branch_note", "cuda_driver_check", "driver_floor", "driver_hint", "driver_unread", "hw_rules", "is_jetson",
+           "jetson_text", "l4t_of", "unread_driver_check", "unread_driver_note"]
 
 BUILTIN = "hw-rules.json"
 STRICT = "strict"  # policy: every CUDA build needs the driver of its full toolkit version
@@ -189,6 +190,36 @@ def cuda_driver_check(dev: Device, cuda: str, full_min: str, *, native: bool, os
     if minor and have is not None and have < tk:
         return None, f"the driver runs CUDA {g.cuda_driver_version}: CUDA {cuda} builds run through NVIDIA's {COMPAT_MARK}"
     return None, f"the driver runs CUDA {g.cuda_driver_version or '>= ' + cuda}"
+
+
+def driver_unread(dev: Device) -> bool:
+    """NVIDIA's driver drives this GPU (Windows names the adapter with its WDDM driver), but neither
+    its version nor its CUDA version could be read."""
+    g = dev.first
+    return g.vendor == "nvidia" and g.driver == "wddm" and not g.driver_version and not g.cuda_driver_version and not g.l4t_version
+
+
+# -- an unread Windows driver: one reasoning for both stacks (issue 42) ------------------------------------
+# NVIDIA's own driver is installed (Windows names the adapter with it) but its version could not be read:
+# the CUDA build this GPU runs with the oldest driver is planned, by the torch and the ggml plan alike, and the
+# install's device check confirms CUDA works; refusing CUDA would leave the NVIDIA card to DirectML or Vulkan.
+
+def unread_driver_check(dev: Device, what: str, floor: str, lowest: Tuple[Version, str]) -> Tuple[Optional[str], str]:
+    """(why not, or None; how it runs) for build ``what`` needing driver ``floor`` on a GPU whose driver
+    version is unread, where ``lowest`` is (driver floor, build) of the build that runs with the oldest driver."""
+    if not floor or Version(floor) > lowest[0]:
+        return (f"the NVIDIA driver version of {dev.name} could not be read, so the CUDA build it runs with the oldest "
+                f"driver ({lowest[1]}, driver >= {lowest[0]}) is planned, not {what} (driver >= {floor or 'unknown'})"), ""
+    return None, (f"the NVIDIA driver version could not be read: {what} needs driver >= {floor}, the oldest of the CUDA builds "
+                  "for this GPU; the install's device check confirms CUDA works")
+
+
+def unread_driver_note(dev: Device, lowest: Optional[Tuple[Version, str]]) -> str:
+    """The plan's note when it chose CUDA for a GPU whose driver version could not be read."""
+    floor = f" (driver >= {lowest[0]})" if lowest else ""
+    return (f"the NVIDIA driver version of {dev.label} could not be read (see accelstack detect): planned the CUDA build it runs "
+            f"with the oldest driver{floor}; if the GPU is not seen after the install, update the NVIDIA driver "
+            "or choose another backend")
 
 
 def jetson_text(dev: Device) -> str:

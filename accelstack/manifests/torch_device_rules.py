@@ -13,19 +13,12 @@ from typing import Dict, Optional, Tuple
 
 from packaging.version import Version
 
-from .hw_rules import driver_floor, hw_rules
+from .hw_rules import driver_floor, driver_unread, hw_rules, unread_driver_check, unread_driver_note
 from .machine import Device, cuda_kernels_for, sm_name, version_of
 from .torch_checks import TorchChecks
 from .torch_matrix import CudaToolkit
 
 __all__ = ["TorchDeviceRules", "driver_unread"]
-
-
-def driver_unread(dev: Device) -> bool:
-    """NVIDIA's driver drives this GPU (Windows names the adapter with its WDDM driver), but neither
-    its version nor its CUDA version could be read."""
-    g = dev.first
-    return g.vendor == "nvidia" and g.driver == "wddm" and not g.driver_version and not g.cuda_driver_version and not g.l4t_version
 
 
 class TorchDeviceRules(TorchChecks):
@@ -89,19 +82,11 @@ class TorchDeviceRules(TorchChecks):
         lowest = self.lowest_floor(dev) if driver_unread(dev) and tk is not None else None
         if tk is None or lowest is None:
             return super().driver_fail(dev, tk, vname, native=native)
-        floor = self.floor_of(tk, native)
-        if not floor or version_of(floor) > lowest[0]:
-            return ("driver", f"the NVIDIA driver version of {dev.name} could not be read, so the CUDA build it runs with the oldest "
-                              f"driver ({lowest[1]}, driver >= {lowest[0]}) is planned, not {vname} (driver >= {floor or 'unknown'})"), ""
-        return None, (f"the NVIDIA driver version could not be read: {vname} needs driver >= {floor}, the oldest of the CUDA builds "
-                      "for this GPU; the install's device check confirms CUDA works")
+        why, how = unread_driver_check(dev, vname, self.floor_of(tk, native), lowest)
+        return (("driver", why) if why else None), how
 
     def unread_note(self, dev: Optional[Device], backend: str) -> str:
         """The plan's note when it chose CUDA for a GPU whose driver version could not be read."""
         if dev is None or backend != "cuda" or not driver_unread(dev):
             return ""
-        lowest = self.lowest_floor(dev)
-        floor = f" (driver >= {lowest[0]})" if lowest else ""
-        return (f"the NVIDIA driver version of {dev.label} could not be read (see accelstack detect): planned the CUDA build it runs "
-                f"with the oldest driver{floor}; if torch does not see the GPU after the install, update the NVIDIA driver "
-                "or choose another backend")
+        return unread_driver_note(dev, self.lowest_floor(dev))

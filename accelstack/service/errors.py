@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from ..errors import AccelstackError, Action, UsageError
+from . import words
 
 __all__ = ["FORMAT_VERSION", "Describe", "error_document", "describe_error", "ServiceError", "BadRequest",
            "Unauthorized", "Forbidden", "NotFound", "JobConflict", "JobFinished", "PayloadTooLarge", "QueueFull",
@@ -33,6 +34,8 @@ def error_document(command: str, exc: AccelstackError) -> Dict[str, Any]:
 def describe_error(describe: Describe, command: str, exc: AccelstackError) -> Dict[str, Any]:
     """``describe``'s document, with what a service error adds (the job that holds the home)."""
     doc = dict(describe(command, exc))
+    if not isinstance(exc, ServiceError):  # the core's and engine's words for the CLI: the service's own (its JSON fields)
+        doc = words.translate(doc, exc)
     if isinstance(exc, ServiceError):
         doc.update(exc.extra())
     return doc

@@ -46,6 +46,7 @@ from .errors import (
 )
 from .job_options import MAX_SHORT, MAX_TEXT, Options
 from .job_state import FINAL_STATES, MAX_EVENTS, Call, Job, JobListener, event_data, images_of, now_iso, read_image
+from .models_dir import ModelsDir, NameRefused, What
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ KINDS = ("install", "repair", "upgrade", "verify", "generate")
 # A generate job's options that name files: names in the models directory, never paths.
 GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net", "init_image",
                   "control_image")
+IMAGE_FIELDS = ("init_image", "control_image")  # of GENERATE_FILES: images, the rest weights files
 WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
 MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
@@ -278,14 +280,14 @@ class Jobs:
         for name in GENERATE_FILES:
             given = o.text(name, MAX_SHORT)
             if given:
-                request[name] = str(self._model(given))
+                request[name] = str(self._model(given, "image" if name in IMAGE_FIELDS else "model"))
         named = o.text("model", MAX_SHORT, required="diffusion_model" not in request)
         model = self._model(named) if named else None
         prompt = o.text("prompt", MAX_TEXT, required=True)
         for name in ("lora_dir", "embeddings_dir"):  # folder names of the models directory, like the model
             given = o.text(name, MAX_SHORT)
             if given:
-                request[name] = str(self._model(given, folder=True))
+                request[name] = str(self._model(given, "folder"))
         for f in dataclasses.fields(core.GenerateRequest):
             if f.name in ("prompt", "lora_dir", "embeddings_dir", *GENERATE_FILES, *WIRE_ONLY) or f.name not in o.data:
                 continue
@@ -298,18 +300,15 @@ class Jobs:
         return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
                                               on_progress=progress, **request)
 
-    def _model(self, name: str, folder: bool = False) -> Path:
-        """A model the service was started with: a name from the models directory's listing (never
-        a path from the request); with ``folder``, one of its folders (of LoRAs or embeddings)."""
+    def _model(self, name: str, what: What = "model") -> Path:
+        """An entry of the models directory the service was started with, named by its place in it
+        (``unet/flux.gguf``), never by a path from the request (``models_dir.ModelsDir``: no escape)."""
         if self.models_dir is None:
             raise BadRequest("this service has no models directory, so it cannot generate",
                              hint="start the service with a models directory", code="no-models")
+        if not self.models_dir.is_dir():
+            raise BadRequest("the models directory cannot be read", code="no-models")
         try:
-            names = {p.name: p for p in self.models_dir.iterdir()
-                     if not p.name.startswith(".") and (not folder or (p.is_dir() and not p.is_symlink()))}
-        except OSError as exc:
-            raise BadRequest(f"the models directory cannot be read ({exc.strerror or exc})", code="no-models") from None
-        if name not in names:
-            raise BadRequest(f"there is no {'folder' if folder else 'model'} {name!r} in the service's models directory",
-                             hint=f"choose one of: {', '.join(sorted(names)) or '(none)'}", code="bad-request")
-        return names[name]
+            return ModelsDir(self.models_dir).resolve(name, what)
+        except NameRefused as exc:
+            raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None

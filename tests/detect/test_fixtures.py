@@ -292,6 +292,35 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         apis={"cpu"}, unusable={"cuda"}, first=("cpu", None), problems={"nvidia_driver_too_old", "vulkan_loader_missing"},
         problem_hint={"nvidia_driver_too_old": "R470"},
     ),
+    # issue 42: a GK107 part no name rule knows: its compute capability from the PCI device id; R470 is its branch, no warning
+    "linux-nvidia-quadro-k600-gk107-470": dict(
+        os="linux", version="Arch Linux", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="Quadro K600", kind="discrete", pci_device_id="0ffa", driver="nvidia", driver_version="470.223.02",
+                   compute_capability="3.0", cuda_driver_version="11.4")],
+        gpu_sources={0: "compute_capability: PCI device id (GK107)"},
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
+    # issue 42: the DGX Spark's GB10 shares the system's memory: integrated, whatever torchruntime's PCI database flags
+    "linux-nvidia-dgx-spark-gb10-580": dict(
+        os="linux", version="Ubuntu 24.04.3 LTS", arch="arm64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA GB10", kind="integrated", pci_device_id="2e12", driver="nvidia", driver_version="580.126.09",
+                   compute_capability="12.1", cuda_driver_version="13.0", vram_total=None)],
+        apis={"cuda", "cpu"}, first=("cuda", 0), problems={"vulkan_loader_missing"},
+    ),
+    # issue 42: Windows' R595 driver reports CUDA 13.2 (nvidia-smi's header), not R591's 13.1
+    "windows-nvidia-rtx4060-laptop-595": dict(
+        os="windows", version="10.0.26100", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="nvidia", name="NVIDIA GeForce RTX 4060 Laptop GPU", kind="discrete", pci_device_id="28a0", driver_version="595.79",
+                   compute_capability="8.9", cuda_driver_version="13.2", vram_total=8188 * MIB)],
+        apis={"cuda", "directml", "vulkan", "cpu"}, first=("cuda", 0), problems=set(),
+    ),
+    # issue 42: a Data Center GPU Max is named from its PCI id; Intel's DKMS i915 has its own version
+    "linux-intel-max1100-pvc-dkms": dict(
+        os="linux", version="Rocky Linux 9.4 (Blue Onyx)", arch="x86_64", ngpus=1,
+        gpus=[dict(vendor="intel", name="Intel Data Center GPU Max 1100", kind="discrete", pci_device_id="0bda", driver="i915",
+                   driver_version="1.24.4.12.240603.18", intel_generation="Xe-HPC (Ponte Vecchio)")],
+        apis={"xpu", "cpu"}, first=("xpu", 0), problems={"vulkan_loader_missing"},
+    ),
     "macos-apple-m3": dict(
         os="macos", arch="arm64", ngpus=1,
         cpu=dict(vendor="apple", model="Apple M3", x86_64_level=None), cpu_has={"neon", "dotprod", "fp16", "bf16", "i8mm"},

@@ -68,6 +68,13 @@ DISAGREEMENTS = {
         "cu128 ends at torch 2.11, cu126 has sm_75 kernels up to torch 2.14"),
     "linux-nvidia-4x-titanx-pascal-418": ("cu124", "cpu",
         "driver 418.39 supports CUDA up to 10.1; every torch CUDA wheel in the matrix needs 11.8 or newer"),
+    "linux-nvidia-dgx-spark-gb10-580": ("cu128", "cu132",
+        "the GB10 (sm_121, aarch64) runs the 12.0 cubins of the CUDA 13 aarch64 wheels (compat-facts 3.3: cu130/cu132 for GB10); "
+        "cu132 is torch 2.15, run by the 580 driver (CUDA 13.0) through NVIDIA minor-version compatibility; torchruntime maps "
+        "the Blackwell name to cu128 without looking at the driver (issue 42)"),
+    "windows-nvidia-rtx4060-laptop-595": ("cu128", "cu132",
+        "both run on the RTX 4060 Laptop GPU; driver 595.79 reports CUDA 13.2 (its nvidia-smi), so cu132 (torch 2.15) runs natively; "
+        "cu128 ends at torch 2.11 (issue 42)"),
     "linux-nvidia-8x-b200-580": ("cu128", "cu132",
         "both run (driver reports CUDA 13.0, sm_100 in both); cu128 ends at torch 2.11, cu132 is PyPI's own torch 2.15 "
         "(CUDA 13.2, run by the 13.0 driver through NVIDIA minor-version compatibility)"),
@@ -81,6 +88,9 @@ DISAGREEMENTS = {
     "linux-nvidia-gtx680-331": ("cu118", "cpu",
         "the GTX 680 is Kepler sm_30: no torch CUDA wheel has kernels for it (cu118's oldest is sm_37), whatever the driver, "
         "and driver 331.38 reports no CUDA version at all; the rejection says the architecture first (issue 27)"),
+    "linux-nvidia-quadro-k600-gk107-470": ("cu118", "cpu",
+        "the Quadro K600 is a GK107 Kepler part, sm_30 (its PCI id 10de:0ffa, issue 42): no torch CUDA wheel has kernels for it "
+        "(cu118's oldest is sm_37), whatever the driver; torchruntime maps the Kepler name to cu118 without looking at the SM"),
     "linux-nvidia-no-devices-rtx3090-550": ("cu128", "cpu",
         "the 550.144.03 module is loaded but could not initialize the RTX 3090 (nvidia-smi: No devices were found; dmesg: "
         "RmInitAdapter failed): no CUDA program sees the GPU until that is fixed, and the plan says so (issue 27)"),

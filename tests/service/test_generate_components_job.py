@@ -24,10 +24,12 @@ def test_generate_takes_components_and_images_by_name(start_service, installed_h
     standalone_vae(probe_model.path, models / "vae.safetensors")
     write_png_image(models / "init.png", 64, 64, seed=2)
     svc = start_service("--models-dir", str(models), home=installed_home / "home", cache=installed_home / "cache")
-    for field in ("vae", "init_image", "control_net"):
+    for field, fits, other in (("vae", "vae.safetensors", "init.png"), ("init_image", "init.png", "vae.safetensors"),
+                               ("control_net", "vae.safetensors", "init.png")):
         for name in ("../vae.safetensors", str(models / "vae.safetensors"), "missing.png"):
             r = svc.post_job("generate", model="probe", prompt="a cube", **{field: name})
-            assert r.status_code == 400 and "vae.safetensors" in r.json()["error"]["hint"], r.text
+            hint = r.json()["error"]["hint"]
+            assert r.status_code == 400 and fits in hint and other not in hint, r.text  # what fits the field (issue 42)
     r = svc.post_job("generate", model="probe", prompt="a cube", init_pixels="AAAA")
     assert r.status_code == 400 and "init_pixels" in r.text, r.text
     r = svc.post_job("generate", prompt="a cube")  # neither model nor diffusion_model
