@@ -172,24 +172,32 @@ class Cache:
                 "device": st.st_dev}
 
     def _stamp_matches(self, sha256: str, st: os.stat_result) -> bool:
+        return self._read_stamp(sha256) == self._stamp_of(sha256, st)
+
+    def placed(self, sha256: str) -> bool:
+        """Whether the file at the blob's path is one accelstack placed: its ``.verified`` record
+        names it. ``gc`` deletes only such blobs, never a file that is only named like one."""
+        record = self._read_stamp(sha256)
+        return isinstance(record, dict) and record.get("sha256") == sha256
+
+    def _read_stamp(self, sha256: str) -> Any:
         path = self.stamp_path(sha256)
         try:
             fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         except OSError:
-            return False
+            return None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return False  # never block on a FIFO planted as a record
+                return None  # never block on a FIFO planted as a record
             data = os.read(fd, MAX_STAMP_BYTES + 1)
         except OSError:
-            return False
+            return None
         finally:
             os.close(fd)
         try:
-            record = parse_json(data, what=str(path), max_bytes=MAX_STAMP_BYTES, max_depth=2)
+            return parse_json(data, what=str(path), max_bytes=MAX_STAMP_BYTES, max_depth=2)
         except MalformedInput:
-            return False
-        return record == self._stamp_of(sha256, st)
+            return None
 
     def _write_stamp(self, sha256: str, st: os.stat_result) -> None:
         """Record that the blob with stat ``st`` hashed to ``sha256``; best effort (a cache on a

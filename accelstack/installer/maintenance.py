@@ -289,8 +289,8 @@ def gc(home: Home, cache: Cache, named_before: Optional[Active] = None) -> GcRep
     if cache.blob_dir.is_dir() and not cache.blob_dir.is_symlink():
         for blob in sorted(cache.blob_dir.iterdir()):
             name = blob.name
-            if len(name) != 64 or name in referenced or blob.is_symlink():
-                continue
+            if len(name) != 64 or name in referenced or blob.is_symlink() or not cache.placed(name):
+                continue  # a file only named like a blob is not ours to delete (issue 47)
             if name in others:
                 out.blobs_kept_shared.append(name)
                 continue

@@ -193,3 +193,25 @@ def test_family_folders_follow_the_probe_sweep_and_owner_rules(tmp_path):
     assert same.path == probe.path and same.cached, "one temporary probe per process"
     probe.release()
     assert not Path(probe.path).exists()
+
+
+def test_the_probe_synthesis_deletes_only_its_own_folders(tmp_path):
+    """A probe cache pointed at a folder a person uses (issue 47): a ``.tmp-…`` folder with no owner
+    record, however old, and a folder with the kept probe's name but no probe marker are theirs;
+    the sweep and the kept probe's rename leave them and what is in them."""
+    root = tmp_path / "probe"
+    theirs = root / f"{TEMP_PREFIX}{family_dir_name('flux', 5)}-mine"
+    (theirs / "notes").mkdir(parents=True)
+    (theirs / "notes" / "a.txt").write_text("mine")
+    os.utime(theirs, (1, 1))  # older than any unowned temporary folder is kept
+    kept = root / family_dir_name("flux", 5)
+    kept.mkdir()
+    (kept / "photo.jpg").write_bytes(b"mine")
+    probe = ensure_family_probe("flux", 5, root)
+    probe.release()
+    assert (theirs / "notes" / "a.txt").read_text() == "mine"
+    probe = ensure_family_probe("flux", 5, root, keep=True)
+    assert (kept / "photo.jpg").read_bytes() == b"mine"
+    assert (theirs / "notes" / "a.txt").read_text() == "mine"
+    assert Path(probe.path) != kept and (Path(probe.path) / MARKER).is_file()
+    probe.release()
