@@ -6,7 +6,9 @@ Layout under the cache root (``Settings.cache``: ``ACCELSTACK_CACHE``, else the 
     blobs/sha256/<hex>.part   bytes downloaded so far (resumed with an HTTP Range request)
     blobs/sha256/<hex>.lock   the per-blob lock file (held while downloading or placing)
     blobs/sha256/<hex>.verified  the blob's size, mtime_ns, inode and device when its sha256 was
-                              last checked (a small JSON document, replaced atomically)
+                              last checked (a small JSON document, replaced atomically); only
+                              ``{"sha256": <hex>}`` for a blob placed without a flush. Naming the
+                              blob, it is also what makes the blob accelstack's to delete (gc, purge)
 
 A blob only ever appears at its final path by an atomic rename of a ``.part`` whose hash was
 checked, so a file at ``blobs/sha256/<hex>`` is either complete or absent. Lock files stay behind
@@ -235,7 +237,7 @@ class Cache:
                 self._write_stamp(sha256, final.stat())
             except OSError:
                 pass
-        else:
-            self._remove_stamp(sha256)
+        else:  # a record naming the blob without its stat: not trusted (hashed on reuse), but ours (gc, purge)
+            try_write_bytes(self.stamp_path(sha256), json.dumps({"sha256": sha256}).encode())
         return final
 
