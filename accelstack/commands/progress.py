@@ -28,6 +28,7 @@ for a time estimate (verify's checks). The renderer is thread-safe; any command 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import sys
@@ -36,6 +37,7 @@ import time
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional
 
 from ..events import ProgressEvent
+from .common import printable
 from .progress_format import Task, amount, bar_format, duration, eta_of, first_line, label_of, short
 
 __all__ = ["ProgressRenderer", "configure", "verbosity", "progress_renderer", "TICK", "LINE_INTERVAL", "HEARTBEAT",
@@ -116,6 +118,8 @@ class ProgressRenderer:
                 return
             if event.kind == "message" and event.extra.get("level") == "debug" and self.verbosity < 1:
                 return
+            if not (event.task.isprintable() and event.message.isprintable()):  # file names: anyone's (issue 47)
+                event = dataclasses.replace(event, task=printable(event.task), message=printable(event.message, lines=True))
             self._track(event)
             if self.mode == "bars":
                 self._bar_event(event)
