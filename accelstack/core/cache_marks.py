@@ -25,6 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..engine.family_reports import VERIFY_PARAMETERS
 from ..engine.probe_layout import MARKER as PROBE_MARKER
 from ..engine.probe_owner import has_owner, is_probe_folder
 from ..engine.probe_weights import POOLS_MAGIC
@@ -34,7 +35,6 @@ __all__ = ["probe_folder", "temporary_probe", "pools_file", "verify_image", "ima
            "blob_stamp", "blob", "partial_download", "unfinished_write"]
 
 MAX_MARK_BYTES = 64 << 10
-VERIFY_PARAMETERS = b"parameters\x00accelstack probe"  # verify's tEXt chunk (engine.verification.PROBE_PROMPT)
 RECORD_WHAT = "accelstack verify"  # engine.probe_record's "what"
 VULKAN_FORMAT = "accelstack-detect-cache"  # hardware.vulkan_cache.CACHE_FORMAT
 

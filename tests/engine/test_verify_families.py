@@ -215,3 +215,17 @@ def test_the_probe_synthesis_deletes_only_its_own_folders(tmp_path):
     assert (theirs / "notes" / "a.txt").read_text() == "mine"
     assert Path(probe.path) != kept and (Path(probe.path) / MARKER).is_file()
     probe.release()
+
+
+def test_a_family_image_never_replaces_a_file_verify_did_not_write(cpu_runtime, tmp_path):
+    """`verify --family F -o x.png` writes x-F.png, a name the user did not give: a file of theirs
+    there is refused before any work (exit 2, output-path), never replaced (issue 47); a probe image
+    an earlier verify wrote there is replaced, as the default verify-<backend>-F.png is."""
+    mine = tmp_path / "x-flux.png"
+    mine.write_bytes(b"my picture")
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--family", "flux", "-o", tmp_path / "x.png", "--json"],
+                  cli_env(tmp_path / "cache", tmp_path))
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = error_of(res.stdout)
+    assert err["code"] == "output-path" and str(mine) in err["message"], err
+    assert mine.read_bytes() == b"my picture" and not (tmp_path / "x.png").exists()
