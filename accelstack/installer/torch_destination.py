@@ -31,6 +31,7 @@ from .home import Home
 from .pip_commands import with_indexes
 from .pip_runner import run_json, run_pip
 from .records import InstalledFile, Receipt
+from .torch_journal import BACKUP_PREFIX, Journal, forget_recovery
 from .torch_scripts import INSPECT_SCRIPT
 from .transaction import StagedRuntime
 
@@ -63,8 +64,9 @@ class _Backup:
     location: a user site on another disk gets its own), so a move is a rename on one file system:
     nothing is copied, and a torch outside the environment's prefix no longer meets EXDEV."""
 
-    def __init__(self, python: str, names: List[str], timeout: float) -> None:
+    def __init__(self, python: str, names: List[str], timeout: float, journal: Journal) -> None:
         self.python = python
+        self.journal = journal  # written before the first move: a kill from here on is undone by the next command
         self.names = names
         self.timeout = timeout
         self.folders: Dict[Path, Path] = {}  # location -> the fresh folder this install made in it
@@ -73,7 +75,8 @@ class _Backup:
 
     def _folder(self, location: Path) -> Path:
         if location not in self.folders:  # fresh, so discarding it can never remove anything else
-            self.folders[location] = Path(tempfile.mkdtemp(prefix=".accelstack-backup-", dir=location))
+            self.folders[location] = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=location))
+            self.journal.add_folder(self.folders[location])  # before anything is moved into it
         return self.folders[location]
 
     def stash(self) -> None:
@@ -108,6 +111,7 @@ class _Backup:
             shutil.rmtree(folder, ignore_errors=True)
         self.folders.clear()
         self.moved.clear()
+        self.journal.remove()  # last: until the folders are gone, a kill is still recovered
 
 
 @dataclass
@@ -147,7 +151,9 @@ class TorchEnvironment:
         if plan.stack != self.stack or not plan.ok or not source.commands:
             raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", action=Action.EXPLAIN_PLAN)
         names = package_names(plan)
-        backup = _Backup(self.python, names, self.probe_timeout)
+        journal = Journal(self.home, self.python, names)
+        journal.write()
+        backup = _Backup(self.python, names, self.probe_timeout, journal)
         try:
             backup.stash()
         except BaseException:
@@ -177,8 +183,10 @@ class TorchEnvironment:
         undo: _Undo = staged.handle
         receipt.path = self.python
         receipt.verification.details.setdefault("previous", dict(undo.backup.previous))
+        undo.backup.journal.commit(dict(undo.backup.previous))  # checked: a kill from here on keeps the new torch
         self.home.write_receipt(receipt)
         undo.backup.discard()
+        forget_recovery(self.home)
         return None
 
     def abort(self, staged: StagedRuntime) -> None:
