@@ -13,6 +13,9 @@ from typing import Dict
 
 from filelock import FileLock
 
+from accelstack.engine.png import encode_png
+from accelstack.engine.probes.weights import POOLS_MAGIC
+
 from cli_helpers import REPO, error_of, result_of, run_cli
 
 BLOB = "ab" * 32
@@ -37,6 +40,40 @@ def _record(size: int) -> bytes:
     return head[:-2] + b"x" * (size - len(head)) + b'"}'
 
 
+def _pools(size: int) -> bytes:
+    """A pools file as accelstack writes it: its header (engine.probes.weights.POOLS_MAGIC) is its mark."""
+    return (POOLS_MAGIC + b"x" * size)[:size]
+
+
+def _probe_marker() -> bytes:
+    """probe.json as probe_model writes it: its ``method`` names accelstack's synthesis (the mark)."""
+    return json.dumps({"seed": 1234, "format_version": 1,
+                       "method": "windows of a hashed Irwin-Hall pool, see accelstack.engine.probes.model"}).encode()
+
+
+def _stamp(name: str) -> bytes:
+    return json.dumps({"sha256": name, "size": 1, "mtime_ns": 1, "inode": 1, "device": 1}).encode()
+
+
+def _image_record(size: int) -> bytes:
+    doc = {"format": 1, "key": "k", "sha256": "0" * 64, "when": 1.0,
+           "what": "the probe image of a passing accelstack verify (see accelstack.engine.probes.record)"}
+    raw = json.dumps(doc).encode()
+    return raw[:-1] + b" " * (size - len(raw)) + b"}"
+
+
+def _verify_png(size: int) -> bytes:
+    """A probe image as verify writes it: its parameters begin with verify's prompt (the mark)."""
+    raw = encode_png(1, 1, b"\0\0\0", {"parameters": "accelstack probe\nSteps: 1, Model: accelstack probe (seed 1)"})
+    return raw + b"\0" * (size - len(raw))
+
+
+def _vulkan_answer(size: int) -> bytes:
+    raw = json.dumps({"format": "accelstack-detect-cache", "version": 1, "inputs": {}, "returncode": 0,
+                      "stdout": "", "stderr": ""}, sort_keys=True).encode()
+    return raw[:-1] + b" " * (size - len(raw)) + b"}"
+
+
 def _populate(tmp_path: Path) -> Dict[str, Path]:
     """A cache as accelstack leaves it, plus things that are not accelstack's."""
     cache = tmp_path / "cache"
@@ -45,7 +82,8 @@ def _populate(tmp_path: Path) -> Dict[str, Path]:
     p: Dict[str, Path] = {
         "blob": _write(blobs / BLOB, b"b" * 5000),
         "part": _write(blobs / ("cd" * 32 + ".part"), b"c" * 300),
-        "stamp": _write(blobs / (BLOB + ".verified"), b"{}"),
+        "part_lock": _write(blobs / ("cd" * 32 + ".lock"), b""),  # taken before a .part is made: its mark
+        "stamp": _write(blobs / (BLOB + ".verified"), _stamp(BLOB)),
         "blob_lock": _write(blobs / (BLOB + ".lock"), b""),
         "foreign_blob_dir_file": _write(blobs / "README.txt", b"mine"),
         "slot": _write(cache / "builds" / SLOT / "build.json", _record(700)).parent,
@@ -54,14 +92,15 @@ def _populate(tmp_path: Path) -> Dict[str, Path]:
         "sdist_note": _write(cache / "builds" / "sdist" / "notes.md", b"mine"),
         "headers": _write(cache / "builds" / "vulkan-headers" / "1.4" / "usr" / "include" / "v.h", b"h"),
         "probe": _write(cache / "probe" / "sd1-f1-s1234" / "unet" / "m.safetensors", b"u" * 4000).parents[1],
+        "probe_marker": _write(cache / "probe" / "sd1-f1-s1234" / "probe.json", _probe_marker()),
         "stale_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner",
                             json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode()).parent,
-        "pools": _write(cache / "probe" / "pools-f3-s1234-F8_E5M2.bin", b"q" * 600),
-        "pools_tmp": _write(cache / "probe" / ".pools-f3-s1234-F8_E5M2.bin.4242.tmp", b"t" * 50),
+        "pools": _write(cache / "probe" / "pools-f3-s1234-F8_E5M2.bin", _pools(600)),
+        "pools_tmp": _write(cache / "probe" / ".pools-f3-s1234-F8_E5M2.bin.4242.tmp", _pools(50)),
         "live_tmp": _write(cache / "probe" / ".tmp-sd1-f2-s1234-live" / ".owner",
                            json.dumps({"pid": os.getpid(), "host": os.uname().nodename}).encode()).parent,
-        "verify_png": _write(cache / "verify" / "verify-cpu.png", b"v" * 90),
-        "record": _write(cache / "verify" / ("image-" + "7" * 32 + ".json"), b"r" * 80),
+        "verify_png": _write(cache / "verify" / "verify-cpu.png", _verify_png(190)),
+        "record": _write(cache / "verify" / ("image-" + "7" * 32 + ".json"), _image_record(280)),
         "verify_note": _write(cache / "verify" / "my-notes.txt", b"mine"),
         "outside": outside,
     }
@@ -91,7 +130,7 @@ def test_list_counts_only_what_accelstack_wrote(tmp_path):
     rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     caches = {c["name"]: c for c in result_of(out)["caches"]}
-    assert caches["downloads"]["size"] == 5000 + 300 + 2 and caches["downloads"]["count"] == 3
+    assert caches["downloads"]["size"] == 5000 + 300 + len(_stamp(BLOB)) and caches["downloads"]["count"] == 3
     assert {e["kind"] for e in caches["downloads"]["entries"]} == {"blob", "partial download", "hash record"}
     assert "README.txt" in caches["downloads"]["other"] and "ef" * 32 in caches["downloads"]["other"]
     assert caches["builds"]["size"] == 700 + 2000
@@ -103,7 +142,7 @@ def test_list_counts_only_what_accelstack_wrote(tmp_path):
     assert kinds[".pools-f3-s1234-F8_E5M2.bin.4242.tmp"] == "unfinished write"
     assert {e["name"]: e["kind"] for e in caches["verify"]["entries"]} == {
         "verify-cpu.png": "verify image", "image-" + "7" * 32 + ".json": "probe image record"}
-    assert caches["verify"]["size"] == 90 + 80 and set(caches["verify"]["other"]) == {"my-notes.txt", "verify-vulkan.png"}
+    assert caches["verify"]["size"] == 190 + 280 and set(caches["verify"]["other"]) == {"my-notes.txt", "verify-vulkan.png"}
     rc, out, _ = run_cli(["cache", "list"], env=_env(tmp_path))
     assert rc == 0 and "downloads" in out and "left alone" in out and "total" in out
 
@@ -115,10 +154,11 @@ def test_the_family_probes_and_their_pools_are_accelstacks_by_format(tmp_path):
     from accelstack.engine.probes.family_files import FAMILY_FORMAT_VERSION as F
 
     probe = tmp_path / "cache" / "probe"
-    _write(probe / f"flux-f{F}-s1234" / "probe.safetensors", b"x" * 100)
-    _write(probe / f"qwen-image-f{F - 1}-s1234" / "probe.safetensors", b"x" * 200)
-    _write(probe / f"pools-sd3-f{F}-s1234-F8_E5M2.bin", b"q" * 300)
-    _write(probe / f"pools-qwen-image-f{F - 1}-s1234-F8_E5M2.bin", b"q" * 400)
+    for folder in (f"flux-f{F}-s1234", f"qwen-image-f{F - 1}-s1234"):
+        _write(probe / folder / "probe.safetensors", b"x" * 100)
+        _write(probe / folder / "probe.json", _probe_marker())
+    _write(probe / f"pools-sd3-f{F}-s1234-F8_E5M2.bin", _pools(300))
+    _write(probe / f"pools-qwen-image-f{F - 1}-s1234-F8_E5M2.bin", _pools(400))
     _write(probe / "pools-mine-f1-s1-F8_E5M2.bin", b"m")  # no family of ours: left alone
     rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
     assert rc == 0, err
@@ -134,13 +174,54 @@ def test_the_family_probes_and_their_pools_are_accelstacks_by_format(tmp_path):
     assert sorted(p.name for p in probe.iterdir() if not p.name.endswith(".lock")) == ["pools-mine-f1-s1-F8_E5M2.bin"]
 
 
+def _lookalikes(tmp_path: Path) -> Dict[str, Path]:
+    """A user's files in folders the caches point at, named exactly like accelstack's entries but
+    without accelstack's marks (issue 47: `cache purge probe` removed three of these)."""
+    from accelstack.engine.probes.family_files import FAMILY_FORMAT_VERSION as F
+
+    cache = tmp_path / "cache"
+    blobs, probe = cache / "blobs" / "sha256", cache / "probe"
+    return {
+        "blob": _write(blobs / ("12" * 32), b"my file"),
+        "stamp": _write(blobs / ("34" * 32 + ".verified"), b"{}"),
+        "part": _write(blobs / ("56" * 32 + ".part"), b"my part"),
+        "probe": _write(probe / "sd1-f3-s42" / "notes.txt", b"mine").parent,
+        "probe_unmarked_json": _write(probe / "sd1-f3-s43" / "probe.json", b'{"mine": true}').parent,
+        "family_probe": _write(probe / f"flux-f{F}-s42" / "photo.jpg", b"mine").parent,
+        "tmp": _write(probe / ".tmp-sd1-mine" / "diary.txt", b"mine").parent,
+        "pools": _write(probe / "pools-f3-s42-F8_E5M2.bin", b"my pools"),
+        "family_pools": _write(probe / f"pools-flux-f{F}-s42-F8_E5M2.bin", b"my pools"),
+        "pools_tmp": _write(probe / ".pools-f3-s42-F8_E5M2.bin.4242.tmp", b"my temp"),
+        "verify_png": _write(cache / "verify" / "verify-cpu.png", encode_png(1, 1, b"\0\0\0", {"parameters": "a cat"})),
+        "record": _write(cache / "verify" / ("image-" + "8" * 32 + ".json"), b'{"format": 1}'),
+        "vulkan": _write(cache / "detect" / ("vulkan-" + "1" * 16 + ".json"), b'{"mine": 1}'),
+    }
+
+
+def test_purge_and_gc_leave_what_only_looks_like_accelstacks(tmp_path):
+    """Every cache `cache purge` and `gc` touch deletes only entries accelstack wrote and marked,
+    whatever their names (issue 47: a folder where a user keeps files lost three of them)."""
+    mine = _lookalikes(tmp_path)
+    before = {k: _tree(p) if p.is_dir() else p.read_bytes() for k, p in mine.items()}
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    caches = {c["name"]: c for c in result_of(out)["caches"]}
+    assert all(c["count"] == 0 and c["size"] == 0 for c in caches.values()), caches
+    rc, out, err = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    assert result_of(out)["removed"] == [] and result_of(out)["bytes_freed"] == 0
+    rc, out, err = run_cli(["gc", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    assert {k: _tree(p) if p.is_dir() else p.read_bytes() for k, p in mine.items()} == before
+
+
 def test_dry_run_changes_nothing_and_says_what_would_go(tmp_path):
     _populate(tmp_path)
     before = _tree(tmp_path)
     rc, out, err = run_cli(["cache", "purge", "--dry-run", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    assert res["dry_run"] and res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + 50 + 90 + 80 + len(
+    assert res["dry_run"] and res["bytes_freed"] == 5000 + 300 + len(_stamp(BLOB)) + 700 + 2000 + 4000 + len(_probe_marker()) + 600 + 50 + 190 + 280 + len(
         (tmp_path / "cache" / "probe" / ".tmp-sd1-f2-s1234-dead" / ".owner").read_bytes())
     assert _tree(tmp_path) == before
 
@@ -157,7 +238,7 @@ def test_purge_all_removes_only_accelstacks_entries(tmp_path):
     assert (tmp_path / "cache" / "blobs" / "sha256" / ("ef" * 32)).is_symlink()
     assert (tmp_path / "outside" / "precious.bin").read_bytes() == b"p" * 1000
     assert (tmp_path / "cache" / "verify" / "verify-vulkan.png").is_symlink()
-    assert res["bytes_freed"] == 5000 + 300 + 2 + 700 + 2000 + 4000 + 600 + 50 + 90 + 80 + len(json.dumps(
+    assert res["bytes_freed"] == 5000 + 300 + len(_stamp(BLOB)) + 700 + 2000 + 4000 + len(_probe_marker()) + 600 + 50 + 190 + 280 + len(json.dumps(
         {"pid": 2 ** 22 + 12345, "host": os.uname().nodename}).encode())
     assert any("in use by a running verify" in k for k in res["kept"])
     rc, out, _ = run_cli(["cache", "purge", "all", "--yes", "--json"], env=_env(tmp_path))
@@ -168,8 +249,8 @@ def test_the_detect_cache_lists_and_purges_only_its_answers(tmp_path):
     """Detection's kept Vulkan enumeration (``<cache>/detect``) is a cache like the others: listed,
     purged, and nothing else in its folder is touched."""
     folder = tmp_path / "cache" / "detect"
-    answer = _write(folder / ("vulkan-" + "0123abcd" * 2 + ".json"), b"a" * 120)
-    unfinished = _write(folder / (".vulkan-" + "0123abcd" * 2 + ".json.4242.1f2e3d4c.tmp"), b"t" * 10)
+    answer = _write(folder / ("vulkan-" + "0123abcd" * 2 + ".json"), _vulkan_answer(120))
+    unfinished = _write(folder / (".vulkan-" + "0123abcd" * 2 + ".json.4242.1f2e3d4c.tmp"), _vulkan_answer(110))
     mine = _write(folder / "vulkan-notes.json", b"mine")
     outside = _write(tmp_path / "outside" / "precious.json", b"p")
     (folder / ("vulkan-" + "f" * 16 + ".json")).symlink_to(outside)
@@ -178,10 +259,10 @@ def test_the_detect_cache_lists_and_purges_only_its_answers(tmp_path):
     info = next(c for c in result_of(out)["caches"] if c["name"] == "detect")
     assert {e["name"]: e["kind"] for e in info["entries"]} == {answer.name: "vulkan enumeration",
                                                               unfinished.name: "unfinished write"}
-    assert info["size"] == 130 and set(info["other"]) == {mine.name, "vulkan-" + "f" * 16 + ".json"}
+    assert info["size"] == 230 and set(info["other"]) == {mine.name, "vulkan-" + "f" * 16 + ".json"}
     rc, out, err = run_cli(["cache", "purge", "detect", "--yes", "--json"], env=_env(tmp_path))
     assert rc == 0, err
-    assert result_of(out)["bytes_freed"] == 130
+    assert result_of(out)["bytes_freed"] == 230
     assert not answer.exists() and not unfinished.exists()
     assert mine.read_bytes() == b"mine" and outside.read_bytes() == b"p" and (folder / ("vulkan-" + "f" * 16 + ".json")).is_symlink()
 
@@ -198,6 +279,7 @@ def test_never_the_runtime_home_even_inside_a_cache(tmp_path):
     env = _env(tmp_path)
     home = tmp_path / "cache" / "probe" / "sd1-f2-s99"  # named like a probe folder
     _write(home / "receipts" / "r.json", b"{}")
+    _write(home / "probe.json", _probe_marker())  # and even marked like one
     env["ACCELSTACK_HOME"] = str(home)
     rc, out, err = run_cli(["cache", "purge", "probe", "--yes", "--json"], env=env)
     assert rc == 0, err

@@ -6,7 +6,9 @@ Layout under the cache root (``Settings.cache``: ``ACCELSTACK_CACHE``, else the 
     blobs/sha256/<hex>.part   bytes downloaded so far (resumed with an HTTP Range request)
     blobs/sha256/<hex>.lock   the per-blob lock file (held while downloading or placing)
     blobs/sha256/<hex>.verified  the blob's size, mtime_ns, inode and device when its sha256 was
-                              last checked (a small JSON document, replaced atomically)
+                              last checked (a small JSON document, replaced atomically); only
+                              ``{"sha256": <hex>}`` for a blob placed without a flush. Naming the
+                              blob, it is also what makes the blob accelstack's to delete (gc, purge)
 
 A blob only ever appears at its final path by an atomic rename of a ``.part`` whose hash was
 checked, so a file at ``blobs/sha256/<hex>`` is either complete or absent. Lock files stay behind
@@ -172,24 +174,32 @@ class Cache:
                 "device": st.st_dev}
 
     def _stamp_matches(self, sha256: str, st: os.stat_result) -> bool:
+        return self._read_stamp(sha256) == self._stamp_of(sha256, st)
+
+    def placed(self, sha256: str) -> bool:
+        """Whether the file at the blob's path is one accelstack placed: its ``.verified`` record
+        names it. ``gc`` deletes only such blobs, never a file that is only named like one."""
+        record = self._read_stamp(sha256)
+        return isinstance(record, dict) and record.get("sha256") == sha256
+
+    def _read_stamp(self, sha256: str) -> Any:
         path = self.stamp_path(sha256)
         try:
             fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         except OSError:
-            return False
+            return None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return False  # never block on a FIFO planted as a record
+                return None  # never block on a FIFO planted as a record
             data = os.read(fd, MAX_STAMP_BYTES + 1)
         except OSError:
-            return False
+            return None
         finally:
             os.close(fd)
         try:
-            record = parse_json(data, what=str(path), max_bytes=MAX_STAMP_BYTES, max_depth=2)
+            return parse_json(data, what=str(path), max_bytes=MAX_STAMP_BYTES, max_depth=2)
         except MalformedInput:
-            return False
-        return record == self._stamp_of(sha256, st)
+            return None
 
     def _write_stamp(self, sha256: str, st: os.stat_result) -> None:
         """Record that the blob with stat ``st`` hashed to ``sha256``; best effort (a cache on a
@@ -227,7 +237,7 @@ class Cache:
                 self._write_stamp(sha256, final.stat())
             except OSError:
                 pass
-        else:
-            self._remove_stamp(sha256)
+        else:  # a record naming the blob without its stat: not trusted (hashed on reuse), but ours (gc, purge)
+            try_write_bytes(self.stamp_path(sha256), json.dumps({"sha256": sha256}).encode())
         return final
 

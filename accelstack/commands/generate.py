@@ -12,7 +12,7 @@ from ..core.direct import protocol as _protocol
 from ..errors import AccelstackError, Action, Interrupted
 from ..serde import plural, to_dict
 from ..settings import Settings
-from .common import emit, settings_from_args
+from .common import emit, printable, settings_from_args
 from .progress import progress_renderer
 from .verify import (
     PROBE_NOISE,
@@ -243,6 +243,6 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
     data = to_dict(report)
     if noise:
         data["probe_model"] = True  # the image is noise by design
-    emit(args, data, "\n".join(lines))
+    emit(args, data, "\n".join(printable(line) for line in lines))  # paths and names are the user's (issue 47)
     return 0
 

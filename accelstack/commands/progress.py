@@ -28,12 +28,14 @@ for a time estimate (verify's checks). The renderer is thread-safe; any command 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 import time
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional
 
 from ..events import ProgressEvent
+from .common import printable
 from .progress_format import Task, amount, bar_format, duration, eta_of, first_line, label_of, short, spinner_text
 from .progress_format import terminal_columns as _columns
 
@@ -115,6 +117,8 @@ class ProgressRenderer:
                 return
             if event.kind == "message" and event.extra.get("level") == "debug" and self.verbosity < 1:
                 return
+            if not (event.task.isprintable() and event.message.isprintable()):  # file names: anyone's (issue 47)
+                event = dataclasses.replace(event, task=printable(event.task), message=printable(event.message, lines=True))
             self._track(event)
             if self.mode == "bars":
                 self._bar_event(event)

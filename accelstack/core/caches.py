@@ -22,7 +22,7 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
     later verify of the same runtime compares with it instead of generating twice.
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
-directory. Purging removes entries only: never a symbolic link (nor anything through one), never
+directory and by the mark it carries (:mod:`.cache_marks`: a name alone is never enough). Purging removes entries only: never a symbolic link (nor anything through one), never
 a file accelstack does not name that way (``vulkan-headers/`` from scripts/setup-vulkan.sh, files
 a person put there), never the runtime home or anything holding it, never an entry another
 process holds the lock of (a build or download in progress), and nothing on a dry run. Lock files
@@ -48,6 +48,7 @@ from ..engine.probes.model import temporary_probe_in_use
 from ..publisher.build_cache import is_slot
 from ..serde import size_text
 from ..settings import Settings
+from . import cache_marks as marks
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
 
@@ -165,10 +166,11 @@ def _downloads(s: Settings) -> CacheInfo:
     for name, st in _children(root):
         if name.endswith(".lock"):
             continue
-        if not _BLOB.match(name) or not stat.S_ISREG(st.st_mode):
+        kind = "partial download" if name.endswith(".part") else "hash record" if name.endswith(".verified") else "blob"
+        marked = {"blob": marks.blob, "partial download": marks.partial_download, "hash record": marks.blob_stamp}[kind]
+        if not _BLOB.match(name) or not stat.S_ISREG(st.st_mode) or not marked(root / name):
             info.other.append(name)
             continue
-        kind = "partial download" if name.endswith(".part") else "hash record" if name.endswith(".verified") else "blob"
         info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
     return info
 
@@ -199,7 +201,9 @@ def _probe(s: Settings) -> CacheInfo:
         if name.endswith(".lock"):
             continue
         family = _family_format(name, st)
-        if _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
+        if not _probe_marked(root / name, st):
+            info.other.append(name)
+        elif _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
             kind = "probe model" if f"-f{PROBE_FORMAT}-" in name else "probe model (older format, unused)"
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), kind))
         elif family is not None:
@@ -219,6 +223,16 @@ def _probe(s: Settings) -> CacheInfo:
     return info
 
 
+def _probe_marked(path: Path, st: os.stat_result) -> bool:
+    """Whether ``path`` carries accelstack's mark for what its name says it is (:mod:`.cache_marks`)."""
+    name = path.name
+    if stat.S_ISDIR(st.st_mode):
+        return marks.temporary_probe(path) if _PROBE_TMP.match(name) else marks.probe_folder(path)
+    if stat.S_ISREG(st.st_mode):
+        return marks.unfinished_write(path) if name.startswith(".") else marks.pools_file(path)
+    return False
+
+
 def _family_format(name: str, st: os.stat_result) -> Optional[int]:
     """The format of a family probe's folder or pools file named ``name`` (None: not one), for the
     families verify knows (engine.probes.families; sd1 keeps probe_model's names)."""
@@ -229,12 +243,14 @@ def _family_format(name: str, st: os.stat_result) -> Optional[int]:
     return int(found["format"])
 
 
-def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str]]) -> CacheInfo:
-    """A cache of regular files recognised by name: each matching file is an entry of its kind;
-    anything else (a link, a folder, a file of the user's) is left alone."""
+def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str, Callable[[Path], bool]]]) -> CacheInfo:
+    """A cache of regular files recognised by name and mark: each matching file that carries its
+    kind's mark is an entry of that kind; anything else (a link, a folder, a file of the user's,
+    one only named like ours) is left alone."""
     info = CacheInfo(name, str(root), DESCRIPTIONS[name], exists=_real_dir(root))
     for entry, st in _children(root):
-        kind = next((k for pattern, k in kinds if pattern.match(entry)), None) if stat.S_ISREG(st.st_mode) else None
+        found = next(((k, m) for pattern, k, m in kinds if pattern.match(entry)), None) if stat.S_ISREG(st.st_mode) else None
+        kind = found[0] if found is not None and found[1](root / entry) else None
         if kind is None:
             info.other.append(entry)
         else:
@@ -243,13 +259,14 @@ def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str]
 
 
 def _verify(s: Settings) -> CacheInfo:
-    return _named_files("verify", s.verify_dir, [(_VERIFY_IMAGE, "verify image"), (_IMAGE_RECORD, "probe image record"),
-                                                 (_UNFINISHED, "unfinished write")])
+    return _named_files("verify", s.verify_dir, [(_VERIFY_IMAGE, "verify image", marks.verify_image),
+                                                 (_IMAGE_RECORD, "probe image record", marks.image_record),
+                                                 (_UNFINISHED, "unfinished write", marks.unfinished_write)])
 
 
 def _detect(s: Settings) -> CacheInfo:
-    return _named_files("detect", s.detect_cache, [(_VULKAN_ANSWER, "vulkan enumeration"),
-                                                   (_UNFINISHED, "unfinished write")])
+    return _named_files("detect", s.detect_cache, [(_VULKAN_ANSWER, "vulkan enumeration", marks.vulkan_answer),
+                                                   (_UNFINISHED, "unfinished write", marks.unfinished_write)])
 
 
 _READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,

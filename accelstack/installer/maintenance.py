@@ -24,6 +24,8 @@ from .home import Home, read_state
 from .records import Active, Receipt, now_iso
 from .recovery import active_or_rebuild, last_good_active, readable_receipts
 from .repair import check_files, check_shared
+from .torch_destination import STACK as TORCH_STACK
+from .torch_journal import last_recovery, pending
 
 __all__ = ["StatusProblem", "UpgradeCheck", "StackStatus", "local_status", "rollback", "uninstall", "remove_runtime", "KeptRuntime", "GcReport", "gc",
            "register_home", "blobs_of_other_homes", "referenced_blobs"]
@@ -74,6 +76,17 @@ class StackStatus:
                 and not self.corrupt_files and self.hardware_matches is not False)
 
 
+def _torch_journal_problems(home: Home) -> List[StatusProblem]:
+    """An interrupted torch install not yet recovered, or what the last recovery did."""
+    out = [StatusProblem(f"an install of torch into {j['python']} (started {j.get('started', '?')}) was interrupted; the "
+                         "previous torch is set aside in " + ", ".join(j["folders"]) + " until the next install, repair "
+                         "or gc puts it back", Action.REPAIR.value) for j in pending(home)]
+    last = last_recovery(home)
+    if last is not None and isinstance(last.get("what"), str):
+        out.append(StatusProblem(f"{last['what']} ({last.get('when', '?')})", ""))
+    return out
+
+
 def local_status(home: Home, fingerprint: Optional[str], *, deep: bool = False,
                  progress: ProgressCallback = null_progress) -> List[StackStatus]:
     """What is installed and active, whether its files are there and unchanged (``deep``: re-hashed),
@@ -91,6 +104,8 @@ def local_status(home: Home, fingerprint: Optional[str], *, deep: bool = False,
             st.problems.append(StatusProblem(damaged + "; repair rebuilds it from its last good copy (else the receipts)", Action.REPAIR.value))
         st.problems += [StatusProblem(m, Action.REINSTALL.value) for m in unreadable]
         st.installed = sorted(rid for rid, r in receipts.items() if r.stack == stack)
+        if stack == TORCH_STACK:  # its journal: an interrupted install, or what recovering it did
+            st.problems += _torch_journal_problems(home)
         st.receipt = receipts.get(st.active) if st.active else None
         if st.active and st.receipt is None:
             st.problems.append(StatusProblem(f"the active runtime {st.active} has no readable receipt", Action.REPAIR.value))
@@ -289,8 +304,8 @@ def gc(home: Home, cache: Cache, named_before: Optional[Active] = None) -> GcRep
     if cache.blob_dir.is_dir() and not cache.blob_dir.is_symlink():
         for blob in sorted(cache.blob_dir.iterdir()):
             name = blob.name
-            if len(name) != 64 or name in referenced or blob.is_symlink():
-                continue
+            if len(name) != 64 or name in referenced or blob.is_symlink() or not cache.placed(name):
+                continue  # a file only named like a blob is not ours to delete (issue 47)
             if name in others:
                 out.blobs_kept_shared.append(name)
                 continue

@@ -23,6 +23,7 @@ from ..serde import from_dict
 from .errors import StateError
 from .home import MAX_STATE_BYTES, Home, read_state
 from .records import Active, Receipt
+from .torch_journal import recover_torch
 
 __all__ = ["recover", "finish_removals", "readable_receipts", "last_good_active", "rebuild_active", "active_or_rebuild"]
 
@@ -36,6 +37,7 @@ def recover(home: Home) -> List[str]:
         if home.remove_owned(leftover):
             done.append(f"removed unfinished install {leftover.name}")
     done += [f"finished removing {name}" for name in finish_removals(home)]
+    done += recover_torch(home)  # a torch install a kill interrupted: undone, or finished once checked
     try:
         state = home.read_active()
     except StateError:

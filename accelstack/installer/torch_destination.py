@@ -1,9 +1,11 @@
 """The torch destination: a Python environment that gets the planned torch, checked there, or undone.
 
 The plan gives exact pip/uv commands (``{python}`` stands for the target interpreter). Before
-running them, the distributions the plan will replace are moved aside (a rename within the same
-site-packages, so it costs nothing for a multi-GB CUDA torch); if pip fails or the verifier says
-FAIL, the new ones are uninstalled and the old ones moved back. The receipt lives in the home;
+running them, the distributions the plan will replace are moved aside (a rename into a folder made
+in the site-packages each lies in, so it costs nothing for a multi-GB CUDA torch and never crosses a
+file system); one that cannot be moved (a site-packages this user cannot write) is a typed error with
+everything moved so far put back. If pip fails or the verifier says FAIL, the new ones are uninstalled
+and the old ones moved back. The receipt lives in the home;
 the environment itself is the user's and is never deleted.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .home import Home
 from .pip_commands import with_indexes
 from .pip_runner import run_json, run_pip
 from .records import InstalledFile, Receipt
+from .torch_journal import BACKUP_PREFIX, Journal, forget_recovery
 from .torch_scripts import INSPECT_SCRIPT
 from .transaction import StagedRuntime
 
@@ -55,16 +58,26 @@ def package_names(plan: Plan) -> List[str]:
 
 
 class _Backup:
-    """Moves installed distributions aside and back: the undo log of a torch install."""
+    """Moves installed distributions aside and back: the undo log of a torch install.
 
-    def __init__(self, python: str, names: List[str], prefix: Path, timeout: float) -> None:
+    Each file or folder goes into a folder this install makes in its own site-packages (one per
+    location: a user site on another disk gets its own), so a move is a rename on one file system:
+    nothing is copied, and a torch outside the environment's prefix no longer meets EXDEV."""
+
+    def __init__(self, python: str, names: List[str], timeout: float, journal: Journal) -> None:
         self.python = python
+        self.journal = journal  # written before the first move: a kill from here on is undone by the next command
         self.names = names
-        # a fresh directory this install creates, so discarding it can never remove anything else
-        self.where = Path(tempfile.mkdtemp(prefix=".accelstack-backup-", dir=prefix))
         self.timeout = timeout
+        self.folders: Dict[Path, Path] = {}  # location -> the fresh folder this install made in it
         self.moved: List[Tuple[Path, Path]] = []
         self.previous: Dict[str, str] = {}
+
+    def _folder(self, location: Path) -> Path:
+        if location not in self.folders:  # fresh, so discarding it can never remove anything else
+            self.folders[location] = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=location))
+            self.journal.add_folder(self.folders[location])  # before anything is moved into it
+        return self.folders[location]
 
     def stash(self) -> None:
         info = run_json(self.python, INSPECT_SCRIPT, self.names, self.timeout)
@@ -75,21 +88,30 @@ class _Backup:
             tops = sorted({Path(f).parts[0] for f in dist["files"] if not f.startswith("..") and Path(f).parts})
             for top in tops:
                 src = location / top
-                if src.exists() and not any(src == m[0] for m in self.moved):
-                    dest = self.where / f"{len(self.moved)}-{top}"
-                    os.replace(src, dest)
+                if os.path.lexists(src) and not any(src == m[0] for m in self.moved):
+                    try:
+                        dest = self._folder(location) / f"{len(self.moved)}-{top}"
+                        os.replace(src, dest)
+                    except OSError as exc:
+                        raise TorchInstallError(
+                            f"cannot move {src} aside before installing: {exc.strerror or exc}; nothing was changed",
+                            hint="the environment's site-packages must be writable by this user; install into an "
+                                 "environment you own (a venv), or run as its owner") from None
                     self.moved.append((src, dest))
 
     def restore(self) -> None:
         for src, dest in reversed(self.moved):
-            if src.exists():
-                shutil.rmtree(src) if src.is_dir() else src.unlink()
+            if os.path.lexists(src):
+                shutil.rmtree(src) if src.is_dir() and not src.is_symlink() else src.unlink()
             os.replace(dest, src)
         self.moved.clear()
 
     def discard(self) -> None:
-        shutil.rmtree(self.where, ignore_errors=True)
+        for folder in self.folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
+        self.folders.clear()
         self.moved.clear()
+        self.journal.remove()  # last: until the folders are gone, a kill is still recovered
 
 
 @dataclass
@@ -129,8 +151,9 @@ class TorchEnvironment:
         if plan.stack != self.stack or not plan.ok or not source.commands:
             raise TorchInstallError(f"the plan has nothing to install ({plan.summary})", action=Action.EXPLAIN_PLAN)
         names = package_names(plan)
-        info = run_json(self.python, INSPECT_SCRIPT, names, self.probe_timeout)
-        backup = _Backup(self.python, names, Path(str(info.get("prefix", ""))), self.probe_timeout)
+        journal = Journal(self.home, self.python, names)
+        journal.write()
+        backup = _Backup(self.python, names, self.probe_timeout, journal)
         try:
             backup.stash()
         except BaseException:
@@ -160,8 +183,10 @@ class TorchEnvironment:
         undo: _Undo = staged.handle
         receipt.path = self.python
         receipt.verification.details.setdefault("previous", dict(undo.backup.previous))
+        undo.backup.journal.commit(dict(undo.backup.previous))  # checked: a kill from here on keeps the new torch
         self.home.write_receipt(receipt)
         undo.backup.discard()
+        forget_recovery(self.home)
         return None
 
     def abort(self, staged: StagedRuntime) -> None:

@@ -155,6 +155,20 @@ class RollbackStore:
             raise ManifestStateError(f"cannot record manifest versions in {self.path} ({exc.strerror or exc})",
                                      "the runtime home must be writable; choose another one or fix its permissions") from None
 
+    def refuse_older_signed(self, source: str, version: int, signers: Iterable[str]) -> None:
+        """Refuse ``version`` of ``source`` when a higher version of that source, signed by one of
+        ``signers``, was recorded under any channel name: for a bundle, whose channel name is not
+        signed, the signed source and key alone decide (issue 47). Reads only."""
+        signers = set(signers)
+        seen = max((v for keys in self._read()[1].values() for k, (src, v) in keys.items() if k in signers and src == source),
+                   default=None)
+        if seen is not None and version < seen:
+            raise ManifestRollbackError(
+                f"manifest '{source}' version {version} is older than version {seen} already seen, signed by the same "
+                "key (rollback)",
+                "someone may be serving an outdated manifest; get the current one from the publisher",
+            )
+
     @staticmethod
     def _raise(state: _State, source: str, version: int, channel: Optional[str], signers: Iterable[str]) -> bool:
         sources, channels = state

@@ -45,7 +45,8 @@ def test_a_blob_is_hashed_once_more_after_download_then_trusted_by_its_record(se
     data = payload(200_000)
     ref = ref_for("a.bin", data, server.serve("/a.bin", data))
     blob = fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry)
-    assert not cache.stamp_path(ref.sha256).exists()  # placed without a flush: no record yet
+    # placed without a flush: a record that names the blob (accelstack's, for gc and purge), not yet trusted
+    assert json.loads(cache.stamp_path(ref.sha256).read_text()) == {"sha256": ref.sha256}
     assert fetch_one(ref, cache=cache, offline=False, transport=transport, retry=retry) == blob
     assert hashes == [str(blob)]  # the first reuse reads it from disk, then records it
     record = json.loads(cache.stamp_path(ref.sha256).read_text())

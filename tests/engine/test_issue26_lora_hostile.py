@@ -405,3 +405,23 @@ def test_an_embedding_larger_than_stable_diffusion_cpp_loads_is_refused_unstaged
         prepare_companions("a huge cat", "", str(embs), probe_info)
     assert not linked
     shutil.rmtree(embs)
+
+
+def test_a_model_weight_of_no_dimensions_is_a_typed_refusal(loras, tmp_path):
+    """A model whose weight a LoRA targets is a scalar (0 dimensions): the LoRA check raised IndexError
+    (issue 47); it is a typed refusal naming the weight."""
+    from model_specs import sd1_original
+    from model_specs import write_safetensors as write_model
+
+    spec = sd1_original()
+    target = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_q.weight"
+    module = Q.replace("attn1", "attn2")
+    assert target in spec
+    spec[target] = ((), spec[target][1])
+    model = check_model(str(write_model(tmp_path / "scalar.safetensors", spec)))
+    _lora(loras, "q", module, _n(4, 320), _n(320, 4))
+    with pytest.raises(InvalidRequestError) as caught:
+        _prepare(loras, model, "cat <lora:q:1>")
+    assert "does not fit this model" in caught.value.message and "a scalar" in caught.value.message
+    write_safetensors(loras / "d.safetensors", {f"{module}.diff": _n(1, 1)})
+    _prepare(loras, model, "cat <lora:d:1>")  # a diff of one value is what sd.cpp adds to a scalar

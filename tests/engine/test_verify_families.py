@@ -193,3 +193,39 @@ def test_family_folders_follow_the_probe_sweep_and_owner_rules(tmp_path):
     assert same.path == probe.path and same.cached, "one temporary probe per process"
     probe.release()
     assert not Path(probe.path).exists()
+
+
+def test_the_probe_synthesis_deletes_only_its_own_folders(tmp_path):
+    """A probe cache pointed at a folder a person uses (issue 47): a ``.tmp-…`` folder with no owner
+    record, however old, and a folder with the kept probe's name but no probe marker are theirs;
+    the sweep and the kept probe's rename leave them and what is in them."""
+    root = tmp_path / "probe"
+    theirs = root / f"{TEMP_PREFIX}{family_dir_name('flux', 5)}-mine"
+    (theirs / "notes").mkdir(parents=True)
+    (theirs / "notes" / "a.txt").write_text("mine")
+    os.utime(theirs, (1, 1))  # older than any unowned temporary folder is kept
+    kept = root / family_dir_name("flux", 5)
+    kept.mkdir()
+    (kept / "photo.jpg").write_bytes(b"mine")
+    probe = ensure_family_probe("flux", 5, root)
+    probe.release()
+    assert (theirs / "notes" / "a.txt").read_text() == "mine"
+    probe = ensure_family_probe("flux", 5, root, keep=True)
+    assert (kept / "photo.jpg").read_bytes() == b"mine"
+    assert (theirs / "notes" / "a.txt").read_text() == "mine"
+    assert Path(probe.path) != kept and (Path(probe.path) / MARKER).is_file()
+    probe.release()
+
+
+def test_a_family_image_never_replaces_a_file_verify_did_not_write(cpu_runtime, tmp_path):
+    """`verify --family F -o x.png` writes x-F.png, a name the user did not give: a file of theirs
+    there is refused before any work (exit 2, output-path), never replaced (issue 47); a probe image
+    an earlier verify wrote there is replaced, as the default verify-<backend>-F.png is."""
+    mine = tmp_path / "x-flux.png"
+    mine.write_bytes(b"my picture")
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--family", "flux", "-o", tmp_path / "x.png", "--json"],
+                  cli_env(tmp_path / "cache", tmp_path))
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = error_of(res.stdout)
+    assert err["code"] == "output-path" and str(mine) in err["message"], err
+    assert mine.read_bytes() == b"my picture" and not (tmp_path / "x.png").exists()

@@ -216,3 +216,34 @@ def test_a_lora_stable_diffusion_cpp_would_abort_on_or_ignore_is_refused(tmp_pat
     (d, d_type), (u, u_type) = down, up
     assert {d_type, u_type} <= {"F32", "F16", "F64"}, (down, up)
     assert len(d) == len(u) == 2 and d[0] == u[1] >= 1 and d[1] == 320 and 1 <= u[0] <= 320, (down, up)
+
+
+MODEL_SHAPES = st.lists(st.integers(0, 6), min_size=0, max_size=4).map(tuple)  # a scalar, empty, 1-4 dimensions
+
+
+@fuzz(int(os.environ.get("FUZZ_LORA_EXAMPLES", "300")))
+@given(weight=MODEL_SHAPES, down=MODEL_SHAPES, up=MODEL_SHAPES, mid=st.one_of(st.none(), MODEL_SHAPES),
+       diff=st.one_of(st.none(), MODEL_SHAPES), runtime=st.booleans(), natural=st.booleans(), rank=st.integers(1, 4))
+def test_any_model_weight_shape_is_checked_or_refused_typed(weight, down, up, mid, diff, runtime, natural, rank):
+    """The model's shapes are fuzzed too (issue 47: a LoRA-targeted weight of zero dimensions raised
+    IndexError): whatever the model weight's and the LoRA's shapes, the check counts the weights it
+    changes or refuses with InvalidRequestError, within the bounds."""
+    from accelstack.engine.loras.check import check_lora
+    from accelstack.engine.models.reader import TensorInfo
+
+    STATS["lora files"]()
+    if natural:  # one in two examples a well-formed pair, so that the model's shape is what decides
+        down, up, mid, diff = (rank, 5), (3, rank), None, None
+    key = "lora_unet_" + QKV.replace(".", "_")
+    tensors = [TensorInfo(f"{key}.lora_down.weight", down, "F16"), TensorInfo(f"{key}.lora_up.weight", up, "F16")]
+    if mid is not None:
+        tensors.append(TensorInfo(f"{key}.lora_mid.weight", mid, "F16"))
+    if diff is not None:
+        tensors = [TensorInfo(f"{key}.diff", diff, "F16")]
+    model = {("unet", "input_blocks_1_1_transformer_blocks_0_attn1_to_q"): weight}  # the module's name as sd.cpp maps it
+    with bounded("a model weight's shape"):
+        try:
+            changed = check_lora("x", tensors, model, at_runtime="quantized weights" if runtime else "")
+        except InvalidRequestError:
+            return
+    assert changed >= 1

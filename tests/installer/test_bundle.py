@@ -215,3 +215,33 @@ def test_torch_bundles_take_a_plan_not_manifest_targets(tmp_path):
     s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", config_dir=tmp_path / "config")
     with pytest.raises(UsageError, match="holds one torch plan"):
         create_bundle(tmp_path / "t.tar", settings=s, stack="torch", targets=["linux-x86_64-cpu"])
+
+
+def test_an_old_bundle_renamed_in_its_unsigned_index_is_still_a_rollback(site, tmp_path, signing_key):
+    """The rollback watermark is keyed by signed data (issue 47): an old bundle refused as a rollback
+    installed once the channel name in its unsigned accelstack-bundle.json was edited, and the edited
+    name and URL were remembered for status and upgrade."""
+    key = [signing_key[1]]
+    pub = _pub(tmp_path / "release.pub", signing_key[1])
+    old = _bundle(site, tmp_path, signing_key)  # version 1
+    newer = Settings.resolve(home=tmp_path / "n" / "home", cache=tmp_path / "n" / "cache", config_dir=tmp_path / "n" / "config",
+                             channels=[Channel("test-channel", site["v2"], keys=key)])
+    new = Path(create_bundle(tmp_path / "new.tar", settings=newer, backends=["cpu"]).path)
+    s = _fresh(tmp_path, "z", trusted_keys=key)
+    installed = install_bundle(new, settings=s, verifier=import_verifier()).receipt.id
+    env = {**_home(tmp_path, "z"), "ACCELSTACK_OFFLINE": "1"}
+    cmd = ["install", "--bundle", "--offline", "--trusted-key", str(pub), "--json"]
+    proc = run_cli(cmd[:2] + [str(old)] + cmd[2:], env)
+    assert proc.returncode != 0 and error_of(proc)["error"] == "ManifestRollbackError", proc.stdout[-2000:]
+
+    def rename(name, data):
+        if name != "accelstack-bundle.json":
+            return data
+        return json.dumps({**json.loads(data), "channel": {"name": "elsewhere", "url": "https://evil.example/m.json"}}).encode()
+
+    renamed = _rewrite(old, tmp_path / "renamed.tar", rename)
+    proc = run_cli(cmd[:2] + [str(renamed)] + cmd[2:], env)
+    assert proc.returncode != 0 and error_of(proc)["error"] == "ManifestRollbackError", proc.stdout[-2000:]
+    assert Home(s.home).read_active().active["ggml"] == installed
+    kept = "".join(p.read_text() for p in (tmp_path / "z").rglob("*.json"))
+    assert "evil.example" not in kept and "elsewhere" not in kept

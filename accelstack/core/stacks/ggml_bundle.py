@@ -12,9 +12,11 @@ from ...domain import Stack
 from ...errors import Action, UsageError
 from ...events import ProgressCallback, ProgressEvent
 from ...hardware.report import HardwareReport
+from ...limits import MalformedInput, parse_json
 from ...manifests.channels import key_from_file, key_from_id, trust_for
 from ...manifests.ggml_manifest import GgmlManifest
 from ...manifests.resolver import Manifests
+from ...manifests.rollback import RollbackStore
 from ...refs import ArtifactRef
 from ...settings import Channel, Settings
 from ..bundle_file import FORMAT, FORMAT_VERSION, INDEX, MANIFEST, SIGNATURE, BundleError, BundleSummary, OpenedBundle
@@ -125,16 +127,31 @@ def _verifying_keys(channel: Channel, keyid: Optional[str], s: Settings) -> List
     return [key_from_id(keyid, s)] if keyid else []
 
 
-def bundle_channel(index: dict, s: Settings) -> Channel:
+def bundle_channel(index: dict, s: Settings, manifest: bytes = b"") -> Channel:
     """The channel whose keys verify the bundle's manifest: the configured (or remembered) channel of
-    the bundle's channel name, with any ``--trusted-key``; else ``--trusted-key`` (or the global keys)."""
+    the bundle's channel name, with any ``--trusted-key``; else ``--trusted-key`` (or the global keys),
+    named by the manifest's own ``source`` (signed: checked next). The index is not signed (issue 47):
+    its name only picks among channels this machine already knows, whose keys, watermark and bound
+    source then apply; its URL is only where a later ``upgrade`` looks, for manifests that must verify
+    with the same keys under the signed name's watermark."""
     raw = index.get("channel")
     found: dict = raw if isinstance(raw, dict) else {}
     name = found.get("name") if isinstance(found.get("name"), str) else ""
     known = next((c for c in [*configured_channels(s), *remembered_channels(s)] if c.name == name), None) if name else None
     if known is not None:
         return with_keys(known, s.trusted_keys)
-    return Channel(name or "bundle", str(found.get("url", "")) or "bundle", [], list(s.trusted_keys))
+    url = found.get("url") if isinstance(found.get("url"), str) else ""
+    return Channel(_signed_source(manifest) or "bundle", url or "bundle", [], list(s.trusted_keys))
+
+
+def _signed_source(manifest: bytes) -> str:
+    """The ``source`` the manifest's bytes claim ("" when unreadable); its signature is checked next."""
+    try:
+        doc = parse_json(manifest, what="the bundle's manifest", max_depth=64)
+    except MalformedInput:
+        return ""
+    source = doc.get("source") if isinstance(doc, dict) else None
+    return source if isinstance(source, str) and source.isprintable() and 0 < len(source) <= 128 else ""
 
 
 def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Optional[str]) -> InstallSummary:
@@ -142,9 +159,13 @@ def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Opti
     the artifacts it lists read from the bundle, every one hashed into the download cache, then the
     usual install (verify before activate), offline."""
     s = job.settings
-    channel = bundle_channel(opened.index, s)
-    verified = trust_for(channel, s).verify(opened.manifest, opened.signature, f"bundle {what}", expect=STACK,
-                                            record=True)
+    channel = bundle_channel(opened.index, s, opened.manifest)
+    trust = trust_for(channel, s)
+    checked = trust.verify(opened.manifest, opened.signature, f"bundle {what}", expect=STACK, record=False)
+    if checked.keyid is not None:  # whatever name the unsigned index gives: the signed source and key decide
+        RollbackStore(s.rollback_state).refuse_older_signed(checked.manifest.envelope.source,
+                                                            checked.manifest.envelope.version, [checked.keyid])
+    verified = trust.verify(opened.manifest, opened.signature, f"bundle {what}", expect=STACK, record=True)
     manifest = verified.manifest
     assert isinstance(manifest, GgmlManifest)
     save_manifest(s, channel.name, opened.manifest, opened.signature)  # what an offline upgrade or status reads

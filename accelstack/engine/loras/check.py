@@ -255,6 +255,11 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
                            f"{'x'.join(map(str, shape))}: stable-diffusion.cpp aborts on a diff of another size "
                            "(src/lora.hpp get_weight_diff)")
         if "lora_down" in module.roles:
+            if not shape:  # a scalar weight has no rows for the product to add to (issue 47: IndexError)
+                raise InvalidRequestError(
+                    f"the LoRA {name} does not fit this model: its {'_'.join(module.key)} is a lora_down/lora_up pair, "
+                    f"the model's weight a scalar (no dimensions)",
+                    hint="the LoRA was trained for another model family, or the model file is damaged; use one made for this model")
             out_rows, in_count = _product(name, base, module)
             want_rows, want_in = int(shape[0]), _count(shape[1:])
             fits = (out_rows, in_count) == (want_rows, want_in) or (

@@ -4,15 +4,18 @@ starts, from stable-diffusion.cpp 0.4.7's source: the text encoders a family can
 every tensor of an SD ControlNet."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from ...limits import read_capped
 from ...serde import to_dict
 from ...verdict import VerifyCheck, VerifyReport
+from ..errors import OutputPathError
 from ..probes.architecture import Shape, _conv, _linear, _norm, _transformer
 from ..probes.families import DEFAULT_FAMILY
 
-__all__ = ["family_output", "merge_reports", "NEEDED_ENCODERS", "controlnet_tensors", "controlnet_faults"]
+__all__ = ["family_output", "check_family_outputs", "VERIFY_PARAMETERS", "merge_reports", "NEEDED_ENCODERS", "controlnet_tensors", "controlnet_faults"]
 CONTROL_PREFIX = "control_model."  # dropped from a ControlNet's names as it loads (src/name_conversion.cpp)
 
 # The text encoders (data/model_families.json kinds) a family's conditioner cannot do without: at least one
@@ -26,11 +29,31 @@ NEEDED_ENCODERS: Dict[str, Tuple[str, ...]] = {
 }
 
 
+VERIFY_PARAMETERS = b"parameters\x00accelstack probe"  # the text chunk of every probe image verify writes
+
+
 def family_output(output: Union[str, Path], family: str) -> Path:
     """Where a family's probe image goes: ``output`` for SD 1.x, else ``<stem>-<family><suffix>``
     beside it (``verify-cpu.png`` -> ``verify-cpu-flux.png``)."""
     out = Path(output)
     return out if family == DEFAULT_FAMILY else out.with_name(f"{out.stem}-{family}{out.suffix or '.png'}")
+
+
+def check_family_outputs(output: Union[str, Path], families: Sequence[str]) -> None:
+    """A family's image goes to a name the caller did not give (``x.png`` -> ``x-flux.png``): a file
+    there that is not a probe image verify wrote is refused, never replaced (issue 47); an earlier
+    verify's image (its parameters say ``accelstack probe``) is replaced, as ``output`` itself is."""
+    for family in families:
+        path = family_output(output, family)
+        if path == Path(output) or not os.path.lexists(path):
+            continue
+        try:
+            head = read_capped(path, 64 << 10)
+        except OSError:
+            head = b""
+        if not (head.startswith(b"\x89PNG\r\n\x1a\n") and VERIFY_PARAMETERS in head):
+            raise OutputPathError(f"cannot write the {family} probe image to {path}: a file verify did not write is "
+                                  f"there, and only {output} was named", hint="move that file, or name another output")
 
 
 def merge_reports(reports: List[Tuple[str, VerifyReport]], seconds: float) -> VerifyReport:

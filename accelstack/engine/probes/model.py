@@ -64,7 +64,7 @@ from ..errors import ProbeModelError
 from . import layout as probe_layout
 from .architecture import Architecture, Shape, sd1_tensors
 from .gguf import gguf_size, quantized_prefixes, unquantized, write_gguf
-from .owner import OWNER, owner_text, temporary_probe_in_use
+from .owner import OWNER, has_owner, is_probe_folder, owner_text, temporary_probe_in_use
 from .weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
@@ -145,8 +145,8 @@ def _sweep(root: Path) -> List[str]:
     except OSError:
         return removed
     for entry in entries:
-        if not entry.name.startswith(TEMP_PREFIX) or entry.is_symlink() or not entry.is_dir():
-            continue
+        if not entry.name.startswith(TEMP_PREFIX) or entry.is_symlink() or not entry.is_dir() or not has_owner(entry):
+            continue  # without an owner record it is not a probe's folder (a person's, or one a kill left empty)
         if str(entry) in _TEMPORARY or temporary_probe_in_use(entry):
             continue
         shutil.rmtree(entry, ignore_errors=True)
@@ -238,6 +238,9 @@ def ensure_probe(recipe: ProbeRecipe, seed: int, cache_root: Path, progress: Pro
         return found
     try:
         root.mkdir(parents=True, exist_ok=True)
+        if keep and (folder.is_symlink() or (folder.exists() and not is_probe_folder(folder, MARKER))):
+            log.info("%s is not a probe folder accelstack made: a temporary probe is used instead", folder)
+            keep = False  # never replaced: it is someone else's (issue 47)
         if not keep:
             with _SYNTH_LOCK:  # threads of one process (a server) share one temporary probe
                 reused = _reuse_temporary(root, recipe)

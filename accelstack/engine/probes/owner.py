@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...limits import read_capped
 
-__all__ = ["OWNER", "STALE_UNOWNED_SECONDS", "owner_text", "pid_alive", "temporary_probe_in_use"]
+__all__ = ["OWNER", "STALE_UNOWNED_SECONDS", "owner_text", "pid_alive", "temporary_probe_in_use", "has_owner", "is_probe_folder"]
 
 OWNER = ".owner"  # in a temporary probe folder: the process that uses it
 STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
@@ -20,6 +20,32 @@ STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (
 
 def owner_text() -> str:
     return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time()})
+
+
+def _json(path: Path) -> object:
+    try:
+        return json.loads(read_capped(path, 64 << 10))  # a FIFO is refused, never waited on
+    except (OSError, ValueError):
+        return None
+
+
+def has_owner(folder: Path) -> bool:
+    """Whether ``folder`` holds an owner record: what makes a ``.tmp-…`` folder a probe's, ours to sweep
+    (issue 47: a person's folder of that name, with no record, is never removed)."""
+    owner = _json(Path(folder) / OWNER)
+    return isinstance(owner, dict) and isinstance(owner.get("pid"), int) and "host" in owner
+
+
+# The module a probe's marker names in its ``method``: probes written before the engine's rooms name
+# it by its old place, and stay recognised as accelstack's own.
+PROBE_METHOD_MARKS = ("accelstack.engine.probes.model", "accelstack.engine.probe_model")
+
+
+def is_probe_folder(folder: Path, marker: str = "probe.json") -> bool:
+    """Whether ``folder`` holds a probe marker written by :mod:`.model` (its ``method`` names it):
+    only such a folder is replaced by a new probe or purged."""
+    doc = _json(Path(folder) / marker)
+    return isinstance(doc, dict) and isinstance(doc.get("method"), str) and any(m in doc["method"] for m in PROBE_METHOD_MARKS)
 
 
 def pid_alive(pid: int) -> bool:

@@ -38,7 +38,7 @@ from ...verdict import PixelStats, VerifyCheck, VerifyReport
 from ..config import EngineOptions
 from ..errors import EngineError
 from ..generation import check_outputs
-from ..models.family_reports import family_output, merge_reports
+from ..models.family_reports import check_family_outputs, family_output, merge_reports
 from ..png import parameters_text, write_png
 from ..probes.families import DEFAULT_FAMILY, check_families, family_spec
 from ..probes.family_files import ensure_family_probe
@@ -125,6 +125,7 @@ def verify(runtime: Runtime, output: Union[str, Path], *, probe_cache: Path, rec
         return _verify_family(runtime, output, DEFAULT_FAMILY, **kwargs)
     names = check_families(families)
     check_outputs([family_output(output, f) for f in names])
+    check_family_outputs(output, names)
     start = time.perf_counter()
     reports = [(f, _verify_family(runtime, family_output(output, f), f, **kwargs)) for f in names]
     return merge_reports(reports, time.perf_counter() - start)
