@@ -8,7 +8,7 @@
 # every CI service does) a step that still cannot set up fails the run with apt's reason: a green
 # run never hides skipped GPU-path tests. Elsewhere the tests that need it are skipped, and the
 # reasons are printed again at the end of the run, after pytest's summary.
-# Sourced (`source scripts/test.sh`), it only defines its functions (tests/test_issue29_hangs.py).
+# Sourced (`source scripts/test.sh`), it only defines its functions (tests/test_home_files_hangs.py).
 set -euo pipefail
 
 APT_LOCK_TIMEOUT=${APT_LOCK_TIMEOUT:-300}

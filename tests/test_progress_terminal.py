@@ -10,7 +10,7 @@ import sys
 import termios
 import time
 
-from test_issue25_words import render
+from test_words import render
 
 from cli_helpers import REPO, finish_pty
 

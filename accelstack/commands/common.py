@@ -28,7 +28,7 @@ __all__ = ["COMPLETES", "completes", "ACTION_COMMANDS", "ACTION_FLAGS", "ACTION_
 # How the CLI says each action: the library names the step, the command line says how. An error
 # line's ``run`` is a command a person can paste (docs/json.md): a fixed one (``ACTION_COMMANDS``),
 # or the command as typed with one more flag (``ACTION_FLAGS``); the steps that are words to follow
-# (``ACTION_WORDS``) go in its hint. tests/test_issue25_words.py holds every action to that.
+# (``ACTION_WORDS``) go in its hint. tests/test_words.py holds every action to that.
 ACTION_COMMANDS: Dict[str, str] = {
     Action.INSTALL.value: "accelstack install",
     Action.REINSTALL.value: "accelstack install --force",

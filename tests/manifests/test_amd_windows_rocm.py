@@ -1,6 +1,6 @@
 """Issue 27: Radeon on Windows gets AMD's own ROCm builds of PyTorch (TheRock's multi-arch index).
 
-Replayed machines (``windows-amd-*``, made by tests/detect/make_amd_windows_fixtures.py from public
+Replayed machines (``windows-amd-*``, made by tests/hardware/make_amd_windows_fixtures.py from public
 dumps) go through detect -> plan; constructed reports pin down the rules the captures do not cover
 (several GPUs, build-only targets, targets AMD does not build for Windows).
 """

@@ -95,7 +95,7 @@ def _make_fixture():
 
 
 def _probe_json() -> str:
-    """Dump 064's devices as the probe prints them (see tests/detect/test_vulkan_devices.py)."""
+    """Dump 064's devices as the probe prints them (see tests/hardware/test_vulkan_devices.py)."""
     return json.dumps({"loader": "1.3.275", "error": "", "devices": [
         {"index": 0, "name": "llvmpipe (LLVM 17.0.6, 256 bits)", "type": 4, "vendor_id": 0x10005, "device_id": 0,
          "api_version": (1 << 22) | (3 << 12) | 267, "driver_version": 1, "driver_id": 13, "driver_name": "llvmpipe",

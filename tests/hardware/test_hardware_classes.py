@@ -1,6 +1,6 @@
 """Issue 27, detection: the hardware classes real machines' dumps still got wrong.
 
-Each class is replayed from a capture made of a real public dump (tests/detect/make_issue27_fixtures.py);
+Each class is replayed from a capture made of a real public dump (tests/hardware/make_class_fixtures.py);
 the variations a dump does not show are built here with the same CaptureBuilder.
 """
 from __future__ import annotations

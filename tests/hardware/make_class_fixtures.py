@@ -1,10 +1,10 @@
 """Build the issue-27 fixtures (the decision classes real machines still break) from real public dumps.
 
-Same format and README layout as ``tests/detect/make_i11d_fixtures.py`` (whose ``url_readme`` it uses):
+Same format and README layout as ``tests/hardware/make_i11d_fixtures.py`` (whose ``url_readme`` it uses):
 each README names the public dump, what is verbatim from it, what is transcribed and what is assumed.
 
-    .venv/bin/python tests/detect/make_issue27_fixtures.py            # rewrite every issue-27 fixture
-    .venv/bin/python tests/detect/make_issue27_fixtures.py NAME ...   # rewrite some
+    .venv/bin/python tests/hardware/make_class_fixtures.py            # rewrite every issue-27 fixture
+    .venv/bin/python tests/hardware/make_class_fixtures.py NAME ...   # rewrite some
 """
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def main(argv: List[str]) -> int:
     wanted = set(argv)
     for name, (build, readme) in FIXTURES.items():
         if not wanted or name in wanted:
-            build().write(CAPTURES / name, readme.replace("tests/detect/make_i11d_fixtures.py", "tests/detect/make_issue27_fixtures.py"))
+            build().write(CAPTURES / name, readme.replace("tests/hardware/make_i11d_fixtures.py", "tests/hardware/make_class_fixtures.py"))
             print(CAPTURES / name)
     return 0
 

@@ -6,8 +6,8 @@ whether ``C:\\Windows\\System32\\amdhip64_<N>.dll`` exists (newest major first),
 each answer in ``exists``. The dumps are Ollama server logs and an issue's hardware table: their
 ``compute=gfxNNNN driver=…`` facts are transcribed into the PowerShell answer detection reads.
 
-    .venv/bin/python tests/detect/make_amd_windows_fixtures.py          # rewrite every windows-amd fixture
-    .venv/bin/python tests/detect/make_amd_windows_fixtures.py NAME ... # rewrite some
+    .venv/bin/python tests/hardware/make_amd_windows_fixtures.py          # rewrite every windows-amd fixture
+    .venv/bin/python tests/hardware/make_amd_windows_fixtures.py NAME ... # rewrite some
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def rx9070xt_hip6() -> CaptureBuilder:
 
 def readme(name: str, summary: str, url: str, verbatim: List[str], transcribed: List[str], assumed: List[str]) -> str:
     lines = [f"# {name}", "", summary, "", f"- Source (public; a dump in shared/reference/hardware-dumps/ only where named): {url}",
-             f"- Built by `tests/detect/make_amd_windows_fixtures.py`; replay with `accelstack detect --replay tests/fixtures/captures/{name}`.",
+             f"- Built by `tests/hardware/make_amd_windows_fixtures.py`; replay with `accelstack detect --replay tests/fixtures/captures/{name}`.",
              "", "## Verbatim from the public source (byte for byte)", ""]
     lines += [f"- {v}" for v in verbatim] or ["- nothing: the source shows no output that detection reads itself"]
     lines += ["", "## Transcribed (the dump's facts, written as the source detection reads would hold them)", ""]

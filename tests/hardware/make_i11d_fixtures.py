@@ -4,8 +4,8 @@ Same format and README layout as ``tests/fixtures/make_fixture.py`` (whose ``Cap
 ``Fixture`` it uses): outputs detection reads as they are are cut from the dump byte for byte,
 other facts are transcribed, and what the dump does not show is listed as assumed.
 
-    .venv/bin/python tests/detect/make_i11d_fixtures.py            # rewrite every i11d fixture
-    .venv/bin/python tests/detect/make_i11d_fixtures.py NAME ...   # rewrite some
+    .venv/bin/python tests/hardware/make_i11d_fixtures.py            # rewrite every i11d fixture
+    .venv/bin/python tests/hardware/make_i11d_fixtures.py NAME ...   # rewrite some
 """
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def windows_rtx4060_laptop_partial_wmi() -> CaptureBuilder:
 def url_readme(name: str, summary: str, url: str, verbatim: List[str], transcribed: List[str], assumed: List[str]) -> str:
     lines = [f"# {name}", "", summary, "",
              f"- Source (public, not in shared/reference/hardware-dumps/): {url}",
-             f"- Built by `tests/detect/make_i11d_fixtures.py`; replay with `accelstack detect --replay tests/fixtures/captures/{name}`.",
+             f"- Built by `tests/hardware/make_i11d_fixtures.py`; replay with `accelstack detect --replay tests/fixtures/captures/{name}`.",
              "", "## Verbatim from the public source (byte for byte)", ""]
     lines += [f"- {v}" for v in verbatim]
     lines += ["", "## Transcribed (the dump's facts, written as the source detection reads would hold them)", ""]
@@ -294,7 +294,7 @@ def main(argv: List[str]) -> int:
             print(CAPTURES / name)
     for fx in FIXTURES:
         if not wanted or fx.name in wanted:
-            readme = fx.readme().replace("tests/fixtures/make_fixture.py", "tests/detect/make_i11d_fixtures.py")
+            readme = fx.readme().replace("tests/fixtures/make_fixture.py", "tests/hardware/make_i11d_fixtures.py")
             fx.build().write(CAPTURES / fx.name, readme)
             print(CAPTURES / fx.name)
     return 0

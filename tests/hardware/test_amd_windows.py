@@ -2,7 +2,7 @@
 
 The gfx target comes from the PCI device id (amd.json), the HIP runtime from the driver's
 ``amdhip64_<N>.dll`` in the system directory, read through the ``System`` object so captures
-record it (fixtures made by tests/detect/make_amd_windows_fixtures.py from public dumps).
+record it (fixtures made by tests/hardware/make_amd_windows_fixtures.py from public dumps).
 """
 from __future__ import annotations
 
