@@ -31,8 +31,16 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 try:
     from ..probes.layout import probe_weights, split_parts
-except ImportError:  # run as a script: its folder is first on sys.path
-    from probe_layout import probe_weights, split_parts  # type: ignore[no-redef,import-not-found]
+except ImportError:  # run as a script in the target interpreter: the probes' layout module, loaded by its file
+    import importlib.util
+    from pathlib import Path
+
+    _spec = importlib.util.spec_from_file_location("_accelstack_probe_layout",
+                                                   Path(__file__).resolve().parents[1] / "probes" / "layout.py")
+    assert _spec is not None and _spec.loader is not None
+    _layout = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_layout)
+    probe_weights, split_parts = _layout.probe_weights, _layout.split_parts
 
 __all__ = ["DEVICE_ORDER", "HALF_KINDS", "TOLERANCES", "RESULT_MARK", "pick_device", "workload", "build_probe_pipeline",
            "fixed_prompt_embeds", "diffusers_step", "run_check", "engine_modules", "EngineModules", "main"]
