@@ -521,7 +521,7 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     def interrupt_when_both_are_stuck():
         while not release.is_set():  # however slow the machine, both downloads reach the gate
             if all(server.hits(f"/f{i}") and server.hits(f"/f{i}")[0].sent >= 100_000 for i in range(2)):
-                time.sleep(0.1)
+                time.sleep(0.5)  # both stuck at the gate, their bytes on the way to the .part files
                 _thread.interrupt_main()
                 return
             time.sleep(0.01)
@@ -538,13 +538,16 @@ def test_ctrl_c_stops_workers_quickly_and_keeps_parts_for_resume(server, cache, 
     finally:
         watchdog.cancel()
         release.set()
+    # the parts keep what had arrived (all 100,000 bytes on a quiet machine; on a loaded one the client may
+    # still have been reading the last of them), and the next run resumes from there
+    kept = {ref.sha256: cache.part_size(ref.sha256) for ref in refs}
     for ref in refs:
         assert_nothing_final(cache, ref)
-        assert cache.part_size(ref.sha256) == 100_000, "partial files are kept for the next run"
+        assert 0 < kept[ref.sha256] <= 100_000, "partial files are kept for the next run"
     paths = fetch(refs, cache=cache, offline=False, transport=slow, retry=retry)
     for i, ref in enumerate(refs):
         assert paths[ref.sha256].read_bytes() == payload(SIZE, seed=20 + i)
-        assert server.hits(f"/f{i}")[-1].range_start == 100_000
+        assert server.hits(f"/f{i}")[-1].range_start == kept[ref.sha256]
 
 
 # -- hash formats (issue 10) ---------------------------------------------------------------------
