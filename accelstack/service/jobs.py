@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from .. import core
-from ..core import direct
+from ..core import direct, job_folders
 from ..core.installing import install as install_runtime
 from ..errors import AccelstackError
 from ..serde import to_dict
@@ -60,7 +60,7 @@ GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", 
 IMAGE_FIELDS = ("init_image", "control_image")  # of GENERATE_FILES: images, the rest weights files
 WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
-MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
+MAX_FINISHED_JOBS = 100  # finished jobs kept (a forgotten job's folder, its images, goes with it)
 MAX_QUEUED = 16  # jobs of one kind waiting to run (home-changing kinds: one queued or running at all)
 
 
@@ -74,7 +74,7 @@ class Jobs:
         self.models_dir = models_dir
         self.describe = describe
         self.listener = listener
-        self.root = settings.state_dir / "service" / "jobs"
+        self.root = job_folders.jobs_root(settings.state_dir)
         self._jobs: Dict[str, Job] = {}  # in submission order: the runner takes the first queued one
         self._lock = threading.RLock()  # re-entrant: a signal handler (cancel_all) may land while the loop holds it
         self._wake = threading.Condition(self._lock)  # a job was queued, or the service is stopping
@@ -83,6 +83,10 @@ class Jobs:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        """Remove what stopped services left (their job folders), then take jobs."""
+        removed, _ = job_folders.sweep(self.root)
+        if removed:
+            log.info("removed %d job folders a stopped service left", len(removed))
         self._thread.start()
 
     def cancel_all(self) -> None:
@@ -178,9 +182,14 @@ class Jobs:
         self._tell(job)
 
     def _evict(self) -> None:
+        """Forget the oldest finished jobs past the limit, and remove their folders (their images)."""
         finished = [j for j in self._jobs.values() if j.done]
         for j in finished[: max(0, len(finished) - MAX_FINISHED_JOBS)]:
             del self._jobs[j.id]
+            try:
+                job_folders.remove(j.outdir)
+            except OSError as exc:
+                log.warning("could not remove job %s's folder %s (%s)", j.id, j.outdir, exc.strerror or exc)
 
     def _next(self) -> Optional[Job]:
         """The first queued job, waiting for one; None once the service stops."""
@@ -206,7 +215,7 @@ class Jobs:
             log.info("job %s (%s) started", job.id, job.kind)
             self._tell(job)
             try:
-                job.outdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                job_folders.claim(job.outdir)  # marked as this service's: removed when the job is forgotten
                 result = call(job.progress)
             except AccelstackError as exc:
                 state = "cancelled" if isinstance(exc, JobCancelled) or job.cancel_requested.is_set() else "failed"
