@@ -248,26 +248,27 @@ class Jobs:
             stack = o.stack()
             backend, force, dry_run, reqs = o.backend(), o.flag("force"), o.flag("dry_run"), o.strings("requirements")
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
+            verifier = core.default_verifier(s, out / "verify.png", keep_probe=False)  # torch: its check in the target (no image)
             return lambda progress: install_runtime(None, stack=stack, requirements=reqs, backend=backend, report=self.report(),
                                                     settings=s, verifier=verifier, force=force, dry_run=dry_run,
                                                     on_progress=progress)
         if job.kind == "upgrade":
             stack, backend = o.stack(), o.backend()
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
+            verifier = core.default_verifier(s, out / "verify.png", keep_probe=False)  # torch: its check in the target (no image)
             return lambda progress: core.upgrade(stack=stack, report=self.report(), settings=s, backend=backend,
                                                  verifier=verifier, on_progress=progress)
         if job.kind == "repair":
             o.done()
-            return lambda progress: core.repair(settings=s, verifier=core.default_verifier(s, out / "verify.png"),
+            return lambda progress: core.repair(settings=s, verifier=core.default_verifier(s, out / "verify.png", keep_probe=False),
                                                 on_progress=progress)
         if job.kind == "verify":
             stack = o.stack()
             extra = self._verify_families(o, stack)  # the model families an app ships, as verify --family
             o.done()
+            # verified once, as the CLI's verify: the 1 GB probe goes when the verify ends, not with the service
             return lambda progress: core.verify(stack=stack, settings=s, output=out / "verify.png", on_progress=progress,
-                                                **extra)
+                                                keep_probe=False, **extra)
         return self._prepare_generate(o, out)
 
     @staticmethod
