@@ -10,8 +10,9 @@ Jobs run in submission order, one at a time. A job that changes the runtime home
 repair, upgrade) is refused (``JobConflict``) while another such job is queued or running: a
 second one would only repeat or fight the first. At most ``MAX_QUEUED`` jobs of a kind wait
 (``QueueFull``, a 429, past it), and a finished job beyond the ``MAX_FINISHED_JOBS`` most recent
-is forgotten as soon as another one ends, so the table stays bounded whatever clients send.
-The job itself (state, events, images) is :mod:`.job_state`'s.
+is forgotten as soon as another one ends, so the table stays bounded whatever clients send; its
+folder (its images) goes with it, and what a stopped service left goes at the next start
+(:mod:`accelstack.core.job_folders`). The job itself (state, events, images) is :mod:`.job_state`'s.
 
 Cancelling sets a flag that the job's progress callback turns into :class:`JobCancelled` at
 the job's next progress event (the core has no cancel of its own); the core undoes what it

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from accelstack.serde import size_text
 from accelstack.settings import Settings
 
 from service_helpers import REPO, service_env
@@ -48,6 +49,8 @@ def test_a_service_verify_removes_its_probe_when_it_ends(start_service, cpu_home
     infos = {c["name"]: c for c in json.loads(r.stdout.splitlines()[-1])["result"]["caches"]}
     kinds = {e["kind"] for e in infos["probe"]["entries"]}
     assert kinds == {"probe pools"}, infos["probe"]["entries"]
-    said = re.search(r"(\d+) MB of value pools stay cached", (REPO / "README.md").read_text(encoding="utf-8"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"(\d+) MB of value pools stay cached, ([\d.]+ MiB) in `accelstack cache list`", readme)
     assert said is not None and round(infos["probe"]["size"] / 1e6) == int(said[1]), \
         f"README says {said and said[0]!r}; the probe cache holds {infos['probe']['size']} bytes"
+    assert said[2] == size_text(infos["probe"]["size"])
