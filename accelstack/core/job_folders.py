@@ -38,8 +38,10 @@ def jobs_root(state_dir: Path) -> Path:
 
 
 def _started(pid: int) -> float:
+    """When process ``pid`` started (0: no such process, or one killed and not yet reaped)."""
     try:
-        return psutil.Process(pid).create_time()
+        proc = psutil.Process(pid)
+        return 0.0 if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
     except (psutil.Error, OSError):
         return 0.0
 
@@ -77,20 +79,21 @@ def in_use(mark: Dict[str, Any]) -> bool:
     """Whether the service that wrote ``mark`` may still run (another host: assumed so)."""
     if mark.get("host") != socket.gethostname():
         return True
-    pid = mark["pid"]
-    if not psutil.pid_exists(pid):
+    started = _started(mark["pid"])
+    if not started:
         return False
-    started = _started(pid)
     recorded = mark.get("started")
-    return not (isinstance(recorded, (int, float)) and started > recorded + 1)  # a later process with its pid
+    return not (isinstance(recorded, (int, float)) and recorded > 0 and started > recorded + 1)  # a later process, same pid
 
 
 def left(root: Path) -> List[Tuple[Path, bool]]:
     """(folder, its service still runs) for each marked job folder under ``root``."""
-    if not real_dir(root):
+    try:
+        names = sorted(os.listdir(root)) if real_dir(root) else []
+    except OSError:  # unreadable: nothing is removed
         return []
     out = []
-    for name in sorted(os.listdir(root)):
+    for name in names:
         mark = owner(root / name)
         if mark is not None:
             out.append((root / name, in_use(mark)))

@@ -10,8 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List
+
+import psutil
 
 from accelstack.service.jobs import MAX_FINISHED_JOBS
 from accelstack.settings import Settings
@@ -104,3 +107,15 @@ def test_the_next_start_removes_what_a_stopped_service_left_and_a_running_ones_s
     assert live.is_dir()
     assert cli(home, cache, "cache", "purge", "service", "--yes")["removed"] == [str(live)]
     assert not live.exists()
+
+
+def test_a_killed_service_not_yet_reaped_is_not_running(start_service, tmp_path):
+    """A SIGKILLed service whose parent has not reaped it (a zombie) keeps its pid: its folders go all the same."""
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    svc = start_service(home=home, cache=cache)
+    left = jobs_dir(home) / ended_job(svc)
+    os.kill(svc.proc.pid, signal.SIGKILL)
+    while psutil.Process(svc.proc.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+    assert cli(home, cache, "gc")["service_jobs_removed"] == [str(left)]
+    assert not left.exists()
