@@ -54,7 +54,7 @@ COMMAND_TABLE: Tuple[Tuple[str, str, str], ...] = (
     ("channel", "channel", "list, add and remove channels: where signed prebuilt runtimes come from"),
     ("bundle", "bundle", "make an offline bundle: a channel's signed manifest and its builds (or a torch plan's "
      "wheels) in one file"),
-    ("cache", "cache", "list and purge the download, build, probe and verify caches"),
+    ("cache", "cache", "list and purge the download, build, probe, verify, detect and service caches"),
     ("doctor", "doctor", "everything a support request needs: versions, paths, channels, runtimes, caches, tools, "
      "hardware"),
     ("completion", "completion", "print a shell completion script (bash, zsh, fish or PowerShell)"),

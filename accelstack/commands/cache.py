@@ -16,10 +16,11 @@ __all__ = ["register", "run_list", "run_purge"]
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cache",
-        help="list and purge the download, build, probe and verify caches",
-        description="accelstack keeps four caches outside the runtime home: downloads (verified runtime "
+        help="list and purge the download, build, probe, verify, detect and service caches",
+        description="accelstack keeps these caches: downloads (verified runtime "
         "archives), builds (ggml runtimes compiled here, and their source), probe (the verify probe model's "
-        "value pools) and verify (verify's probe images, and the records that let a later verify generate once). "
+        "value pools), verify (verify's probe images, and the records that let a later verify generate once), "
+        "detect (the kept Vulkan enumeration) and service (the job folders of services that have stopped). "
         "Everything in them can be made again. `list` shows where each is and how much it holds; `purge` removes "
         "what accelstack wrote there, and nothing else (no links, no files of yours, never the runtime home).",
         epilog="examples:\n"
@@ -75,7 +76,7 @@ def run_list(args: argparse.Namespace) -> int:
             lines.append(f"{'':<10} left alone (not written by accelstack): {', '.join(info.other[:5])}"
                          + (f" and {len(info.other) - 5} more" if len(info.other) > 5 else ""))
     total = sum(i.size for i in infos)
-    lines.append(f"total {size_text(total)}; remove with `accelstack cache purge [downloads|builds|probe|verify|all]`")
+    lines.append(f"total {size_text(total)}; remove with `accelstack cache purge [{'|'.join(CACHES)}|all]`")
     emit(args, {"caches": infos, "total_size": total}, "\n".join(lines))
     return 0
 

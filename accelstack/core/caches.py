@@ -16,6 +16,8 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
     process killed while writing it). ``verify --family F`` adds ``pools-<family>-f<N>-s<seed>-<dtype>.bin``
     and, when kept, ``<family>-f<N>-s<seed>/`` (:mod:`accelstack.engine.probes.family_files`), for the
     families verify knows only.
+``service`` (``Settings.state_dir``/service/jobs)
+    job folders (images) stopped services left (:mod:`.job_folders`); a running service's are kept.
 ``verify`` (``Settings.verify_dir``)
     ``verify-<backend>.png``, the last probe image of each backend, and ``image-<32 hex>.json``,
     the digest of a probe image a passing verify saw (:mod:`accelstack.engine.probes.record`): a
@@ -49,18 +51,20 @@ from ..publisher.build_cache import is_slot
 from ..serde import size_text
 from ..settings import Settings
 from . import cache_marks as marks
+from . import job_folders
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
 
 log = logging.getLogger(__name__)
 
-CACHES = ("downloads", "builds", "probe", "verify", "detect")
+CACHES = ("downloads", "builds", "probe", "verify", "detect", "service")
 DESCRIPTIONS = {
     "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
     "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
     "probe": "the verify probe model's value pools (and any kept probe); made again when needed (seconds)",
     "verify": "verify's last probe images and its records of them; without a record the next verify generates twice",
     "detect": "detection's kept Vulkan enumeration; without it the next detect starts the Vulkan drivers again (~0.2 s)",
+    "service": "the job folders (images) of stopped services; a running service's are in use, kept",
 }
 
 _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
@@ -87,7 +91,7 @@ class CacheEntry:
     path: str
     size: int
     kind: str  # "blob", "partial download", "hash record", "build", "source", "probe model", "probe pools", ...
-    busy: bool = False  # another process holds its lock now (checked only when purging)
+    busy: bool = False  # in use by a running service (another process's lock: checked only when purging)
 
 
 @dataclass
@@ -137,10 +141,7 @@ def tree_size(path: Path) -> int:
 
 
 def _real_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+    return job_folders.real_dir(path)
 
 
 def _children(directory: Path) -> List[Tuple[str, os.stat_result]]:
@@ -269,8 +270,17 @@ def _detect(s: Settings) -> CacheInfo:
                                                    (_UNFINISHED, "unfinished write", marks.unfinished_write)])
 
 
+def _service(s: Settings) -> CacheInfo:
+    root = job_folders.jobs_root(s.state_dir)
+    info = CacheInfo("service", str(root), DESCRIPTIONS["service"], exists=_real_dir(root))
+    for folder, running in job_folders.left(root):
+        info.entries.append(CacheEntry(folder.name, str(folder), tree_size(folder),
+                                       f"job folder (its service {'is running' if running else 'stopped'})", busy=running))
+    return info
+
+
 _READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,
-                                                        "verify": _verify, "detect": _detect}
+                                                        "verify": _verify, "detect": _detect, "service": _service}
 
 
 def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] = None) -> List[CacheInfo]:
@@ -343,8 +353,8 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
             if _holds(path, s.home):
                 report.kept.append(f"{path}: holds the runtime home {s.home}")
                 continue
-            if entry.name in probe_live:
-                report.kept.append(f"{path}: in use by a running verify")
+            if entry.name in probe_live or entry.busy:
+                report.kept.append(f"{path}: in use by a running {'verify' if entry.name in probe_live else 'service'}")
                 continue
             lock_path = _lock_path(info.name, entry)
             if dry_run:
@@ -363,7 +373,7 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
                 continue
             try:
                 size = tree_size(path)
-                _remove(path)
+                (job_folders.remove if info.name == "service" else _remove)(path)
             except OSError as exc:
                 report.kept.append(f"{path}: {exc.strerror or exc}")
                 continue

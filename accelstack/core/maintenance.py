@@ -24,6 +24,8 @@ from ..installer.recovery import active_or_rebuild, finish_removals, readable_re
 from ..installer.repair import RepairReport, unrepairable_error
 from ..installer.transaction import Verifier
 from ..settings import Settings
+from . import job_folders
+from .caches import cache_infos
 from .context import home_of, prepare_home
 from .detection import detect
 from .installing import install
@@ -146,15 +148,13 @@ def disk_usage(path: Path, skip: Sequence[Path] = ()) -> int:
 
 
 def cache_usage(s: Settings) -> List[SpaceUse]:
-    """The download, build, probe and verify caches with their sizes (nested caches counted once)."""
-    nested = [p for p in (s.build_cache, s.probe_cache, s.verify_dir) if s.cache in p.parents]
-    return [SpaceUse("downloads", str(s.cache), disk_usage(s.cache, nested) if s.cache.is_dir() else 0),
-            SpaceUse("builds", str(s.build_cache), disk_usage(s.build_cache) if s.build_cache.is_dir() else 0,
-                     "local stable-diffusion.cpp builds, reused by the next install"),
-            SpaceUse("probe", str(s.probe_cache), disk_usage(s.probe_cache) if s.probe_cache.is_dir() else 0,
-                     "the verify probe model"),
-            SpaceUse("verify", str(s.verify_dir), disk_usage(s.verify_dir) if s.verify_dir.is_dir() else 0,
-                     "verify's probe images and its records of them")]
+    """The download, build, probe and verify caches with their sizes, measured as ``accelstack cache
+    list`` measures them (:func:`.caches.cache_infos`: accelstack's entries, never a lock file or a
+    file of the user's), so ``gc``, ``uninstall`` and ``cache list`` say the same size."""
+    notes = {"builds": "local stable-diffusion.cpp builds, reused by the next install", "probe": "the verify probe model",
+             "verify": "verify's probe images and its records of them"}
+    return [SpaceUse(i.name, i.path, i.size, notes.get(i.name, ""))
+            for i in cache_infos(s, ["downloads", "builds", "probe", "verify"])]
 
 
 def uninstall_preview(*, stack: str = "ggml", settings: Optional[Settings] = None) -> UninstallPreview:
@@ -185,7 +185,8 @@ def uninstall_preview(*, stack: str = "ggml", settings: Optional[Settings] = Non
 
 
 def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None) -> maintenance.GcReport:
-    """Remove inactive runtimes (keeping the previous one) and downloads no home needs any more."""
+    """Remove inactive runtimes (keeping the previous one), downloads no home needs any more, and
+    the job folders of services that have stopped."""
     s = settings or Settings.resolve()
     home, lock = prepare_home(s, "gc", on_progress or null_progress)
     with lock:
@@ -197,6 +198,8 @@ def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCal
         recover(home)  # may un-name an incomplete active runtime: gc still keeps its directory
         rep = maintenance.gc(home, Cache(s.cache), named_before=before)
         rep.removals_finished = [_discarded_name(n) for n in finished]
+        rep.service_jobs_removed, freed = job_folders.sweep(job_folders.jobs_root(s.state_dir))  # a running one's stay
+        rep.bytes_freed += freed
         return rep
 
 

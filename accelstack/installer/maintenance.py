@@ -231,6 +231,7 @@ class GcReport:
     blobs_removed: List[str] = field(default_factory=list)
     blobs_kept_shared: List[str] = field(default_factory=list)  # still named by another home using this cache
     other_homes: List[str] = field(default_factory=list)
+    service_jobs_removed: List[str] = field(default_factory=list)  # job folders of services that have stopped
     bytes_freed: int = 0
 
 

@@ -10,8 +10,9 @@ Jobs run in submission order, one at a time. A job that changes the runtime home
 repair, upgrade) is refused (``JobConflict``) while another such job is queued or running: a
 second one would only repeat or fight the first. At most ``MAX_QUEUED`` jobs of a kind wait
 (``QueueFull``, a 429, past it), and a finished job beyond the ``MAX_FINISHED_JOBS`` most recent
-is forgotten as soon as another one ends, so the table stays bounded whatever clients send.
-The job itself (state, events, images) is :mod:`.job_state`'s.
+is forgotten as soon as another one ends, so the table stays bounded whatever clients send; its
+folder (its images) goes with it, and what a stopped service left goes at the next start
+(:mod:`accelstack.core.job_folders`). The job itself (state, events, images) is :mod:`.job_state`'s.
 
 Cancelling sets a flag that the job's progress callback turns into :class:`JobCancelled` at
 the job's next progress event (the core has no cancel of its own); the core undoes what it
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from .. import core
-from ..core import direct
+from ..core import direct, job_folders
 from ..core.installing import install as install_runtime
 from ..errors import AccelstackError
 from ..serde import to_dict
@@ -60,7 +61,7 @@ GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", 
 IMAGE_FIELDS = ("init_image", "control_image")  # of GENERATE_FILES: images, the rest weights files
 WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
-MAX_FINISHED_JOBS = 100  # finished jobs kept in memory (their images stay on disk)
+MAX_FINISHED_JOBS = 100  # finished jobs kept (a forgotten job's folder, its images, goes with it)
 MAX_QUEUED = 16  # jobs of one kind waiting to run (home-changing kinds: one queued or running at all)
 
 
@@ -74,7 +75,7 @@ class Jobs:
         self.models_dir = models_dir
         self.describe = describe
         self.listener = listener
-        self.root = settings.state_dir / "service" / "jobs"
+        self.root = job_folders.jobs_root(settings.state_dir)
         self._jobs: Dict[str, Job] = {}  # in submission order: the runner takes the first queued one
         self._lock = threading.RLock()  # re-entrant: a signal handler (cancel_all) may land while the loop holds it
         self._wake = threading.Condition(self._lock)  # a job was queued, or the service is stopping
@@ -83,6 +84,10 @@ class Jobs:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        """Remove what stopped services left (their job folders), then take jobs."""
+        removed, _ = job_folders.sweep(self.root)
+        if removed:
+            log.info("removed %d job folders a stopped service left", len(removed))
         self._thread.start()
 
     def cancel_all(self) -> None:
@@ -178,9 +183,14 @@ class Jobs:
         self._tell(job)
 
     def _evict(self) -> None:
+        """Forget the oldest finished jobs past the limit, and remove their folders (their images)."""
         finished = [j for j in self._jobs.values() if j.done]
         for j in finished[: max(0, len(finished) - MAX_FINISHED_JOBS)]:
             del self._jobs[j.id]
+            try:
+                job_folders.remove(j.outdir)
+            except OSError as exc:
+                log.warning("could not remove job %s's folder %s (%s)", j.id, j.outdir, exc.strerror or exc)
 
     def _next(self) -> Optional[Job]:
         """The first queued job, waiting for one; None once the service stops."""
@@ -206,7 +216,7 @@ class Jobs:
             log.info("job %s (%s) started", job.id, job.kind)
             self._tell(job)
             try:
-                job.outdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                job_folders.claim(job.outdir)  # marked as this service's: removed when the job is forgotten
                 result = call(job.progress)
             except AccelstackError as exc:
                 state = "cancelled" if isinstance(exc, JobCancelled) or job.cancel_requested.is_set() else "failed"
@@ -239,26 +249,27 @@ class Jobs:
             stack = o.stack()
             backend, force, dry_run, reqs = o.backend(), o.flag("force"), o.flag("dry_run"), o.strings("requirements")
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
+            verifier = core.default_verifier(s, out / "verify.png", keep_probe=False)  # torch: its check in the target (no image)
             return lambda progress: install_runtime(None, stack=stack, requirements=reqs, backend=backend, report=self.report(),
                                                     settings=s, verifier=verifier, force=force, dry_run=dry_run,
                                                     on_progress=progress)
         if job.kind == "upgrade":
             stack, backend = o.stack(), o.backend()
             o.done()
-            verifier = core.default_verifier(s, out / "verify.png")  # torch: its check in the target (no image)
+            verifier = core.default_verifier(s, out / "verify.png", keep_probe=False)  # torch: its check in the target (no image)
             return lambda progress: core.upgrade(stack=stack, report=self.report(), settings=s, backend=backend,
                                                  verifier=verifier, on_progress=progress)
         if job.kind == "repair":
             o.done()
-            return lambda progress: core.repair(settings=s, verifier=core.default_verifier(s, out / "verify.png"),
+            return lambda progress: core.repair(settings=s, verifier=core.default_verifier(s, out / "verify.png", keep_probe=False),
                                                 on_progress=progress)
         if job.kind == "verify":
             stack = o.stack()
             extra = self._verify_families(o, stack)  # the model families an app ships, as verify --family
             o.done()
+            # verified once, as the CLI's verify: the 1 GB probe goes when the verify ends, not with the service
             return lambda progress: core.verify(stack=stack, settings=s, output=out / "verify.png", on_progress=progress,
-                                                **extra)
+                                                keep_probe=False, **extra)
         return self._prepare_generate(o, out)
 
     @staticmethod

@@ -3,7 +3,7 @@ cached CPU ggml build and the cached probe model with the rest of the suite."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -25,8 +25,8 @@ def start_service(tmp_path) -> Callable[..., Service]:
     """Start services (``start_service(home=..., *args)``); every one is stopped after the test."""
     started: List[Service] = []
 
-    def start(*args: str, home: Path = None, cache: Path = None) -> Service:  # type: ignore[assignment]
-        svc = Service(home or tmp_path / "home", cache or tmp_path / "cache", *args)
+    def start(*args: str, home: Path = None, cache: Path = None, env: Dict[str, str] = None) -> Service:  # type: ignore[assignment]
+        svc = Service(home or tmp_path / "home", cache or tmp_path / "cache", *args, env=env)
         started.append(svc)
         return svc
 

@@ -17,9 +17,10 @@ START_TIMEOUT = 60.0
 JOB_TIMEOUT = 240.0
 
 
-def service_env(home: Path, cache: Path) -> Dict[str, str]:
-    """The session's isolated environment (build and probe caches shared) with this test's home and cache."""
-    env = {**os.environ, "ACCELSTACK_HOME": str(home), "ACCELSTACK_CACHE": str(cache)}
+def service_env(home: Path, cache: Path, **extra: str) -> Dict[str, str]:
+    """The session's isolated environment (build and probe caches shared) with this test's home and
+    cache, and ``extra`` variables (a probe cache of the test's own)."""
+    env = {**os.environ, "ACCELSTACK_HOME": str(home), "ACCELSTACK_CACHE": str(cache), **extra}
     for name in ("ACCELSTACK_OFFLINE", "ACCELSTACK_DEBUG", "ACCELSTACK_MANIFESTS", "ACCELSTACK_BACKEND"):
         env.pop(name, None)
     return env
@@ -28,12 +29,13 @@ def service_env(home: Path, cache: Path) -> Dict[str, str]:
 class Service:
     """One running service: its announced URL, its token, and helpers for requests and events."""
 
-    def __init__(self, home: Path, cache: Path, *args: str, preexec_fn: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, home: Path, cache: Path, *args: str, preexec_fn: Optional[Callable[[], None]] = None,
+                 env: Optional[Dict[str, str]] = None) -> None:
         self.home = home
         self.stderr_path = home.parent / f"serve-{id(self)}.err"
         self.stderr_file = open(self.stderr_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "accelstack", "serve", "--json", *args],
-                                     env=service_env(home, cache), stdout=subprocess.PIPE, stderr=self.stderr_file,
+                                     env=service_env(home, cache, **(env or {})), stdout=subprocess.PIPE, stderr=self.stderr_file,
                                      text=True, cwd=str(REPO), preexec_fn=preexec_fn)
         line = _readline(self.proc, START_TIMEOUT)
         if not line:
