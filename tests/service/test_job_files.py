@@ -29,7 +29,10 @@ def jobs_dir(home: Path) -> Path:
 
 
 def cli(home: Path, cache: Path, *args: str) -> Dict[str, Any]:
-    r = subprocess.run([sys.executable, "-m", "accelstack", *args, "--json"], env=service_env(home, cache), cwd=str(REPO),
+    """The real CLI on this test's home and caches: its own build and probe caches too, so that a
+    `cache purge all` here never empties the session's shared ones (the CPU build other tests use)."""
+    env = service_env(home, cache, ACCELSTACK_BUILD_CACHE=str(cache / "builds"), ACCELSTACK_PROBE_CACHE=str(cache / "probe"))
+    r = subprocess.run([sys.executable, "-m", "accelstack", *args, "--json"], env=env, cwd=str(REPO),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])["result"]
