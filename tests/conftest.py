@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,20 @@ def _isolate_from_the_user_dirs() -> None:
 
 
 _isolate_from_the_user_dirs()
+
+
+def _ctrl_c_as_a_terminal_gives_it() -> None:
+    """The tests of Ctrl-C send SIGINT to real commands (and to this process) and expect what a person
+    at a terminal gets. A test run started in the background by a shell without job control (`cmd &`
+    in a script, as a CI harness may) inherits SIGINT *ignored*, and an ignored signal stays ignored
+    across exec: every command those tests start then never sees the Ctrl-C (exit 0 or 1, not 130),
+    however fast the machine. The session takes Python's own handler back, so its commands start with
+    the default, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_ctrl_c_as_a_terminal_gives_it()
 FIXTURES = REPO / "tests" / "fixtures"
 
 
