@@ -70,7 +70,9 @@ def test_ggml_with_a_manifest_file(report_file, capsys):
 def test_ggml_without_manifest_says_what_to_build(report_file, capsys):
     assert main(["plan", "--hardware", str(report_file)]) == 0
     out = capsys.readouterr().out
-    assert "[needs-build]" in out and "local build needed:" in out and "sm=12.0" in out
+    decision = next(line for line in out.splitlines() if line.startswith("decision:"))
+    assert "[needs-build]" in decision and "local build needed:" in out and "sm 12.0" in decision
+    assert out.count("sm 12.0") == 1 and "sm=12.0" not in out  # the build's features are said once, in the decision
 
 
 def test_bad_inputs_are_clear_errors(tmp_path, report_file, capsys):

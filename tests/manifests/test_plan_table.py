@@ -25,7 +25,7 @@ FIXTURES = {
     "i11d-windows-adl-uhd46a3-rtx4060-laptop":   ("cu130", ">=2.14", "cuda", None),
     "i11d-windows-rtx4060-laptop-partial-wmi":   ("cu118", "~=2.7.0", "cuda", None),    # driver unread: the CUDA build with the oldest driver floor, both stacks (issues 27, 42)
     "linux-amd-phoenix-780m-npu-amdxdna":        ("cpu", ">=2.14", "cpu", None),        # the XDNA NPU is no GPU; gfx1103 without /dev/kfd
-    "linux-intel-max1100-pvc-dkms":              ("xpu", ">=2.15", "cpu", "sycl"),      # Data Center GPU Max 1100 (Xe-HPC), named from its PCI id
+    "linux-intel-max1100-pvc-dkms":              ("xpu", ">=2.14", "cpu", "sycl"),      # Data Center GPU Max 1100 (Xe-HPC), named from its PCI id
     "linux-intel-meteorlake-7d55-npu":           ("xpu", ">=2.14", "cpu", "sycl"),      # Meteor Lake iGPU (integrated), its NPU no GPU
     "linux-nvidia-gtx680-331":                   ("cpu", ">=2.14", "cpu", None),        # sm_30: no torch CUDA wheel has its kernels
     "linux-nvidia-no-devices-rtx3090-550":       ("cpu", ">=2.14", "cpu", None),        # driver loaded, GPU not initialized
@@ -63,7 +63,7 @@ FIXTURES = {
     "windows-intel-uhd-cometlake":               ("directml", "~=2.4.0", "vulkan", None),
     "windows-nvidia-gtx1080ti-531":              ("cu126", ">=2.14", "cuda", None),     # sm_60 SASS; 531.14 >= 527.41
     "windows-nvidia-rtx4060-591":                ("cu130", ">=2.14", "cuda", None),
-    "windows-nvidia-rtx4060-laptop-595":         ("cu132", ">=2.15", "cuda", None),     # R595 reports CUDA 13.2 on Windows too (issue 42)
+    "windows-nvidia-rtx4060-laptop-595":         ("cu132", ">=2.14", "cuda", None),     # R595 reports CUDA 13.2 on Windows too (issue 42)
     "windows-ryzen-igpu-arc-b580":               ("xpu", ">=2.14", "vulkan", "sycl"),
     "windows7-laptop-intel-hd-quadro-m2000m-441": ("cpu", ">=2.14", "vulkan", None),     # driver CUDA 10.2: local CUDA build rejected
     "wsl2-nvidia-rtx3060-laptop":                ("cu126", ">=2.14", "cuda", None),
