@@ -128,11 +128,7 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
 
 
 def main(argv: List[str]) -> int:
-    for name, (build, text) in FIXTURES.items():
-        if not argv or name in argv:
-            build().write(CAPTURES / name, text)
-            print(CAPTURES / name)
-    return 0
+    return mf.write_built(FIXTURES, argv)
 
 
 if __name__ == "__main__":

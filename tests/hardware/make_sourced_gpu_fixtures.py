@@ -8,18 +8,12 @@ each README names the public dump, what is verbatim from it, what is transcribed
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("accelstack_make_i11d", HERE / "make_i11d_fixtures.py")
-assert _spec and _spec.loader
-i11d = sys.modules.get("accelstack_make_i11d") or importlib.util.module_from_spec(_spec)
-if "accelstack_make_i11d" not in sys.modules:
-    sys.modules["accelstack_make_i11d"] = i11d
-    _spec.loader.exec_module(i11d)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its generator beside it
+import make_i11d_fixtures as i11d  # noqa: E402
 
 mf = i11d.mf
 CaptureBuilder, CAPTURES, MIB, GIB = mf.CaptureBuilder, mf.CAPTURES, mf.MIB, mf.GIB
@@ -161,12 +155,7 @@ FIXTURES: Dict[str, Tuple[Callable[[], CaptureBuilder], str]] = {
 
 
 def main(argv: List[str]) -> int:
-    wanted = set(argv)
-    for name, (build, readme) in FIXTURES.items():
-        if not wanted or name in wanted:
-            build().write(CAPTURES / name, readme.replace("tests/hardware/make_i11d_fixtures.py", "tests/hardware/make_sourced_gpu_fixtures.py"))
-            print(CAPTURES / name)
-    return 0
+    return mf.write_built(FIXTURES, argv, "tests/hardware/make_sourced_gpu_fixtures.py")
 
 
 if __name__ == "__main__":
