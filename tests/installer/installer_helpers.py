@@ -114,3 +114,13 @@ def publish(build: BuildResult, wheel: Path, site: Path, sub: str, version: int,
     (d / f"{wheel.name}.build.json").write_text(json.dumps(to_dict(rec)))
     doc = build_manifest(d, f"{base_url}/{sub}", source="test-channel", version=version)
     return write_signed_manifest(d, doc, private_pem)
+
+
+def fake_torch(site: Path, version: str) -> None:
+    """A distribution named torch, as pip leaves one: its package and its dist-info with a RECORD."""
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    info = site / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"torch/__init__.py,,\ntorch-{version}.dist-info/METADATA,,\ntorch-{version}.dist-info/RECORD,,\n")

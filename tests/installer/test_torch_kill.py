@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from installer_helpers import cli_env, result_of, run_cli
+from installer_helpers import cli_env, fake_torch, result_of, run_cli
 
 CHILD = r"""
 import os, sys, time
@@ -72,15 +72,6 @@ print("done", flush=True)
 POINTS = {"moving": "1.0", "pip": "1.0", "checked": "1.0", "committing": "2.0", "committed": "2.0"}
 
 
-def _fake_torch(site: Path, version: str) -> None:
-    (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
-    info = site / f"torch-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
-    (info / "RECORD").write_text(f"torch/__init__.py,,\ntorch-{version}.dist-info/METADATA,,\ntorch-{version}.dist-info/RECORD,,\n")
-
-
 def _version(python: str) -> str:
     return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
                           timeout=60).stdout.strip()
@@ -93,8 +84,8 @@ def test_a_kill_at_any_step_of_a_torch_install_never_loses_torch(tmp_path, point
     python = str(venv / "bin" / "python")
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    _fake_torch(site, "1.0")
-    _fake_torch(tmp_path / "new", "2.0")
+    fake_torch(site, "1.0")
+    fake_torch(tmp_path / "new", "2.0")
     home = tmp_path / "home"
     env = cli_env(home, tmp_path / "cache")
     child = subprocess.Popen([sys.executable, "-c", CHILD, point, python, str(home), str(tmp_path / "new")],

@@ -19,6 +19,8 @@ from accelstack.installer.torch_destination import PipCommands, TorchEnvironment
 from accelstack.manifests.plan import Command
 from accelstack.settings import Settings
 
+from installer_helpers import fake_torch
+
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie waiting to be reaped (checked for a few seconds)."""
@@ -56,16 +58,6 @@ def test_a_silent_hanging_pip_is_stopped_with_its_children(tmp_path):
     assert not list(venv.glob(".accelstack-backup*"))  # the undo log is gone
 
 
-def _fake_torch(site: Path, version: str) -> None:
-    """A distribution named torch, as pip leaves one: its package and its dist-info with a RECORD."""
-    (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
-    info = site / f"torch-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
-    (info / "RECORD").write_text(f"torch/__init__.py,,\ntorch-{version}.dist-info/METADATA,,\ntorch-{version}.dist-info/RECORD,,\n")
-
-
 def test_a_torch_on_another_file_system_than_the_prefix_is_kept(tmp_path):
     """The torch being replaced lives on another file system than the environment's prefix (a user
     site on a separate /home): moving it aside died with 'Invalid cross-device link' (issue 47). It
@@ -80,7 +72,7 @@ def test_a_torch_on_another_file_system_than_the_prefix_is_kept(tmp_path):
         site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    capture_output=True, text=True, check=True).stdout.strip())
         user_site = other / "site"
-        _fake_torch(user_site, "1.0")
+        fake_torch(user_site, "1.0")
         (site / "user-site.pth").write_text(f"{user_site}\n")
         s = Settings.resolve(home=tmp_path / "home", cache=tmp_path / "cache", torch_python=python)
         plan = accelstack.plan(stack="torch", settings=s, python="3.11")
