@@ -91,10 +91,17 @@ def torch_cpu_wheels() -> Dict[str, str]:
 
 @pytest.fixture(scope="session")
 def ggml_cpu_build():
-    """BuildResult of the CPU variant (built or reused from the cache)."""
+    """BuildResult of the CPU variant (built or reused from the cache). The build stays in the shared
+    build cache for the whole session: a test that purged it (a cache purge run on the session's own
+    caches instead of its own) would empty it for every later test and the next first run, so its
+    end checks the wheel is still there."""
     from accelstack.publisher.build import build_ggml
 
-    return build_ggml("cpu", Settings.resolve())
+    build = build_ggml("cpu", Settings.resolve())
+    yield build
+    assert Path(build.wheel).is_file(), (
+        f"the session's CPU build {build.wheel} is gone: a test removed the shared build cache "
+        "(give a test that purges caches a cache of its own)")
 
 
 @pytest.fixture(scope="session")
