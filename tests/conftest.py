@@ -119,3 +119,23 @@ def ggml_cpu_runtime(ggml_cpu_wheel, tmp_path_factory) -> Path:
         check=True,
     )
     return target
+
+
+# -- where a run's time went, by test file ---------------------------------------------------------
+_FILE_SECONDS: Dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The files that took longest (setup, call and teardown of their tests summed): a run near its
+    time limit says which files to look at, which --durations' single steps do not."""
+    if len(_FILE_SECONDS) < 20:  # a few files run by hand: nothing to rank
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"slowest 25 test files (of {len(_FILE_SECONDS)}, {total / 60:.1f} min in tests)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {path}")
