@@ -54,7 +54,8 @@ if not TYPE_CHECKING:  # a type checker sees the names above, and no others
 __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options", "generate", "input_png_size", "verify_families",
+           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
+           "engine_options_over", "generate", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -63,6 +64,12 @@ def engine_options(settings: Settings, config: Optional[str], overrides: Mapping
     config file (the defaults when it is absent), with ``overrides`` (None: not given) on top."""
     base = load_config(config) if config is not None else load_config(settings.config_file, missing_ok=True)
     return apply_overrides(base, overrides)
+
+
+def engine_options_over(settings: Settings, values: Mapping[str, Any], where: str) -> EngineOptions:
+    """The settings' config file with ``values`` (config.yaml engine keys, e.g. a service job's) on top;
+    a bad key or value is a ConfigError naming ``where``."""
+    return apply_overrides(load_config(settings.config_file, missing_ok=True), values, where)
 
 
 

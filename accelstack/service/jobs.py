@@ -306,10 +306,12 @@ class Jobs:
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):
                 continue
             request[f.name] = o.typed(f.name, type(default))
+        engine = o.mapping("engine")  # config.yaml's engine keys (issue 45: the memory levers), over the config
         o.done()
         s = self.settings
+        options = _engine_options(s, engine)
         return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
-                                              on_progress=progress, **request)
+                                              on_progress=progress, options=options, **request)
 
     def _model(self, name: str, what: What = "model") -> Path:
         """An entry of the models directory the service was started with, named by its place in it
@@ -323,3 +325,14 @@ class Jobs:
             return ModelsDir(self.models_dir).resolve(name, what)
         except NameRefused as exc:
             raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None
+
+
+def _engine_options(settings: Settings, engine: Dict[str, Any]) -> Any:
+    """The engine options of a generate job: the settings' config.yaml with the job's ``engine`` object on
+    top, checked now (a bad value is a 400 before the job is queued); None: the config's, read when it runs."""
+    if not engine:
+        return None
+    try:
+        return direct.engine_options_over(settings, engine, "job option 'engine'")
+    except AccelstackError as exc:
+        raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None

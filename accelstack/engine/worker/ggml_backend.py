@@ -35,6 +35,15 @@ def initialized_backends(lines: List[str]) -> List[str]:
     return [line.split(INIT_MARK, 1)[1].strip() for line in lines if INIT_MARK in line]
 
 
+def _levers(options: EngineOptions) -> Dict[str, Any]:
+    """The low-VRAM levers the planner (engine.memory.plan) or the user set, as the bindings' arguments
+    (stable_diffusion_cpp 0.4.7); only those turned on, so a runtime whose bindings predate one still loads."""
+    levers = {"keep_clip_on_cpu": options.keep_clip_on_cpu is True, "keep_vae_on_cpu": options.keep_vae_on_cpu is True,
+              "max_vram": float(options.max_vram) if isinstance(options.max_vram, (int, float)) else 0.0,
+              "enable_mmap": options.enable_mmap is True}
+    return {k: v for k, v in levers.items() if v}
+
+
 class GgmlBackend(WorkerBackend):
     """stable-diffusion.cpp through ``stable_diffusion_cpp`` (imported from the runtime)."""
 
@@ -154,6 +163,7 @@ class GgmlBackend(WorkerBackend):
                 n_threads=threads,
                 wtype=options.weight_type,
                 offload_params_to_cpu=options.offload_to_cpu,
+                **_levers(options),
                 diffusion_flash_attn=options.flash_attention,
                 chroma_use_dit_mask=options.chroma_dit_mask,
                 embedding_paths=list(options.embeddings),  # staged and checked by the parent (engine.request.companions)
