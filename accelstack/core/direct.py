@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.verification.probe_verify import DEFAULT_TOLERANCE, IDENTICAL
     from ..engine.verification.torch_verify import torch_details
     from ..verdict import VerifyReport
+    from .dry_runs import dry_run
 
 # Loaded on first use: a generate does not import the probes' and verify's modules, and its worker
 # starts (commands/generate.py) before the model checks and the memory planner are imported.
@@ -47,7 +48,7 @@ _LAZY = {
     "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
     "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
     "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
-    "IDENTICAL": "accelstack.engine.verification.probe_verify", }
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", "dry_run": "accelstack.core.dry_runs", }
 if not TYPE_CHECKING:  # a type checker sees the names above, and no others
     __getattr__ = lazy_exports(__name__, _LAZY, globals())
 
@@ -55,7 +56,7 @@ __all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelF
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
            "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
-           "engine_options_over", "generate", "input_png_size", "verify_families",
+           "engine_options_over", "generate", "dry_run", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 

@@ -35,3 +35,14 @@ def test_a_bad_engine_option_is_a_bad_request(tmp_path, engine, words):
 def test_the_engine_option_must_be_a_small_object(value):
     with pytest.raises(BadRequest):
         Options("generate", {"engine": value}).mapping("engine")
+
+
+def test_a_dry_run_job_declares_its_machine():
+    """A generate job's dry_run (issue 45): with vram/ram, the declared machine reaches the planner."""
+    dry = jobs._dry_run_of(Options("generate", {"dry_run": True, "vram": "8GiB", "ram": "16GiB"}))
+    assert dry["dry_run"] and dry["machine"].ram_available == 16 * 2 ** 30
+    assert dry["machine"].vram_free("cuda") == 8 * 2 ** 30
+    assert jobs._dry_run_of(Options("generate", {})) == {}
+    for bad in ({"dry_run": True, "vram": "0"}, {"dry_run": True, "ram": "lots"}, {"vram": "8GiB"}):
+        with pytest.raises(BadRequest):
+            jobs._dry_run_of(Options("generate", bad))
