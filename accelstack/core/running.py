@@ -92,9 +92,9 @@ def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, 
     written; returns the memory planner's ``MemoryDecision`` on ``machine`` (a ``MachineMemory``, e.g.
     ``machine.declared_machine``; default: ``system``'s), planned for the installed runtime if there is one."""
     s = settings or Settings.resolve()
-    if options is None:
-        options = load_config(s.config_file, missing_ok=True)
     from . import direct  # the engine's calls: loaded with the first generate
+
+    options = direct.with_caches(load_config(s.config_file, missing_ok=True) if options is None else options, s)
 
     if dry_run:
         try:

@@ -108,6 +108,9 @@ class EngineOptions:
     taesd: str = ""
     control_net: str = ""
     vae_encode: bool = False
+    # Not a config key: the converted-weights cache folder the core hands in (engine.memory.converted;
+    # "": none, a weight_type is converted on every load).
+    converted_dir: str = ""
     # Chroma's DiT mask is not supported with flash attention (stable-diffusion.cpp warns, and the
     # image is NaN): generate turns the mask off then, as sd.cpp's docs/chroma.md example does.
     chroma_dit_mask: bool = True
@@ -140,7 +143,7 @@ class EngineOptions:
 
 
 RUN_ONLY = ("embeddings", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net",
-            "vae_encode", "chroma_dit_mask")  # fields a run sets, never read from config.yaml or flags
+            "vae_encode", "chroma_dit_mask", "converted_dir")  # fields a run sets, never read from config.yaml or flags
 
 
 def config_keys() -> List[str]:
