@@ -16,6 +16,7 @@ from accelstack.commands.verify import add_engine_arguments, engine_options
 from accelstack.engine.config import AUTO, EngineOptions, apply_overrides, options_from_mapping
 from accelstack.engine.errors import ConfigError, InvalidRequestError
 from accelstack.engine.worker.ggml_backend import GgmlBackend
+from accelstack.settings import Settings
 
 
 def quantized(spec: m.Spec, dtype: str) -> m.Spec:
@@ -36,7 +37,7 @@ def _flux(tmp_path, model="flux1-dev.safetensors", dtype="BF16", t5="fp16"):
 
 
 # -- options ---------------------------------------------------------------------------------------------
-def test_the_levers_are_config_keys_flags_and_auto():
+def test_the_levers_are_config_keys_flags_and_auto(tmp_path):
     opts = options_from_mapping({"engine": {"keep_clip_on_cpu": True, "keep_vae_on_cpu": "auto", "max_vram": 3.5,
                                             "enable_mmap": True}})
     assert (opts.keep_clip_on_cpu, opts.keep_vae_on_cpu, opts.max_vram, opts.enable_mmap) == (True, AUTO, 3.5, True)
@@ -48,7 +49,7 @@ def test_the_levers_are_config_keys_flags_and_auto():
     add_engine_arguments(p)
     args = p.parse_args(["--clip-on-cpu", "--vae-on-cpu", "off", "--max-vram", "6", "--mmap"])
     args.config, args.threads = None, None
-    got = engine_options(args, types.SimpleNamespace(config_file="/nonexistent/config.yaml"))  # type: ignore[arg-type]
+    got = engine_options(args, Settings.resolve(config_file=tmp_path / "none.yaml", cache=tmp_path / "cache", env={}))
     assert (got.keep_clip_on_cpu, got.keep_vae_on_cpu, got.max_vram, got.enable_mmap) == (True, False, 6.0, True)
     assert p.parse_args(["--max-vram", "auto"]).max_vram == AUTO
 
