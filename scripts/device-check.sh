@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # The CUDA runtime on a machine with an NVIDIA GPU and no network: install, verify, time.
 #
-# usage: scripts/device-check.sh DIR [--steps N] [--size PX] [--keep]
+# usage: scripts/device-check.sh DIR [--steps N] [--size PX] [--keep] [--torch-venv VENV] [--vulkan]
+#        scripts/device-check.sh --build SDIST [same options]   build the CUDA variant here first
+#        scripts/device-check.sh --cpu [--vram SIZE]             CPU mode: what runs without a GPU (tests)
+#   --build SDIST: stable_diffusion_cpp_python-*.tar.gz carried along; builds the CUDA variant for this GPU's
+#     architecture only (nvidia-smi's compute capability) and the CPU variant into DIR, then goes on as below
+#     (the CUDA record's runtime wheels, if it names any, must be carried in DIR too).
+#   After the verify: verify --family sdxl flux, then timed 1024x1024 generations (--big-steps, default 20) of
+#   full-size synthesized weights (scripts/device_check_models.py loadable: FLUX.1-dev's whole DiT; SDXL's
+#   probe) with the planner's estimate (generate --dry-run) against the GPU's measured memory peak
+#   (nvidia-smi, sampled every 100 ms); --torch-venv runs scripts/device-check-torch.sh at 1024x1024 on the
+#   same GPU; --vulkan builds the Vulkan variant from SDIST and times the same generations with it.
+#   CPU mode: detect, and the planner's decisions for full-size SDXL and FLUX.1-dev at 1024x1024 on a GPU of
+#   --vram (default 80GiB), from header-only files; writes device-check.json like the GPU mode.
 #   DIR holds what was built elsewhere (scripts/build-cuda.sh, `accelstack build ggml`):
 #     DIR/cuda*/<wheel> and <wheel>.build.json   the CUDA build and its build record
 #     DIR/cpu/<wheel> and <wheel>.build.json     the CPU build (the reference)
@@ -24,18 +36,36 @@ DIR=""
 STEPS=20
 SIZE=512
 KEEP=0
+CPU_MODE=0
+SDIST=""
+TORCH_VENV=""
+VULKAN=0
+BIG_STEPS=20
+VRAM=80GiB
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps) STEPS=${2:?}; shift 2 ;;
         --size) SIZE=${2:?}; shift 2 ;;
         --keep) KEEP=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        --cpu) CPU_MODE=1; shift ;;
+        --vram) VRAM=${2:?}; shift 2 ;;
+        --build) SDIST=${2:?}; shift 2 ;;
+        --torch-venv) TORCH_VENV=${2:?}; shift 2 ;;
+        --vulkan) VULKAN=1; shift ;;
+        --big-steps) BIG_STEPS=${2:?}; shift 2 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         -*) echo "device-check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) DIR=$1; shift ;;
     esac
 done
-[ -n "$DIR" ] && [ -d "$DIR" ] || { echo "usage: scripts/device-check.sh DIR (see --help)" >&2; exit 2; }
-DIR=$(cd "$DIR" && pwd)
+if [ "$CPU_MODE" = 0 ] && [ -z "$SDIST" ]; then
+    if [ -z "$DIR" ] || [ ! -d "$DIR" ]; then echo "usage: scripts/device-check.sh DIR (see --help)" >&2; exit 2; fi
+    DIR=$(cd "$DIR" && pwd)
+fi
+if [ -n "$SDIST" ]; then
+    [ -f "$SDIST" ] || { echo "device-check.sh: --build $SDIST: no such file" >&2; exit 2; }
+    SDIST=$(cd "$(dirname "$SDIST")" && pwd)/$(basename "$SDIST")
+fi
 
 if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=$(command -v python3); fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -109,6 +139,104 @@ elif name.startswith("generate"):
 EOF
 say() { "$PY" "$WORK/say.py" "$1" "$RESULTS/${2:-$1}.json" "${3:-}" || true; }
 
+# estimate NAME ARGS...: the planner's decision (generate --dry-run --json) for the model arguments ARGS
+estimate() {
+    local name=$1; shift
+    step "estimate-$name" generate "$@" --prompt "a lighthouse at dusk" --width 1024 --height 1024 --dry-run \
+        --output "$WORK/$name.png" "${MACHINE[@]}" || true
+    "$PY" - "$RESULTS/estimate-$name.json" <<'PYEOF'
+import json, sys
+r = json.loads(open(sys.argv[1]).read()).get("result") or {}
+p = r.get("plan") or {}
+print(f"  {r.get('family')} on {r.get('backend')}: fits {r.get('fits')}; VRAM {(p.get('vram_need') or 0) / 2**30:.2f} GiB, "
+      f"RAM {(p.get('ram_need') or 0) / 2**30:.2f} GiB; {p.get('reason') or r.get('refusal')}")
+PYEOF
+}
+
+# figures: the summary JSON of every result in $RESULTS ($OUT/device-check.json too)
+figures() {
+    "$PY" - "$RESULTS" "${OUT:-}" "$CPU_MODE" <<'PYEOF'
+import json, sys
+from pathlib import Path
+
+results, out, cpu = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+def result(name):
+    try:
+        return json.loads((results / f"{name}.json").read_text()).get("result") or {}
+    except (OSError, ValueError):
+        return {}
+def peak(name):
+    try:
+        vals = [int(x) for x in (results / f"{name}.vram").read_text().split() if x.strip().isdigit()]
+        return (max(vals) - vals[0]) * 2**20 if vals else None  # MiB above the level before the run
+    except OSError:
+        return None
+out_data = {"mode": "cpu" if cpu else "gpu", "models": {}}
+for name in ("sdxl", "flux"):
+    est = (result(f"estimate-{name}").get("plan") or {})
+    row = {"estimate_vram": est.get("vram_need"), "estimate_ram": est.get("ram_need"), "settings": {
+        k: est.get(k) for k in ("offload_to_cpu", "keep_clip_on_cpu", "vae_tiling", "vae_tile_size", "keep_vae_on_cpu",
+                                "max_vram", "weight_type")}, "phases": est.get("phases")}
+    for variant in ("cuda", "vulkan"):
+        gen = result(f"big-{name}-{variant}")
+        if gen:
+            measured = peak(f"big-{name}-{variant}")
+            row[variant] = {"its_per_second": gen.get("its_per_second"), "generate_seconds": gen.get("generate_seconds"),
+                            "load_seconds": gen.get("load_seconds"), "vram_peak": measured,
+                            "estimate_over_measured": round(est["vram_need"] / measured, 3)
+                            if measured and est.get("vram_need") else None}
+    out_data["models"][name] = row
+fam = result("verify-families")
+if fam:
+    out_data["verify_families"] = {"verdict": fam.get("verdict"), "reason": fam.get("reason")}
+print("== figures")
+print(json.dumps(out_data, indent=2))
+(results / "device-check.json").write_text(json.dumps(out_data, indent=2))
+if out:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "device-check.json").write_text(json.dumps(out_data, indent=2))
+PYEOF
+}
+
+# big RUNTIME VARIANT: the timed 1024x1024 generations of $MODELS on RUNTIME, the GPU's memory sampled
+big() {
+    local rt=$1 variant=$2 name sampler
+    for name in sdxl flux; do
+        mapfile -t ARGS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])[sys.argv[2]]))' "$MODELS" "$name")
+        estimate "$name" "${ARGS[@]}" --runtime "$rt"
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$RESULTS/big-$name-$variant.vram" &
+        sampler=$!
+        step "big-$name-$variant" generate --runtime "$rt" --backend "$variant" "${ARGS[@]}" --prompt "a lighthouse at dusk" \
+            --width 1024 --height 1024 --steps "$BIG_STEPS" --cfg-scale 1 --seed 42 --output "$WORK/big-$name-$variant.png" \
+            || status=1
+        kill "$sampler" 2>/dev/null || true
+        say generate "big-$name-$variant"
+    done
+}
+
+if [ "$CPU_MODE" = 1 ]; then
+    MACHINE=(--vram "$VRAM" --ram 128GiB --backend cuda)
+    echo "== detect"
+    step detect detect || true
+    say detect
+    echo "== the planner on a ${VRAM} GPU, 1024x1024, full-size files (headers only)"
+    MODELS=$("$PY" "$ROOT/scripts/device_check_models.py" headers "$WORK/models")
+    for name in sdxl flux; do
+        mapfile -t ARGS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])[sys.argv[2]]))' "$MODELS" "$name")
+        estimate "$name" "${ARGS[@]}"
+    done
+    figures
+    exit 0
+fi
+
+if [ -n "$SDIST" ]; then
+    ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+    echo "== build the CUDA variant for sm_$ARCH and the CPU variant from $(basename "$SDIST")"
+    DIR="$WORK/carry"
+    step build-cuda build ggml --backend cuda --cuda-arch "$ARCH" --sdist "$SDIST" --out "$DIR/cuda" || true
+    step build-cpu build ggml --backend cpu --sdist "$SDIST" --out "$DIR/cpu" || true
+fi
+
 echo "== the carried builds -> a local signed manifest"
 "$PY" - "$DIR" "$WORK/site" <<'EOF'
 import hashlib, json, shutil, sys
@@ -153,7 +281,9 @@ SRC=(--manifest "$WORK/site/ggml-manifest.json" --trusted-key "$WORK/keys/local.
 echo "== detect"
 step detect detect || true
 say detect
-command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader | sed 's/^/  nvidia-smi: /' || true
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader | sed 's/^/  nvidia-smi: /' || true
+fi
 
 echo "== install --backend cuda (from the local manifest, no network)"
 status=0
@@ -179,7 +309,32 @@ if [ -n "$RT_CUDA" ] && [ -n "$RT_CPU" ]; then
             --width "$SIZE" --height "$SIZE" --steps "$STEPS" --seed 42 --output "$WORK/generate-$which.png" || status=1
         say "generate-$which"
     done
+
+    echo "== verify --family sdxl flux"
+    step verify-families verify --runtime "$RT_CUDA" --backend cuda --family sdxl flux || status=1
+    say verify verify-families
+
+    echo "== 1024x1024, $BIG_STEPS steps, full-size synthesized weights: estimate vs the GPU's measured peak"
+    MODELS=$("$PY" "$ROOT/scripts/device_check_models.py" loadable "$WORK/models")
+    MACHINE=(--backend cuda)
+    big "$RT_CUDA" cuda
+    if [ "$VULKAN" = 1 ] && [ -n "$SDIST" ]; then
+        echo "== the Vulkan variant on the same GPU"
+        step build-vulkan build ggml --backend vulkan --sdist "$SDIST" --out "$WORK/carry-vulkan" || true
+        WHEEL=$(find "$WORK/carry-vulkan" -name '*.whl' | head -n 1)
+        if [ -n "$WHEEL" ]; then
+            "$PY" -m pip install -q --no-deps --target "$WORK/rt-vulkan" "$WHEEL" && big "$WORK/rt-vulkan" vulkan
+        else
+            echo "  no Vulkan build (see $RESULTS/build-vulkan.json)"
+        fi
+    fi
 fi
+if [ -n "$TORCH_VENV" ]; then
+    echo "== the torch stack (diffusers) on the same GPU"
+    OUT="${OUT:-$WORK/torch}/torch" "$ROOT/scripts/device-check-torch.sh" "$TORCH_VENV" --size 1024 --steps "$BIG_STEPS" \
+        || status=1
+fi
+figures
 
 "$PY" - "$RESULTS" "${OUT:-}" <<'EOF'
 import json, sys

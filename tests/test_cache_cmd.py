@@ -120,7 +120,7 @@ def test_list_on_a_fresh_machine_creates_nothing(tmp_path):
     rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
     assert rc == 0, err
     res = result_of(out)
-    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe", "verify", "detect", "service"]
+    assert [c["name"] for c in res["caches"]] == ["downloads", "builds", "probe", "verify", "detect", "service", "converted"]
     assert all(c["exists"] is False and c["size"] == 0 and c["count"] == 0 for c in res["caches"])
     assert not (tmp_path / "cache").exists() and not (tmp_path / "home").exists()
 

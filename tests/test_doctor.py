@@ -42,7 +42,7 @@ def test_report_has_every_section_and_where_each_path_came_from(tmp_path):
     assert set(tools) >= {"cmake", "c++ compiler", "ninja", "git", "nvcc", "glslc", "vulkaninfo", "pip"}
     assert tools["pip"]["found"] and tools["pip"]["version"].startswith("pip ")
     assert all(isinstance(v, list) for v in report["can_build"].values()) and "cpu" in report["can_build"]
-    assert {c["name"] for c in report["caches"]} == {"downloads", "builds", "probe", "verify", "detect", "service"}
+    assert {c["name"] for c in report["caches"]} == {"downloads", "builds", "probe", "verify", "detect", "service", "converted"}
     assert report["hardware"]["cpu"] and report["problems"] == [] and report["runtimes"] == []
     assert not (tmp_path / "home").exists() and not (tmp_path / "cache").exists(), "doctor creates nothing"
 

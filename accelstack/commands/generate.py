@@ -13,6 +13,7 @@ from ..errors import AccelstackError, Action, Interrupted
 from ..serde import plural, to_dict
 from ..settings import Settings
 from .common import emit, printable, settings_from_args
+from .generate_dry_run import add_dry_run_flags, dry_run
 from .progress import progress_renderer
 from .verify import (
     PROBE_NOISE,
@@ -104,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--control-strength", type=float, default=DEFAULT_CONTROL_STRENGTH,
                    help=f"ControlNet strength, 0 to {MAX_CONTROL_STRENGTH:g} (default {DEFAULT_CONTROL_STRENGTH:g})")
     add_engine_arguments(p)
+    add_dry_run_flags(p)  # issue 45: --dry-run, --vram, --ram, --replay
     p.set_defaults(func=run)
 
 
@@ -177,6 +179,8 @@ def _runtime(args: argparse.Namespace, settings: Settings) -> direct.Runtime:
 
 def run(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
+    if args.dry_run or args.vram is not None or args.ram is not None or args.replay:
+        return _dry_run(args, s)
     runtime = _runtime_at_hand(args, s)
     # One check of the request: what the arguments themselves get wrong first, before any process starts.
     checked = _check(args, s, runtime, read_files=False)
@@ -202,6 +206,15 @@ def run(args: argparse.Namespace) -> int:
             raise Interrupted.by(exc, state, action=Action.RETRY) from None
         raise
     return _report(args, report)
+
+
+def _dry_run(args: argparse.Namespace, s: Settings) -> int:
+    """--dry-run (--vram/--ram/--replay imply it): the planner's decision; no worker, nothing written."""
+    options = engine_options(args, s)
+    if args.output is None:
+        args.output = free_output(max(1, args.batch_count or 1))
+    check_given_dirs(args, "--runtime")
+    return dry_run(args, s, build_request(args), options, lambda: _runtime_at_hand(args, s))
 
 
 def _stamp(path: str) -> Optional[Tuple[int, int, int]]:

@@ -74,6 +74,36 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    "default (as stored), f16, q8_0, ...")
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false", default=None,
                    help="generate even when the memory estimate exceeds the free RAM/VRAM")
+    _add_memory_levers(g)
+
+
+def _auto_or_gib(text: str) -> Union[float, str]:
+    """``--max-vram auto|GiB``: "auto", or the number (its range is the engine option's check)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a number of GiB, got {direct.shown(text)}") from None
+
+
+def _add_memory_levers(g: argparse._ArgumentGroup) -> None:
+    """The bundled engine's low-VRAM levers (issue 45), each also a config.yaml key and a service job field."""
+    g.add_argument("--clip-on-cpu", dest="keep_clip_on_cpu", nargs="?", const=True, default=None, type=_auto_on_off,
+                   metavar="auto|on|off", help="run the text encoders on the CPU, their weights in RAM (default: auto "
+                   "= when the GPU lacks room for them)")
+    g.add_argument("--vae-on-cpu", dest="keep_vae_on_cpu", nargs="?", const=True, default=None, type=_auto_on_off,
+                   metavar="auto|on|off", help="decode on the CPU (default: auto = when neither the decode nor a "
+                   "tiled decode fits the GPU)")
+    g.add_argument("--max-vram", dest="max_vram", default=None, type=_auto_or_gib, metavar="auto|GiB",
+                   help="with weights offloaded, cut each graph into segments that fit this many GiB of VRAM "
+                   "(0: off; default: auto = only when nothing cheaper fits)")
+    g.add_argument("--mmap", dest="enable_mmap", action="store_true", default=None,
+                   help="read the model files through mmap (default: off)")
+    g.add_argument("--no-mmap", dest="enable_mmap", action="store_false")
+
+
+LEVER_KEYS = ("keep_clip_on_cpu", "keep_vae_on_cpu", "max_vram", "enable_mmap")
 
 
 def engine_options(args: argparse.Namespace, settings: Optional[Settings] = None) -> direct.EngineOptions:
@@ -88,6 +118,7 @@ def engine_options(args: argparse.Namespace, settings: Optional[Settings] = None
         "flash_attention": args.flash_attention, "offload_to_cpu": args.offload_to_cpu,
         "vae_tiling": args.vae_tiling, "vae_tile_size": args.vae_tile_size, "threads": threads,
         "weight_type": args.weight_type, "memory_check": args.memory_check,
+        **{k: getattr(args, k, None) for k in LEVER_KEYS},
     })
 
 

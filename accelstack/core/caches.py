@@ -43,6 +43,7 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from filelock import FileLock, Timeout
 
+from ..engine.memory.converted import CACHE_KINDS as CONVERTED
 from ..engine.probes.families import FAMILIES
 from ..engine.probes.family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
 from ..engine.probes.model import FORMAT_VERSION as PROBE_FORMAT
@@ -57,7 +58,7 @@ __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "p
 
 log = logging.getLogger(__name__)
 
-CACHES = ("downloads", "builds", "probe", "verify", "detect", "service")
+CACHES = ("downloads", "builds", "probe", "verify", "detect", "service", "converted")
 DESCRIPTIONS = {
     "downloads": "verified downloads (runtime archives) by sha256; re-downloaded when needed",
     "builds": "ggml runtimes compiled on this machine, and the bindings' source; rebuilt when needed (minutes)",
@@ -65,6 +66,7 @@ DESCRIPTIONS = {
     "verify": "verify's last probe images and its records of them; without a record the next verify generates twice",
     "detect": "detection's kept Vulkan enumeration; without it the next detect starts the Vulkan drivers again (~0.2 s)",
     "service": "the job folders (images) of stopped services; a running service's are in use, kept",
+    "converted": "models converted on load (--weight-type), each once (engine.memory.converted); converted again when needed",
 }
 
 _BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
@@ -280,7 +282,7 @@ def _service(s: Settings) -> CacheInfo:
 
 
 _READERS: Dict[str, Callable[[Settings], CacheInfo]] = {"downloads": _downloads, "builds": _builds, "probe": _probe,
-                                                        "verify": _verify, "detect": _detect, "service": _service}
+                                                        "verify": _verify, "detect": _detect, "service": _service, "converted": lambda s: _named_files("converted", s.cache / "converted", CONVERTED)}
 
 
 def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] = None) -> List[CacheInfo]:

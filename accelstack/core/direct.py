@@ -7,6 +7,7 @@ instead, which find it from its receipt and record the verdict there.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.verification.probe_verify import DEFAULT_TOLERANCE, IDENTICAL
     from ..engine.verification.torch_verify import torch_details
     from ..verdict import VerifyReport
+    from .dry_runs import dry_run
 
 # Loaded on first use: a generate does not import the probes' and verify's modules, and its worker
 # starts (commands/generate.py) before the model checks and the memory planner are imported.
@@ -47,14 +49,17 @@ _LAZY = {
     "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
     "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
     "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
-    "IDENTICAL": "accelstack.engine.verification.probe_verify", }
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", "dry_run": "accelstack.core.dry_runs", }
 if not TYPE_CHECKING:  # a type checker sees the names above, and no others
     __getattr__ = lazy_exports(__name__, _LAZY, globals())
 
-__all__ = ["DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
+CONVERTED_CACHE = "converted"  # under Settings.cache: models converted once (accelstack cache lists it)
+
+__all__ = ["CONVERTED_CACHE", "with_caches", "DEFAULT_SEED", "DEFAULT_TOLERANCE", "FAMILIES", "IDENTICAL", "ModelFamily", "check_families", "family_names",
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
-           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options", "generate", "input_png_size", "verify_families",
+           "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
+           "engine_options_over", "generate", "dry_run", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -62,7 +67,18 @@ def engine_options(settings: Settings, config: Optional[str], overrides: Mapping
     """The engine's options: ``config`` (a config.yaml that must exist) or the settings' own
     config file (the defaults when it is absent), with ``overrides`` (None: not given) on top."""
     base = load_config(config) if config is not None else load_config(settings.config_file, missing_ok=True)
-    return apply_overrides(base, overrides)
+    return with_caches(apply_overrides(base, overrides), settings)
+
+
+def with_caches(options: EngineOptions, settings: Settings) -> EngineOptions:
+    """``options`` with the settings' converted-weights cache folder (engine.memory.converted)."""
+    return dataclasses.replace(options, converted_dir=str(settings.cache / CONVERTED_CACHE))
+
+
+def engine_options_over(settings: Settings, values: Mapping[str, Any], where: str) -> EngineOptions:
+    """The settings' config file with ``values`` (config.yaml engine keys, e.g. a service job's) on top;
+    a bad key or value is a ConfigError naming ``where``."""
+    return with_caches(apply_overrides(load_config(settings.config_file, missing_ok=True), values, where), settings)
 
 
 

@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 from ..engine import GenerateRequest
 from ..engine.config import load_config
 from ..engine.runtime import Runtime
-from ..errors import Action
+from ..errors import AccelstackError, Action
 from ..events import ProgressCallback, null_progress
 from ..hardware.protocol import System
 from ..installer.errors import StateError
@@ -82,17 +82,28 @@ def verify(receipt: Optional[Receipt] = None, *, stack: str = "ggml", settings: 
 
 def generate(model: Optional[Union[str, Path]], prompt: str, output: Union[str, Path], *, receipt: Optional[Receipt] = None,
              stack: str = "ggml", settings: Optional[Settings] = None, on_progress: Optional[ProgressCallback] = None,
-             options: Any = None, system: Optional[System] = None, **request: Any) -> Any:
+             options: Any = None, system: Optional[System] = None, dry_run: bool = False, machine: Any = None,
+             **request: Any) -> Any:
     """Generate images with an installed runtime (default: the active one); ``request`` takes the
     fields of :class:`accelstack.engine.GenerateRequest` (negative_prompt, width, height, steps,
     seed, sampler...); ``options`` are the engine's (default: the settings' config file); ``system``:
     the machine whose memory the planner fits the generation to (default: this one).
-    Returns the engine's ``GenerateReport`` with the saved PNG paths."""
+    Returns the engine's ``GenerateReport`` with the saved PNG paths. ``dry_run``: nothing is loaded or
+    written; returns the memory planner's ``MemoryDecision`` on ``machine`` (a ``MachineMemory``, e.g.
+    ``machine.declared_machine``; default: ``system``'s), planned for the installed runtime if there is one."""
     s = settings or Settings.resolve()
-    runtime = installed_runtime(receipt, stack=stack, settings=s)
-    if options is None:
-        options = load_config(s.config_file, missing_ok=True)
-    from .direct import generate as direct_generate
+    from . import direct  # the engine's calls: loaded with the first generate
 
-    return direct_generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
+    options = direct.with_caches(load_config(s.config_file, missing_ok=True) if options is None else options, s)
+
+    if dry_run:
+        try:
+            at_hand: Optional[Runtime] = installed_runtime(receipt, stack=stack, settings=s)
+        except AccelstackError:
+            at_hand = None  # none installed: planned for the declared GPU's backend, else the CPU
+        return direct.dry_run(GenerateRequest(prompt=prompt, **request), model, output, options, runtime=at_hand,
+                              system=system, machine=machine)
+    runtime = installed_runtime(receipt, stack=stack, settings=s)
+
+    return direct.generate(runtime, model, GenerateRequest(prompt=prompt, **request), output, options=options,
                            progress=on_progress or null_progress, system=system)

@@ -10,6 +10,10 @@ The file has one section that this module owns::
       threads: auto            # CPU threads: auto (physical cores) or 1..512 (ggml's thread limit)
       weight_type: auto        # convert weights on load: auto, default (as stored), f16, q8_0, q4_k, ...
       memory_check: true       # refuse a generation whose memory estimate exceeds the free RAM/VRAM
+      keep_clip_on_cpu: auto   # run the text encoders on the CPU (their weights in RAM): auto, true or false
+      keep_vae_on_cpu: auto    # decode on the CPU (the VAE's weights and decode in RAM): auto, true or false
+      max_vram: auto           # GiB a graph may hold in VRAM with offloaded weights (cut into segments); 0: off
+      enable_mmap: false       # read the model files through mmap (stable-diffusion.cpp's --mmap)
 
 ``auto`` (the default of ``offload_to_cpu``, ``vae_tiling``, ``vae_tile_size`` and ``weight_type``) lets the memory
 planner (:mod:`accelstack.engine.memory.plan`) choose, per generation, the cheapest setting that
@@ -26,6 +30,7 @@ typed error, never a hang, a traceback or a giant message.
 from __future__ import annotations
 
 import dataclasses
+import math
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +51,16 @@ WEIGHT_TYPES = ("default", "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k", "q5_1",
                 "q4_0", "q3_k", "q2_k")
 MIN_TILE = 4
 AUTO = "auto"  # the planner chooses (engine.memory.plan)
-AUTO_KEYS = ("offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type")  # the options that may be auto
+AUTO_KEYS = ("offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type", "keep_clip_on_cpu", "keep_vae_on_cpu",
+             "max_vram")  # the options that may be auto
 # What each auto option meant before the planner existed: what a caller that plans nothing gets
 # (EngineOptions.concrete), e.g. verify's 64x64 probe.
-LEGACY: Dict[str, Any] = {"offload_to_cpu": True, "vae_tiling": False, "vae_tile_size": 32, "weight_type": "default"}
+LEGACY: Dict[str, Any] = {"offload_to_cpu": True, "vae_tiling": False, "vae_tile_size": 32, "weight_type": "default",
+                          "keep_clip_on_cpu": False, "keep_vae_on_cpu": False, "max_vram": 0}
+MAX_VRAM_GIB = 1024  # the largest max_vram taken (GiB): more than any GPU has
+MIN_VRAM_GIB = 0.125  # the smallest non-zero one: a budget below one tensor cuts nothing
+BOOL_KEYS = ("flash_attention", "offload_to_cpu", "vae_tiling", "memory_check", "keep_clip_on_cpu", "keep_vae_on_cpu",
+             "enable_mmap")
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -76,6 +87,13 @@ class EngineOptions:
     threads: int = 0
     weight_type: str = AUTO
     memory_check: bool = True  # checked in the caller, before the worker starts (see engine.memory.estimate)
+    # The bundled bindings' low-VRAM levers (stable_diffusion_cpp 0.4.7 StableDiffusion(...)): the text
+    # encoders or the VAE on the CPU backend, a VRAM budget in GiB for graph-cut segmented execution of
+    # offloaded weights (0: off; src/ggml_graph_cut.cpp), and reading the files through mmap.
+    keep_clip_on_cpu: Union[bool, str] = AUTO
+    keep_vae_on_cpu: Union[bool, str] = AUTO
+    max_vram: Union[float, str] = AUTO
+    enable_mmap: bool = False
     # Not a config key: the embedding files generate checked and staged in its private folder
     # (engine.request.companions), which the worker loads with the model.
     embeddings: List[str] = dataclasses.field(default_factory=list)
@@ -90,6 +108,9 @@ class EngineOptions:
     taesd: str = ""
     control_net: str = ""
     vae_encode: bool = False
+    # Not a config key: the converted-weights cache folder the core hands in (engine.memory.converted;
+    # "": none, a weight_type is converted on every load).
+    converted_dir: str = ""
     # Chroma's DiT mask is not supported with flash attention (stable-diffusion.cpp warns, and the
     # image is NaN): generate turns the mask off then, as sd.cpp's docs/chroma.md example does.
     chroma_dit_mask: bool = True
@@ -122,7 +143,7 @@ class EngineOptions:
 
 
 RUN_ONLY = ("embeddings", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net",
-            "vae_encode", "chroma_dit_mask")  # fields a run sets, never read from config.yaml or flags
+            "vae_encode", "chroma_dit_mask", "converted_dir")  # fields a run sets, never read from config.yaml or flags
 
 
 def config_keys() -> List[str]:
@@ -134,12 +155,17 @@ def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
     """One YAML value to its option type, or a ConfigError naming the key and what is allowed."""
     if key in AUTO_KEYS and isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO  # every caller accepts auto here: the worker's check is validate(concrete=True)
-    if key in ("flash_attention", "offload_to_cpu", "vae_tiling", "memory_check"):
+    if key in BOOL_KEYS:
         if isinstance(value, bool):
             return value
         if key in AUTO_KEYS:
             raise _bad(where, key, f"must be true or false (or auto), got {shown(value)}")
         raise _bad(where, key, f"must be true or false, got {shown(value)}")
+    if key == "max_vram":
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+                (value == 0 or MIN_VRAM_GIB <= value <= MAX_VRAM_GIB):
+            return float(value)
+        raise _bad(where, key, f"must be auto, 0 (off) or GiB from {MIN_VRAM_GIB:g} to {MAX_VRAM_GIB}, got {shown(value)}")
     if key == "vae_tile_size":
         if _is_int(value) and MIN_TILE <= value <= MAX_VAE_TILE:
             return value
@@ -223,13 +249,14 @@ def load_config(path: Union[str, Path], *, missing_ok: bool = False) -> EngineOp
     return options_from_mapping(parsed, where=str(target))
 
 
-def apply_overrides(options: EngineOptions, overrides: Mapping[str, Any]) -> EngineOptions:
-    """Options with CLI flags applied on top (``None`` values mean 'not given')."""
+def apply_overrides(options: EngineOptions, overrides: Mapping[str, Any], where: str = COMMAND_LINE) -> EngineOptions:
+    """Options with CLI flags (or, ``where`` named, a service job's ``engine`` object) applied on top
+    (``None`` values mean 'not given')."""
     given = {k: v for k, v in overrides.items() if v is not None}
     names = set(config_keys())
     values = dataclasses.asdict(options)
     for key, value in given.items():
         if key not in names:
-            raise ConfigError(f"unknown engine option {key}; allowed: {', '.join(sorted(names))}")
-        values[key] = _coerce(key, value, COMMAND_LINE)
+            raise ConfigError(f"unknown engine option {shown(key, 40)}; allowed: {', '.join(sorted(names))}")
+        values[key] = _coerce(key, value, where)
     return EngineOptions(**values)

@@ -30,6 +30,7 @@ from ..core.bundles import BundleSummary
 from ..core.results import InstallSummary
 from ..domain import EventKind
 from ..engine.generation import GenerateReport
+from ..engine.memory.dry_run import MemoryDecision
 from ..engine.models.inspection import ModelInspection
 from ..hardware.report import HardwareReport
 from ..installer.maintenance import GcReport, StackStatus
@@ -208,9 +209,11 @@ def _results() -> Dict[str, Callable[[], JSON]]:
         return any_of(ggml, torch)
 
     def generate() -> JSON:
-        return dataclass_schema(GenerateReport, optional={"probe_model": {
+        report = dataclass_schema(GenerateReport, optional={"probe_model": {
             "type": "boolean", "description": "present and true when the model was the synthesized probe: its images are "
             "noise by design"}})
+        decision = dataclass_schema(MemoryDecision, {"dry_run": {"const": True}})  # generate --dry-run (issue 45)
+        return any_of(report, decision)
 
     def install() -> JSON:
         return dataclass_schema(InstallSummary)

@@ -80,6 +80,15 @@ class Options:
             raise self._bad(name, {int: "an integer", float: "a number", str: "a text"}.get(tp, tp.__name__))
         return v
 
+    def mapping(self, name: str) -> Dict[str, Any]:
+        """A JSON object option (e.g. a generate job's ``engine``: config.yaml's engine keys); {} when absent."""
+        v = self._get(name)
+        if v is None:
+            return {}
+        if not isinstance(v, dict) or len(v) > MAX_ITEMS or not all(isinstance(k, str) for k in v):
+            raise self._bad(name, f"an object of at most {MAX_ITEMS} options")
+        return dict(v)
+
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.seen)
         if unknown:

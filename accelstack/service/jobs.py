@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .. import core
 from ..core import direct, job_folders
+from ..core import machine as core_machine
 from ..core.installing import install as install_runtime
 from ..errors import AccelstackError
 from ..serde import to_dict
@@ -306,10 +307,13 @@ class Jobs:
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):
                 continue
             request[f.name] = o.typed(f.name, type(default))
+        engine = o.mapping("engine")  # config.yaml's engine keys (issue 45: the memory levers), over the config
+        dry = _dry_run_of(o)  # the planner's decision only: nothing loaded (on a declared machine: vram, ram)
         o.done()
         s = self.settings
+        options = _engine_options(s, engine)
         return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
-                                              on_progress=progress, **request)
+                                              on_progress=progress, options=options, **dry, **request)
 
     def _model(self, name: str, what: What = "model") -> Path:
         """An entry of the models directory the service was started with, named by its place in it
@@ -323,3 +327,33 @@ class Jobs:
             return ModelsDir(self.models_dir).resolve(name, what)
         except NameRefused as exc:
             raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None
+
+
+def _engine_options(settings: Settings, engine: Dict[str, Any]) -> Any:
+    """The engine options of a generate job: the settings' config.yaml with the job's ``engine`` object on
+    top, checked now (a bad value is a 400 before the job is queued); None: the config's, read when it runs."""
+    if not engine:
+        return None
+    try:
+        return direct.engine_options_over(settings, engine, "job option 'engine'")
+    except AccelstackError as exc:
+        raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None
+
+
+def _dry_run_of(o: Options) -> Dict[str, Any]:
+    """A generate job's ``dry_run`` (with ``vram``/``ram``: a declared machine, e.g. "8GiB"), as core.generate's
+    arguments; a bad size is a 400 before the job is queued."""
+    dry, vram, ram = o.flag("dry_run"), o.text("vram", MAX_SHORT), o.text("ram", MAX_SHORT)
+    if not dry:
+        if vram or ram:
+            raise BadRequest("vram and ram declare a machine for a dry run", hint="add \"dry_run\": true",
+                             code="bad-request")
+        return {}
+    if not (vram or ram):
+        return {"dry_run": True}
+    try:
+        machine = core_machine.declared_machine("cuda" if vram else "cpu", ram=core_machine.parse_size(ram, "ram") if ram
+                                                else None, vram=core_machine.parse_size(vram, "vram") if vram else None)
+        return {"dry_run": True, "machine": machine}
+    except AccelstackError as exc:
+        raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None

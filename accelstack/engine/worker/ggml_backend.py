@@ -12,11 +12,13 @@ import ctypes
 import os
 import random
 import sys
+from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 from ...serde import plural
 from ..config import EngineOptions
 from ..errors import GenerationError, ModelLoadError
+from ..memory.converted import ConvertedCache
 from ..probes.layout import probe_weights
 from .backend import WorkerBackend, load_runtime_libraries
 from .protocol import COMPONENT_FLAGS, DeviceInfo, GeneratedImage, GenerateRequest, read_pixels
@@ -28,11 +30,21 @@ DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 # stable-diffusion.cpp's line for the ggml backend it creates for the model (ggml_extend.hpp):
 # "Initializing backend: Vulkan0", "Initializing backend: CUDA0", "Initializing backend: CPU".
 INIT_MARK = "Initializing backend: "
+CONVERTED_MARK = "loading converted weights "  # the worker's log line when the cache had them
 
 
 def initialized_backends(lines: List[str]) -> List[str]:
     """The ggml backends stable-diffusion.cpp initialized, in order, from its log lines."""
     return [line.split(INIT_MARK, 1)[1].strip() for line in lines if INIT_MARK in line]
+
+
+def _levers(options: EngineOptions) -> Dict[str, Any]:
+    """The low-VRAM levers the planner (engine.memory.plan) or the user set, as the bindings' arguments
+    (stable_diffusion_cpp 0.4.7); only those turned on, so a runtime whose bindings predate one still loads."""
+    levers = {"keep_clip_on_cpu": options.keep_clip_on_cpu is True, "keep_vae_on_cpu": options.keep_vae_on_cpu is True,
+              "max_vram": float(options.max_vram) if isinstance(options.max_vram, (int, float)) else 0.0,
+              "enable_mmap": options.enable_mmap is True}
+    return {k: v for k, v in levers.items() if v}
 
 
 class GgmlBackend(WorkerBackend):
@@ -145,6 +157,8 @@ class GgmlBackend(WorkerBackend):
         # a diffusion model given alone is the worker's model, loaded as diffusion_model_path.
         files = {argument: getattr(options, name) for name, (_flag, argument) in COMPONENT_FLAGS.items()
                  if getattr(options, name) and name != "diffusion_model"}
+        if options.weight_type not in ("default", "auto") and options.converted_dir:  # converted once, then reused
+            model = self._converted(model, options.weight_type, options.converted_dir) or model
         if options.diffusion_model:
             files["diffusion_model_path"] = model
         try:
@@ -154,6 +168,7 @@ class GgmlBackend(WorkerBackend):
                 n_threads=threads,
                 wtype=options.weight_type,
                 offload_params_to_cpu=options.offload_to_cpu,
+                **_levers(options),
                 diffusion_flash_attn=options.flash_attention,
                 chroma_use_dit_mask=options.chroma_dit_mask,
                 embedding_paths=list(options.embeddings),  # staged and checked by the parent (engine.request.companions)
@@ -173,6 +188,27 @@ class GgmlBackend(WorkerBackend):
         self.threads = threads
         self.vae_tiling = options.vae_tiling is True  # the parent resolves "auto" (engine.memory.plan) before
         self.vae_tile_size = options.vae_tile_size if isinstance(options.vae_tile_size, int) else 32
+
+    def _converted(self, source: str, weight_type: str, root: str) -> Optional[str]:
+        """``source`` converted to ``weight_type``: from the converted-weights cache, else converted now by
+        stable-diffusion.cpp's own convert (src/convert.cpp) into it; None: convert on load, as before."""
+        cache = ConvertedCache(root)
+        try:
+            found = cache.lookup(Path(source), weight_type)
+            if found is not None:
+                self.log("INFO", f"{CONVERTED_MARK}{found} ({weight_type} of {source}, from the cache)")
+                return str(found)
+            type_id = int(self.bindings.stable_diffusion.GGML_TYPE_MAP[weight_type])
+            made = cache.store(Path(source), weight_type, lambda out: bool(self.sd_cpp.convert(
+                source.encode("utf-8"), b"", str(out).encode("utf-8"), type_id, b"", False)))
+        except (OSError, KeyError, ValueError, AttributeError) as exc:  # no convert in these bindings, a bad folder
+            self.log("WARN", f"the converted-weights cache is not used: {exc}")
+            return None
+        if made is None:
+            self.log("WARN", f"converting {source} to {weight_type} into the cache failed (a full disk?): converting on load")
+            return None
+        self.log("INFO", f"converted {source} to {weight_type} once, into the cache: {made}")
+        return str(made)
 
     def _logged_seconds(self) -> Optional[float]:
         """stable-diffusion.cpp's own timing of the last generate_image (from its log line)."""
