@@ -259,3 +259,24 @@ def test_a_model_weight_of_no_dimensions_is_refused_naming_the_flag_and_the_weig
     message = last["message"]
     assert "--diffusion-model scalar.safetensors" in message and "double_blocks.0.img_attn.qkv.weight" in message, message
     assert "a scalar" in message and not (tmp_path / "no.png").exists()
+
+
+def test_a_flux_lora_s_text_encoder_modules_count_as_stable_diffusion_cpp_maps_them(flux, tmp_path):
+    """For a Flux model stable-diffusion.cpp maps kohya lora_te1_ (and te1.) to the CLIP-L it loads under
+    text_encoders.clip_l.transformer., but lora_te_ (te.) to cond_stage_model.transformer., which a Flux model
+    does not have (src/name_conversion.cpp convert_tensor_name's prefix_map, te1. overridden for Flux only): a
+    lora_te_ module changes nothing there. Both were counted as applied."""
+    rng = np.random.default_rng(5)
+    unet = "lora_unet_double_blocks_0_img_attn_proj"
+    tensors = {f"{unet}.lora_down.weight": rng.normal(0, 0.5, (4, H)), f"{unet}.lora_up.weight": rng.normal(0, 0.5, (H, 4))}
+    for prefix in ("lora_te1_", "lora_te_"):
+        key = f"{prefix}text_model_encoder_layers_0_self_attn_q_proj"
+        loras = tmp_path / prefix
+        loras.mkdir()
+        write_safetensors(loras / "te.safetensors", {**tensors, f"{key}.lora_down.weight": rng.normal(0, 0.5, (4, 768)),
+                                                     f"{key}.lora_up.weight": rng.normal(0, 0.5, (768, 4))})
+        for layout, (model, encoders) in _layouts(flux).items():
+            found = prepare_companions("a lighthouse <lora:te:1>", str(loras), "", model, encoders=encoders)
+            found.cleanup()
+            (lora,) = found.loras
+            assert (lora.applied, lora.total) == ((4, 4) if prefix == "lora_te1_" else (2, 4)), (prefix, layout)

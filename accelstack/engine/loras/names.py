@@ -16,7 +16,8 @@ from typing import Optional, Set, Tuple
 
 __all__ = ["canonical_module", "LORA_PARTS", "ENCODER_PREFIXES", "KOHYA_KEPT_WORDS", "kohya_dotted", "is_kohya",
            "dotted_module",
-           "COMPONENT_PREFIXES", "as_loaded"]
+           "COMPONENT_PREFIXES", "as_loaded",
+           "UNET_ENCODER_PREFIXES"]
 
 _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, longest first
     ("model.diffusion_model.", "unet"), ("diffusion_model.", "unet"), ("unet.", "unet"),
@@ -24,11 +25,15 @@ _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, long
     ("conditioner.embedders.0.transformer.", "te"), ("conditioner.embedders.1.model.", "te2"),
     ("text_encoder.2.", "te2"), ("text_encoder_2.", "te2"), ("text_encoder.", "te"), ("te.", "te"),
     ("te1.", "te"), ("te2.", "te2"),
-    ("text_encoders.clip_l.transformer.", "te"), ("text_encoders.clip_g.transformer.", "te2"),  # a DiT's (src/stable-diffusion.cpp)
+    # a DiT's CLIPs (src/stable-diffusion.cpp new_sd_ctx): parts of their own, since a LoRA's te./te2. names map to
+    # cond_stage_model. (src/name_conversion.cpp convert_tensor_name), which a DiT does not have; te1. reaches
+    # CLIP-L for a Flux model only (its prefix_map override)
+    ("text_encoders.clip_l.transformer.", "clip_l"), ("text_encoders.clip_g.transformer.", "clip_g"),
 )
 # A text encoder given as a file of its own (--clip-l, --clip-g): the prefix stable-diffusion.cpp loads
 # it under for a DiT (new_sd_ctx); its tensors count as the model's for LoRAs and embeddings.
 ENCODER_PREFIXES = {"clip_l": "text_encoders.clip_l.transformer.", "clip_g": "text_encoders.clip_g.transformer."}
+UNET_ENCODER_PREFIXES = {"clip_l": "cond_stage_model.transformer.", "clip_g": "cond_stage_model.1.transformer."}  # is_unet
 # The prefix stable-diffusion.cpp loads a component file's tensors under, kept where a name already begins with it
 # (src/stable-diffusion.cpp new_sd_ctx: init_from_file(path, prefix); src/model.cpp init_from_safetensors_file,
 # init_from_gguf_file): a --diffusion-model file's bare double_blocks.0... are model.diffusion_model.double_blocks.0...
@@ -145,11 +150,15 @@ def canonical_module(name: str, flux: bool = True, lora: bool = False) -> Option
     for prefix, which in _KOHYA:
         if name.startswith(prefix):
             part, rest = which, name[len(prefix):]
+            if lora and flux and prefix == "lora_te1_":
+                part = "clip_l"  # convert_tensor_name: te1. -> text_encoders.clip_l.transformer. for Flux
             break
     else:
         for prefix, which in _PART_PREFIXES:
             if name.startswith(prefix):
                 rest = name[len(prefix):]
+                if lora and flux and prefix == "te1.":
+                    which = "clip_l"
                 if lora and flux and which == "unet":
                     rest = _flux_from_diffusers(rest) or rest
                 part, rest = which, (_zimage_original(rest) if which == "unet" else rest).replace(".", "_")

@@ -35,7 +35,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple, TypeVar
 from ...errors import Action
 from ..errors import GenerationError, InvalidRequestError, ModelLoadError
 from ..loras.check import LoraMatch, applied_at_runtime, check_lora, model_weights
-from ..loras.names import COMPONENT_PREFIXES, ENCODER_PREFIXES, as_loaded, canonical_module
+from ..loras.names import COMPONENT_PREFIXES, ENCODER_PREFIXES, UNET_ENCODER_PREFIXES, as_loaded, canonical_module
 from ..loras.tags import check_lora_tag_syntax
 from ..models.check import ModelFile, check_model, tensor_index
 from ..models.reader import TensorInfo
@@ -48,6 +48,7 @@ __all__ = ["AppliedLora", "Companions", "prepare_companions", "tensor_index", "c
 # The order the bindings try extensions in (stable_diffusion.py ``_extract_and_build_loras``).
 LORA_EXTENSIONS = (".pt", ".safetensors", ".gguf")
 EMBEDDING_EXTENSIONS = (".safetensors", ".gguf", ".pt", ".bin")
+_UNET_NAMES = ("model.diffusion_model.input_blocks.", "unet.down_blocks.", "model.diffusion_model.down_blocks.")
 MAX_EMBEDDINGS = 256
 MAX_EMBEDDING_VECTORS = 75  # one prompt chunk
 MAX_EMBEDDING_BYTES = 100 << 20  # what sd.cpp loads an embedding into (conditioner.hpp load_embedding: mem_size)
@@ -241,12 +242,13 @@ def _check_embedding(name: str, path: str, widths: Set[int]) -> None:
                 hint="use an embedding trained for this model family")
 
 
-def _encoder_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
+def _encoder_tensors(encoders: Dict[str, str], unet: bool = False) -> List[TensorInfo]:
     """The tensors of separate text-encoder files (``{"clip_l": path}``), under the prefix each is loaded
-    with unless the file already names its part."""
+    with unless the file already names its part: a UNet model's under cond_stage_model. (``unet``), a DiT's under
+    text_encoders. (src/stable-diffusion.cpp new_sd_ctx: is_unet)."""
     out: List[TensorInfo] = []
     for kind, path in sorted(encoders.items()):
-        prefix = ENCODER_PREFIXES.get(kind)
+        prefix = (UNET_ENCODER_PREFIXES if unet else ENCODER_PREFIXES).get(kind)
         if prefix is None:
             continue  # T5-XXL and LLM encoders take no embedding, and no LoRA is matched against them here
         for t in _index(path, os.path.basename(path), "text encoder"):
@@ -279,7 +281,8 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
         if (encoders or {}).get("diffusion_model"):  # given as --diffusion-model: loaded under its prefix
             prefix = COMPONENT_PREFIXES["diffusion_model"]
             model_tensors = [t._replace(name=as_loaded(t.name, prefix)) for t in model_tensors]
-        model_tensors = model_tensors + _encoder_tensors(encoders or {})
+        unet = any(t.name.startswith(_UNET_NAMES) for t in model_tensors)
+        model_tensors = model_tensors + _encoder_tensors(encoders or {}, unet)
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)
