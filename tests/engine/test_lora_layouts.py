@@ -3,7 +3,7 @@ can be given. A Flux LoRA was refused ("changes nothing in this model") whenever
 (--diffusion-model, --vae, --clip-l): stable-diffusion.cpp loads a --diffusion-model file's tensors under
 ``model.diffusion_model.`` (src/stable-diffusion.cpp new_sd_ctx: init_from_file(path, "model.diffusion_model."),
 kept where a name already has it), and the check read the file's bare names. Each naming a trainer writes
-(kohya, ComfyUI, diffusers/PEFT, AI-toolkit, LyCORIS LoHa and LoKr) is checked on the single checkpoint, the
+(kohya, ComfyUI, diffusers/PEFT as diffusers and AI-toolkit write it, diffusers words under ComfyUI's prefix, LyCORIS LoHa and LoKr) is checked on the single checkpoint, the
 split safetensors files and a GGUF diffusion model, with the count stable-diffusion.cpp logs ("(N / M) LoRA
 tensors have been applied")."""
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _namings() -> Dict[str, tuple]:
         down, up = _pair(rng, rows, cols)
         peft.update({f"transformer.{module}.lora_A.weight": down, f"transformer.{module}.lora_B.weight": up})
     out["diffusers"] = (peft, 16)
-    out["ai-toolkit"] = ({k.replace("transformer.", "diffusion_model.", 1) if "single" in k else k: v
+    out["comfyui-diffusers"] = ({k.replace("transformer.", "diffusion_model.", 1) if "single" in k else k: v
                           for k, v in peft.items() if "to_v" not in k or "single" not in k}, 12)
     loha: Dict[str, np.ndarray] = {}
     for module, (rows, cols) in {"double_blocks_0_img_attn_qkv": (3 * H, H), "single_blocks_0_linear2": (H, 640)}.items():
@@ -170,7 +170,7 @@ def test_the_cli_applies_a_lora_to_split_flux_files_and_says_how_much(cpu_runtim
     loras = tmp_path / "loras"
     loras.mkdir()
     write_safetensors(loras / "kohya.safetensors", NAMINGS["kohya"][0])
-    write_safetensors(loras / "part.safetensors", NAMINGS["ai-toolkit"][0])
+    write_safetensors(loras / "part.safetensors", NAMINGS["comfyui-diffusers"][0])
     env = cli_env(cache_with_probe, tmp_path)
     common = ["generate", "--runtime", cpu_runtime.path, "--diffusion-model", folder / "flux1-dev.safetensors",
               "--vae", folder / "ae.safetensors", "--clip-l", folder / "clip_l.safetensors", "-W", "64", "-H", "64",
