@@ -240,7 +240,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
              f"total {report.total_seconds:.2f} s"]
     if report.loras or report.embeddings:
         lines.append("  " + "; ".join(filter(None, [
-            "LoRA " + ", ".join(f"{x.name} {x.weight:g}" for x in report.loras) if report.loras else "",
+            "LoRA " + ", ".join(x.summary() for x in report.loras) if report.loras else "",
             "embeddings " + ", ".join(report.embeddings) if report.embeddings else ""])))
     used = [f"{flag_of(k)} {v}" for k, v in report.components.items()]
     if report.init_image:
@@ -251,6 +251,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
         lines.append("  " + "; ".join(used))
     if report.memory is not None and report.memory.changed:  # the planner gave up speed to fit: say why
         lines.append(f"  memory: {report.memory.reason}")
+    lines += [f"  warning: {lora.warning}" for lora in report.loras if lora.warning]  # partly applied (issue 44)
     if report.restarts:
         lines.append(f"  (the worker was restarted {plural(report.restarts, 'time')} along the way)")
     data = to_dict(report)

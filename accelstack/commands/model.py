@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 from ..core.models import inspect_models
 from ..serde import plural, size_text
 from .common import emit, needs_subcommand, printable
 
-__all__ = ["register", "run_inspect", "inspection_text", "COMPONENT_WORDS"]
+__all__ = ["register", "run_inspect", "inspection_text", "COMPONENT_WORDS", "ROLE_USES"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,11 +66,48 @@ def _count(n: int) -> str:
     return str(n)
 
 
+# How generate takes each file that is no model (engine.models.roles), for the report's "use" line.
+ROLE_USES = {
+    "lora": "put it in the folder given as --lora-dir and apply it from the prompt: <lora:NAME:WEIGHT>",
+    "controlnet": "give it as --control-net, with --control-image, next to a model of its family",
+    "embedding": "put it in the folder given as --embeddings-dir; its file name is the word that triggers it",
+    "taesd": "give it as --taesd next to a model whose latents it decodes (a fast, rougher VAE)",
+    "upscaler": "an ESRGAN upscaler stable-diffusion.cpp runs after generating (src/esrgan.hpp); generate does not take one yet",
+}
+
+
+def _role_head(r: Any) -> Optional[Tuple[str, str]]:
+    """(what the file is, how generate takes it) for a file that is no model; None for a model's file."""
+    d = r.details
+    if d is None:
+        return None
+    family = f"{r.family_name} ({r.family})" if r.family not in ("none", "unknown") else "a family not told here"
+    if r.role == "lora":
+        rank = f", rank {d.rank}" if d.rank is not None else ""
+        what = f"a {d.kind}{' (LyCORIS)' if d.kind != 'LoRA' else ''} for {family}{rank}, {plural(d.modules or 0, 'module')}"
+    elif r.role == "controlnet":
+        what = f"a ControlNet for {family}"
+    elif r.role == "embedding":
+        what = (f"a textual-inversion embedding for {family}: {plural(d.vectors or 0, 'vector')} of {d.width} values "
+                f"(the prompt tokens it stands for)")
+    elif d.kind == "TAESD":
+        what = f"a tiny autoencoder (TAESD) for {d.width}-channel latents" if d.width else "a tiny autoencoder (TAESD)"
+        return what, ROLE_USES["taesd"]
+    elif r.role == "upscaler":
+        what = f"an ESRGAN upscaler (x{d.scale})"
+    else:
+        return None
+    return what, ROLE_USES[r.role]
+
+
 def inspection_text(r: Any, verbose: bool = False) -> str:
     """The report for people: family first, then size, weights, parts, what is missing. Every line
     goes through :func:`printable`: names in it were read from the file (or are its name)."""
     name = os.path.basename(r.path.rstrip("/\\")) or r.path
-    if r.family not in ("none", "unknown"):
+    role = _role_head(r)
+    if role:
+        head = f"{name}: {role[0]}"
+    elif r.family not in ("none", "unknown"):
         head = f"{name}: {r.family_name} ({r.family}{', ' + r.variant if r.variant else ''})"
     elif r.family == "none":
         kinds = ", ".join(p.name for p in r.parts)
@@ -91,12 +128,14 @@ def inspection_text(r: Any, verbose: bool = False) -> str:
         label = "holds" if i == 0 else ""
         lines.append(f"  {label:<12} {COMPONENT_WORDS.get(part.component, part.component)}: {part.name} ({where}, "
                      f"{_count(part.parameters)} parameters)")
-    if r.needs:
+    if role:
+        lines.append(f"  use          {role[1]}")
+    elif r.needs:
         lines.append("  still needs")
         for c in r.needs:
             usual = f": usually {' or '.join(c.files)}" if c.files else ""
             lines.append(f"    {COMPONENT_WORDS.get(c.component, c.component)} {c.name}{usual}")
-    elif r.family not in ("none", "unknown"):
+    elif r.family not in ("none", "unknown") and r.role not in ROLE_USES:
         lines.append("  still needs  nothing: the file holds every part its family uses")
     if r.fits:
         lines.append(f"  serves       {', '.join(r.fits)}")

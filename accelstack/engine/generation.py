@@ -85,6 +85,7 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
         "Version": f"accelstack {__version__} ({stack})",
         "LoRA": "; ".join(f"{lora.name}:{lora.weight:g}" for lora in extra.loras),
+        "LoRA applied": "; ".join(lora.summary() for lora in extra.loras),  # as stable-diffusion.cpp counts them
         "Embeddings": "; ".join(extra.embeddings),
         # A1111's names where it has one ("Denoising strength", "VAE"); file names only, never paths.
         "Denoising strength": f"{request.strength:g}" if img2img else "",

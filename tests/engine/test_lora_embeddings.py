@@ -269,7 +269,7 @@ def test_the_cli_applies_a_lora_and_says_so_in_json(cpu_runtime, probe_model, ca
     r = run_cli([*common, "-p", "cat <lora:style:0.7>", "--lora-dir", loras, "-o", tmp_path / "cli.png", "--json"], env)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout.strip().splitlines()[-1])["result"]
-    assert result["loras"] == [{"name": "style", "weight": 0.7, "tensors": 21}] and result["embeddings"] == []
+    assert result["loras"] == [{"name": "style", "weight": 0.7, "tensors": 21, "applied": 63, "total": 63, "warning": ""}] and result["embeddings"] == []
     for prompt, extra in (("cat <lora:style:1>", []), ("cat <lora:../x:1>", ["--lora-dir", str(loras)])):
         r = run_cli([*common, "-p", prompt, "-o", tmp_path / "no.png", *extra], env)
         assert r.returncode == 2 and ("no LoRA folder" in r.stderr or "not a plain file name" in r.stderr), r.stderr

@@ -295,7 +295,7 @@ def test_the_cli_sums_one_file_named_two_ways_as_the_bindings_do(cpu_runtime, pr
               "--seed", "5", "--lora-dir", loras, "--json"]
     r = run_cli([*common, "-p", "cat <lora:style:0.5> <lora:style.safetensors:0.5>", "-o", tmp_path / "two.png"], env)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert json.loads(r.stdout.splitlines()[-1])["result"]["loras"] == [{"name": "style", "weight": 1.0, "tensors": 21}]
+    assert json.loads(r.stdout.splitlines()[-1])["result"]["loras"] == [{"name": "style", "weight": 1.0, "tensors": 21, "applied": 63, "total": 63, "warning": ""}]
     r = run_cli([*common, "-p", "cat <lora:style:1>", "-o", tmp_path / "one.png"], env)
     assert r.returncode == 0, r.stderr
     from accelstack.engine.png import read_png

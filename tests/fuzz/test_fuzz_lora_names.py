@@ -246,4 +246,32 @@ def test_any_model_weight_shape_is_checked_or_refused_typed(weight, down, up, mi
             changed = check_lora("x", tensors, model, at_runtime="quantized weights" if runtime else "")
         except InvalidRequestError:
             return
-    assert changed >= 1
+    assert changed.weights >= 1 and 0 < changed.applied <= changed.total == len(tensors)
+
+
+LYCORIS_SHAPES = st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple)
+
+
+@fuzz(int(os.environ.get("FUZZ_LORA_EXAMPLES", "300")))
+@given(weight=MODEL_SHAPES, loha=st.booleans(), shapes=st.lists(LYCORIS_SHAPES, min_size=4, max_size=4),
+       whole=st.booleans(), prefix=st.sampled_from(["lora_unet_", "lycoris_unet_", "lora.lora_unet_"]))
+def test_any_loha_or_lokr_shape_is_counted_or_refused_typed(weight, loha, shapes, whole, prefix):
+    """Issue 44: LyCORIS LoHa and LoKr modules have their sizes checked as stable-diffusion.cpp computes them
+    (the LoHa halves multiplied value by value, the LoKr factors' Kronecker product, get_weight_diff's count
+    assert): whatever the model weight's and the factors' shapes, a LoraMatch or InvalidRequestError, in bounds."""
+    from accelstack.engine.loras.check import check_lora
+    from accelstack.engine.models.reader import TensorInfo
+
+    STATS["lora files"]()
+    key = prefix + "input_blocks_1_1_transformer_blocks_0_attn1_to_q"
+    roles = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b") if loha else \
+        (("lokr_w1", "lokr_w2") if whole else ("lokr_w1_a", "lokr_w1_b", "lokr_w2_a", "lokr_w2_b"))
+    tensors = [TensorInfo(f"{key}.{role}", shape, "F16") for role, shape in zip(roles, shapes)]
+    model = {("unet", "input_blocks_1_1_transformer_blocks_0_attn1_to_q"): weight}
+    with bounded("a LyCORIS module's shapes"):
+        try:
+            found = check_lora("x", tensors, model, model_label="--model m.safetensors")
+        except InvalidRequestError:
+            return
+    STATS["lora files accepted"]()
+    assert found.weights == 1 and found.applied == found.total == len(tensors)

@@ -29,5 +29,5 @@ def test_generate_takes_lora_and_embedding_folders_by_name(start_service, instal
                         embeddings_dir="embeddings", width=64, height=64, steps=1, seed=3)
     progress, event, data = svc.follow(job["id"])
     assert event == "result", data
-    assert data["result"]["loras"] == [{"name": "style", "weight": 0.5, "tensors": 21}]
+    assert data["result"]["loras"] == [{"name": "style", "weight": 0.5, "tensors": 21, "applied": 63, "total": 63, "warning": ""}]
     assert data["result"]["embeddings"] == ["glowstyle"]

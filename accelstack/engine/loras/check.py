@@ -22,7 +22,7 @@ from ..errors import InvalidRequestError
 from ..models.reader import TensorInfo
 from .names import LORA_PARTS, canonical_module, dotted_module, is_kohya, kohya_dotted
 
-__all__ = ["check_lora", "model_weights", "applied_at_runtime", "FLOAT_DTYPES"]
+__all__ = ["check_lora", "model_weights", "applied_at_runtime", "FLOAT_DTYPES", "LoraMatch"]
 
 # The float types stable-diffusion.cpp casts to f32 (ggml_ext_cast_f32): those the loader reads a
 # safetensors or torch file's tensors as (safetensors_io.cpp safetensors_dtype_to_ggml_type, pickle_io.cpp
@@ -71,7 +71,7 @@ def _modules(tensors: List[TensorInfo], flux: bool) -> Dict[str, _Module]:
         if not m:
             continue
         base = t.name[:m.start()]
-        key = canonical_module(base, flux)
+        key = canonical_module(base, flux, lora=True)
         if key is None:
             continue
         out.setdefault(base, _Module(key, is_kohya(base))).roles[_role(m.group(0))] = t
@@ -144,20 +144,22 @@ def _check_tensors(name: str, base: str, module: _Module, gguf: bool) -> None:
                        "module only with both (src/lora.hpp get_lora_weight_diff), so it would change nothing")
 
 
-def _product(name: str, base: str, module: _Module) -> Tuple[int, int]:
+def _product(name: str, base: str, module: _Module, roles: Tuple[str, str] = ("lora_down", "lora_up")) -> Tuple[int, int]:
     """(rows, columns) of the lora_up x lora_down product stable-diffusion.cpp adds to the model weight
-    (``ggml_ext_merge_lora``, emulated); InvalidRequestError where computing it aborts."""
-    down, up, mid = module.roles["lora_down"], module.roles["lora_up"], module.roles.get("lora_mid")
-    for t, role in ((down, "lora_down"), (up, "lora_up")):
+    (``ggml_ext_merge_lora``, emulated); InvalidRequestError where computing it aborts. ``roles``: the
+    (down, up) pair multiplied (a LoHa's hada_w1_b and hada_w1_a, a LoKr's lokr_w1_b and lokr_w1_a)."""
+    down, up = module.roles[roles[0]], module.roles[roles[1]]
+    mid = module.roles.get("lora_mid") if roles[0] == "lora_down" else None
+    for t, role in ((down, roles[0]), (up, roles[1])):
         if len(t.shape) not in (2, 4):
             dims = f"{len(t.shape)} dimension{'s' * (len(t.shape) != 1)}"
-            raise _damaged(name, base, f"has a {role} of {_shape(t)} ({dims}): stable-diffusion.cpp applies a lora_down "
-                           "and lora_up as matrices (2 dimensions) or convolution kernels (4)")
+            raise _damaged(name, base, f"has a {role} of {_shape(t)} ({dims}): stable-diffusion.cpp applies a {roles[0]} "
+                           f"and {roles[1]} as matrices (2 dimensions) or convolution kernels (4)")
     up_rows, down_rows = _rows(up.shape, False), _rows(down.shape, True)
     up_rank, down_cols = _count(up.shape) // up_rows, _count(down.shape) // down_rows
     if mid is None:
         if up_rank != down_rows:
-            raise _damaged(name, base, f"has a lora_down of {_shape(down)} (rank {down_rows}) and a lora_up of "
+            raise _damaged(name, base, f"has a {roles[0]} of {_shape(down)} (rank {down_rows}) and a {roles[1]} of "
                            f"{_shape(up)} (rank {up_rank}): stable-diffusion.cpp multiplies the two "
                            "(ggml_ext_merge_lora in src/ggml_extend.hpp) and aborts when the ranks differ")
         return up_rows, down_cols
@@ -198,6 +200,54 @@ def _check_layout(name: str, base: str, module: _Module, shape: Tuple[int, ...])
                        "applies LoRAs at run time (src/lora.hpp get_out_diff; for quantized weights)")
 
 
+def _ne(shape: Tuple[int, ...]) -> List[int]:
+    return list(reversed(shape))[:4] + [1] * (4 - min(len(shape), 4))
+
+
+def _check_lycoris_size(name: str, base: str, module: _Module, shape: Tuple[int, ...],
+                        scalar: InvalidRequestError) -> None:
+    """A LoHa's (hada_w1_a x hada_w1_b) * (hada_w2_a x hada_w2_b) and a LoKr's lokr_w1 (or lokr_w1_a x lokr_w1_b)
+    Kronecker lokr_w2 (or its pair) (src/lora.hpp get_loha_weight_diff, get_lokr_weight_diff): the two LoHa
+    products must be one size (ggml_mul), and the result as many values as the model weight, or a matrix of
+    its columns and fewer rows, which it pads (get_weight_diff: GGML_ASSERT on the counts)."""
+    roles, weight = module.roles, "x".join(map(str, shape)) or "a scalar"
+    if set(_HALVES) <= set(roles):
+        if {"hada_t1", "hada_t2"} & set(roles):
+            return  # Tucker LoHa: the cores' layout is LyCORIS's own; sd.cpp's emulation is not repeated here
+        first = _product(name, base, module, ("hada_w1_b", "hada_w1_a"))
+        second = _product(name, base, module, ("hada_w2_b", "hada_w2_a"))
+        if first != second:
+            raise _damaged(name, base, f"has hada_w1_a x hada_w1_b of {first[0]}x{first[1]} and hada_w2_a x hada_w2_b "
+                           f"of {second[0]}x{second[1]}: stable-diffusion.cpp multiplies the two value by value "
+                           "(src/lora.hpp get_loha_weight_diff) and aborts on two sizes")
+        ne, what = [first[1], first[0], 1, 1], f"hada_w1_a x hada_w1_b is {first[0]}x{first[1]}"
+    elif "lokr_w1" in roles or "lokr_w1_a" in roles:
+        factors = []
+        for i in (1, 2):
+            whole = roles.get(f"lokr_w{i}")
+            if whole is not None:
+                factors.append(_ne(whole.shape))
+            else:
+                rows, cols = _product(name, base, module, (f"lokr_w{i}_b", f"lokr_w{i}_a"))
+                factors.append([cols, rows, 1, 1])
+        ne = [a * b for a, b in zip(*factors)]
+        dims = list(reversed(ne))
+        while len(dims) > 2 and dims[0] == 1:
+            dims.pop(0)
+        what = f"lokr_w1 (x) lokr_w2 is {'x'.join(map(str, dims))}"
+    else:
+        return
+    values = _count(tuple(ne))
+    if not shape and values != 1:
+        raise scalar  # a weight of no dimensions (issue 44: the flag and the weight named)
+    dims2 = ne[2] == ne[3] == 1
+    if values != _count(shape) and not (len(shape) == 2 and dims2 and ne[0] == shape[1] and values < _count(shape)):
+        raise InvalidRequestError(
+            f"the LoRA {name} does not fit this model: its module {base[:80]}'s {what} ({values} values), the model's "
+            f"weight {weight} ({_count(shape)}): stable-diffusion.cpp aborts on a change of another size "
+            "(src/lora.hpp get_weight_diff)", hint="the LoRA was trained for another model family; use one made for this model")
+
+
 def _applies(module: _Module) -> bool:
     roles = module.roles
     lokr = all(f"lokr_w{i}" in roles or {f"lokr_w{i}_a", f"lokr_w{i}_b"} <= set(roles) for i in (1, 2))
@@ -214,13 +264,52 @@ def applied_at_runtime(tensors: List[TensorInfo], weight_type: str = "") -> str:
     return f"the model's weights are quantized, such as {found.name[:60]} in {found.dtype}" if found else ""
 
 
+@dataclass(frozen=True)
+class LoraMatch:
+    """What stable-diffusion.cpp applies of a LoRA: the model ``weights`` it changes, and ``applied`` of the
+    file's ``total`` tensors, counted as it counts them ("(applied / total) LoRA tensors have been applied",
+    src/lora.hpp LoraModel::stat: a module's halves, its mid, its alpha or scale, once applied)."""
+
+    weights: int
+    applied: int
+    total: int
+
+    @property
+    def partial(self) -> bool:
+        return self.applied < self.total
+
+
+def _applied_tensors(module: _Module) -> int:
+    """The tensors of one applied module that stable-diffusion.cpp marks applied (src/lora.hpp): a lora_down and
+    lora_up (and lora_mid), with the scale, else the alpha; a diff; a LoHa's halves, Tucker cores and alpha; a
+    LoKr's factors and alpha."""
+    roles = set(module.roles)
+    if {"lora_down", "lora_up"} <= roles:
+        return 2 + ("lora_mid" in roles) + bool(roles & {"scale", "alpha"})
+    if roles & {"diff", "diff_b"}:
+        return len(roles & {"diff", "diff_b"})
+    if set(_HALVES) <= roles:
+        return 4 + len(roles & {"hada_t1", "hada_t2", "alpha"})
+    return len(roles & {"lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "alpha"})
+
+
+def _scalar(name: str, module: _Module, what: str, dotted: Optional[str], model_label: str) -> InvalidRequestError:
+    weight = f"{dotted}.weight" if dotted else "_".join(module.key)
+    return InvalidRequestError(
+        f"the LoRA {name} does not fit this model: its {'_'.join(module.key)} is {what}, and the weight {weight} of "
+        f"{model_label or 'the model'} a scalar (no dimensions), which no LoRA changes",
+        hint="the model file is damaged (its weight holds one value), or the LoRA was trained for another model family; "
+             "re-download the model, or use a LoRA made for it")
+
+
 def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int, ...]],
-               dit: Optional[Dict[Key, str]] = None, gguf: bool = False, at_runtime: str = "") -> int:
-    """How many model weights the LoRA of ``tensors`` changes; InvalidRequestError when none, or when
+               dit: Optional[Dict[Key, str]] = None, gguf: bool = False, at_runtime: str = "",
+               model_label: str = "") -> LoraMatch:
+    """What of the LoRA of ``tensors`` applies to the model (:class:`LoraMatch`); InvalidRequestError when none, or when
     stable-diffusion.cpp would abort on it. ``dit``: a DiT model's dotted names, against which a kohya
     module is read as stable-diffusion.cpp reads it (:func:`kohya_dotted`); ``gguf``: the LoRA is a GGUF
     file (whose types the loader keeps); ``at_runtime``: why stable-diffusion.cpp will apply it at run time
-    (:func:`applied_at_runtime`), or empty."""
+    (:func:`applied_at_runtime`), or empty; ``model_label``: the flag and file that gave the model, as messages name it."""
     modules = _modules(tensors, flux=any(module.startswith("double_blocks_") for _part, module in model))
     misread = {base: m for base, m in modules.items()
                if dit and m.kohya and m.key in dit and kohya_dotted(m.key[1]) != dit[m.key]}
@@ -241,6 +330,7 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
                                   hint="use a LoRA in the kohya, diffusers/PEFT or stable-diffusion.cpp naming")
     changed: Set[Key] = set()
     slots: Dict[Key, Dict[int, int]] = {}  # of each weight, the rows each of its slices' modules changes
+    used: Dict[Key, Dict[int, int]] = {}  # of each weight, the LoRA tensors each slice's modules apply
     for base, module in sorted(modules.items()):
         shape = model.get(module.key)
         if shape is None:
@@ -248,6 +338,10 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
         _check_tensors(name, base, module, gguf)
         if not _applies(module):
             continue
+        found = _SLICE.search(base)
+        index = _SLICES[found.group(1)] if found and not module.key[1].endswith(found.group(1)) else 0
+        count = used.setdefault(module.key, {})
+        count[index] = count.get(index, 0) + _applied_tensors(module)
         diff = module.roles.get("diff")
         if diff is not None and _count(diff.shape) != _count(shape) and not (
                 len(shape) == len(diff.shape) == 2 and diff.shape[1] == shape[1] and diff.shape[0] < shape[0]):
@@ -256,10 +350,7 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
                            "(src/lora.hpp get_weight_diff)")
         if "lora_down" in module.roles:
             if not shape:  # a scalar weight has no rows for the product to add to (issue 47: IndexError)
-                raise InvalidRequestError(
-                    f"the LoRA {name} does not fit this model: its {'_'.join(module.key)} is a lora_down/lora_up pair, "
-                    f"the model's weight a scalar (no dimensions)",
-                    hint="the LoRA was trained for another model family, or the model file is damaged; use one made for this model")
+                raise _scalar(name, module, "a lora_down/lora_up pair", (dit or {}).get(module.key), model_label)
             out_rows, in_count = _product(name, base, module)
             want_rows, want_in = int(shape[0]), _count(shape[1:])
             fits = (out_rows, in_count) == (want_rows, want_in) or (
@@ -270,12 +361,14 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
                     f"the model's weight {'x'.join(map(str, shape))}",
                     hint="the LoRA was trained for another model family; use one made for this model")
             _check_layout(name, base, module, shape)
-            found = _SLICE.search(base)
-            index = _SLICES[found.group(1)] if found and not module.key[1].endswith(found.group(1)) else 0
             slot = slots.setdefault(module.key, {})
             slot[index] = slot.get(index, 0) + out_rows
             continue
+        _check_lycoris_size(name, base, module, shape, _scalar(
+            name, module, "a LyCORIS module", (dit or {}).get(module.key), model_label))
         changed.add(module.key)
+    applied = sum(sum(itertools.takewhile(bool, (slot.get(i, 0) for i in range(max(_SLICES.values()) + 1))))
+                  for slot in used.values())
     for key, slot in sorted(slots.items()):
         # src/lora.hpp get_lora_weight_diff/get_out_diff: the slices .weight, .weight.1 ... until one is missing
         total = sum(itertools.takewhile(bool, (slot.get(i, 0) for i in range(max(_SLICES.values()) + 1))))
@@ -296,4 +389,4 @@ def check_lora(name: str, tensors: List[TensorInfo], model: Dict[Key, Tuple[int,
             f"the LoRA {name} changes nothing in this model: none of its {len(modules)} modules "
             f"(such as {sample[0]}:{sample[1][:80]}) names a weight of the model with tensors it applies",
             hint="the LoRA was made for another model family (or another naming); use one made for this model")
-    return len(changed)
+    return LoraMatch(len(changed), applied, len(tensors))

@@ -15,7 +15,9 @@ import re
 from typing import Optional, Set, Tuple
 
 __all__ = ["canonical_module", "LORA_PARTS", "ENCODER_PREFIXES", "KOHYA_KEPT_WORDS", "kohya_dotted", "is_kohya",
-           "dotted_module"]
+           "dotted_module",
+           "COMPONENT_PREFIXES", "as_loaded",
+           "UNET_ENCODER_PREFIXES"]
 
 _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, longest first
     ("model.diffusion_model.", "unet"), ("diffusion_model.", "unet"), ("unet.", "unet"),
@@ -23,11 +25,27 @@ _PART_PREFIXES = (  # (prefix, part) of a model's or a LoRA's module names, long
     ("conditioner.embedders.0.transformer.", "te"), ("conditioner.embedders.1.model.", "te2"),
     ("text_encoder.2.", "te2"), ("text_encoder_2.", "te2"), ("text_encoder.", "te"), ("te.", "te"),
     ("te1.", "te"), ("te2.", "te2"),
-    ("text_encoders.clip_l.transformer.", "te"), ("text_encoders.clip_g.transformer.", "te2"),  # a DiT's (src/stable-diffusion.cpp)
+    # a DiT's CLIPs (src/stable-diffusion.cpp new_sd_ctx): parts of their own, since a LoRA's te./te2. names map to
+    # cond_stage_model. (src/name_conversion.cpp convert_tensor_name), which a DiT does not have; te1. reaches
+    # CLIP-L for a Flux model only (its prefix_map override)
+    ("text_encoders.clip_l.transformer.", "clip_l"), ("text_encoders.clip_g.transformer.", "clip_g"),
 )
 # A text encoder given as a file of its own (--clip-l, --clip-g): the prefix stable-diffusion.cpp loads
 # it under for a DiT (new_sd_ctx); its tensors count as the model's for LoRAs and embeddings.
 ENCODER_PREFIXES = {"clip_l": "text_encoders.clip_l.transformer.", "clip_g": "text_encoders.clip_g.transformer."}
+UNET_ENCODER_PREFIXES = {"clip_l": "cond_stage_model.transformer.", "clip_g": "cond_stage_model.1.transformer."}  # is_unet
+# The prefix stable-diffusion.cpp loads a component file's tensors under, kept where a name already begins with it
+# (src/stable-diffusion.cpp new_sd_ctx: init_from_file(path, prefix); src/model.cpp init_from_safetensors_file,
+# init_from_gguf_file): a --diffusion-model file's bare double_blocks.0... are model.diffusion_model.double_blocks.0...
+COMPONENT_PREFIXES = {"diffusion_model": "model.diffusion_model.", "vae": "vae.", "t5xxl": "text_encoders.t5xxl.transformer.",
+                      "llm": "text_encoders.llm.", "taesd": "tae."}
+
+
+def as_loaded(name: str, prefix: str) -> str:
+    """A component file's tensor name as stable-diffusion.cpp loads it under ``prefix``."""
+    return name if name.startswith(prefix) else prefix + name
+
+
 _KOHYA = (("lora_unet_", "unet"), ("lora_te1_", "te"), ("lora_te2_", "te2"), ("lora_te_", "te"))
 # diffusers UNet block names -> LDM ones (the same formula for SD 1.x, 2.x and XL: 2 layers a block)
 _RESNET_INNER = {"norm1": "in_layers_0", "conv1": "in_layers_2", "time_emb_proj": "emb_layers_1",
@@ -111,14 +129,18 @@ def _ldm_unet(flat: str) -> str:
     return flat
 
 
-def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
+def canonical_module(name: str, flux: bool = True, lora: bool = False) -> Optional[Tuple[str, str]]:
     """(part, flattened LDM module name) of a model weight or LoRA module name, or None when the
     name belongs to no part a LoRA can change (the VAE, or an unknown layout).
 
     ``transformer.`` is diffusers' DiT naming: a FLUX.1 model's (``flux``) is converted to the original
     names as stable-diffusion.cpp does for a Flux model only (``convert_diffusion_model_name``); other
-    DiTs (Qwen-Image) keep the names, which are their own."""
+    DiTs (Qwen-Image) keep the names, which are their own. A LoRA's (``lora``) diffusion-model names are
+    converted whatever their prefix (``diffusion_model.transformer_blocks.0...`` too), as stable-diffusion.cpp
+    converts every name under ``model.diffusion_model.`` for the model's version."""
     name = _without_lora_prefix(name)
+    if lora and name.startswith(_BARE_DIT):  # src/name_conversion.cpp convert_tensor_name: dit_prefix_vec
+        name = "transformer." + name
     if name.startswith("transformer."):
         if not flux:
             return "unet", _zimage_original(name[len("transformer."):]).replace(".", "_")
@@ -128,11 +150,17 @@ def canonical_module(name: str, flux: bool = True) -> Optional[Tuple[str, str]]:
     for prefix, which in _KOHYA:
         if name.startswith(prefix):
             part, rest = which, name[len(prefix):]
+            if lora and flux and prefix == "lora_te1_":
+                part = "clip_l"  # convert_tensor_name: te1. -> text_encoders.clip_l.transformer. for Flux
             break
     else:
         for prefix, which in _PART_PREFIXES:
             if name.startswith(prefix):
                 rest = name[len(prefix):]
+                if lora and flux and prefix == "te1.":
+                    which = "clip_l"
+                if lora and flux and which == "unet":
+                    rest = _flux_from_diffusers(rest) or rest
                 part, rest = which, (_zimage_original(rest) if which == "unet" else rest).replace(".", "_")
                 break
     if not part:
@@ -165,10 +193,22 @@ def dotted_module(name: str) -> Optional[str]:
     return None
 
 
+_BARE_DIT = ("transformer_blocks", "single_transformer_blocks")
+
+
 def _without_lora_prefix(name: str) -> str:
+    """The name after the prefixes stable-diffusion.cpp strips (convert_tensor_name's lora_prefix_vec). A
+    LyCORIS ``lycoris_`` name is underscored throughout, as a kohya one: ``lycoris_unet_...`` reads as
+    ``lora_unet_...``, ``lycoris_transformer_blocks_0_attn_to_q`` as the dotted diffusers name."""
     for prefix in ("lora.lora.", "lora."):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            name = name[len(prefix):]
+            break
+    if name.startswith(("lycoris_", "lycoris.")):
+        rest = name[len("lycoris_"):]
+        if rest.startswith(_BARE_DIT):
+            return "transformer." + kohya_dotted(rest)
+        return "lora_" + rest
     return name
 
 

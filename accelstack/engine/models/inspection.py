@@ -17,8 +17,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from .check import ModelFile, check_model, tensor_index
 from .families import Condition, FamilyRule, Knowledge, PrefixRule, knowledge
 from .reader import TensorInfo
+from .roles import RoleDetails, file_role
 
-__all__ = ["inspect_model", "ModelInspection", "ModelPart", "Companion", "WeightType", "QUANTIZED_PREFIXES"]
+__all__ = ["inspect_model", "ModelInspection", "ModelPart", "Companion", "WeightType", "QUANTIZED_PREFIXES", "RoleDetails"]
 
 QUANTIZED_PREFIXES = ("Q", "IQ", "TQ", "MXFP", "NVFP", "F8_")  # block-quantized ggml types and 8-bit floats
 MAX_SHOWN_NAME = 200  # a name read from a file is quoted this far in the evidence (a header may hold a 60 MB one)
@@ -65,8 +66,10 @@ class ModelInspection:
     path: str
     format: str  # safetensors | gguf | ckpt | diffusers
     size_bytes: int
-    role: str  # checkpoint | diffusion_model | vae | text_encoder | components | unknown
-    family: str  # a family id, "none" (no diffusion model in the file) or "unknown"
+    # checkpoint | diffusion_model | vae | text_encoder | components | unknown, or a file generate takes beside a model
+    # (engine.models.roles): lora | controlnet | embedding | taesd | upscaler
+    role: str
+    family: str  # a family id (a LoRA's, ControlNet's, embedding's: the family it is for), "none" or "unknown"
     family_name: str  # for people: the variant's name when one is told ("FLUX.1 [dev]")
     variant: str  # e.g. dev / schnell / inpaint; "" when the family has none or it is not told
     tensors: int  # 0 when the names are not read (then parameters is None): no count is claimed
@@ -78,6 +81,7 @@ class ModelInspection:
     fits: List[str] = field(default_factory=list)  # for a VAE or text encoder file: families it serves
     evidence: List[str] = field(default_factory=list)
     source: str = ""  # where the rule that named the family comes from
+    details: Optional[RoleDetails] = None  # a LoRA's kind and rank, an embedding's width... (engine.models.roles)
 
 
 def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> ModelInspection:
@@ -88,7 +92,20 @@ def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> M
     if tensors is None:
         return ModelInspection(info.path, info.kind, info.size_bytes, "unknown", "unknown", "unknown", "", 0,
                                None, evidence=[why])
-    return _inspect(info, tensors, k)
+    special = file_role(tensors)
+    if special is None:
+        return _inspect(info, tensors, k)
+    role, family, details, why = special
+    if role == "taesd":  # a VAE's kind of file (--taesd), read as one, its kind told
+        result = _inspect(info, tensors, k)
+        result.details = details
+        result.evidence.append(why)
+        return result
+    name = next((f.name for f in k.families if f.id == family), family)
+    result = ModelInspection(info.path, info.kind, info.size_bytes, role, family, name, "", len(tensors),
+                             sum(_count(t.shape) for t in tensors), evidence=[why], details=details)
+    _weights(result, tensors)
+    return result
 
 
 # -- reading the tensors ------------------------------------------------------------------------------

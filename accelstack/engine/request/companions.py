@@ -34,8 +34,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple, TypeVar
 
 from ...errors import Action
 from ..errors import GenerationError, InvalidRequestError, ModelLoadError
-from ..loras.check import applied_at_runtime, check_lora, model_weights
-from ..loras.names import ENCODER_PREFIXES, canonical_module
+from ..loras.check import LoraMatch, applied_at_runtime, check_lora, model_weights
+from ..loras.names import COMPONENT_PREFIXES, ENCODER_PREFIXES, UNET_ENCODER_PREFIXES, as_loaded, canonical_module
 from ..loras.tags import check_lora_tag_syntax
 from ..models.check import ModelFile, check_model, tensor_index
 from ..models.reader import TensorInfo
@@ -48,6 +48,7 @@ __all__ = ["AppliedLora", "Companions", "prepare_companions", "tensor_index", "c
 # The order the bindings try extensions in (stable_diffusion.py ``_extract_and_build_loras``).
 LORA_EXTENSIONS = (".pt", ".safetensors", ".gguf")
 EMBEDDING_EXTENSIONS = (".safetensors", ".gguf", ".pt", ".bin")
+_UNET_NAMES = ("model.diffusion_model.input_blocks.", "unet.down_blocks.", "model.diffusion_model.down_blocks.")
 MAX_EMBEDDINGS = 256
 MAX_EMBEDDING_VECTORS = 75  # one prompt chunk
 MAX_EMBEDDING_BYTES = 100 << 20  # what sd.cpp loads an embedding into (conditioner.hpp load_embedding: mem_size)
@@ -56,11 +57,29 @@ MAX_EMBEDDING_BYTES = 100 << 20  # what sd.cpp loads an embedding into (conditio
 @dataclass
 class AppliedLora:
     """A LoRA file of the prompt: its name (as in its first tag), the weights of its tags summed (as the
-    bindings sum them), and how many model weights it changes."""
+    bindings sum them), how many model weights it changes (``tensors``), and how many of the file's ``total``
+    tensors stable-diffusion.cpp applies (``applied``, counted as its "(N / M) LoRA tensors have been applied")."""
 
     name: str
     weight: float
     tensors: int = 0
+    applied: int = 0
+    total: int = 0
+    warning: str = ""  # why it applies only in part ("" when whole): see :meth:`partial_warning`
+
+    def summary(self) -> str:
+        """``watercolor ×0.8: 342 of 342 tensors`` (the result, the terminal and the PNG say it)."""
+        return f"{self.name} ×{self.weight:g}: {self.applied} of {self.total} tensors"
+
+    def partial_warning(self) -> str:
+        """Why the LoRA applies only in part ("" when whole): what the user would otherwise see only in
+        stable-diffusion.cpp's log ("Only (N / M) LoRA tensors have been applied")."""
+        if self.applied >= self.total:
+            return ""
+        left = self.total - self.applied
+        return (f"the LoRA {self.name} applies only in part: {left} of its {self.total} tensors "
+                f"({100 * left / self.total:.0f}%) name nothing stable-diffusion.cpp applies to this model (weights it "
+                "lacks, a slice after a missing one, or tensors it does not read); the image changes less than its trainer meant")
 
 
 @dataclass
@@ -223,12 +242,13 @@ def _check_embedding(name: str, path: str, widths: Set[int]) -> None:
                 hint="use an embedding trained for this model family")
 
 
-def _encoder_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
+def _encoder_tensors(encoders: Dict[str, str], unet: bool = False) -> List[TensorInfo]:
     """The tensors of separate text-encoder files (``{"clip_l": path}``), under the prefix each is loaded
-    with unless the file already names its part."""
+    with unless the file already names its part: a UNet model's under cond_stage_model. (``unet``), a DiT's under
+    text_encoders. (src/stable-diffusion.cpp new_sd_ctx: is_unet)."""
     out: List[TensorInfo] = []
     for kind, path in sorted(encoders.items()):
-        prefix = ENCODER_PREFIXES.get(kind)
+        prefix = (UNET_ENCODER_PREFIXES if unet else ENCODER_PREFIXES).get(kind)
         if prefix is None:
             continue  # T5-XXL and LLM encoders take no embedding, and no LoRA is matched against them here
         for t in _index(path, os.path.basename(path), "text encoder"):
@@ -258,12 +278,18 @@ def prepare_companions(prompt: str, lora_dir: str, embeddings_dir: str, model: M
             raise InvalidRequestError(f"the model {model.path} is a legacy torch pickle whose tensor names are not read, "
                                       "so LoRAs and embeddings cannot be checked against it",
                                       hint="convert the model to safetensors")
-        model_tensors = model_tensors + _encoder_tensors(encoders or {})
+        if (encoders or {}).get("diffusion_model"):  # given as --diffusion-model: loaded under its prefix
+            prefix = COMPONENT_PREFIXES["diffusion_model"]
+            model_tensors = [t._replace(name=as_loaded(t.name, prefix)) for t in model_tensors]
+        unet = any(t.name.startswith(_UNET_NAMES) for t in model_tensors)
+        model_tensors = model_tensors + _encoder_tensors(encoders or {}, unet)
         if tags:
             out.lora_dir = os.path.join(out.folder, "lora")
             os.mkdir(out.lora_dir, 0o700)
             runtime = applied_at_runtime(model_tensors + _other_tensors(encoders or {}), weight_type)
-            out.loras = _loras(tags, lora_src, lora_dir, out.lora_dir, model_tensors, runtime)
+            flag = "--diffusion-model" if (encoders or {}).get("diffusion_model") else "--model"
+            out.loras = _loras(tags, lora_src, lora_dir, out.lora_dir, model_tensors, runtime,
+                               f"{flag} {os.path.basename(model.path)}")
         if emb_src:
             out.embeddings, out.embedding_paths = _embeddings(emb_src, embeddings_dir, out.folder, model_tensors)
     except BaseException:
@@ -286,20 +312,20 @@ def _other_tensors(encoders: Dict[str, str]) -> List[TensorInfo]:
 
 
 def _lora_checker(name: str, weights: Dict[Tuple[str, str], Tuple[int, ...]], dit: Dict[Tuple[str, str], str],
-                  runtime: str) -> Callable[[str], int]:
-    def check(path: str) -> int:
+                  runtime: str, label: str) -> Callable[[str], LoraMatch]:
+    def check(path: str) -> LoraMatch:
         tensors, kind = _read(path, name, "LoRA")
-        return check_lora(name, tensors, weights, dit, gguf=kind == "gguf", at_runtime=runtime)
+        return check_lora(name, tensors, weights, dit, gguf=kind == "gguf", at_runtime=runtime, model_label=label)
     return check
 
 
 def _loras(tags: List[Tuple[str, float]], source: str, given: str, dest: str,
-           model_tensors: List[TensorInfo], runtime: str) -> List[AppliedLora]:
+           model_tensors: List[TensorInfo], runtime: str, label: str = "") -> List[AppliedLora]:
     """Each tag's LoRA, resolved to its file as the bindings resolve it, staged once and checked; one
     :class:`AppliedLora` a file, its weights summed as the bindings sum them (a file named two ways,
     ``<lora:x:1>`` and ``<lora:x.safetensors:1>``, is one LoRA of weight 2), and capped on that sum."""
     weights, dit = model_weights(model_tensors)
-    staged: Dict[str, Tuple[Identity, int]] = {}  # by the file name a tag resolved to
+    staged: Dict[str, Tuple[Identity, LoraMatch]] = {}  # by the file name a tag resolved to
     applied: Dict[Identity, AppliedLora] = {}
     named: Dict[Identity, List[str]] = {}
     for name, weight in tags:
@@ -308,7 +334,7 @@ def _loras(tags: List[Tuple[str, float]], source: str, given: str, dest: str,
         candidates = [name] if name.lower().endswith(LORA_EXTENSIONS) else [name + ext for ext in LORA_EXTENSIONS]
         for candidate in candidates:  # the bindings' order (a name with its extension is taken as it is)
             if candidate not in staged:
-                found = _stage(source, candidate, dest, "LoRA", _lora_checker(name, weights, dit, runtime))
+                found = _stage(source, candidate, dest, "LoRA", _lora_checker(name, weights, dit, runtime, label))
                 if found is None:
                     continue
                 staged[candidate] = found[1], found[2]
@@ -317,7 +343,7 @@ def _loras(tags: List[Tuple[str, float]], source: str, given: str, dest: str,
         else:
             raise InvalidRequestError(f"there is no LoRA {name!r} in {given}",
                                       hint=f"looked for {', '.join(candidates)}; name a file of the folder")
-        lora = applied.setdefault(identity, AppliedLora(name, 0.0, changed))
+        lora = applied.setdefault(identity, AppliedLora(name, 0.0, changed.weights, changed.applied, changed.total))
         lora.weight += weight
         named.setdefault(identity, []).append(name)
         if abs(lora.weight) > MAX_LORA_WEIGHT:
@@ -327,6 +353,7 @@ def _loras(tags: List[Tuple[str, float]], source: str, given: str, dest: str,
                 f"past {MAX_LORA_WEIGHT:g} (the bindings add the weights of one file)", hint="name each LoRA once")
     for lora in applied.values():
         lora.weight = round(lora.weight, 6)
+        lora.warning = lora.partial_warning()
     return list(applied.values())
 
 
