@@ -49,6 +49,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
     "plan": frozenset(BOTTOM | CLI | DETECTION | {
         "accelstack.commands.plan", "accelstack.core", "accelstack.core.detection", "accelstack.core.manifest_files",
         "accelstack.core.planning", "accelstack.core.reports", "accelstack.core.stacks",
+        "accelstack.core.sources", "accelstack.core.stacks.protocol",  # planning's value types, the drivers' protocol
         "accelstack.hardware.capture", "accelstack.hardware.replay", "accelstack.hardware.system",
         "accelstack.refs", "accelstack.subprocesses", "accelstack.verdict",
         "accelstack.artifacts", "accelstack.artifacts.documents", "accelstack.artifacts.errors",
