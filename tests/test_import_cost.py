@@ -57,7 +57,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
         "accelstack.installer", "accelstack.installer.errors", "accelstack.installer.pip_output",
         "accelstack.installer.pip_runner",
         *(f"accelstack.manifests{m}" for m in (
-            "", ".channels", ".envelope", ".errors", ".fields", ".ggml_checks", ".ggml_manifest", ".ggml_resolve",
+            "", ".build_targets", ".channels", ".envelope", ".errors", ".fields", ".ggml_checks", ".ggml_manifest", ".ggml_resolve",
             ".hw_rules", ".keys", ".knowledge", ".machine", ".plan", ".request", ".resolver", ".rollback", ".schema",
             ".signatures", ".torch_checks", ".torch_device_rules", ".torch_matrix", ".torch_resolve", ".torch_types", ".trust")),
     }),
