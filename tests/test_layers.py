@@ -392,3 +392,13 @@ def test_no_exported_name_is_also_a_submodule():
         exported = set(getattr(importlib.import_module(name), "__all__", ()))
         bad += [f"{name}.{n}" for n in sorted(exported & subs)]
     assert not bad, f"exports named like a submodule of their package: {bad}"
+
+
+def test_each_layer_owns_its_cache_names():
+    """``core/caches.py`` lists and purges every cache, but the names in each are declared by the
+    layer that writes them (artifacts, publisher, the engine's probes, hardware, fsio): it gathers
+    those patterns and compiles none of its own (issue 43: it restated eleven)."""
+    tree = _tree(PACKAGE / "core" / "caches.py")
+    own = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+           and isinstance(n.func.value, ast.Name) and n.func.value.id == "re"]
+    assert not own, f"core/caches.py compiles name patterns of its own (lines {own}): declare them where the names are made"
