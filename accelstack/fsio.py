@@ -22,11 +22,21 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 
-__all__ = ["TEMP_NAME", "TRASH_PREFIX", "output_problem", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file",
+__all__ = ["TEMP_NAME", "temp_names_of", "TRASH_PREFIX", "output_problem", "replacing", "write_bytes", "write_text", "try_write_bytes", "copy_file",
            "fsync_dir", "staging_dir", "remove_own_tree", "discard_tree", "finish_discards"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a file :func:`write_bytes` is writing (or a crash left behind).
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp\Z")
+
+
+def temp_names_of(*finals: re.Pattern[str]) -> re.Pattern[str]:
+    """The temporary names (:data:`TEMP_NAME`) of files whose own names match one of ``finals``
+    (each a whole-name pattern, ``^...\\Z``): what a cache lists as an unfinished write."""
+    bodies = []
+    for final in finals:
+        assert final.pattern.startswith("^") and final.pattern.endswith("\\Z"), final.pattern
+        bodies.append(final.pattern[1:-2])
+    return re.compile(r"^\.(" + "|".join(bodies) + r")\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
 
 #: A folder being removed is first renamed to ``.accelstack-trash-<name>.<random>`` in its folder, so
 #: a removal killed half-way leaves a name :func:`finish_discards` recognises (its mark may be gone).

@@ -49,6 +49,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
     "plan": frozenset(BOTTOM | CLI | DETECTION | {
         "accelstack.commands.plan", "accelstack.core", "accelstack.core.detection", "accelstack.core.manifest_files",
         "accelstack.core.planning", "accelstack.core.reports", "accelstack.core.stacks",
+        "accelstack.core.sources", "accelstack.core.stacks.protocol",  # planning's value types, the drivers' protocol
         "accelstack.hardware.capture", "accelstack.hardware.replay", "accelstack.hardware.system",
         "accelstack.refs", "accelstack.subprocesses", "accelstack.verdict",
         "accelstack.artifacts", "accelstack.artifacts.documents", "accelstack.artifacts.errors",
@@ -56,7 +57,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
         "accelstack.installer", "accelstack.installer.errors", "accelstack.installer.pip_output",
         "accelstack.installer.pip_runner",
         *(f"accelstack.manifests{m}" for m in (
-            "", ".channels", ".envelope", ".errors", ".fields", ".ggml_checks", ".ggml_manifest", ".ggml_resolve",
+            "", ".build_targets", ".channels", ".envelope", ".errors", ".fields", ".ggml_checks", ".ggml_manifest", ".ggml_resolve",
             ".hw_rules", ".keys", ".knowledge", ".machine", ".plan", ".request", ".resolver", ".rollback", ".schema",
             ".signatures", ".torch_checks", ".torch_device_rules", ".torch_matrix", ".torch_resolve", ".torch_types", ".trust")),
     }),

@@ -117,6 +117,82 @@ def test_no_import_cycles_between_modules():
     assert not cycles, f"import cycles: {cycles[:5]}"
 
 
+CORE = "accelstack.core"
+REGISTRY = "accelstack.core.stacks"
+DRIVER_PROTOCOL = "accelstack.core.stacks.protocol"
+DISPATCH = ("driver", "driver_of_bundle", "locator", "locator_for_backend")  # the registry's calls that load a driver
+
+
+def _core_graph() -> Dict[str, Set[str]]:
+    """The core's modules and every core module each imports: at module level, inside a function and
+    for type checking alike (a type-only import closes a circle as surely for a reader), with the
+    package ``__init__`` that importing a submodule runs first (a module's own packages aside)."""
+    mods = _modules()
+    graph: Dict[str, Set[str]] = {}
+    for name, path in mods.items():
+        if not name.startswith(CORE):
+            continue
+        deps: Set[str] = set()
+        for m in _imports(name, path, top_only=False):
+            while m not in mods and "." in m:  # a name imported from a module: the module
+                m = m.rsplit(".", 1)[0]
+            parts = m.split(".")
+            deps |= {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
+        graph[name] = {d for d in deps if d.startswith(CORE) and d in mods and d != name and not name.startswith(d + ".")}
+    return graph
+
+
+def test_no_import_cycles_in_the_core():
+    """No circle among the core's modules, type-only and function-level imports included (issue 43:
+    context -> options -> planning -> stacks -> context was closed by a type-only import)."""
+    graph = _core_graph()
+    state: Dict[str, int] = {}
+    cycles: List[List[str]] = []
+
+    def visit(node: str, stack: List[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append([m[len(CORE) + 1:] for m in stack[stack.index(dep):] + [dep]])
+            elif dep not in state:
+                visit(dep, stack)
+        stack.pop()
+        state[node] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])
+    assert not cycles, f"import cycles in the core: {cycles[:5]}"
+
+
+def _driver_stack(name: str) -> str:
+    """The stack a module of ``core/stacks/`` belongs to (``ggml_bundle`` is ggml's), or ""."""
+    rest = name[len(REGISTRY) + 1:] if name.startswith(REGISTRY + ".") else ""
+    return rest.split("_")[0] if rest and name != DRIVER_PROTOCOL else ""
+
+
+def test_the_stack_registry_sits_low_and_the_drivers_are_leaves():
+    """The registry (``core/stacks/__init__.py``) imports from the core only the drivers' protocol;
+    the drivers are leaves: the registry loads them by name, no other module imports them (one
+    stack's modules aside), and they import no module that loads a driver (an install or a bundle
+    job is above them, never below)."""
+    graph = _core_graph()
+    mods = _modules()
+    bad = [f"the registry imports {dep}" for dep in sorted(graph[REGISTRY] - {DRIVER_PROTOCOL})]
+    dispatchers = {name for name, path in mods.items() if name.startswith(CORE) and name != CORE
+                   and any(f"{REGISTRY}.{call}" in _imports(name, path, top_only=False) for call in DISPATCH)}
+    drivers = {name for name in graph if _driver_stack(name)}
+    assert drivers, "no driver modules found"
+    for name, path in mods.items():
+        for dep in _imports(name, path, top_only=False):
+            if dep in drivers and _driver_stack(dep) != _driver_stack(name):
+                bad.append(f"{name} imports the driver module {dep}")
+    for name in sorted(drivers):
+        bad += [f"{name} imports {dep}, which loads drivers" for dep in sorted(graph[name] & dispatchers)]
+    assert not bad, bad
+
+
 # -- the structure the design promises (issue 24), measured on the source -------------------------
 CORE_AND_ABOVE = ("core", "service", "commands", "cli", "compat")
 # the one OS access object of detection: LiveSystem reads the live environment for the System protocol
@@ -316,3 +392,13 @@ def test_no_exported_name_is_also_a_submodule():
         exported = set(getattr(importlib.import_module(name), "__all__", ()))
         bad += [f"{name}.{n}" for n in sorted(exported & subs)]
     assert not bad, f"exports named like a submodule of their package: {bad}"
+
+
+def test_each_layer_owns_its_cache_names():
+    """``core/caches.py`` lists and purges every cache, but the names in each are declared by the
+    layer that writes them (artifacts, publisher, the engine's probes, hardware, fsio): it gathers
+    those patterns and compiles none of its own (issue 43: it restated eleven)."""
+    tree = _tree(PACKAGE / "core" / "caches.py")
+    own = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+           and isinstance(n.func.value, ast.Name) and n.func.value.id == "re"]
+    assert not own, f"core/caches.py compiles name patterns of its own (lines {own}): declare them where the names are made"

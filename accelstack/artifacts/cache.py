@@ -35,10 +35,12 @@ from ..fsio import fsync_dir, try_write_bytes
 from ..limits import MalformedInput, parse_json
 from .errors import CacheError
 
-__all__ = ["HASH_CHUNK", "MAX_STAMP_BYTES", "STAMP_SUFFIX", "Cache", "check_sha256", "hash_file", "remove_file"]
+__all__ = ["ENTRY_NAME", "HASH_CHUNK", "MAX_STAMP_BYTES", "STAMP_SUFFIX", "Cache", "check_sha256", "hash_file", "remove_file"]
 
 HASH_CHUNK = 1 << 20
 STAMP_SUFFIX = ".verified"
+# what this cache writes in blobs/sha256: <hex>, <hex>.part (a resumable download), <hex>.verified (its stamp)
+ENTRY_NAME = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
 MAX_STAMP_BYTES = 1024  # {"sha256": 64 hex, four integers}: ~200 bytes
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would accept a trailing newline
 

@@ -28,6 +28,7 @@ made the bundle: compare the bundle's sha256 (printed by ``bundle create``) out 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -40,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..errors import AccelstackError, Action
+from ..errors import AccelstackError, Action, UsageError
 from ..fsio import replacing
 from ..limits import MAX_ARTIFACT_BYTES, MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, MalformedInput, parse_json
 from ..serde import size_text
 from .stacks import STACKS, default_stack
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "INDEX", "MANIFEST", "SIGNATURE", "MAX_BUNDLE_MEMBERS", "MAX_BUNDLE_BYTES",
+__all__ = ["cannot_write", "write_bundle", "FORMAT", "FORMAT_VERSION", "INDEX", "MANIFEST", "SIGNATURE", "MAX_BUNDLE_MEMBERS", "MAX_BUNDLE_BYTES",
            "BundleError", "BundleSummary", "OpenedBundle", "check_bundle_path", "read_bundle", "write_tar", "sha256_of"]
 
 FORMAT = "accelstack-bundle"
@@ -354,3 +355,26 @@ class _Reader:
                     raise BundleError(f"{self.what} is truncated", "copy the bundle again")
                 fh.write(chunk)
                 left -= len(chunk)
+
+
+def cannot_write(out: Path, reason: str, hint: str = "choose a file path in a folder you can write to") -> UsageError:
+    return UsageError(f"cannot write the bundle to {out}: {reason}", hint, code="output-path")
+
+
+def write_bundle(out: Path, documents: Sequence[Tuple[str, bytes]], files: Sequence[Tuple[str, Path]]) -> Tuple[int, str]:
+    """:func:`~accelstack.core.bundle_file.write_tar` with its OSError as a typed error naming
+    ``out`` (the bundle is then absent or as it was): a full disk a failure (exit 1, ``disk-full``),
+    any other a path the bundle cannot be written to (exit 2, as :func:`check_bundle_output`)."""
+    try:
+        return write_tar(out, documents, files)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.filename is not None and str(exc.filename) in {str(path) for _, path in files}:  # reading, not writing
+            raise BundleError(f"cannot read {exc.filename} to put it in the bundle: {reason}; no bundle was written",
+                              "run the same command again (a download that went missing is fetched again)",
+                              action=Action.RETRY) from None
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):
+            raise BundleError(f"cannot write the bundle to {out}: {reason}; no bundle was written",
+                              "free some space on that disk, or write the bundle to another one",
+                              action=Action.FREE_DISK, code="disk-full") from None
+        raise cannot_write(out, f"{reason}; no bundle was written") from None

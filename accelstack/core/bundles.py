@@ -7,12 +7,11 @@ its manifest is checked with the configured channel's keys (or ``--trusted-key``
 """
 from __future__ import annotations
 
-import errno
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 from .. import fsio
 from ..artifacts.errors import HashMismatchError
@@ -21,9 +20,18 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.report import HardwareReport
 from ..installer.transaction import Verifier
 from ..settings import Settings
-from .bundle_file import BundleError, BundleSummary, OpenedBundle, check_bundle_path, read_bundle, write_tar
+from .bundle_file import (
+    BundleError,
+    BundleSummary,
+    OpenedBundle,
+    cannot_write,
+    check_bundle_path,
+    read_bundle,
+    write_bundle,
+)
 from .context import InstallJob, home_of
 from .detection import detect
+from .installing import install
 from .options import InstallOptions, Services
 from .results import InstallSummary
 from .stacks import driver_of_bundle, stack_names
@@ -50,10 +58,6 @@ def create_bundle(out: Path, *, settings: Optional[Settings] = None, stack: str 
                                progress=on_progress or null_progress)
 
 
-def _cannot(out: Path, reason: str, hint: str = "choose a file path in a folder you can write to") -> UsageError:
-    return UsageError(f"cannot write the bundle to {out}: {reason}", hint, code="output-path")
-
-
 def check_bundle_output(out: Path) -> None:
     """``out`` must be absent or a regular file (replaced whole at the end) in a folder that takes
     a new file (:func:`fsio.output_problem`): anything else is a usage error, said before the work."""
@@ -62,26 +66,7 @@ def check_bundle_output(out: Path) -> None:
         reason, hint = problem
         if reason.startswith("it "):  # the path itself: say what to name instead
             hint = "name the bundle file to write, for example -o runtime.tar; an existing regular file is replaced, nothing else is"
-        raise _cannot(out, reason, hint)
-
-
-def write_bundle(out: Path, documents: Sequence[Tuple[str, bytes]], files: Sequence[Tuple[str, Path]]) -> Tuple[int, str]:
-    """:func:`~accelstack.core.bundle_file.write_tar` with its OSError as a typed error naming
-    ``out`` (the bundle is then absent or as it was): a full disk a failure (exit 1, ``disk-full``),
-    any other a path the bundle cannot be written to (exit 2, as :func:`check_bundle_output`)."""
-    try:
-        return write_tar(out, documents, files)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        if exc.filename is not None and str(exc.filename) in {str(path) for _, path in files}:  # reading, not writing
-            raise BundleError(f"cannot read {exc.filename} to put it in the bundle: {reason}; no bundle was written",
-                              "run the same command again (a download that went missing is fetched again)",
-                              action=Action.RETRY) from None
-        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):
-            raise BundleError(f"cannot write the bundle to {out}: {reason}; no bundle was written",
-                              "free some space on that disk, or write the bundle to another one",
-                              action=Action.FREE_DISK, code="disk-full") from None
-        raise _cannot(out, f"{reason}; no bundle was written") from None
+        raise cannot_write(out, reason, hint)
 
 
 def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: Optional[HardwareReport] = None,
@@ -112,7 +97,7 @@ def install_bundle(path: Path, *, settings: Optional[Settings] = None, report: O
                               "update accelstack", action=Action.UPDATE_ACCELSTACK)
         job = InstallJob(report, s, InstallOptions(force=force, verifier=verifier), svc, progress)
         try:
-            return found.install_bundle(opened, str(path), job, backend, time.perf_counter() - t0)
+            return found.install_bundle(opened, str(path), job, backend, time.perf_counter() - t0, install)
         except HashMismatchError as exc:  # the bundle's own bytes: another try reads the same file
             err = HashMismatchError(exc.message, expected=exc.expected, actual=exc.actual, hint=(
                 f"the bundle {path} was changed or damaged after it was made: copy it again from where it was made "

@@ -24,7 +24,7 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
     later verify of the same runtime compares with it instead of generating twice.
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
-directory and by the mark it carries (:mod:`.cache_marks`: a name alone is never enough). Purging removes entries only: never a symbolic link (nor anything through one), never
+directory (each pattern declared by the layer that writes those names, gathered here) and by the mark it carries (:mod:`.cache_marks`: a name alone is never enough). Purging removes entries only: never a symbolic link (nor anything through one), never
 a file accelstack does not name that way (``vulkan-headers/`` from scripts/setup-vulkan.sh, files
 a person put there), never the runtime home or anything holding it, never an entry another
 process holds the lock of (a build or download in progress), and nothing on a dry run. Lock files
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass, field
@@ -43,12 +42,18 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from filelock import FileLock, Timeout
 
+from ..artifacts.cache import ENTRY_NAME
 from ..engine.memory.converted import CACHE_KINDS as CONVERTED
 from ..engine.probes.families import FAMILIES
 from ..engine.probes.family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
+from ..engine.probes.family_files import FAMILY_POOLS_NAME, FAMILY_PROBE_NAME
 from ..engine.probes.model import FORMAT_VERSION as PROBE_FORMAT
-from ..engine.probes.model import temporary_probe_in_use
-from ..publisher.build_cache import is_slot
+from ..engine.probes.model import POOLS_NAME, PROBE_NAME, TEMPORARY_NAME, temporary_probe_in_use
+from ..engine.probes.record import RECORD_NAME, VERIFY_IMAGE_NAME
+from ..fsio import temp_names_of
+from ..hardware.vulkan_cache import ANSWER_NAME
+from ..publisher.build_cache import SLOT_NAME, is_slot
+from ..publisher.sdist import SDIST_FILE_NAME
 from ..serde import size_text
 from ..settings import Settings
 from . import cache_marks as marks
@@ -69,20 +74,9 @@ DESCRIPTIONS = {
     "converted": "models converted on load (--weight-type), each once (engine.memory.converted); converted again when needed",
 }
 
-_BLOB = re.compile(r"^[0-9a-f]{64}(\.part|\.verified)?\Z")
-_SLOT = re.compile(r"^[0-9a-f]{20}\Z")
-_SDIST_FILE = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
-_PROBE = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
-# a family's probe (engine.probes.family_files): <family>-f<format>-s<seed>/ and pools-<family>-f<format>-s<seed>-<dtype>.bin
-_FAMILY_PROBE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+\Z")
-_FAMILY_POOLS = re.compile(r"^pools-(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+-[A-Za-z0-9_]+\.bin\Z")
-_PROBE_TMP = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
-_POOLS = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
-_VERIFY_IMAGE = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
-_IMAGE_RECORD = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
-_VULKAN_ANSWER = re.compile(r"^vulkan-[0-9a-f]{16}\.json\Z")  # hardware.vulkan_cache
-# a pools file or record being written, or left by a process killed while writing it (accelstack.fsio.try_write_bytes)
-_UNFINISHED = re.compile(r"^\.(pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin|image-[0-9a-f]{32}\.json|vulkan-[0-9a-f]{16}\.json)\.\d+(?:\.[A-Za-z0-9_]+)?\.tmp\Z")
+# each cache's names are declared by the layer that writes them, and gathered here; a pools file
+# or record being written, or left by a process killed while writing it (accelstack.fsio.try_write_bytes)
+_UNFINISHED = temp_names_of(POOLS_NAME, RECORD_NAME, ANSWER_NAME)
 
 
 @dataclass
@@ -171,7 +165,7 @@ def _downloads(s: Settings) -> CacheInfo:
             continue
         kind = "partial download" if name.endswith(".part") else "hash record" if name.endswith(".verified") else "blob"
         marked = {"blob": marks.blob, "partial download": marks.partial_download, "hash record": marks.blob_stamp}[kind]
-        if not _BLOB.match(name) or not stat.S_ISREG(st.st_mode) or not marked(root / name):
+        if not ENTRY_NAME.match(name) or not stat.S_ISREG(st.st_mode) or not marked(root / name):
             info.other.append(name)
             continue
         info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
@@ -184,11 +178,11 @@ def _builds(s: Settings) -> CacheInfo:
     for name, st in _children(root):
         if name.endswith(".lock"):
             continue
-        if _SLOT.match(name) and stat.S_ISDIR(st.st_mode) and is_slot(root / name):  # the name alone is not enough
+        if SLOT_NAME.match(name) and stat.S_ISDIR(st.st_mode) and is_slot(root / name):  # the name alone is not enough
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "build"))
         elif name == "sdist" and stat.S_ISDIR(st.st_mode):
             for fname, fst in _children(root / name):
-                if _SDIST_FILE.match(fname) and stat.S_ISREG(fst.st_mode):
+                if SDIST_FILE_NAME.match(fname) and stat.S_ISREG(fst.st_mode):
                     info.entries.append(CacheEntry(f"sdist/{fname}", str(root / name / fname), fst.st_size, "source"))
                 else:
                     info.other.append(f"sdist/{fname}")
@@ -206,7 +200,7 @@ def _probe(s: Settings) -> CacheInfo:
         family = _family_format(name, st)
         if not _probe_marked(root / name, st):
             info.other.append(name)
-        elif _PROBE.match(name) and stat.S_ISDIR(st.st_mode):
+        elif PROBE_NAME.match(name) and stat.S_ISDIR(st.st_mode):
             kind = "probe model" if f"-f{PROBE_FORMAT}-" in name else "probe model (older format, unused)"
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), kind))
         elif family is not None:
@@ -214,9 +208,9 @@ def _probe(s: Settings) -> CacheInfo:
             kind += "" if family == FAMILY_FORMAT else " (older format, unused)"
             size = tree_size(root / name) if stat.S_ISDIR(st.st_mode) else st.st_size
             info.entries.append(CacheEntry(name, str(root / name), size, kind))
-        elif _PROBE_TMP.match(name) and stat.S_ISDIR(st.st_mode):
+        elif TEMPORARY_NAME.match(name) and stat.S_ISDIR(st.st_mode):
             info.entries.append(CacheEntry(name, str(root / name), tree_size(root / name), "temporary probe"))
-        elif _POOLS.match(name) and stat.S_ISREG(st.st_mode):  # written whole (renamed into place): no lock
+        elif POOLS_NAME.match(name) and stat.S_ISREG(st.st_mode):  # written whole (renamed into place): no lock
             kind = "probe pools" if f"-f{PROBE_FORMAT}-" in name else "probe pools (older format, unused)"
             info.entries.append(CacheEntry(name, str(root / name), st.st_size, kind))
         elif _UNFINISHED.match(name) and stat.S_ISREG(st.st_mode):
@@ -230,7 +224,7 @@ def _probe_marked(path: Path, st: os.stat_result) -> bool:
     """Whether ``path`` carries accelstack's mark for what its name says it is (:mod:`.cache_marks`)."""
     name = path.name
     if stat.S_ISDIR(st.st_mode):
-        return marks.temporary_probe(path) if _PROBE_TMP.match(name) else marks.probe_folder(path)
+        return marks.temporary_probe(path) if TEMPORARY_NAME.match(name) else marks.probe_folder(path)
     if stat.S_ISREG(st.st_mode):
         return marks.unfinished_write(path) if name.startswith(".") else marks.pools_file(path)
     return False
@@ -239,7 +233,7 @@ def _probe_marked(path: Path, st: os.stat_result) -> bool:
 def _family_format(name: str, st: os.stat_result) -> Optional[int]:
     """The format of a family probe's folder or pools file named ``name`` (None: not one), for the
     families verify knows (engine.probes.families; sd1 keeps probe_model's names)."""
-    m = (_FAMILY_PROBE if stat.S_ISDIR(st.st_mode) else _FAMILY_POOLS if stat.S_ISREG(st.st_mode) else None)
+    m = (FAMILY_PROBE_NAME if stat.S_ISDIR(st.st_mode) else FAMILY_POOLS_NAME if stat.S_ISREG(st.st_mode) else None)
     found = m.match(name) if m is not None else None
     if found is None or found["family"] not in FAMILIES or found["family"] == "sd1":
         return None
@@ -262,13 +256,13 @@ def _named_files(name: str, root: Path, kinds: Sequence[Tuple[Pattern[str], str,
 
 
 def _verify(s: Settings) -> CacheInfo:
-    return _named_files("verify", s.verify_dir, [(_VERIFY_IMAGE, "verify image", marks.verify_image),
-                                                 (_IMAGE_RECORD, "probe image record", marks.image_record),
+    return _named_files("verify", s.verify_dir, [(VERIFY_IMAGE_NAME, "verify image", marks.verify_image),
+                                                 (RECORD_NAME, "probe image record", marks.image_record),
                                                  (_UNFINISHED, "unfinished write", marks.unfinished_write)])
 
 
 def _detect(s: Settings) -> CacheInfo:
-    return _named_files("detect", s.detect_cache, [(_VULKAN_ANSWER, "vulkan enumeration", marks.vulkan_answer),
+    return _named_files("detect", s.detect_cache, [(ANSWER_NAME, "vulkan enumeration", marks.vulkan_answer),
                                                    (_UNFINISHED, "unfinished write", marks.unfinished_write)])
 
 
@@ -397,4 +391,4 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
 
 def _live_temporary_probes(root: Path) -> Set[str]:
     """Names of temporary probe folders whose owning process is still running (left alone)."""
-    return {name for name, _st in _children(root) if _PROBE_TMP.match(name) and temporary_probe_in_use(root / name)}
+    return {name for name, _st in _children(root) if TEMPORARY_NAME.match(name) and temporary_probe_in_use(root / name)}

@@ -13,16 +13,14 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from ..artifacts.cache import hash_file
 from ..artifacts.errors import FetchError, HashMismatchError, SizeMismatchError
 from ..errors import Action
 from ..events import ProgressCallback, null_progress
 from ..refs import ArtifactRef
-
-if TYPE_CHECKING:  # options.py wraps an injected fetcher in this module's CheckedFetcher
-    from .options import Fetcher
+from .sources import Fetcher
 
 __all__ = ["CheckedFetcher", "NotAFileError", "check_fetched"]
 

@@ -7,7 +7,6 @@ rules from reads alone (``build_sentence``, ``cached_local_build``) and never co
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
@@ -17,8 +16,7 @@ from ..events import ProgressCallback, ProgressEvent
 from ..hardware.report import HardwareReport
 from ..installer.records import Receipt
 from ..limits import read_capped
-from ..manifests.hw_rules import hw_rules
-from ..manifests.machine import cc_parts, version_or_none
+from ..manifests.build_targets import build_archs, build_variant
 from ..manifests.plan import Plan
 from ..manifests.resolver import Manifests
 from ..manifests.schema import parse_manifest
@@ -27,14 +25,14 @@ from ..publisher.build_cache import BuildResult, cache_key, in_cache, remembered
 from ..publisher.errors import BuildError
 from ..publisher.publish import manifest_of
 from ..publisher.sdist import offline_source_error, sdist_name
-from ..publisher.variants import CUDA13_VERSION, CUDA_VARIANTS, VARIANTS, cuda_targets, find_cuda_toolkit
+from ..publisher.variants import CUDA_VARIANTS, VARIANTS, cuda_targets, find_cuda_toolkit
 from ..publisher.wheel_repack import PACKAGING_VERSION
 from ..settings import Settings, cuda_env
 from .options import Builder
 from .planning import LOCAL_SOURCE, NO_CHANNEL_LINE, TrustedSet, plan
 
 __all__ = ["BUILD_NEEDS", "NO_CHANNEL_LINE", "NoChannelError", "Rebuild", "build_locally", "built_variant", "rebuilder", "build_sentence", "cached_build_manifests", "cached_local_build",
-           "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant", "needs_cuda12",
+           "compiler_instructions", "cuda_build_time", "local_cuda_archs", "local_variant",
            "no_channel_choices", "replan", "require_buildable"]
 
 
@@ -183,55 +181,26 @@ def require_buildable(plan: Plan, s: Settings, report: HardwareReport, trusted: 
 
 
 def local_variant(plan: Plan, report: HardwareReport) -> str:
-    """The publisher variant a local build for this plan compiles: an x86-64 CPU without AVX2 gets
-    the SSE4.2 build, a GPU or driver that CUDA 13 leaves out the CUDA 12 build, the others their
-    backend's."""
-    backend = plan.build.backend if plan.build else (plan.backend or "cpu")
-    if backend == "cpu" and report.os.arch == "x86_64" and not report.cpu.has("avx2"):
-        return "cpu-noavx2"
-    if backend == "cuda" and needs_cuda12(plan, report):
-        return "cuda12"
-    return backend
-
-
-def needs_cuda12(plan: Plan, report: HardwareReport) -> bool:
-    """Whether the CUDA 13 build cannot serve this plan's GPU: the build spec says its last toolkit
-    is CUDA 12 (Maxwell, Pascal, Volta: ``cuda_toolkit`` "12.x"), or its driver's CUDA is older than
-    the 13.0 the ``cuda`` variant needs (``cuda_max``; without one, a driver below CUDA 13's family
-    floor, R580)."""
-    props = plan.build.properties if plan.build else {}
-    toolkit = re.match(r"^(\d+)", props.get("cuda_toolkit", ""))
-    cuda13 = version_or_none(CUDA13_VERSION)
-    if toolkit is not None and cuda13 is not None and int(toolkit.group(1)) < cuda13.major:
-        return True
-    cuda_max = version_or_none(props.get("cuda_max", ""))
-    if cuda_max is not None and cuda13 is not None:
-        return cuda_max < cuda13
-    driver = version_or_none(props.get("nvidia_driver", ""))
-    driver_os = "windows" if report.os.name == "windows" or report.os.wsl else "linux"  # WSL2: the host's driver
-    floor = version_or_none(hw_rules().floor(cuda13.major if cuda13 else 13, driver_os))
-    # a number below 100 is an L4T release (Jetson), not a desktop driver the floor describes
-    return driver is not None and driver.major >= 100 and floor is not None and driver < floor
+    """The publisher variant a local build for this plan compiles, as the resolver decided it
+    (``plan.build.variant``, :mod:`accelstack.manifests.build_targets`); a plan without one (an
+    older plan's JSON, a receipt's ready plan) is given the resolver's rule for its backend."""
+    build = plan.build
+    if build is not None and build.variant:
+        return build.variant
+    backend = build.backend if build is not None else (plan.backend or "cpu")
+    return build_variant(backend, build.properties if build is not None else {}, report)
 
 
 def local_cuda_archs(plan: Plan, report: HardwareReport) -> Optional[List[str]]:
-    """The CMake architectures ("86") of the NVIDIA GPUs a local build for ``plan`` serves: a local
-    CUDA build compiles only these, as each one costs more than an hour on a small machine. None
-    when a compute capability is unknown (the build then compiles every architecture of its variant)."""
+    """The CMake architectures ("86") a local CUDA build for ``plan`` compiles, as the resolver
+    decided them (``plan.build.archs``; a plan without a decided build, the resolver's rule over its
+    GPUs). None when it names none: a compute capability is unknown, and the build compiles every
+    architecture of its variant."""
     build = plan.build
-    indexes = set(build.gpus if build is not None and build.gpus else plan.gpus)
-    ccs = [g.compute_capability for g in report.gpus if g.index in indexes and g.vendor == "nvidia"]
-    if not ccs and build is not None:
-        ccs = [build.properties.get("sm", "")]
-    archs: List[str] = []
-    for cc in ccs:
-        parts = cc_parts(cc)
-        if parts is None:
-            return None
-        arch = f"{parts[0]}{parts[1]}"
-        if arch not in archs:
-            archs.append(arch)
-    return sorted(archs, key=int) or None
+    if build is not None and build.variant:
+        return list(build.archs) or None
+    gpus = build.gpus if build is not None and build.gpus else plan.gpus
+    return build_archs("cuda", gpus, build.properties if build is not None else {}, report) or None
 
 
 def _for_archs(variant: str, archs: Optional[List[str]], s: Settings) -> str:

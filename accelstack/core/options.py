@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from ..artifacts.batch import fetch
 from ..artifacts.cache import Cache
@@ -19,23 +19,9 @@ from ..publisher.build import build_ggml
 from ..refs import ArtifactRef
 from ..settings import Settings
 from .fetched import CheckedFetcher
-from .planning import NetworkDocuments, TrustedSet
+from .sources import Fetcher, NetworkDocuments, TrustedSet
 
 __all__ = ["Fetcher", "NetworkFetcher", "Builder", "Services", "InstallOptions"]
-
-
-class Fetcher(Protocol):
-    """The core's one way to the network: verified files into the download cache, and documents."""
-
-    def files(self, refs: Sequence[ArtifactRef], *, progress: ProgressCallback = null_progress,
-              deep: bool = False, offline: Optional[bool] = None) -> Dict[str, Path]:
-        """``{sha256: path}`` of each ref, hash and size checked; ``deep`` re-hashes cached files."""
-
-    def document(self, url: str) -> bytes:
-        """A small document (a manifest): its bytes, or a ``FetchError``."""
-
-    def optional_document(self, url: str) -> Optional[bytes]:
-        """A document that may be absent (a signature): None when the server says so."""
 
 
 @dataclass

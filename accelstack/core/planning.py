@@ -11,11 +11,9 @@ import hashlib
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Protocol, Sequence, Tuple, cast
+from typing import List, Optional, Sequence, Tuple, cast
 
-from .. import artifacts  # the documents on first use: a plan from a saved report loads no HTTP stack
 from ..artifacts.errors import FetchError, OfflineError
 from ..domain import Stack
 from ..errors import Action, UsageError
@@ -27,8 +25,9 @@ from ..limits import MAX_CONFIG_BYTES, MAX_JSON_BYTES, MAX_SIGNATURE_BYTES, Malf
 from ..manifests.channels import ChannelError, adhoc_channel_name, find, key_from_file, read_user_channels, trust_for
 from ..manifests.plan import Plan, Request
 from ..manifests.resolver import Manifests, resolve
-from ..settings import Channel, Settings, Timeouts
+from ..settings import Channel, Settings
 from .detection import detect
+from .sources import DocumentFetcher, LoadedManifest, NetworkDocuments, TrustedSet
 from .stacks import stack_info
 
 __all__ = ["LOCAL_SOURCE", "NO_CHANNEL_LINE", "DocumentFetcher", "NetworkDocuments", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
@@ -48,50 +47,6 @@ def hardware_fingerprint(report: HardwareReport) -> str:
         "gpus": [[g.vendor, g.pci_device_id or g.name, g.driver_version, g.compute_capability, g.gfx_target] for g in report.gpus],
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass
-class LoadedManifest:
-    url: str
-    source: str
-    version: int
-    channel: str = ""  # the channel it came from
-
-
-@dataclass
-class TrustedSet:
-    """What ``load_manifests`` verified: the knowledge for the resolver, where each part came from,
-    and the channels it was read from (remembered after an install, keys included)."""
-
-    manifests: Manifests
-    loaded: List[LoadedManifest]
-    channels: List[Channel] = field(default_factory=list)
-    remember: bool = True  # an install remembers ``channels`` for status and upgrade (a bundle its own channel)
-
-
-class DocumentFetcher(Protocol):
-    """Reads a channel's manifest and its signature (``core.options.Fetcher`` is one)."""
-
-    def document(self, url: str) -> bytes: ...
-
-    def optional_document(self, url: str) -> Optional[bytes]: ...
-
-
-class NetworkDocuments:
-    """Documents over the network (accelstack.artifacts, loaded on first use so that planning
-    from a saved report never imports the HTTP stack); :class:`~.options.NetworkFetcher` adds files.
-    ``timeouts`` (``Settings.timeouts``) set each fetch's deadline."""
-
-    timeouts: Optional[Timeouts] = None
-
-    def __init__(self, timeouts: Optional[Timeouts] = None) -> None:
-        self.timeouts = timeouts
-
-    def document(self, url: str) -> bytes:
-        return artifacts.fetch_document(url, timeouts=self.timeouts)
-
-    def optional_document(self, url: str) -> Optional[bytes]:
-        return artifacts.fetch_optional_document(url, timeouts=self.timeouts)
 
 
 _NETWORK = NetworkDocuments()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -56,12 +57,13 @@ from .common import Probe
 from .protocol import CommandResult, Finished, PlatformFacts, RunningCommand
 from .report import GPU, VulkanDevice
 
-__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "ENV_VARS", "HOST_DRIVER_FOLDERS", "MANIFEST_FOLDERS", "MODULE_VERSIONS", "PATH_VARS",
+__all__ = ["ANSWER_NAME", "CACHE_FORMAT", "CACHE_VERSION", "ENV_VARS", "HOST_DRIVER_FOLDERS", "MANIFEST_FOLDERS", "MODULE_VERSIONS", "PATH_VARS",
            "Enumeration", "cache_path", "inputs", "load", "start", "store"]
 
 CACHE_FORMAT = "accelstack-detect-cache"
 CACHE_VERSION = 1
 PREFIX, SUFFIX = "vulkan-", ".json"
+ANSWER_NAME = re.compile(r"^vulkan-[0-9a-f]{16}\.json\Z")  # cache_path's names: vulkan-<key>.json
 MAX_MANIFEST_BYTES = 64 * 1024  # a driver or layer manifest is a few hundred bytes
 
 # What the Vulkan loader (LoaderInterfaceArchitecture.md: driver and layer discovery, filters) and

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple, cast
 from ..domain import Backend
 from ..hardware.report import VulkanDevice
 from ..serde import plural, size_text
+from .build_targets import build_archs, build_variant
 from .ggml_checks import BACKEND_TEXT, GgmlChecks
 from .ggml_manifest import DEFAULT_GGML_TIERS, GgmlTarget
 from .hw_rules import driver_unread, hw_rules, unread_driver_note
@@ -309,7 +310,9 @@ class _GgmlResolver(GgmlChecks):
                       f"{sm_name(dev.cc) if dev.cc else 'its SM'})")
         keys = [k for k in ("sm", "cuda_max", "cuda_toolkit", "jetpack", "gfx", "vulkan", "metal", "intel_generation", "cpu_features") if props.get(k)]
         reason = f"{BACKEND_TEXT[e.backend]} for {where} on {m.os} {m.arch}" + (" (" + ", ".join(f"{k} {props[k]}" for k in keys) + ")" if keys else "")
-        return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=dev.indexes if dev else [], properties=props, reason=reason)
+        gpus = dev.indexes if dev else []
+        return BuildSpec(backend=e.backend, os=m.os, arch=m.arch, gpus=gpus, properties=props, reason=reason,
+                         variant=build_variant(e.backend, props, m.report), archs=build_archs(e.backend, gpus, props, m.report))
 
 
 def _slot(order: List[Tuple[Optional[Device], str]], e: _Eval) -> int:

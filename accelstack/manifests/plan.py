@@ -85,6 +85,11 @@ class BuildSpec:
     gpus: List[int] = field(default_factory=list)
     properties: Dict[str, str] = field(default_factory=dict)  # "sm": "12.0", "gfx": "gfx1103", "cpu_features": ...
     reason: str = ""
+    # what a local build makes, decided by the resolver (manifests.build_targets): the publisher variant
+    # ("cuda12", "cpu-noavx2", else the backend) and the GPU architectures it compiles (CUDA's "86", ROCm's
+    # "gfx1100"; none for a CUDA GPU of unknown compute capability: every one of the variant)
+    variant: str = ""
+    archs: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from ..fsio import try_write_bytes, write_text
 from ..limits import read_capped
 from ..settings import Settings
 
-__all__ = ["BUILDER_VERSION", "SLOT_MARK", "make_slot", "is_slot", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "in_cache",
+__all__ = ["SLOT_NAME", "BUILDER_VERSION", "SLOT_MARK", "make_slot", "is_slot", "BuildResult", "build_cache_dir", "build_lock", "cache_key", "cached_sha256", "in_cache",
            "remembered_sha256", "read_record", "sha256_file", "write_json", "write_record"]
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ def cached_sha256(path: Path) -> str:
     side = path.with_name(path.name + ".sha256")
     try_write_bytes(side, f"{digest} {st.st_size} {st.st_mtime_ns}\n".encode())  # a read-only cache still works, only slower
     return digest
+
+
+SLOT_NAME = re.compile(r"^[0-9a-f]{20}\Z")  # a build slot's folder: its cache_key
 
 
 def cache_key(source_sha256: str, variant: str, cmake_args: List[str],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -12,12 +13,14 @@ from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..subprocesses import run_logged
 from .errors import BuildError, BuildTimeout
 
-__all__ = ["SDIST_PACKAGE", "SDIST_VERSION", "fetch_sdist", "offline_source_error", "sdist_name"]
+__all__ = ["SDIST_FILE_NAME", "SDIST_PACKAGE", "SDIST_VERSION", "fetch_sdist", "offline_source_error", "sdist_name"]
 
 log = logging.getLogger(__name__)
 
 SDIST_PACKAGE = "stable-diffusion-cpp-python"
 SDIST_VERSION = "0.4.7"
+# what fetch_sdist keeps in <build cache>/sdist/: the source (and its sha256), and pip's download log
+SDIST_FILE_NAME = re.compile(r"^(stable_diffusion_cpp_python-[^/]+\.tar\.gz(\.sha256)?|download-[^/]+\.log)\Z")
 
 
 def sdist_name(version: str = SDIST_VERSION) -> str:

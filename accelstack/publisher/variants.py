@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..manifests.build_targets import CUDA13_VERSION
+
 __all__ = [
     "CUDA12_HINT", "CUDA12_RUNTIME", "CUDA12_SM", "CUDA13_RUNTIME", "CUDA13_SM", "CUDA13_TOOLCHAIN", "CUDA13_VERSION",
     "CUDA_ARCHS_ENV", "CUDA_SM", "CUDA_VARIANTS", "DEFAULT_TOOLCHAIN_HINT", "PROPERTIES", "ROCM_GFX", "TOOLCHAINS",
@@ -182,8 +184,8 @@ def properties_for(variant: str, cmake_args: Sequence[str], cuda_version: str = 
 
 
 # NVIDIA's CUDA 13.0 toolchain on PyPI (exact versions: the build venv and its cache key follow
-# them). 13.0 is what drivers 580 and newer support; a newer toolkit would demand a newer driver.
-CUDA13_VERSION = "13.0"
+# them). 13.0 (CUDA13_VERSION: the resolver decides with it which GPUs need cuda12) is what drivers
+# 580 and newer support; a newer toolkit would demand a newer driver.
 CUDA13_TOOLCHAIN: Dict[str, str] = {
     "nvidia-cuda-nvcc": "13.0.88",  # nvcc, ptxas, fatbinary, nvlink, cudafe++
     "nvidia-nvvm": "13.0.88",  # cicc, libdevice

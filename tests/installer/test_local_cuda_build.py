@@ -25,8 +25,9 @@ from accelstack.core.local_build import (
     replan,
 )
 from accelstack.hardware.system import ReplaySystem
+from accelstack.manifests.build_targets import BUILD_VARIANTS, build_archs
 from accelstack.manifests.resolver import Manifests
-from accelstack.publisher.build import build_ggml, build_options
+from accelstack.publisher.build import VARIANTS, build_ggml, build_options
 from accelstack.publisher.build_cache import BuildResult, cache_key, sha256_file
 from accelstack.publisher.sdist import sdist_name
 from accelstack.publisher.variants import CUDA13_SM, find_cuda_toolkit, properties_for
@@ -80,7 +81,9 @@ def test_the_local_build_is_the_variant_and_architectures_of_this_machine(captur
 def test_a_plan_over_gpus_of_different_compute_capabilities_compiles_each_of_them(tmp_path):
     report, plan = _machine(TWO_GPUS, tmp_path)
     assert plan.build is not None
-    both = dataclasses.replace(plan, build=dataclasses.replace(plan.build, gpus=[0, 1]))
+    # the resolver's rule over both GPUs, and a plan without the decision (an older plan's JSON) given it
+    assert build_archs("cuda", [0, 1], plan.build.properties, report) == ["89", "120"]
+    both = dataclasses.replace(plan, build=dataclasses.replace(plan.build, gpus=[0, 1], variant="", archs=[]))
     assert local_cuda_archs(both, report) == ["89", "120"]
 
 
@@ -264,3 +267,43 @@ def test_build_cuda_arch_narrows_the_build_to_those_architectures(tmp_path):
     res = result_of(out)
     assert res["cache_hit"] and res["key"] == made.key and res["properties"]["sm"] == ["8.6", "8.9"]
     assert "-DCMAKE_CUDA_ARCHITECTURES=86-real;89" in res["cmake_args"]
+
+
+# -- the plan carries what a local build makes (issue 43): the resolver decides, the build follows ------
+@pytest.mark.parametrize("capture, variant, archs", [
+    (PASCAL, "cuda12", ["61"]),
+    (OLD_DRIVER, "cuda12", ["89"]),
+    (AMPERE_580, "cuda", ["86"]),
+    (ADA_591, "cuda", ["89"]),
+    (TWO_GPUS, "cuda", ["120"]),
+    ("linux-cpu-pentium-e5700-no-avx", "cpu-noavx2", []),
+])
+def test_the_plan_carries_the_variant_and_architectures_of_its_local_build(capture, variant, archs, tmp_path):
+    from accelstack.manifests.plan import Plan
+    from accelstack.serde import from_dict, to_dict
+
+    s = _settings(tmp_path)
+    report = detect(ReplaySystem(CAPTURES / capture), settings=s)
+    plan = accelstack.plan(report, "ggml", settings=s, manifests=Manifests())
+    assert plan.status == "needs-build" and plan.build is not None, plan.summary
+    assert (plan.build.variant, plan.build.archs) == (variant, archs)
+    assert from_dict(Plan, json.loads(json.dumps(to_dict(plan)))).build == plan.build  # in the plan's JSON too
+    assert set(BUILD_VARIANTS) <= set(VARIANTS) and plan.build.variant in VARIANTS  # the publisher's names
+
+
+def test_a_rocm_plan_names_the_gfx_target_its_build_serves(tmp_path):
+    s = _settings(tmp_path)
+    report = detect(ReplaySystem(CAPTURES / "linux-amd-2x-rx7900xtx-rocm"), settings=s)
+    plan = accelstack.plan(report, "ggml", settings=s, manifests=Manifests(), backend="rocm")
+    assert plan.build is not None and plan.build.backend == "rocm", plan.summary
+    assert (plan.build.variant, plan.build.archs) == ("rocm", ["gfx1100"])
+
+
+def test_the_local_build_makes_what_the_plan_says(tmp_path):
+    """The core reads the variant and architectures off the plan; it does not decide them again."""
+    report, plan = _machine(AMPERE_580, tmp_path)
+    assert plan.build is not None
+    told = dataclasses.replace(plan, build=dataclasses.replace(plan.build, variant="cuda12", archs=["75", "86"]))
+    assert local_variant(told, report) == "cuda12" and local_cuda_archs(told, report) == ["75", "86"]
+    every = dataclasses.replace(plan, build=dataclasses.replace(plan.build, variant="cuda", archs=[]))
+    assert local_cuda_archs(every, report) is None  # no architecture named: every one of the variant

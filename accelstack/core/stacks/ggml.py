@@ -14,7 +14,7 @@ from ...artifacts.cache import Cache
 from ...domain import BACKENDS
 from ...engine import Runtime, verify
 from ...engine.verification.probe_verify import default_output
-from ...errors import AccelstackError, Action, NotPossibleHere, SubprocessTimeout, UsageError
+from ...errors import AccelstackError, Action, SubprocessTimeout, UsageError
 from ...events import ProgressCallback, ProgressEvent
 from ...hardware.report import HardwareReport
 from ...installer import maintenance
@@ -59,10 +59,11 @@ from ..planning import (
     plan,
     remember_channels,
 )
-from ..results import InstallSummary
+from ..results import InstallSummary, not_possible
 from . import ggml_bundle
+from .protocol import InstallEntry
 
-__all__ = ["GgmlDriver", "DRIVER", "not_possible", "wheel_version"]
+__all__ = ["GgmlDriver", "DRIVER", "wheel_version"]
 
 ACTIVATE = "check it with a probe generation, and activate it only if that passes"
 _IMPORT = (  # the runtime's outside libraries (a CUDA build's cudart/cuBLAS) load first, as in the worker
@@ -72,17 +73,6 @@ _IMPORT = (  # the runtime's outside libraries (a CUDA build's cudart/cuBLAS) lo
     "print(json.dumps({'version': getattr(s, '__version__', ''), 'system_info': "
     "(lib.sd_get_system_info() or b'').decode('utf-8', 'replace').strip()}))"
 )
-
-
-def not_possible(plan: Plan) -> NotPossibleHere:
-    """The error for a plan that nothing here can satisfy (a forced backend with no device for it)."""
-    why = [c.reason for c in plan.candidates if not c.accepted and c.code != "forced-backend"][:3]
-    runs = sorted({c.backend for c in plan.candidates if c.code == "forced-backend"})
-    hint = "; ".join(why) or "no device of this machine runs it"
-    if plan.request.backend:
-        hint += (f"; this machine runs: {', '.join(runs)}" if runs else "") + \
-            "; leave the backend unset (no --backend, no ACCELSTACK_BACKEND) to let the plan choose"
-    return NotPossibleHere(f"cannot install here: {plan.summary}", hint, action=Action.EXPLAIN_PLAN)
 
 
 def wheel_version(name: str) -> tuple:
@@ -367,8 +357,8 @@ class GgmlDriver:
         return ggml_bundle.create(out, settings, report, backends, targets, all_targets, progress)
 
     def install_bundle(self, opened: Any, what: str, job: InstallJob, backend: Optional[str],
-                       read_seconds: float) -> InstallSummary:
-        return ggml_bundle.install_from(opened, what, job, backend)
+                       read_seconds: float, install: InstallEntry) -> InstallSummary:
+        return ggml_bundle.install_from(opened, what, job, backend, install)
 
 
 DRIVER = GgmlDriver()

@@ -19,11 +19,19 @@ from ...manifests.resolver import Manifests
 from ...manifests.rollback import RollbackStore
 from ...refs import ArtifactRef
 from ...settings import Channel, Settings
-from ..bundle_file import FORMAT, FORMAT_VERSION, INDEX, MANIFEST, SIGNATURE, BundleError, BundleSummary, OpenedBundle
-from ..bundles import write_bundle
+from ..bundle_file import (
+    FORMAT,
+    FORMAT_VERSION,
+    INDEX,
+    MANIFEST,
+    SIGNATURE,
+    BundleError,
+    BundleSummary,
+    OpenedBundle,
+    write_bundle,
+)
 from ..context import InstallJob
 from ..detection import detect
-from ..installing import install
 from ..local_build import NoChannelError
 from ..options import NetworkFetcher
 from ..planning import (
@@ -38,6 +46,7 @@ from ..planning import (
     with_keys,
 )
 from ..results import InstallSummary
+from .protocol import InstallEntry
 
 __all__ = ["create", "install_from", "bundle_channel"]
 
@@ -154,10 +163,11 @@ def _signed_source(manifest: bytes) -> str:
     return source if isinstance(source, str) and source.isprintable() and 0 < len(source) <= 128 else ""
 
 
-def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Optional[str]) -> InstallSummary:
+def install_from(opened: OpenedBundle, what: str, job: InstallJob, backend: Optional[str],
+                 install: InstallEntry) -> InstallSummary:
     """The manifest's signature, envelope, expiry and rollback checked as online, then (only then)
     the artifacts it lists read from the bundle, every one hashed into the download cache, then the
-    usual install (verify before activate), offline."""
+    usual install (verify before activate), offline: the core's ``install``, handed down as ``install``."""
     s = job.settings
     channel = bundle_channel(opened.index, s, opened.manifest)
     trust = trust_for(channel, s)

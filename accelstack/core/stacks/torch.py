@@ -24,9 +24,9 @@ from ...settings import Settings, inherited_env
 from ...verdict import VerifyReport
 from ..context import InstallJob
 from ..planning import hardware_fingerprint, target_interpreter
-from ..results import InstallSummary
+from ..results import InstallSummary, not_possible
 from . import torch_bundle
-from .ggml import not_possible
+from .protocol import InstallEntry
 from .torch_pip import pip_transaction
 
 __all__ = ["DEVICE_KIND", "TorchDriver", "DRIVER"]
@@ -134,7 +134,7 @@ class TorchDriver:
         return torch_bundle.create(Path(out), settings, backends, report, requirements, python_version, platforms, progress)
 
     def install_bundle(self, opened: Any, what: str, job: InstallJob, backend: Optional[str],
-                       read_seconds: float) -> InstallSummary:
+                       read_seconds: float, install: InstallEntry) -> InstallSummary:
         if backend:
             raise UsageError("a torch bundle installs the build it holds", "leave out --backend")
         return torch_bundle.install_from(opened, what, job.report, job.settings, job.verifier(self.verifier(job.settings, None, {})),

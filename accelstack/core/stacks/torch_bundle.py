@@ -34,8 +34,8 @@ from ..bundle_file import (
     BundleSummary,
     OpenedBundle,
     sha256_of,
+    write_bundle,
 )
-from ..bundles import write_bundle
 from ..detection import detect
 from ..planning import hardware_fingerprint, plan, target_version
 from ..results import InstallSummary

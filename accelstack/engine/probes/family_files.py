@@ -9,6 +9,7 @@ the family), so the worker loads a family probe's folder as it loads the SD 1.x 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -17,9 +18,12 @@ from . import model as probe_model
 from .families import DEFAULT_FAMILY, family_spec
 from .model import ProbeModel, ProbeRecipe
 
-__all__ = ["FAMILY_FORMAT_VERSION", "family_dir_name", "ensure_family_probe"]
+__all__ = ["FAMILY_PROBE_NAME", "FAMILY_POOLS_NAME", "FAMILY_FORMAT_VERSION", "family_dir_name", "ensure_family_probe"]
 
 FAMILY_FORMAT_VERSION = 2  # bump when the files a family probe's seed produces change (2: Qwen-Image's real MLP width)
+# a family probe's names in the probe cache: <family>-f<format>-s<seed>/ and pools-<family>-f<format>-s<seed>-<dtype>.bin
+FAMILY_PROBE_NAME = re.compile(r"^(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+\Z")
+FAMILY_POOLS_NAME = re.compile(r"^pools-(?P<family>[a-z0-9][a-z0-9-]*)-f(?P<format>\d+)-s\d+-[A-Za-z0-9_]+\.bin\Z")
 
 
 def family_dir_name(family: str, seed: int) -> str:

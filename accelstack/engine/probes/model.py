@@ -47,6 +47,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -67,7 +68,7 @@ from .gguf import gguf_size, quantized_prefixes, unquantized, write_gguf
 from .owner import OWNER, has_owner, is_probe_folder, owner_text, temporary_probe_in_use
 from .weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
+__all__ = ["PROBE_NAME", "TEMPORARY_NAME", "POOLS_NAME", "FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
            "ProbeRecipe", "ensure_probe", "check_seed", "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,11 @@ DEFAULT_SEED = 1234
 MARKER = probe_layout.MARKER
 WEIGHTS = probe_layout.WEIGHTS  # written as <name>.part inside a new private folder of the synthesis, then renamed
 TEMP_PREFIX = ".tmp-"
+# the probe cache's names (probe_dir_name, TEMP_PREFIX, pools_name): sd1-f<N>-s<seed>/ (custom-<10 hex>-… for
+# test architectures), the temporary .tmp-…/ folders synthesis works in, pools-f<N>-s<seed>-<dtype>.bin
+PROBE_NAME = re.compile(r"^(sd1|custom-[0-9a-f]{10})-f\d+-s\d+\Z")
+TEMPORARY_NAME = re.compile(r"^\.tmp-[A-Za-z0-9_.-]+\Z")
+POOLS_NAME = re.compile(r"^pools-f\d+-s\d+-[A-Za-z0-9_]+\.bin\Z")
 MAX_POOLS_BYTES = 64 * POOL * DTYPES[DTYPE] + (1 << 16)  # the pools file: SD 1.x has 26 scales
 PARTS = tuple(probe_layout.PREFIXES)  # the parts an architecture has, in the file's order
 

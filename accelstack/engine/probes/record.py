@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from ...limits import MalformedInput, parse_json, read_capped
 from ..config import EngineOptions
 from ..worker.protocol import DeviceInfo, GenerateRequest
 
-__all__ = ["ImageRecord", "RECORD_FORMAT", "DEVICE_ENV", "record_key", "record_path", "recall", "remember", "image_digest"]
+__all__ = ["RECORD_NAME", "VERIFY_IMAGE_NAME", "ImageRecord", "RECORD_FORMAT", "DEVICE_ENV", "record_key", "record_path", "recall", "remember", "image_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ RECORD_FORMAT = 1
 MAX_RECORD_BYTES = 16 * 1024
 MAX_WHEN = 2 ** 33  # seconds since the epoch: the year 2242
 RECORD_PREFIX = "image-"  # <probe cache>/image-<first 32 hex digits of the key>.json
+RECORD_NAME = re.compile(r"^image-[0-9a-f]{32}\.json\Z")
+# the image each record is of, beside it: verify-<backend>.png (verification.probe_verify.default_output)
+VERIFY_IMAGE_NAME = re.compile(r"^verify-[a-z0-9-]+\.png\Z")
 # the environment that picks or changes a device: part of the key (CUDA_VISIBLE_DEVICES=1 is another GPU)
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION",
               "GGML_VK_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "VK_ICD_FILENAMES",
