@@ -68,8 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model file or diffusers folder (or give --diffusion-model and its components instead)")
     p.add_argument("--prompt", "-p", required=True, help="the text; <lora:NAME:WEIGHT> applies a LoRA of --lora-dir")
     p.add_argument("--negative-prompt", "-n", default="")
-    p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
-    p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
+    p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
+    p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--cfg-scale", type=float, default=7.0)
     p.add_argument("--sampler", default="default", metavar="NAME", help="one of: " + ", ".join(SAMPLERS))
@@ -109,8 +109,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def image_size(args: argparse.Namespace) -> Tuple[int, int]:
     """The size asked for: --width/--height, else the --init-image's (img2img redraws that picture;
-    nothing is resized), else 512. An unreadable image is reported by the component check."""
-    size = direct.input_png_size(args.init_image) if args.init_image and (args.width is None or args.height is None) else None
+    nothing is resized) or the --control-image's (the image the ControlNet follows), else 512. An
+    unreadable image is reported by the component check."""
+    image = args.init_image or args.control_image
+    size = direct.input_png_size(image) if image and (args.width is None or args.height is None) else None
     default = size or (DEFAULT_SIDE, DEFAULT_SIDE)
     return (args.width if args.width is not None else default[0], args.height if args.height is not None else default[1])
 

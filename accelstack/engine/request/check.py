@@ -46,10 +46,13 @@ class CheckedGeneration:
         """The model, each component file and each input image, checked against the model's family."""
         if self.components is None:
             # the model checks load with their first use: the CLI's worker starts before they are imported
-            from .components import check_components
+            from . import components, sizes
 
-            self.components = check_components(self.request, self.model, components_supported=self.traits.companions,
-                                               library=self.traits.library)
+            found = components.check_components(self.request, self.model, components_supported=self.traits.companions,
+                                                library=self.traits.library)
+            if self.traits.size_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
+                sizes.check_size(self.request, found.family)
+            self.components = found
         return self
 
     def files(self) -> CheckedComponents:
