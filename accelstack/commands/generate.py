@@ -70,10 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--negative-prompt", "-n", default="")
     p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
     p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--cfg-scale", type=float, default=7.0)
-    p.add_argument("--sampler", default="default", metavar="NAME", help="one of: " + ", ".join(SAMPLERS))
-    p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
+    _add_family_flags(p)
     p.add_argument("--seed", type=int, default=42, help="-1 for a random seed (default 42)")
     p.add_argument("--batch-count", "-b", type=int, default=1)
     p.add_argument("--output", "-o", default=None,
@@ -107,6 +104,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _add_family_flags(p: argparse.ArgumentParser) -> None:
+    """Sampling values; each one left out is the model family's reference value (engine/data/family_settings.json)."""
+    p.add_argument("--steps", type=int, default=None, help="sampling steps (default: the model family's, else 20)")
+    p.add_argument("--cfg-scale", type=float, default=None,
+                   help="classifier-free guidance (default: the model family's: 1 for Flux, 4.5 for SD 3.x, else 7)")
+    p.add_argument("--guidance", type=float, default=None,
+                   help="distilled guidance of guidance-distilled models (default: the family's: 3.5 for FLUX.1)")
+    p.add_argument("--flow-shift", type=float, default=None,
+                   help="timestep shift of flow models (default: the family's: 3 for Qwen-Image, else the runtime's)")
+    p.add_argument("--clip-skip", type=int, default=-1,
+                   help="text-encoder layers to skip from the end (-1: the model's default; 2 for many SD 1.x anime models)")
+    p.add_argument("--sampler", default="default", metavar="NAME",
+                   help="one of: " + ", ".join(SAMPLERS) + " (default: the family's, else the runtime's)")
+    p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
+
+
 def image_size(args: argparse.Namespace) -> Tuple[int, int]:
     """The size asked for: --width/--height, else the --init-image's (img2img redraws that picture;
     nothing is resized) or the --control-image's (the image the ControlNet follows), else 512. An
@@ -120,10 +133,11 @@ def image_size(args: argparse.Namespace) -> Tuple[int, int]:
 def build_request(args: argparse.Namespace) -> GenerateRequest:
     """The typed request the arguments describe (checked by :func:`direct.check_generation`)."""
     width, height = image_size(args)
+    given = {name: getattr(args, name) for name in ("steps", "cfg_scale") if getattr(args, name) is not None}
     return GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
-                           height=height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
-                           scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
-                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
+                           height=height, sampler=args.sampler, guidance=args.guidance, flow_shift=args.flow_shift,
+                           clip_skip=args.clip_skip, scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
+                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir, **given,
                            **{name: getattr(args, name) for name in COMPONENT_FIELDS})
 
 
@@ -223,7 +237,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
     kept = "  (a free name: the files already there were kept; -o names the file)" if chosen else ""
     lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise + kept,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
-             f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
+             f"cfg {report.cfg_scale:g}{f', guidance {report.guidance:g}' if report.guidance is not None else ''}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
              f"  device {dev.name if dev else '?'}{' — ' + dev.description if dev and dev.description else ''}; "
              f"load {report.load_seconds or 0:.2f} s, {report.step_seconds:.2f} s/step ({report.its_per_second:.2f} it/s), "
              f"total {report.total_seconds:.2f} s"]

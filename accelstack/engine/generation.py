@@ -49,6 +49,8 @@ class GenerateReport:
     sampler: str = ""
     scheduler: str = ""
     cfg_scale: float = 0.0
+    guidance: Optional[float] = None  # distilled guidance (Flux), None where the family has none and none was given
+    flow_shift: Optional[float] = None
     device: Optional[DeviceInfo] = None
     load_seconds: Optional[float] = None
     generate_seconds: float = 0.0  # the worker's generate call (bindings included)
@@ -80,6 +82,9 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Sampler": result.sampler or request.sampler,
         "Schedule type": result.scheduler or request.scheduler,
         "CFG scale": request.cfg_scale,
+        "Guidance": f"{request.guidance:g}" if request.guidance is not None else "",  # distilled (Flux), as used
+        "Flow shift": f"{request.flow_shift:g}" if request.flow_shift is not None else "",
+        "Clip skip": request.clip_skip if request.clip_skip > 0 else "",
         "Seed": seed,
         "Size": f"{request.width}x{request.height}",
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
@@ -165,7 +170,7 @@ def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, policy: Op
 def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[SupervisorPolicy], progress: ProgressCallback,
               attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
     start = time.perf_counter()
-    request, options, model, output = job.request, job.options, job.model, job.output
+    request, options, model, output = job.read_files().request, job.options, job.model, job.output  # its values resolved
     # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
     # (--init-image, --control-image), checked against the model's family by the one check.
     checked = job.files()
@@ -214,7 +219,8 @@ def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[Supervi
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
-        scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
+        scheduler=result.scheduler, cfg_scale=request.cfg_scale, guidance=request.guidance,
+        flow_shift=request.flow_shift, device=result.device, load_seconds=load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
         restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,

@@ -58,6 +58,7 @@ KINDS = ("install", "repair", "upgrade", "verify", "generate")
 # A generate job's options that name files: names in the models directory, never paths.
 GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net", "init_image",
                   "control_image")
+OPTIONAL_NUMBERS = ("guidance", "flow_shift")  # request fields that are None unless given (the family's value)
 IMAGE_FIELDS = ("init_image", "control_image")  # of GENERATE_FILES: images, the rest weights files
 WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
@@ -303,9 +304,13 @@ class Jobs:
             if f.name in ("prompt", "lora_dir", "embeddings_dir", *GENERATE_FILES, *WIRE_ONLY) or f.name not in o.data:
                 continue
             default = f.default
+            if default is None and f.name in OPTIONAL_NUMBERS:  # guidance, flow_shift: None is the family's value
+                request[f.name] = o.typed(f.name, float)
+                continue
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):
                 continue
-            request[f.name] = o.typed(f.name, type(default))
+            # (the type the value must have: a default left out is a marked int or float, engine.worker.values)
+            request[f.name] = o.typed(f.name, next(t for t in (str, float, int) if isinstance(default, t)))
         o.done()
         s = self.settings
         return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,

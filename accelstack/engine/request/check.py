@@ -46,12 +46,14 @@ class CheckedGeneration:
         """The model, each component file and each input image, checked against the model's family."""
         if self.components is None:
             # the model checks load with their first use: the CLI's worker starts before they are imported
-            from . import components, sizes
+            from . import components, defaults, sizes
 
             found = components.check_components(self.request, self.model, components_supported=self.traits.companions,
                                                 library=self.traits.library)
-            if self.traits.size_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
+            if self.traits.family_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
                 sizes.check_size(self.request, found.family)
+            # what the request left out: the family's reference settings (shipped data, typed when read); a value given wins
+            self.request = defaults.apply_defaults(self.request, found.family, family_rules=self.traits.family_rules)
             self.components = found
         return self
 
