@@ -252,6 +252,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
         used.append(f"control image {report.control_image} (strength {report.control_strength:g})")
     if used:
         lines.append("  " + "; ".join(used))
+    lines += [f"  warning: {w}" for w in report.warnings]  # a companion the family needs, left out (named)
     if report.memory is not None and report.memory.changed:  # the planner gave up speed to fit: say why
         lines.append(f"  memory: {report.memory.reason}")
     if report.restarts:

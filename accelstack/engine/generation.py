@@ -68,6 +68,7 @@ class GenerateReport:
     strength: Optional[float] = None
     control_image: str = ""  # ControlNet (components["control_net"]): the control image's name, its strength
     control_strength: Optional[float] = None
+    warnings: List[str] = field(default_factory=list)  # what the run lacked but did without (a companion the family needs)
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
@@ -223,7 +224,7 @@ def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[Supervi
         flow_shift=request.flow_shift, device=result.device, load_seconds=load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
+        restarts=result.restarts, warnings=list(job.warnings), loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
         **_image_report(request, checked))
 
 
