@@ -26,6 +26,7 @@ from .png import parameters_text, write_png
 from .request.check import CheckedGeneration, check_generation
 from .request.companions import AppliedLora, Companions, prepare_companions
 from .request.components import CheckedComponents
+from .request.identity import IDENTITY_KIND, file_identity
 from .request.outputs import NAME_MAX, check_outputs, output_error, output_paths
 from .runtime import Runtime
 from .supervision import workdirs
@@ -90,6 +91,8 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Size": f"{request.width}x{request.height}",
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
         "Version": f"accelstack {__version__} ({stack})",
+        "Runtime": result.extra.get("runtime", ""),  # the library's own version and commit, as the worker loaded it
+        **_hashes(model, components),
         "LoRA": "; ".join(f"{lora.name}:{lora.weight:g}" for lora in extra.loras),
         "Embeddings": "; ".join(extra.embeddings),
         # A1111's names where it has one ("Denoising strength", "VAE"); file names only, never paths.
@@ -99,6 +102,15 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "TAESD": names.get("taesd", ""),
         "ControlNet": f"{names.get('control_net', '')} {request.control_strength:g}" if control else "",
     })
+
+
+def _hashes(model: str, components: Optional[CheckedComponents]) -> Dict[str, str]:
+    """Which files made the image: a cheap identity of each (engine.request.identity: sha256 of the size and
+    the first and last MiB, not a full sha256, which takes minutes on the large files)."""
+    own = file_identity(model)
+    parts = {name: file_identity(path) for name, path in (components.paths if components is not None else {}).items()}
+    return {"Model hash": f"{own} ({IDENTITY_KIND})" if own else "",
+            "Hashes": "; ".join(f"{name}: {value}" for name, value in parts.items() if value and name != "diffusion_model")}
 
 
 def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str,

@@ -4,6 +4,7 @@ and the PNG's parameters record what was used. --guidance, --flow-shift and --cl
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -101,3 +102,17 @@ def test_the_png_records_the_flux_settings_used(cpu_runtime, flux, tmp_path):
     text = read_png(out).text["parameters"]
     assert "CFG scale: 1.0" in text and "Guidance: 3.5" in text and "Sampler: euler" in text, text
     assert (report.cfg_scale, report.guidance) == (1.0, 3.5)
+    # the runtime's own version and a cheap identity of the model file (not a full sha256: engine.request.identity)
+    # (this CPU build, made from the bindings' sdist without git, calls itself "unknown unknown": said as it is)
+    assert any(part.startswith("Runtime: ") for part in text.split(", ")), text
+    assert re.search(r"Model hash: [0-9a-f]{12} \(sha256-ends\)", text), text
+
+
+def test_the_identity_tells_files_apart_by_their_ends(tmp_path):
+    from accelstack.engine.request.identity import END_BYTES, file_identity
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    a.write_bytes(b"x" * (3 * END_BYTES))
+    b.write_bytes(b"x" * (3 * END_BYTES - 1) + b"y")
+    assert file_identity(str(a)) != file_identity(str(b)) and len(file_identity(str(a)) or "") == 12
+    assert file_identity(str(tmp_path)) is None and file_identity(str(tmp_path / "none")) is None
