@@ -88,7 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--clip-g", default="", metavar="PATH", help="CLIP-G text encoder (SDXL, SD 3.x)")
     g.add_argument("--t5xxl", default="", metavar="PATH", help="T5-XXL text encoder (SD 3.x, Flux, Chroma)")
     g.add_argument("--llm", default="", metavar="PATH",
-                   help="LLM text encoder (Qwen3 4B for Z-Image, Qwen2.5-VL 7B for Qwen-Image)")
+                   help="LLM text encoder (Qwen3 4B for Z-Image and FLUX.2 klein, Qwen2.5-VL 7B for Qwen-Image, "
+                   "Mistral Small 3.2 for FLUX.2 dev)")
     g.add_argument("--taesd", default="", metavar="PATH", help="tiny autoencoder: a fast, rougher decode")
     g.add_argument("--init-image", default="", metavar="PNG",
                    help="img2img: start from this PNG (its size must be --width x --height; nothing is resized)")
@@ -100,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the control image (an edge map, pose, depth map) of --width x --height")
     g.add_argument("--control-strength", type=float, default=DEFAULT_CONTROL_STRENGTH,
                    help=f"ControlNet strength, 0 to {MAX_CONTROL_STRENGTH:g} (default {DEFAULT_CONTROL_STRENGTH:g})")
+    _add_edit_flags(g)
     add_engine_arguments(p)
     p.set_defaults(func=run)
 
@@ -120,11 +122,20 @@ def _add_family_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
 
 
+def _add_edit_flags(g: argparse._ArgumentGroup) -> None:
+    """Inpainting and edits (engine.request.images checks them against the model's family)."""
+    g.add_argument("--mask", dest="mask_image", default="", metavar="PNG",
+                   help="inpainting: white where the --init-image is redrawn (its size)")
+    g.add_argument("--ref-image", dest="ref_images", action="append", default=[], metavar="PNG",
+                   help="a reference image for an edit model (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2), of the "
+                   "request's size; repeatable")
+
+
 def image_size(args: argparse.Namespace) -> Tuple[int, int]:
     """The size asked for: --width/--height, else the --init-image's (img2img redraws that picture;
     nothing is resized) or the --control-image's (the image the ControlNet follows), else 512. An
     unreadable image is reported by the component check."""
-    image = args.init_image or args.control_image
+    image = args.init_image or args.control_image or (args.ref_images[0] if args.ref_images else "")
     size = direct.input_png_size(image) if image and (args.width is None or args.height is None) else None
     default = size or (DEFAULT_SIDE, DEFAULT_SIDE)
     return (args.width if args.width is not None else default[0], args.height if args.height is not None else default[1])
@@ -137,7 +148,7 @@ def build_request(args: argparse.Namespace) -> GenerateRequest:
     return GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
                            height=height, sampler=args.sampler, guidance=args.guidance, flow_shift=args.flow_shift,
                            clip_skip=args.clip_skip, scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
-                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir, **given,
+                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir, ref_images=list(args.ref_images), **given,
                            **{name: getattr(args, name) for name in COMPONENT_FIELDS})
 
 

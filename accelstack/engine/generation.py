@@ -101,6 +101,8 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Text encoders": "; ".join(names[k] for k in ("clip_l", "clip_g", "t5xxl", "llm") if k in names),
         "TAESD": names.get("taesd", ""),
         "ControlNet": f"{names.get('control_net', '')} {request.control_strength:g}" if control else "",
+        "Mask": _given_name(request.mask_image) if components is not None and components.mask_rgb else "",
+        "Reference images": "; ".join(map(_given_name, request.ref_images)) if components is not None else "",
     })
 
 
@@ -189,7 +191,7 @@ def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[Supervi
     checked = job.files()
     info = checked.model
     runtime.check()
-    options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb))  # img2img loads the VAE's encoder
+    options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb or checked.ref_rgb))  # img2img loads the VAE's encoder
     memory_plan: Optional[MemoryPlan] = None
     if runtime.traits.memory_estimate:  # the planner (engine.memory.plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
@@ -250,14 +252,20 @@ def wire_images(request: GenerateRequest, checked: CheckedComponents) -> Iterato
     fields["control_net"] = checked.paths.get("control_net", "")  # validate(): a control image needs it
     folder: Optional[Path] = None
     try:
-        for name, rgb in (("init_pixels", checked.init_rgb), ("control_pixels", checked.control_rgb)):
+        fields["ref_images"], fields["ref_pixels"] = [], []
+        refs = [(f"ref_pixels-{i}", rgb) for i, rgb in enumerate(checked.ref_rgb)]  # --ref-image: engine.request.images
+        for name, rgb in (("init_pixels", checked.init_rgb), ("control_pixels", checked.control_rgb),
+                          ("mask_pixels", checked.mask_rgb), *refs):
             if rgb:
                 folder = folder or workdirs.make()
                 target = folder / f"{name}.rgb"
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(rgb)
-                fields[name] = str(target)
+                if name.startswith("ref_pixels-"):
+                    fields["ref_pixels"].append(str(target))
+                else:
+                    fields[name] = str(target)
         yield fields
     finally:
         if folder is not None:

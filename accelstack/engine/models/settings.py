@@ -34,6 +34,7 @@ class FamilySettings:
     size_source: str = ""
     defaults: Dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    ref_images: str = ""  # where the family reads reference images (edits), from the source; "": it takes none
 
 
 def _bad(what: str) -> EngineError:
@@ -59,12 +60,12 @@ def _parse(doc: Any) -> Dict[str, FamilySettings]:
             want = DEFAULT_KEYS.get(key)
             if want is None or isinstance(value, bool) or not isinstance(value, (int, float) if want is float else want):
                 raise _bad(f"{family}.defaults.{key} is not one of {', '.join(DEFAULT_KEYS)} with a value of its type")
-        for key in ("size_source", "source"):
+        for key in ("size_source", "source") + (("ref_images",) if "ref_images" in node else ()):
             if node.get(key) not in sources:
                 raise _bad(f"{family}.{key} must name one of the sources")
         out[family] = FamilySettings(family, max(multiple, DEFAULT_MULTIPLE), sources[node["size_source"]],
                                      {k: (float(v) if DEFAULT_KEYS[k] is float else v) for k, v in defaults.items()},
-                                     sources[node["source"]])
+                                     sources[node["source"]], sources.get(node.get("ref_images", ""), ""))
     return out
 
 

@@ -47,10 +47,12 @@ class CheckedGeneration:
         """The model, each component file and each input image, checked against the model's family."""
         if self.components is None:
             # the model checks load with their first use: the CLI's worker starts before they are imported
-            from . import components, defaults, needs, sizes
+            from . import components, defaults, images, needs, sizes
 
             found = components.check_components(self.request, self.model, components_supported=self.traits.companions,
                                                 library=self.traits.library)
+            found.mask_rgb, found.ref_rgb = images.check_edit_images(self.request, found, self.traits.library,
+                                                                     self.traits.companions)
             if self.traits.family_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
                 sizes.check_size(self.request, found.family)
                 self.warnings = needs.companion_warnings(self.request, self.model or "", found)

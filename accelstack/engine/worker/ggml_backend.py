@@ -222,6 +222,10 @@ class GgmlBackend(WorkerBackend):
         if req.init_pixels:
             out["init_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.init_pixels, req))
             out["strength"] = float(req.strength)
+        if req.mask_pixels:  # white: redrawn (the bindings take it as one channel)
+            out["mask_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.mask_pixels, req))
+        if req.ref_pixels:  # edits: FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 (checked by engine.request.images)
+            out["ref_images"] = [Image.frombytes("RGB", (req.width, req.height), read_pixels(p, req)) for p in req.ref_pixels]
         if req.control_pixels:
             out["control_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.control_pixels, req))
             out["control_strength"] = float(req.control_strength)

@@ -25,7 +25,7 @@ from ...limits import (
 from ...verdict import DeviceInfo
 from ..errors import InvalidRequestError
 from ..loras.tags import check_lora_tag_syntax
-from .values import DEFAULT_CFG_SCALE, DEFAULT_STEPS, check_guidance, read_pixels
+from .values import DEFAULT_CFG_SCALE, DEFAULT_STEPS, IMAGE_FLAGS, check_edit_images, check_guidance, read_pixels
 
 __all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
            "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS", "COMPONENT_FLAGS",
@@ -77,13 +77,15 @@ COMPONENT_FLAGS: Dict[str, Tuple[str, str]] = {
     "taesd": ("--taesd", "taesd_path"),
     "control_net": ("--control-net", "control_net_path"),
 }
-IMAGE_FIELDS = ("init_image", "control_image")  # PNG paths the parent reads
+IMAGE_FIELDS = ("init_image", "control_image", "mask_image")  # PNG paths the parent reads (and ref_images, a list)
 PATH_FIELDS = tuple(COMPONENT_FLAGS) + IMAGE_FIELDS  # every field that names a file of the caller's
 
 
 def flag_of(name: str) -> str:
     """The command-line flag of a request field ("--clip-g" for clip_g)."""
-    return COMPONENT_FLAGS[name][0] if name in COMPONENT_FLAGS else "--" + name.replace("_", "-")
+    if name in COMPONENT_FLAGS or name in IMAGE_FLAGS:
+        return {**IMAGE_FLAGS, **{k: v[0] for k, v in COMPONENT_FLAGS.items()}}[name]
+    return "--" + name.replace("_", "-")
 
 
 def check_companion_name(name: str, what: str = "LoRA") -> str:
@@ -225,6 +227,12 @@ class GenerateRequest:
     # image is 1 MiB in base64).
     init_pixels: str = ""
     control_pixels: str = ""
+    # Inpainting and edits: a mask (white: redrawn) of the init image's size; reference images for the edit
+    # families (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2), each of the request's size (engine.request.images).
+    mask_image: str = ""
+    ref_images: List[str] = field(default_factory=list)
+    mask_pixels: str = ""
+    ref_pixels: List[str] = field(default_factory=list)
 
     def validate(self) -> GenerateRequest:
         """Raise :class:`InvalidRequestError` naming the bad field and what is allowed."""
@@ -268,6 +276,7 @@ class GenerateRequest:
             raise InvalidRequestError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
                                   f"(-1 or 0: the model's default), got {_shown(self.clip_skip)}")
         check_guidance(self)
+        check_edit_images(self)
         self._validate_images()
         return self
 

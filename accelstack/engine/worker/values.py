@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from .protocol import GenerateRequest
 
 __all__ = ["DEFAULT_CFG_SCALE", "DEFAULT_STEPS", "is_given", "check_guidance", "read_pixels", "MAX_GUIDANCE",
-           "MAX_FLOW_SHIFT", "RUNTIME_GUIDANCE"]
+           "MAX_FLOW_SHIFT", "RUNTIME_GUIDANCE", "IMAGE_FLAGS", "MAX_REF_IMAGES", "check_edit_images"]
 
 MAX_GUIDANCE = MAX_CFG_SCALE  # distilled guidance is trained for about 1 to 10 (Flux dev 3.5)
 MAX_FLOW_SHIFT = 100.0  # the shift of flow models' timesteps (Qwen-Image 3, SD 3.x 3, Wan 3 to 12)
+IMAGE_FLAGS = {"mask_image": "--mask", "ref_images": "--ref-image"}  # the command-line flag of these fields
+MAX_REF_IMAGES = 8  # FLUX.2 takes several; each is encoded and attended to at every step: 8 is far past usual
 RUNTIME_GUIDANCE = 3.5  # the bindings' own default (stable_diffusion.py generate_image guidance=3.5)
 
 
@@ -56,6 +58,22 @@ def check_guidance(request: GenerateRequest) -> None:
             raise InvalidRequestError(f"--{name.replace('_', '-')} must be a number from {low:g} to {top:g}"
                                       f"{' (not 0)' if name == 'flow_shift' else ''}, got {shown}",
                                       hint="leave it out for the model family's own value")
+
+
+def check_edit_images(request: GenerateRequest) -> None:
+    """Reference images a list of at most :data:`MAX_REF_IMAGES` paths (and their pixel files), a mask only
+    with the init image it masks; else InvalidRequestError naming the flag."""
+    for name in ("ref_images", "ref_pixels"):
+        v = getattr(request, name)
+        if not isinstance(v, list) or len(v) > MAX_REF_IMAGES or \
+                not all(isinstance(p, str) and p and "\x00" not in p and len(p) <= 4096 for p in v):
+            raise InvalidRequestError(f"--ref-image must be given as at most {MAX_REF_IMAGES} PNG file paths",
+                                      hint="repeat --ref-image PNG for each reference image")
+    if (request.mask_image or request.mask_pixels) and not (request.init_image or request.init_pixels):
+        raise InvalidRequestError("a mask is given (--mask) without the init image it marks for redrawing",
+                                  hint="add --init-image PNG (the picture to inpaint), of the mask's size")
+    if not isinstance(request.mask_pixels, str) or "\x00" in request.mask_pixels or len(request.mask_pixels) > 4096:
+        raise InvalidRequestError("mask pixels must be the path of a file of RGB pixels")
 
 
 def read_pixels(path: str, request: GenerateRequest) -> bytes:
