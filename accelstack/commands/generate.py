@@ -69,12 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model file or diffusers folder (or give --diffusion-model and its components instead)")
     p.add_argument("--prompt", "-p", required=True, help="the text; <lora:NAME:WEIGHT> applies a LoRA of --lora-dir")
     p.add_argument("--negative-prompt", "-n", default="")
-    p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
-    p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8 (default 512, or the --init-image's)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--cfg-scale", type=float, default=7.0)
-    p.add_argument("--sampler", default="default", metavar="NAME", help="one of: " + ", ".join(SAMPLERS))
-    p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
+    p.add_argument("--width", "-W", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
+    p.add_argument("--height", "-H", type=int, default=None, help="multiple of 8, of 64 for SD 1.x/2.x/XL (default 512, or the --init-image's or --control-image's)")
+    _add_family_flags(p)
     p.add_argument("--seed", type=int, default=42, help="-1 for a random seed (default 42)")
     p.add_argument("--batch-count", "-b", type=int, default=1)
     p.add_argument("--output", "-o", default=None,
@@ -92,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--clip-g", default="", metavar="PATH", help="CLIP-G text encoder (SDXL, SD 3.x)")
     g.add_argument("--t5xxl", default="", metavar="PATH", help="T5-XXL text encoder (SD 3.x, Flux, Chroma)")
     g.add_argument("--llm", default="", metavar="PATH",
-                   help="LLM text encoder (Qwen3 4B for Z-Image, Qwen2.5-VL 7B for Qwen-Image)")
+                   help="LLM text encoder (Qwen3 4B for Z-Image and FLUX.2 klein, Qwen2.5-VL 7B for Qwen-Image, "
+                   "Mistral Small 3.2 for FLUX.2 dev)")
     g.add_argument("--taesd", default="", metavar="PATH", help="tiny autoencoder: a fast, rougher decode")
     g.add_argument("--init-image", default="", metavar="PNG",
                    help="img2img: start from this PNG (its size must be --width x --height; nothing is resized)")
@@ -104,15 +102,43 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the control image (an edge map, pose, depth map) of --width x --height")
     g.add_argument("--control-strength", type=float, default=DEFAULT_CONTROL_STRENGTH,
                    help=f"ControlNet strength, 0 to {MAX_CONTROL_STRENGTH:g} (default {DEFAULT_CONTROL_STRENGTH:g})")
+    _add_edit_flags(g)
     add_engine_arguments(p)
     add_dry_run_flags(p)  # issue 45: --dry-run, --vram, --ram, --replay
     p.set_defaults(func=run)
 
 
+def _add_family_flags(p: argparse.ArgumentParser) -> None:
+    """Sampling values; each one left out is the model family's reference value (engine/data/family_settings.json)."""
+    p.add_argument("--steps", type=int, default=None, help="sampling steps (default: the model family's, else 20)")
+    p.add_argument("--cfg-scale", type=float, default=None,
+                   help="classifier-free guidance (default: the model family's: 1 for Flux, 4.5 for SD 3.x, else 7)")
+    p.add_argument("--guidance", type=float, default=None,
+                   help="distilled guidance of guidance-distilled models (default: the family's: 3.5 for FLUX.1)")
+    p.add_argument("--flow-shift", type=float, default=None,
+                   help="timestep shift of flow models (default: the family's: 3 for Qwen-Image, else the runtime's)")
+    p.add_argument("--clip-skip", type=int, default=-1,
+                   help="text-encoder layers to skip from the end (-1: the model's default; 2 for many SD 1.x anime models)")
+    p.add_argument("--sampler", default="default", metavar="NAME",
+                   help="one of: " + ", ".join(SAMPLERS) + " (default: the family's, else the runtime's)")
+    p.add_argument("--scheduler", default="default", metavar="NAME", help="one of: " + ", ".join(SCHEDULERS))
+
+
+def _add_edit_flags(g: argparse._ArgumentGroup) -> None:
+    """Inpainting and edits (engine.request.images checks them against the model's family)."""
+    g.add_argument("--mask", dest="mask_image", default="", metavar="PNG",
+                   help="inpainting: white where the --init-image is redrawn (its size)")
+    g.add_argument("--ref-image", dest="ref_images", action="append", default=[], metavar="PNG",
+                   help="a reference image for an edit model (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2), of the "
+                   "request's size; repeatable")
+
+
 def image_size(args: argparse.Namespace) -> Tuple[int, int]:
     """The size asked for: --width/--height, else the --init-image's (img2img redraws that picture;
-    nothing is resized), else 512. An unreadable image is reported by the component check."""
-    size = direct.input_png_size(args.init_image) if args.init_image and (args.width is None or args.height is None) else None
+    nothing is resized) or the --control-image's (the image the ControlNet follows), else 512. An
+    unreadable image is reported by the component check."""
+    image = args.init_image or args.control_image or (args.ref_images[0] if args.ref_images else "")
+    size = direct.input_png_size(image) if image and (args.width is None or args.height is None) else None
     default = size or (DEFAULT_SIDE, DEFAULT_SIDE)
     return (args.width if args.width is not None else default[0], args.height if args.height is not None else default[1])
 
@@ -120,10 +146,11 @@ def image_size(args: argparse.Namespace) -> Tuple[int, int]:
 def build_request(args: argparse.Namespace) -> GenerateRequest:
     """The typed request the arguments describe (checked by :func:`direct.check_generation`)."""
     width, height = image_size(args)
+    given = {name: getattr(args, name) for name in ("steps", "cfg_scale") if getattr(args, name) is not None}
     return GenerateRequest(prompt=args.prompt, negative_prompt=args.negative_prompt, width=width,
-                           height=height, steps=args.steps, cfg_scale=args.cfg_scale, sampler=args.sampler,
-                           scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
-                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir,
+                           height=height, sampler=args.sampler, guidance=args.guidance, flow_shift=args.flow_shift,
+                           clip_skip=args.clip_skip, scheduler=args.scheduler, seed=args.seed, batch_count=args.batch_count,
+                           lora_dir=args.lora_dir, embeddings_dir=args.embeddings_dir, ref_images=list(args.ref_images), **given,
                            **{name: getattr(args, name) for name in COMPONENT_FIELDS})
 
 
@@ -234,7 +261,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
     kept = "  (a free name: the files already there were kept; -o names the file)" if chosen else ""
     lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise + kept,
              f"  {report.width}x{report.height}, {report.steps} steps, {report.sampler}/{report.scheduler}, "
-             f"cfg {report.cfg_scale:g}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
+             f"cfg {report.cfg_scale:g}{f', guidance {report.guidance:g}' if report.guidance is not None else ''}, seed{'s' if len(report.seeds) > 1 else ''} {', '.join(map(str, report.seeds))}",
              f"  device {dev.name if dev else '?'}{' — ' + dev.description if dev and dev.description else ''}; "
              f"load {report.load_seconds or 0:.2f} s, {report.step_seconds:.2f} s/step ({report.its_per_second:.2f} it/s), "
              f"total {report.total_seconds:.2f} s"]
@@ -249,6 +276,7 @@ def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
         used.append(f"control image {report.control_image} (strength {report.control_strength:g})")
     if used:
         lines.append("  " + "; ".join(used))
+    lines += [f"  warning: {w}" for w in report.warnings]  # a companion the family needs, left out (named)
     if report.memory is not None and report.memory.changed:  # the planner gave up speed to fit: say why
         lines.append(f"  memory: {report.memory.reason}")
     lines += [f"  warning: {lora.warning}" for lora in report.loras if lora.warning]  # partly applied (issue 44)

@@ -10,10 +10,10 @@ from ..engine.config import EngineOptions
 from ..engine.errors import InvalidRequestError
 from ..engine.memory.device import MachineMemory
 from ..engine.memory.dry_run import MemoryDecision, decide
-from ..engine.runtime import Runtime
+from ..engine.request.check import check_generation
+from ..engine.runtime import GGML, Runtime
 from ..engine.worker.protocol import GenerateRequest
 from ..hardware.protocol import System
-from .direct import check_generation
 from .machine import machine_memory
 from .stacks import stack_for_backend
 
@@ -34,7 +34,7 @@ def dry_run(request: GenerateRequest, model: Optional[Union[str, Path]], output:
     else:
         backend = backend or ("cuda" if machine is not None and machine.gpus else "cpu")
         gpu = backend != "cpu" and stack_for_backend(backend) is None  # a GPU build of the default stack
-    checked = check_generation(request, model, output, options, runtime=runtime)
+    checked = check_generation(request, model, output, options, traits=runtime.traits if runtime is not None else GGML)
     if machine is None:
         machine = machine_memory(backend, system)
         source = source or ("live" if system is None else "replay")

@@ -26,6 +26,7 @@ from .png import parameters_text, write_png
 from .request.check import CheckedGeneration, check_generation
 from .request.companions import AppliedLora, Companions, prepare_companions
 from .request.components import CheckedComponents
+from .request.identity import IDENTITY_KIND, file_identity
 from .request.outputs import NAME_MAX, check_outputs, output_error, output_paths
 from .runtime import Runtime
 from .supervision import workdirs
@@ -49,6 +50,8 @@ class GenerateReport:
     sampler: str = ""
     scheduler: str = ""
     cfg_scale: float = 0.0
+    guidance: Optional[float] = None  # distilled guidance (Flux), None where the family has none and none was given
+    flow_shift: Optional[float] = None
     device: Optional[DeviceInfo] = None
     load_seconds: Optional[float] = None
     generate_seconds: float = 0.0  # the worker's generate call (bindings included)
@@ -66,6 +69,7 @@ class GenerateReport:
     strength: Optional[float] = None
     control_image: str = ""  # ControlNet (components["control_net"]): the control image's name, its strength
     control_strength: Optional[float] = None
+    warnings: List[str] = field(default_factory=list)  # what the run lacked but did without (a companion the family needs)
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
@@ -80,10 +84,15 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Sampler": result.sampler or request.sampler,
         "Schedule type": result.scheduler or request.scheduler,
         "CFG scale": request.cfg_scale,
+        "Guidance": f"{request.guidance:g}" if request.guidance is not None else "",  # distilled (Flux), as used
+        "Flow shift": f"{request.flow_shift:g}" if request.flow_shift is not None else "",
+        "Clip skip": request.clip_skip if request.clip_skip > 0 else "",
         "Seed": seed,
         "Size": f"{request.width}x{request.height}",
         "Model": Path(model).stem if Path(model).suffix else Path(model).name,
         "Version": f"accelstack {__version__} ({stack})",
+        "Runtime": result.extra.get("runtime", ""),  # the library's own version and commit, as the worker loaded it
+        **_hashes(model, components),
         "LoRA": "; ".join(f"{lora.name}:{lora.weight:g}" for lora in extra.loras),
         "LoRA applied": "; ".join(lora.summary() for lora in extra.loras),  # as stable-diffusion.cpp counts them
         "Embeddings": "; ".join(extra.embeddings),
@@ -93,7 +102,18 @@ def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, 
         "Text encoders": "; ".join(names[k] for k in ("clip_l", "clip_g", "t5xxl", "llm") if k in names),
         "TAESD": names.get("taesd", ""),
         "ControlNet": f"{names.get('control_net', '')} {request.control_strength:g}" if control else "",
+        "Mask": _given_name(request.mask_image) if components is not None and components.mask_rgb else "",
+        "Reference images": "; ".join(map(_given_name, request.ref_images)) if components is not None else "",
     })
+
+
+def _hashes(model: str, components: Optional[CheckedComponents]) -> Dict[str, str]:
+    """Which files made the image: a cheap identity of each (engine.request.identity: sha256 of the size and
+    the first and last MiB, not a full sha256, which takes minutes on the large files)."""
+    own = file_identity(model)
+    parts = {name: file_identity(path) for name, path in (components.paths if components is not None else {}).items()}
+    return {"Model hash": f"{own} ({IDENTITY_KIND})" if own else "",
+            "Hashes": "; ".join(f"{name}: {value}" for name, value in parts.items() if value and name != "diffusion_model")}
 
 
 def save_images(result: GenerateResult, request: GenerateRequest, output: Union[str, Path], model: str,
@@ -166,13 +186,13 @@ def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, policy: Op
 def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[SupervisorPolicy], progress: ProgressCallback,
               attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
     start = time.perf_counter()
-    request, options, model, output = job.request, job.options, job.model, job.output
+    request, options, model, output = job.read_files().request, job.options, job.model, job.output  # its values resolved
     # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
     # (--init-image, --control-image), checked against the model's family by the one check.
     checked = job.files()
     info = checked.model
     runtime.check()
-    options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb))  # img2img loads the VAE's encoder
+    options = dataclasses.replace(options, vae_encode=bool(checked.init_rgb or checked.ref_rgb))  # img2img loads the VAE's encoder
     memory_plan: Optional[MemoryPlan] = None
     if runtime.traits.memory_estimate:  # the planner (engine.memory.plan) resolves every "auto" so that it fits
         memory_plan = plan_for_files([info.path, *checked.paths.values()],
@@ -215,10 +235,11 @@ def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[Supervi
     return GenerateReport(
         model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
         width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
-        scheduler=result.scheduler, cfg_scale=request.cfg_scale, device=result.device, load_seconds=load_seconds,
+        scheduler=result.scheduler, cfg_scale=request.cfg_scale, guidance=request.guidance,
+        flow_shift=request.flow_shift, device=result.device, load_seconds=load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts, loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
+        restarts=result.restarts, warnings=list(job.warnings), loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
         **_image_report(request, checked))
 
 
@@ -232,14 +253,20 @@ def wire_images(request: GenerateRequest, checked: CheckedComponents) -> Iterato
     fields["control_net"] = checked.paths.get("control_net", "")  # validate(): a control image needs it
     folder: Optional[Path] = None
     try:
-        for name, rgb in (("init_pixels", checked.init_rgb), ("control_pixels", checked.control_rgb)):
+        fields["ref_images"], fields["ref_pixels"] = [], []
+        refs = [(f"ref_pixels-{i}", rgb) for i, rgb in enumerate(checked.ref_rgb)]  # --ref-image: engine.request.images
+        for name, rgb in (("init_pixels", checked.init_rgb), ("control_pixels", checked.control_rgb),
+                          ("mask_pixels", checked.mask_rgb), *refs):
             if rgb:
                 folder = folder or workdirs.make()
                 target = folder / f"{name}.rgb"
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(rgb)
-                fields[name] = str(target)
+                if name.startswith("ref_pixels-"):
+                    fields["ref_pixels"].append(str(target))
+                else:
+                    fields[name] = str(target)
         yield fields
     finally:
         if folder is not None:

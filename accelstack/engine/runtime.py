@@ -47,10 +47,13 @@ class StackTraits:
     device_check: bool  # the worker reports the device the model went to: verify fails a GPU build that ran on its CPU
     memory_estimate: bool  # :mod:`accelstack.engine.memory.estimate`'s estimate (stable-diffusion.cpp's) applies
     companions: bool = False  # takes <lora:...> tags and embeddings (engine.request.companions stages them)
+    # aligns sizes up to its family's multiple (engine.request.sizes refuses what it cannot make) and runs each family
+    # with its reference settings for what a request leaves out (engine.request.defaults, data/family_settings.json)
+    family_rules: bool = False
 
 
 GGML = StackTraits(stack="ggml", library="stable-diffusion.cpp", package="stable_diffusion_cpp", library_note=True,
-                   device_check=True, memory_estimate=True, companions=True)
+                   device_check=True, memory_estimate=True, companions=True, family_rules=True)
 TORCH = StackTraits(stack="torch", library="diffusers", package="", library_note=False, device_check=False,
                     memory_estimate=False)
 # A Runtime's ``backend`` -> its stack's traits: what ``backend`` may be.

@@ -58,9 +58,10 @@ __all__ = ["KINDS", "HOME_CHANGING", "FINAL_STATES", "MAX_FINISHED_JOBS", "MAX_Q
 KINDS = ("install", "repair", "upgrade", "verify", "generate")
 # A generate job's options that name files: names in the models directory, never paths.
 GENERATE_FILES = ("diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd", "control_net", "init_image",
-                  "control_image")
-IMAGE_FIELDS = ("init_image", "control_image")  # of GENERATE_FILES: images, the rest weights files
-WIRE_ONLY = ("init_pixels", "control_pixels")  # what the engine sends its worker: not a job's option
+                  "control_image", "mask_image")
+OPTIONAL_NUMBERS = ("guidance", "flow_shift")  # request fields that are None unless given (the family's value)
+IMAGE_FIELDS = ("init_image", "control_image", "mask_image")  # of GENERATE_FILES: images, the rest weights files
+WIRE_ONLY = ("init_pixels", "control_pixels", "mask_pixels", "ref_pixels")  # what the engine sends its worker: not a job's option
 HOME_CHANGING = frozenset({"install", "repair", "upgrade"})
 MAX_FINISHED_JOBS = 100  # finished jobs kept (a forgotten job's folder, its images, goes with it)
 MAX_QUEUED = 16  # jobs of one kind waiting to run (home-changing kinds: one queued or running at all)
@@ -293,6 +294,9 @@ class Jobs:
             given = o.text(name, MAX_SHORT)
             if given:
                 request[name] = str(self._model(given, "image" if name in IMAGE_FIELDS else "model"))
+        refs = [str(self._model(name, "image")) for name in o.strings("ref_images")]  # edits: images of the models dir
+        if refs:
+            request["ref_images"] = refs
         named = o.text("model", MAX_SHORT, required="diffusion_model" not in request)
         model = self._model(named) if named else None
         prompt = o.text("prompt", MAX_TEXT, required=True)
@@ -301,12 +305,16 @@ class Jobs:
             if given:
                 request[name] = str(self._model(given, "folder"))
         for f in dataclasses.fields(core.GenerateRequest):
-            if f.name in ("prompt", "lora_dir", "embeddings_dir", *GENERATE_FILES, *WIRE_ONLY) or f.name not in o.data:
+            if f.name in ("prompt", "lora_dir", "embeddings_dir", "ref_images", *GENERATE_FILES, *WIRE_ONLY) or f.name not in o.data:
                 continue
             default = f.default
+            if default is None and f.name in OPTIONAL_NUMBERS:  # guidance, flow_shift: None is the family's value
+                request[f.name] = o.typed(f.name, float)
+                continue
             if isinstance(default, bool) or not isinstance(default, (int, float, str)):
                 continue
-            request[f.name] = o.typed(f.name, type(default))
+            # (the type the value must have: a default left out is a marked int or float, engine.worker.values)
+            request[f.name] = o.typed(f.name, next(t for t in (str, float, int) if isinstance(default, t)))
         engine = o.mapping("engine")  # config.yaml's engine keys (issue 45: the memory levers), over the config
         dry = _dry_run_of(o)  # the planner's decision only: nothing loaded (on a declared machine: vram, ram)
         o.done()

@@ -128,7 +128,8 @@ def test_parts_of_a_full_checkpoint_and_of_separate_files(models):
     assert {p.kind for p in sd3.parts if p.component == "text_encoder"} == {"clip-l", "clip-g", "t5xxl"}
     assert "flux" in inspect_model(models / "ae.safetensors").fits
     assert inspect_model(models / "t5xxl_fp16.safetensors").parts[0].kind == "t5xxl"
-    assert inspect_model(models / "qwen_3_4b.safetensors").fits == ["z-image"]
+    # Qwen3 4B is Z-Image's LLM and FLUX.2 [klein]'s (src/conditioner.hpp LLMEmbedder: QWEN3)
+    assert inspect_model(models / "qwen_3_4b.safetensors").fits == ["flux2", "z-image"]
 
 
 def test_ckpt_names_and_shapes_come_from_the_pickle_without_unpickling(models):

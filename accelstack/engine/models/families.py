@@ -65,6 +65,7 @@ class Variant:
     name: str
     when: Condition
     source: str
+    text_encoders: Tuple[str, ...] = ()  # what this variant takes where it is one of the family's (FLUX.2 dev, klein)
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,11 @@ def parse_knowledge(doc: Any) -> Knowledge:
             vw = f"{where}.variants[{j}]"
             if not isinstance(var, dict):
                 raise _bad(f"{vw} must be an object")
+            own = _strs(var, "text_encoders", vw)
+            if set(own) - set(needs_te):
+                raise _bad(f"{vw}.text_encoders must be among its family's")
             variants.append(Variant(_text(var, "id", vw), _text(var, "name", vw), _condition(var.get("when"), vw),
-                                    _source(var, sources, vw)))
+                                    _source(var, sources, vw), own))
         families.append(FamilyRule(_text(node, "id", where), _text(node, "name", where),
                                    _condition(node.get("when"), where), _source(node, sources, where), needs_vae,
                                    needs_te, _strs(node, "files", where), tuple(variants)))

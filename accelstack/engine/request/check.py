@@ -13,7 +13,7 @@ worker imports the runtime while the headers are read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Union
 
@@ -41,15 +41,24 @@ class CheckedGeneration:
     outputs: List[Path]
     traits: StackTraits
     components: Optional[CheckedComponents] = None
+    warnings: List[str] = field(default_factory=list)  # what the run lacks but can do without (engine.request.needs)
 
     def read_files(self) -> CheckedGeneration:
         """The model, each component file and each input image, checked against the model's family."""
         if self.components is None:
             # the model checks load with their first use: the CLI's worker starts before they are imported
-            from .components import check_components
+            from . import components, defaults, images, needs, sizes
 
-            self.components = check_components(self.request, self.model, components_supported=self.traits.companions,
-                                               library=self.traits.library)
+            found = components.check_components(self.request, self.model, components_supported=self.traits.companions,
+                                                library=self.traits.library)
+            found.mask_rgb, found.ref_rgb = images.check_edit_images(self.request, found, self.traits.library,
+                                                                     self.traits.companions)
+            if self.traits.family_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
+                sizes.check_size(self.request, found.family)
+                self.warnings = needs.companion_warnings(self.request, self.model or "", found)
+            # what the request left out: the family's reference settings (shipped data, typed when read); a value given wins
+            self.request = defaults.apply_defaults(self.request, found.family, family_rules=self.traits.family_rules)
+            self.components = found
         return self
 
     def files(self) -> CheckedComponents:

@@ -32,15 +32,14 @@ from ..models.reader import TensorInfo
 from ..png import PngError, read_input_png
 from ..worker.protocol import COMPONENT_FLAGS, GenerateRequest, flag_of, read_pixels
 
-__all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "CONTROLNET_ABORTS",
-           "CONTROLNET_LINEAR", "UNET_FAMILIES"]
+__all__ = ["CheckedComponents", "check_components", "TEXT_ENCODER_KINDS", "CONTROLNET_FAMILIES", "CONTROLNET_ABORTS", "CONTROLNET_LINEAR", "UNET_FAMILIES"]
 
 # The text-encoder kinds (data/model_families.json "text_encoders") each flag takes.
 TEXT_ENCODER_KINDS: Dict[str, Tuple[str, ...]] = {
     "clip_l": ("clip-l", "openclip-h"),  # SD 2.x's OpenCLIP-H goes where SD 1.x's CLIP-L does (cond_stage_model.)
     "clip_g": ("clip-g",),
     "t5xxl": ("t5xxl",),
-    "llm": ("qwen3-4b", "qwen2.5-vl-7b"),
+    "llm": ("qwen3-4b", "qwen2.5-vl-7b", "mistral-small-3.2"),
 }
 # src/control.hpp ControlNetBlock: an SD 1.x layout, with SD 2.x's and SDXL's context widths and depths
 # (its other branch is SVD, a video model); new_sd_ctx builds it with the model's own version, so a
@@ -74,6 +73,8 @@ class CheckedComponents:
     paths: Dict[str, str] = field(default_factory=dict)
     init_rgb: bytes = b""
     control_rgb: bytes = b""
+    mask_rgb: bytes = b""  # --mask and --ref-image: engine.request.images
+    ref_rgb: List[bytes] = field(default_factory=list)
 
     def names(self) -> Dict[str, str]:
         """Field -> the file's name (never its path: results and PNGs name files only)."""
@@ -335,7 +336,7 @@ def _check_controlnet(path: str, family: str) -> None:
                                "the file may be damaged or cut; use a ControlNet in the original layout made for the model")
 
 
-def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:
+def _read_image(name: str, path: str, request: GenerateRequest) -> bytes:  # (engine.request.images too)
     try:
         img = read_input_png(path)
     except FileNotFoundError:

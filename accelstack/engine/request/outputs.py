@@ -63,7 +63,7 @@ def check_outputs(paths: List[Path]) -> List[Path]:
 
 
 # a request's files: an output path that is one of them would overwrite it with the result
-INPUT_FIELDS = ("init_image", "control_image", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd",
+INPUT_FIELDS = ("init_image", "control_image", "mask_image", "diffusion_model", "vae", "clip_l", "clip_g", "t5xxl", "llm", "taesd",
                 "control_net")
 
 
@@ -73,6 +73,7 @@ def check_not_inputs(paths: List[Path], request: Any, model: Union[str, Path, No
     both exist, else by their absolute, normalized paths."""
     given = [("--model", str(model))] if model else []
     given += [(f"--{name.replace('_', '-')}", getattr(request, name, "") or "") for name in INPUT_FIELDS]
+    given += [("--ref-image", path) for path in getattr(request, "ref_images", None) or []]
     for path in paths:
         for flag, source in given:
             if source and _same(path, source):

@@ -258,10 +258,20 @@ class GgmlBackend(WorkerBackend):
         if req.init_pixels:
             out["init_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.init_pixels, req))
             out["strength"] = float(req.strength)
+        if req.mask_pixels:  # white: redrawn (the bindings take it as one channel)
+            out["mask_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.mask_pixels, req))
+        if req.ref_pixels:  # edits: FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 (checked by engine.request.images)
+            out["ref_images"] = [Image.frombytes("RGB", (req.width, req.height), read_pixels(p, req)) for p in req.ref_pixels]
         if req.control_pixels:
             out["control_image"] = Image.frombytes("RGB", (req.width, req.height), read_pixels(req.control_pixels, req))
             out["control_strength"] = float(req.control_strength)
         return out
+
+    @staticmethod
+    def _guidance(req: GenerateRequest) -> Dict[str, Any]:
+        """Distilled guidance and flow shift as resolved by the parent (engine.request.defaults): the family's or
+        the user's; None: the bindings' own (guidance 3.5, flow shift inf: the runtime's choice for the model)."""
+        return {name: float(getattr(req, name)) for name in ("guidance", "flow_shift") if getattr(req, name) is not None}
 
     def generate(self, req: GenerateRequest) -> Tuple[List[GeneratedImage], int, str, str]:
         seed = req.seed if req.seed >= 0 else random.randint(0, 2 ** 31 - 1)
@@ -277,7 +287,7 @@ class GgmlBackend(WorkerBackend):
                 prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,
                 sample_steps=req.steps, cfg_scale=float(req.cfg_scale), sample_method=req.sampler,
                 scheduler=req.scheduler, seed=seed, batch_count=req.batch_count, clip_skip=req.clip_skip,
-                vae_tiling=self.vae_tiling, vae_tile_size=tile, **images_in,
+                vae_tiling=self.vae_tiling, vae_tile_size=tile, **images_in, **self._guidance(req),
             )
         except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks)
             raise GenerationError(f"the runtime rejected the request: {exc}") from None

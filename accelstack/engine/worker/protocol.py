@@ -7,9 +7,7 @@ parent, so bad input fails before any process starts.
 from __future__ import annotations
 
 import base64
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -27,6 +25,7 @@ from ...limits import (
 from ...verdict import DeviceInfo
 from ..errors import InvalidRequestError
 from ..loras.tags import check_lora_tag_syntax
+from .values import DEFAULT_CFG_SCALE, DEFAULT_STEPS, IMAGE_FLAGS, check_edit_images, check_guidance, read_pixels
 
 __all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
            "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS", "COMPONENT_FLAGS",
@@ -78,33 +77,15 @@ COMPONENT_FLAGS: Dict[str, Tuple[str, str]] = {
     "taesd": ("--taesd", "taesd_path"),
     "control_net": ("--control-net", "control_net_path"),
 }
-IMAGE_FIELDS = ("init_image", "control_image")  # PNG paths the parent reads
+IMAGE_FIELDS = ("init_image", "control_image", "mask_image")  # PNG paths the parent reads (and ref_images, a list)
 PATH_FIELDS = tuple(COMPONENT_FLAGS) + IMAGE_FIELDS  # every field that names a file of the caller's
-
-
-def read_pixels(path: str, request: GenerateRequest) -> bytes:
-    """The RGB bytes of an image file the parent wrote (``init_pixels``/``control_pixels``): a regular
-    file of exactly width x height x 3 bytes, else :class:`InvalidRequestError`."""
-    want = request.width * request.height * 3
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise InvalidRequestError(f"cannot read the image pixels {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size != want:
-            raise InvalidRequestError(f"the image pixels {path} are not a file of {request.width}x{request.height} "
-                                      f"RGB pixels ({want} bytes)")
-        data = fh.read(want + 1)
-    if len(data) != want:
-        raise InvalidRequestError(f"the image pixels {path} changed while read")
-    return data
 
 
 def flag_of(name: str) -> str:
     """The command-line flag of a request field ("--clip-g" for clip_g)."""
-    return COMPONENT_FLAGS[name][0] if name in COMPONENT_FLAGS else "--" + name.replace("_", "-")
+    if name in COMPONENT_FLAGS or name in IMAGE_FLAGS:
+        return {**IMAGE_FLAGS, **{k: v[0] for k, v in COMPONENT_FLAGS.items()}}[name]
+    return "--" + name.replace("_", "-")
 
 
 def check_companion_name(name: str, what: str = "LoRA") -> str:
@@ -215,13 +196,15 @@ class GenerateRequest:
     negative_prompt: str = ""
     width: int = 512
     height: int = 512
-    steps: int = 20
-    cfg_scale: float = 7.0
+    steps: int = DEFAULT_STEPS  # not given: the family's reference steps (engine.models.settings), else 20
+    cfg_scale: float = DEFAULT_CFG_SCALE  # not given: the family's (Flux 1), else 7
     sampler: str = "default"
     scheduler: str = "default"
     seed: int = 42
     batch_count: int = 1
     clip_skip: int = -1
+    guidance: Optional[float] = None  # distilled guidance (Flux); None: the family's, else the runtime's 3.5
+    flow_shift: Optional[float] = None  # flow models' timestep shift; None: the family's, else the runtime's own
     lora_dir: str = ""  # the folder <lora:NAME:WEIGHT> names are resolved in (the parent stages them)
     embeddings_dir: str = ""  # a folder of textual-inversion embeddings, each triggered by its file name
     # Components given as files of their own (parent side: checked, then sent to the worker as load
@@ -244,6 +227,12 @@ class GenerateRequest:
     # image is 1 MiB in base64).
     init_pixels: str = ""
     control_pixels: str = ""
+    # Inpainting and edits: a mask (white: redrawn) of the init image's size; reference images for the edit
+    # families (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2), each of the request's size (engine.request.images).
+    mask_image: str = ""
+    ref_images: List[str] = field(default_factory=list)
+    mask_pixels: str = ""
+    ref_pixels: List[str] = field(default_factory=list)
 
     def validate(self) -> GenerateRequest:
         """Raise :class:`InvalidRequestError` naming the bad field and what is allowed."""
@@ -286,6 +275,8 @@ class GenerateRequest:
                 or not MIN_CLIP_SKIP <= self.clip_skip <= MAX_CLIP_SKIP):
             raise InvalidRequestError(f"clip skip must be an integer from {MIN_CLIP_SKIP} to {MAX_CLIP_SKIP} "
                                   f"(-1 or 0: the model's default), got {_shown(self.clip_skip)}")
+        check_guidance(self)
+        check_edit_images(self)
         self._validate_images()
         return self
 

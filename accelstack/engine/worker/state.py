@@ -124,7 +124,8 @@ class WorkerState:
             result = GenerateResult(job=job, images=images, seconds=round(time.perf_counter() - start, 4),
                                     sampling_seconds=round(self.sampling_total, 4), steps=req.steps * req.batch_count,
                                     seed=seed, sampler=sampler, scheduler=scheduler, device=self.device,
-                                    load_seconds=self.load_seconds, library_seconds=self.backend.library_seconds)
+                                    load_seconds=self.load_seconds, library_seconds=self.backend.library_seconds,
+                                    extra={"runtime": self.runtime_version} if self.runtime_version else {})
             outcome: Dict[str, Any] = {"result": to_dict(result)}
         except GenerationError as exc:
             outcome = {"error": exc.message, "kind": "GenerationError", "hint": exc.hint or ""}
