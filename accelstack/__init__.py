@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from accelstack.core.maintenance import gc as gc
     from accelstack.core.maintenance import repair as repair
     from accelstack.core.maintenance import rollback as rollback
-    from accelstack.core.maintenance import status as status
     from accelstack.core.maintenance import uninstall as uninstall
     from accelstack.core.maintenance import upgrade as upgrade
     from accelstack.core.models import ModelInspection as ModelInspection
@@ -44,6 +43,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from accelstack.core.results import InstallSummary as InstallSummary
     from accelstack.core.running import generate as generate
     from accelstack.core.running import verify as verify
+    from accelstack.core.status_check import status as status
     from accelstack.core.verifiers import default_verifier as default_verifier
     from accelstack.core.verifiers import import_verifier as import_verifier
     from accelstack.errors import AccelstackError as AccelstackError
@@ -76,7 +76,7 @@ _EXPORTS = {
     "rollback": "accelstack.core.maintenance",
     "uninstall": "accelstack.core.maintenance",
     "gc": "accelstack.core.maintenance",
-    "status": "accelstack.core.maintenance",
+    "status": "accelstack.core.status_check",
     "verify": "accelstack.core.running",
     "generate": "accelstack.core.running",
     "inspect_model": "accelstack.core.models",

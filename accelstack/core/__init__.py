@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from .maintenance import gc as gc
     from .maintenance import repair as repair
     from .maintenance import rollback as rollback
-    from .maintenance import status as status
     from .maintenance import uninstall as uninstall
     from .maintenance import uninstall_preview as uninstall_preview
     from .maintenance import upgrade as upgrade
@@ -67,6 +66,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from .stacks import stack_for_backend as stack_for_backend
     from .stacks import stack_info as stack_info
     from .stacks import stack_names as stack_names
+    from .status_check import status as status
     from .verifiers import default_verifier as default_verifier
     from .verifiers import import_verifier as import_verifier
 
@@ -78,7 +78,7 @@ _EXPORTS = {
     "install": ".installing", "InstallSummary": ".results", "InstallOptions": ".options", "Services": ".options",
     "Fetcher": ".options", "NetworkFetcher": ".options",
     "upgrade": ".maintenance", "repair": ".maintenance", "rollback": ".maintenance", "uninstall": ".maintenance",
-    "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".maintenance",
+    "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".status_check",
     "driver": ".stacks", "stack_names": ".stacks", "locator_for_backend": ".stacks", "stack_for_backend": ".stacks",
     "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "installed_runtime": ".running", "verify": ".running", "generate": ".running",

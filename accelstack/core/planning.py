@@ -7,7 +7,6 @@ so that planning stays fast and a dry run never compiles.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sys
@@ -29,6 +28,7 @@ from ..manifests.plan import Plan, Request
 from ..manifests.resolver import Manifests, resolve
 from ..settings import Channel, Settings, Timeouts
 from .detection import detect
+from .fingerprint import hardware_fingerprint
 from .stacks import stack_info
 
 __all__ = ["LOCAL_SOURCE", "NO_CHANNEL_LINE", "DocumentFetcher", "NetworkDocuments", "LoadedManifest", "TrustedSet", "active_channels", "adhoc_channel_name",
@@ -38,16 +38,6 @@ __all__ = ["LOCAL_SOURCE", "NO_CHANNEL_LINE", "DocumentFetcher", "NetworkDocumen
 log = logging.getLogger(__name__)
 LOCAL_SOURCE = "local-build"
 NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
-
-
-def hardware_fingerprint(report: HardwareReport) -> str:
-    """What, if it changes, may make the installed runtime the wrong one (GPU, driver, OS, CPU)."""
-    material = {
-        "os": [report.os.name, report.os.arch],
-        "cpu": report.cpu.features,
-        "gpus": [[g.vendor, g.pci_device_id or g.name, g.driver_version, g.compute_capability, g.gfx_target] for g in report.gpus],
-    }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
