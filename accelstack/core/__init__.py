@@ -60,6 +60,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from .running import generate as generate
     from .running import installed_runtime as installed_runtime
     from .running import verify as verify
+    from .session import GenerationSession as GenerationSession
+    from .session import open_session as open_session
     from .stacks import default_stack as default_stack
     from .stacks import driver as driver
     from .stacks import locator_for_backend as locator_for_backend
@@ -82,6 +84,7 @@ _EXPORTS = {
     "driver": ".stacks", "stack_names": ".stacks", "locator_for_backend": ".stacks", "stack_for_backend": ".stacks",
     "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "installed_runtime": ".running", "verify": ".running", "generate": ".running",
+    "open_session": ".session", "GenerationSession": ".session",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
     "inspect_model": ".models", "inspect_models": ".models", "ModelInspection": ".models",
     # what the CLI and the service use on one path only, loaded when that path runs
