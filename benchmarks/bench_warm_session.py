@@ -46,6 +46,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runtime", type=Path, help="an unpacked CPU runtime (default: the CPU build, from the build cache)")
     ap.add_argument("--probe-cache", type=Path, help="where the probe model is kept (default: the settings' probe cache)")
     args = ap.parse_args()
 
@@ -59,7 +60,7 @@ def main() -> int:
     from accelstack.settings import Settings
 
     s = Settings.resolve()
-    rt = Runtime(runtime_dir(Path(build_ggml("cpu", s).wheel), s.cache / "bench"), "cpu")
+    rt = Runtime(args.runtime or runtime_dir(Path(build_ggml("cpu", s).wheel), s.cache / "bench"), "cpu")
     probe = ensure_probe_model(DEFAULT_SEED, cache_root=args.probe_cache or s.probe_cache, keep=True)
     work = Path(tempfile.mkdtemp(prefix="accelstack-bench-warm-"))
 
