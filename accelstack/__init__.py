@@ -7,6 +7,7 @@
     result  = accelstack.verify(summary.receipt)              # VerifyReport; result.ok
     accelstack.status(), accelstack.repair(), accelstack.upgrade(), accelstack.rollback()
     accelstack.generate(model, prompt, "out.png")
+    with accelstack.open_session(model) as s: s.generate(prompt, "a.png", seed=1); s.generate(prompt, "b.png", seed=2)
 
 Every function takes ``settings=Settings.resolve(...)`` and ``on_progress=callback``; errors are
 ``AccelstackError`` subclasses with a ``code`` and a structured hint (``action``, ``hint``).
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from accelstack.core.maintenance import gc as gc
     from accelstack.core.maintenance import repair as repair
     from accelstack.core.maintenance import rollback as rollback
-    from accelstack.core.maintenance import status as status
     from accelstack.core.maintenance import uninstall as uninstall
     from accelstack.core.maintenance import upgrade as upgrade
     from accelstack.core.models import ModelInspection as ModelInspection
@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from accelstack.core.results import InstallSummary as InstallSummary
     from accelstack.core.running import generate as generate
     from accelstack.core.running import verify as verify
+    from accelstack.core.session import GenerationSession as GenerationSession
+    from accelstack.core.session import open_session as open_session
+    from accelstack.core.status_check import status as status
     from accelstack.core.verifiers import default_verifier as default_verifier
     from accelstack.core.verifiers import import_verifier as import_verifier
     from accelstack.errors import AccelstackError as AccelstackError
@@ -76,9 +79,11 @@ _EXPORTS = {
     "rollback": "accelstack.core.maintenance",
     "uninstall": "accelstack.core.maintenance",
     "gc": "accelstack.core.maintenance",
-    "status": "accelstack.core.maintenance",
+    "status": "accelstack.core.status_check",
     "verify": "accelstack.core.running",
     "generate": "accelstack.core.running",
+    "open_session": "accelstack.core.session",
+    "GenerationSession": "accelstack.core.session",
     "inspect_model": "accelstack.core.models",
     "inspect_models": "accelstack.core.models",
     "ModelInspection": "accelstack.core.models",

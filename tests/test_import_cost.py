@@ -1,5 +1,5 @@
-"""What a command imports: `accelstack detect --json`, `accelstack plan --hardware FILE` and
-`accelstack --help`, each run in a fresh interpreter that then lists ``sys.modules``.
+"""What a command imports: `accelstack detect --json`, `accelstack plan --hardware FILE`,
+`accelstack status` and `accelstack --help`, each run in a fresh interpreter that then lists ``sys.modules``.
 
 Every accelstack module a command loads must be in that command's allowlist (a new import on the
 path is a decision, made here), and no heavy third-party module it does not need may come with
@@ -48,7 +48,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
     # replay, fetch manifests and ask a venv's Python its version), never installing, the engine or the service
     "plan": frozenset(BOTTOM | CLI | DETECTION | {
         "accelstack.commands.plan", "accelstack.core", "accelstack.core.detection", "accelstack.core.manifest_files",
-        "accelstack.core.planning", "accelstack.core.reports", "accelstack.core.stacks",
+        "accelstack.core.planning", "accelstack.core.reports", "accelstack.core.stacks", "accelstack.core.fingerprint",
         "accelstack.core.sources", "accelstack.core.stacks.protocol",  # planning's value types, the drivers' protocol
         "accelstack.hardware.capture", "accelstack.hardware.replay", "accelstack.hardware.system",
         "accelstack.refs", "accelstack.subprocesses", "accelstack.verdict",
@@ -61,19 +61,36 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
             ".hw_rules", ".keys", ".knowledge", ".machine", ".plan", ".request", ".resolver", ".rollback", ".schema",
             ".signatures", ".torch_checks", ".torch_device_rules", ".torch_matrix", ".torch_resolve", ".torch_types", ".trust")),
     }),
+    # the state on disk read (receipts, the files' stat against them, the torch journal), detection for the
+    # fingerprint; never planning, manifests' checks, the install or download code, the engine or the service
+    # (issue 46: it imported all of them through commands/install.py and core/maintenance.py)
+    "status": frozenset(BOTTOM | CLI | DETECTION | {
+        "accelstack.commands.status", "accelstack.commands.status_text", "accelstack.commands.progress_format",
+        "accelstack.core", "accelstack.core.detection", "accelstack.core.fingerprint", "accelstack.core.reports",
+        "accelstack.core.stacks", "accelstack.core.status_check", "accelstack.core.upgrade_check",
+        "accelstack.hardware.capture", "accelstack.hardware.replay", "accelstack.hardware.system",
+        "accelstack.refs", "accelstack.verdict", "accelstack.artifacts", "accelstack.artifacts.cache",
+        "accelstack.artifacts.errors", "accelstack.manifests", "accelstack.manifests.plan",
+        *(f"accelstack.installer{m}" for m in (
+            "", ".errors", ".file_checks", ".home", ".records", ".recovery", ".shared_libs", ".status", ".torch_journal")),
+    }),
 }
 
 # Heavy or beside-the-point third-party (and a few standard) modules, per command.
 NEVER = {"jsonschema", "PIL", "numpy", "torch", "tqdm", "yaml", "cryptography", "filelock", "starlette", "uvicorn",
          "anyio", "installer", "stable_diffusion_cpp", "diffusers", "selenium", "hypothesis"}
 NETWORK = {"requests", "urllib3", "ssl", "truststore", "certifi", "http.client", "socket", "email"}
+# what the install and download code brings (status, detect and --help use none of it)
+INSTALLING = {"psutil", "pickle", "packaging", "installer", "filelock"}
 FORBIDDEN: Dict[str, Set[str]] = {
     # detection reads procfs/sysfs on Linux itself: no psutil (10 ms), no platform (9 regexes), no packaging,
     # no importlib.resources (the tables are read by path)
-    "detect": NEVER | NETWORK | {"psutil", "packaging", "importlib.resources", "platform"} if sys.platform.startswith("linux")
-    else NEVER | NETWORK | {"packaging", "importlib.resources"},
-    "help": NEVER | NETWORK | {"psutil", "platformdirs", "packaging", "subprocess", "sqlite3", "dataclasses", "json"},
+    "detect": NEVER | NETWORK | INSTALLING | {"importlib.resources", "platform"} if sys.platform.startswith("linux")
+    else NEVER | NETWORK | (INSTALLING - {"psutil"}) | {"importlib.resources"},
+    "help": NEVER | NETWORK | INSTALLING | {"platformdirs", "packaging", "subprocess", "sqlite3", "dataclasses", "json"},
     "plan": NEVER,
+    # the home's lock names its host (socket.gethostname): status reads no lock, but imports the home's module
+    "status": NEVER | (NETWORK - {"socket"}) | INSTALLING,
 }
 
 
@@ -115,6 +132,14 @@ def test_detect_json_imports_only_detection(tmp_path, monkeypatch):
 
 def test_help_imports_only_the_cli(tmp_path, monkeypatch):
     _check("help", _modules(["--help"], tmp_path, monkeypatch))
+
+
+def test_status_imports_no_install_download_or_planning_code(tmp_path, monkeypatch):
+    _check("status", _modules(["status"], tmp_path, monkeypatch))
+
+
+def test_status_json_imports_no_install_download_or_planning_code(tmp_path, monkeypatch):
+    _check("status", _modules(["status", "--json"], tmp_path, monkeypatch))
 
 
 def test_plan_from_a_saved_report_imports_no_install_engine_or_service_code(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""`accelstack install | status | repair | upgrade | rollback | uninstall | gc`: runtimes on disk.
+"""`accelstack install | repair | upgrade | rollback | uninstall | gc`: runtimes on disk.
 
 Each command parses its arguments into one ``Settings``, calls the core, and renders its events
 and result; the work itself is :mod:`accelstack.core`'s. Every outcome goes through ``emit`` (one
@@ -29,9 +29,8 @@ from .interrupts import interruptible
 from .plan import check_backend
 from .progress import progress_renderer
 from .progress_format import amount
-from .status_text import is_damaged, status_text
 
-__all__ = ["register", "run_install", "run_status", "run_repair", "run_upgrade",
+__all__ = ["register", "run_install", "run_repair", "run_upgrade",
            "run_rollback", "run_uninstall", "run_gc", "TIMING_LABELS"]
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -107,25 +106,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_home_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run_install)
-
-    p = sub.add_parser(
-        "status", help="what is installed and active, and whether it still fits this machine",
-        description=_para("List the installed runtimes per stack: the active one and the previous one (for rollback), "
-        "where each came from (channel, manifest version, package version), whether its files are unchanged since "
-        "install (their size, mtime and inode compared with the receipt, not re-hashed; --deep re-hashes every "
-        "file), whether it still fits this machine's hardware and driver, and whether a newer build is published. "
-        "Reads only."),
-        epilog="examples:\n"
-        "  accelstack status\n"
-        "  accelstack status --deep                          re-hash every installed file against its receipt\n"
-        "  accelstack status --json                          one result line for an app\n"
-        "  accelstack status --offline                       without checking the channels for upgrades",
-        formatter_class=RAW)
-    p.add_argument("--deep", action="store_true", help="re-hash every file of the active runtimes against their "
-                   "receipts (slower: reads every byte) instead of comparing size, mtime and inode")
-    add_home_arguments(p)
-    add_manifest_arguments(p, installs=False)
-    p.set_defaults(func=run_status)
 
     p = sub.add_parser(
         "repair", help="rebuild a damaged state file, restore missing or corrupt runtime files, re-verify",
@@ -251,15 +231,6 @@ def _install_text(summary) -> str:
     if summary.timings:
         lines.append("  took: " + _timings_text(summary.timings))
     return "\n".join(lines)
-
-
-def run_status(args) -> int:
-    s = settings_from_args(args)
-    with progress_renderer(json_mode=args.json) as progress:  # only --deep reports progress (the hashing)
-        stats = core.status(report=report_from(args, s), settings=s, deep=args.deep, on_progress=progress)
-    damaged = [st.stack for st in stats if is_damaged(st)]
-    emit(args, {"home": str(s.home), "stacks": stats}, status_text(s.home, stats), ok=not damaged)
-    return 1 if damaged else 0  # docs/json.md: a damaged state is a negative verdict (ok false, exit 1)
 
 
 def run_repair(args) -> int:

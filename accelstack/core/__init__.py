@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from .maintenance import gc as gc
     from .maintenance import repair as repair
     from .maintenance import rollback as rollback
-    from .maintenance import status as status
     from .maintenance import uninstall as uninstall
     from .maintenance import uninstall_preview as uninstall_preview
     from .maintenance import upgrade as upgrade
@@ -61,12 +60,15 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers: at run time each l
     from .running import generate as generate
     from .running import installed_runtime as installed_runtime
     from .running import verify as verify
+    from .session import GenerationSession as GenerationSession
+    from .session import open_session as open_session
     from .stacks import default_stack as default_stack
     from .stacks import driver as driver
     from .stacks import locator_for_backend as locator_for_backend
     from .stacks import stack_for_backend as stack_for_backend
     from .stacks import stack_info as stack_info
     from .stacks import stack_names as stack_names
+    from .status_check import status as status
     from .verifiers import default_verifier as default_verifier
     from .verifiers import import_verifier as import_verifier
 
@@ -78,10 +80,11 @@ _EXPORTS = {
     "install": ".installing", "InstallSummary": ".results", "InstallOptions": ".options", "Services": ".options",
     "Fetcher": ".options", "NetworkFetcher": ".options",
     "upgrade": ".maintenance", "repair": ".maintenance", "rollback": ".maintenance", "uninstall": ".maintenance",
-    "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".maintenance",
+    "uninstall_preview": ".maintenance", "cache_usage": ".maintenance", "gc": ".maintenance", "status": ".status_check",
     "driver": ".stacks", "stack_names": ".stacks", "locator_for_backend": ".stacks", "stack_for_backend": ".stacks",
     "stack_info": ".stacks", "default_stack": ".stacks",
     "active_receipt": ".running", "installed_runtime": ".running", "verify": ".running", "generate": ".running",
+    "open_session": ".session", "GenerationSession": ".session",
     "default_verifier": ".verifiers", "import_verifier": ".verifiers",
     "inspect_model": ".models", "inspect_models": ".models", "ModelInspection": ".models",
     # what the CLI and the service use on one path only, loaded when that path runs

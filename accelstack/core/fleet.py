@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..hardware.report import GPU, HardwareReport, Problem
 from ..settings import Settings
-from .maintenance import status
+from .status_check import status
 
 __all__ = ["LABEL_PREFIX", "VRAM_CLASSES", "RuntimeFact", "NodeLabel", "Sample", "MetricFamily", "installed_runtimes",
            "primary_gpu", "gpu_arch", "vram_class", "label_value", "node_labels", "node_metrics"]

@@ -8,10 +8,9 @@ Each one resolves ``Settings`` once, takes the home's lock (reads alone take non
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from .. import fsio
 from ..artifacts.cache import Cache
@@ -31,10 +30,9 @@ from .detection import detect
 from .installing import install
 from .local_build import rebuilder
 from .options import Services
-from .planning import hardware_fingerprint
 from .results import InstallSummary
 from .stacks import driver
-from .upgrade_check import check_upgrade
+from .status_check import status
 
 __all__ = ["upgrade", "repair", "rollback", "uninstall", "uninstall_preview", "gc", "status", "SpaceUse",
            "UninstallPreview", "disk_usage", "cache_usage", "active_backend_request"]
@@ -206,32 +204,3 @@ def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCal
 def _discarded_name(trash: str) -> str:
     """``.accelstack-trash-<name>.<random>`` -> ``<name>``."""
     return trash[len(fsio.TRASH_PREFIX):].rsplit(".", 1)[0]
-
-
-def status(*, report: Optional[HardwareReport] = None, settings: Optional[Settings] = None,
-           check_upgrades: bool = True, deep: bool = False,
-           on_progress: Optional[ProgressCallback] = None) -> List[maintenance.StackStatus]:
-    """What is installed and active, whether its files are there and unchanged since install (size,
-    mtime and inode against the receipt; ``deep``: every file re-hashed, with progress), whether it
-    still fits this machine, and (from the manifests) whether a newer build would be chosen now.
-    Each stack's ``checked`` says which file check ran. The upgrade check waits on the network at
-    most ``settings.timeouts.status_network`` seconds in all, then shows the last answer, marked
-    as cached (``upgrade_check``; :mod:`.upgrade_check`). Reads only, but for that kept answer."""
-    s = settings or Settings.resolve()
-    home = home_of(s)
-    report = report if report is not None else detect(settings=s)
-    fingerprint = hardware_fingerprint(report)
-    out = maintenance.local_status(home, fingerprint, deep=deep, progress=on_progress or null_progress)
-    until = time.monotonic() + s.timeouts.status_network
-    for st in out:
-        if st.receipt is None or not check_upgrades:
-            continue
-        key = f"{st.active}/{fingerprint}/{'offline' if s.offline else 'online'}"
-        check_upgrade(st, s, key, _asker(st, report), until)
-    return out
-
-
-def _asker(st: maintenance.StackStatus, report: HardwareReport) -> Callable[[Settings], str]:
-    """The stack's own upgrade question for ``st``, asked with the settings it is given."""
-    d = driver(st.stack)
-    return lambda quick: d.upgrade_available(st, report, quick)

@@ -7,7 +7,6 @@ so that planning stays fast and a dry run never compiles.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sys
@@ -27,6 +26,7 @@ from ..manifests.plan import Plan, Request
 from ..manifests.resolver import Manifests, resolve
 from ..settings import Channel, Settings
 from .detection import detect
+from .fingerprint import hardware_fingerprint
 from .sources import DocumentFetcher, LoadedManifest, NetworkDocuments, TrustedSet
 from .stacks import stack_info
 
@@ -39,14 +39,6 @@ LOCAL_SOURCE = "local-build"
 NO_CHANNEL_LINE = "no channel is configured, so there is no published build to download"
 
 
-def hardware_fingerprint(report: HardwareReport) -> str:
-    """What, if it changes, may make the installed runtime the wrong one (GPU, driver, OS, CPU)."""
-    material = {
-        "os": [report.os.name, report.os.arch],
-        "cpu": report.cpu.features,
-        "gpus": [[g.vendor, g.pci_device_id or g.name, g.driver_version, g.compute_capability, g.gfx_target] for g in report.gpus],
-    }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
 _NETWORK = NetworkDocuments()

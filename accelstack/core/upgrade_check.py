@@ -19,8 +19,8 @@ from typing import Callable, Dict, Optional, Tuple
 
 from ..errors import AccelstackError, Action
 from ..fsio import try_write_bytes
-from ..installer.maintenance import StackStatus, StatusProblem, UpgradeCheck
 from ..installer.records import now_iso
+from ..installer.status import StackStatus, StatusProblem, UpgradeCheck
 from ..limits import MAX_CONFIG_BYTES, MalformedInput, parse_json, read_capped
 from ..settings import Settings
 

@@ -33,7 +33,7 @@ from .supervision import workdirs
 from .supervision.supervisor import Supervisor, SupervisorPolicy
 from .worker.protocol import PATH_FIELDS, DeviceInfo, GenerateRequest, GenerateResult
 
-__all__ = ["generate", "generate_checked", "GenerateReport", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
+__all__ = ["generate", "generate_checked", "GenerateReport", "Prepared", "prepare", "run_prepared", "output_paths", "check_outputs", "save_images", "png_parameters", "wire_images",
            "NAME_MAX"]
 
 
@@ -70,6 +70,8 @@ class GenerateReport:
     control_image: str = ""  # ControlNet (components["control_net"]): the control image's name, its strength
     control_strength: Optional[float] = None
     warnings: List[str] = field(default_factory=list)  # what the run lacked but did without (a companion the family needs)
+    # a session's worker already had this model loaded with these load-time settings (issue 46): no load
+    reused_worker: bool = False
 
 
 def png_parameters(request: GenerateRequest, result: GenerateResult, seed: int, model: str,
@@ -183,10 +185,23 @@ def generate_checked(runtime: Runtime, checked: CheckedGeneration, *, policy: Op
             worker.let_go()  # stopped unless it already is (or was asked to exit)
 
 
-def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[SupervisorPolicy], progress: ProgressCallback,
-              attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
-    start = time.perf_counter()
-    request, options, model, output = job.read_files().request, job.options, job.model, job.output  # its values resolved
+@dataclass
+class Prepared:
+    """A checked job made ready for a worker: its files, the load-time options the memory planner
+    resolved (component files and staged embeddings included), its LoRAs and embeddings staged."""
+
+    checked: CheckedComponents
+    options: EngineOptions
+    need: MemoryEstimate
+    memory_plan: Optional[MemoryPlan]
+    extra: Companions
+    label: str
+
+
+def prepare(runtime: Runtime, job: CheckedGeneration, machine: MachineMemory) -> Prepared:
+    """Everything before a worker: the files read, the memory planned, LoRAs and embeddings staged (the
+    caller removes them: ``extra.cleanup()``)."""
+    request, options, model = job.read_files().request, job.options, job.model  # its values resolved (family defaults)
     # The model or diffusion model, each component file (--vae, --clip-l..., --control-net) and image
     # (--init-image, --control-image), checked against the model's family by the one check.
     checked = job.files()
@@ -208,39 +223,56 @@ def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[Supervi
     # model's tensors before the worker starts; the worker gets only the staged copies.
     extra = prepare_companions(request.prompt, request.lora_dir, request.embeddings_dir, info, encoders=checked.paths,
                                weight_type=options.weight_type)  # quantized: LoRAs apply at run time (lora_check)
+    files: Dict[str, Any] = dict(checked.paths)
+    options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), **files)
+    label = Path(model).name if model else Path(info.path).name  # the name given (a probe's folder, not its file)
+    return Prepared(checked, options, need, memory_plan, extra, label)
+
+
+def run_prepared(runtime: Runtime, job: CheckedGeneration, prep: Prepared, sup: Supervisor, *, attempts: int,
+                 keep: bool = False, start: Optional[float] = None) -> GenerateReport:
+    """Run a prepared job on ``sup`` (started here if it is not running) and write its PNGs. ``keep``: the
+    worker stays loaded for the next job (a session's); else it is asked to exit as soon as the images are
+    back, so that it frees the model's memory while they are written."""
+    start = time.perf_counter() if start is None else start
+    request, checked = job.request, prep.checked
+    with wire_images(request, checked) as wired:
+        sup.start()
+        sent = dataclasses.replace(request, lora_dir=prep.extra.lora_dir, embeddings_dir="", **wired)
+        _check_device_memory(sup, prep.need, request, prep.options)
+        result = sup.generate(sent, attempts=attempts)
+        if not keep:
+            sup.stop(wait=False)
+    paths = save_images(result, request, job.output, checked.model.path, runtime.traits.library, prep.extra, checked)
+    return GenerateReport(
+        model=checked.model.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
+        width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
+        scheduler=result.scheduler, cfg_scale=request.cfg_scale, guidance=request.guidance,
+        flow_shift=request.flow_shift, device=result.device, load_seconds=result.load_seconds,
+        generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
+        its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
+        restarts=result.restarts, warnings=list(job.warnings), loras=prep.extra.loras, embeddings=prep.extra.embeddings, components=checked.names(),
+        memory=prep.memory_plan, **_image_report(request, checked))
+
+
+def _generate(runtime: Runtime, job: CheckedGeneration, policy: Optional[SupervisorPolicy], progress: ProgressCallback,
+              attempts: int, worker: Optional[Supervisor], machine: MachineMemory) -> GenerateReport:
+    start = time.perf_counter()
+    prep = prepare(runtime, job, machine)
     sup: Optional[Supervisor] = None
     try:
-        files: Dict[str, Any] = dict(checked.paths)
-        options = dataclasses.replace(options, embeddings=list(extra.embedding_paths), **files)
-        label = Path(model).name if model else Path(info.path).name  # the name given (a probe's folder, not its file)
         if worker is not None:
             sup = worker
             sup.progress = progress
-            sup.configure(info.path, options, model_label=label)
+            sup.configure(prep.checked.model.path, prep.options, model_label=prep.label)
         else:
-            sup = Supervisor(runtime, model=info.path, options=options, policy=policy, progress=progress,
-                             model_label=label)
-        with wire_images(request, checked) as wired:
-            sup.start()
-            sent = dataclasses.replace(request, lora_dir=extra.lora_dir, embeddings_dir="", **wired)
-            _check_device_memory(sup, need, request, options)
-            result = sup.generate(sent, attempts=attempts)
-            load_seconds = result.load_seconds
-            sup.stop(wait=False)  # asked to exit: it frees the model's memory while the images are written
-        paths = save_images(result, request, output, info.path, runtime.traits.library, extra, checked)
+            sup = Supervisor(runtime, model=prep.checked.model.path, options=prep.options, policy=policy,
+                             progress=progress, model_label=prep.label)
+        return run_prepared(runtime, job, prep, sup, attempts=attempts, start=start)
     finally:
         if sup is not None:
             sup.let_go()  # one that was asked is not waited for (POSIX); any other is stopped here
-        extra.cleanup()
-    return GenerateReport(
-        model=info.path, images=[str(p) for p in paths], seeds=[img.seed for img in result.images],
-        width=request.width, height=request.height, steps=request.steps, sampler=result.sampler,
-        scheduler=result.scheduler, cfg_scale=request.cfg_scale, guidance=request.guidance,
-        flow_shift=request.flow_shift, device=result.device, load_seconds=load_seconds,
-        generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
-        its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts, warnings=list(job.warnings), loras=extra.loras, embeddings=extra.embeddings, components=checked.names(), memory=memory_plan,
-        **_image_report(request, checked))
+        prep.extra.cleanup()
 
 
 @contextmanager

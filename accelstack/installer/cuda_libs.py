@@ -43,8 +43,9 @@ from ..refs import ArtifactRef
 from ..serde import plural, to_dict
 from .errors import InstallError, StateError
 from .home import Home, read_state
-from .records import InstalledFile, Receipt, stamp_files
+from .records import InstalledFile, stamp_files
 from .recovery import readable_receipts
+from .shared_libs import _SHA, _WHEEL, CONTENTS, SHARED, shared_files, shared_refs, shared_root
 from .wheel import extract_wheel_files
 
 __all__ = ["SHARED", "LINK_FILE", "CONTENTS", "LibFetcher", "LibWheel", "parse_wheel_name", "LibLocation", "ProvidedLibs",
@@ -53,11 +54,7 @@ __all__ = ["SHARED", "LINK_FILE", "CONTENTS", "LibFetcher", "LibWheel", "parse_w
 
 log = logging.getLogger(__name__)
 
-SHARED = ("shared", "cuda")  # <home>/shared/cuda/<sha256 of the wheel>/
 LINK_FILE = RUNTIME_LIBS_NOTE  # in a runtime directory; read by accelstack.engine.runtime
-CONTENTS = "contents.json"  # in a shared directory: what was unpacked, for the reuse check
-_SHA = re.compile(r"^[0-9a-f]{64}\Z")
-_WHEEL = re.compile(r"^(?P<dist>[A-Za-z0-9][A-Za-z0-9._]*)-(?P<version>[0-9][A-Za-z0-9.+!_]*)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z")
 # The libraries each NVIDIA wheel provides that a ggml build links, in the order they load
 # (cuBLAS needs cuBLASLt). A wheel not listed here is put on the library path but not preloaded.
 _STEMS: Dict[str, List[str]] = {"nvidia_cuda_runtime": ["cudart"], "nvidia_cublas": ["cublasLt", "cublas"]}
@@ -114,10 +111,6 @@ class ProvidedLibs:
     shared: List[ArtifactRef] = field(default_factory=list)  # go into the receipt's artifacts (gc's refcount)
     downloaded: List[str] = field(default_factory=list)  # sha256 of the ones fetched by this call
     reused_from_torch: List[str] = field(default_factory=list)  # site-packages directories used
-
-
-def shared_root(home: Home) -> Path:
-    return home.root.joinpath(*SHARED)
 
 
 def _check_shared_root(home: Home) -> Path:
@@ -204,27 +197,6 @@ def _is_library(member: str) -> bool:
 def _wanted(member: str) -> bool:
     """Shared libraries and the package metadata (licence included); no headers, no static archives."""
     return ".dist-info/" in member or _is_library(member)
-
-
-def shared_files(d: Path, ref: ArtifactRef) -> Optional[List[InstalledFile]]:
-    """What ``d``'s contents record says was unpacked from ``ref`` (hash, size, mtime, inode per
-    file, as a receipt keeps its runtime's); None when the record is missing, unreadable or names
-    another wheel. A record older than the stamps has sizes only."""
-    try:
-        data = json.loads(read_state(d / CONTENTS))
-        if data.get("sha256") != ref.sha256:
-            return None
-        return [InstalledFile(path=str(f["path"]), sha256=str(f.get("sha256", "")), size=int(f["size"]),
-                              mtime_ns=int(f.get("mtime_ns", 0)), inode=int(f.get("inode", 0))) for f in data["files"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def shared_refs(receipt: Receipt) -> List[ArtifactRef]:
-    """The library wheels a receipt names as unpacked into ``shared/cuda`` (those it lists beside
-    the plan's own artifacts: the runtime's wheel)."""
-    own = {a.sha256 for a in receipt.plan.artifacts}
-    return [a for a in receipt.artifacts if a.sha256 not in own and _SHA.match(a.sha256) and _WHEEL.match(a.name)]
 
 
 def _intact(d: Path, ref: ArtifactRef) -> bool:

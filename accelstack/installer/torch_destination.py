@@ -31,15 +31,13 @@ from .home import Home
 from .pip_commands import with_indexes
 from .pip_runner import run_json, run_pip
 from .records import InstalledFile, Receipt
-from .torch_journal import BACKUP_PREFIX, Journal, forget_recovery
+from .torch_journal import BACKUP_PREFIX, STACK, Journal, forget_recovery
 from .torch_scripts import INSPECT_SCRIPT
 from .transaction import StagedRuntime
 
 __all__ = ["STACK", "receipt_id", "package_names", "PipCommands", "TorchEnvironment"]
 
 log = logging.getLogger(__name__)
-
-STACK = "torch"
 
 
 def receipt_id(plan: Plan, python: str) -> str:

@@ -33,7 +33,9 @@ from .. import fsio
 from ..limits import parse_json
 from .home import Home, read_state
 
-__all__ = ["BACKUP_PREFIX", "Journal", "recover_torch", "pending", "last_recovery", "forget_recovery"]
+__all__ = ["STACK", "BACKUP_PREFIX", "Journal", "recover_torch", "pending", "last_recovery", "forget_recovery"]
+
+STACK = "torch"  # the stack whose installs this journal keeps
 
 log = logging.getLogger(__name__)
 

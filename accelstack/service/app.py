@@ -194,6 +194,14 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
         return JSONResponse({"job": job.summary()}, status_code=202)
 
     @guarded
+    def get_session(request: Request) -> Response:
+        return JSONResponse({"session": jobs.warm.state()})
+
+    @guarded
+    def delete_session(request: Request) -> Response:  # after the running generate job, if one runs
+        return JSONResponse({"released": jobs.warm.release(), "session": jobs.warm.state()})
+
+    @guarded
     async def job_events(request: Request) -> Response:
         job = job_of(request)
         start = _resume_from(request)
@@ -244,6 +252,8 @@ def build_app(settings: Settings, hardware: Hardware, jobs: Jobs, *, stop_timeou
         Route(f"{API}/jobs/{{job_id}}", cancel_job, methods=["DELETE"]),
         Route(f"{API}/jobs/{{job_id}}/events", job_events, methods=["GET"]),
         Route(f"{API}/jobs/{{job_id}}/image", job_image, methods=["GET"]),
+        Route(f"{API}/session", get_session, methods=["GET"]),
+        Route(f"{API}/session", delete_session, methods=["DELETE"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
 

@@ -49,6 +49,7 @@ from .errors import (
 from .job_options import MAX_SHORT, MAX_TEXT, Options
 from .job_state import FINAL_STATES, MAX_EVENTS, Call, Job, JobListener, event_data, images_of, now_iso, read_image
 from .models_dir import ModelsDir, NameRefused, What
+from .warm import WarmModel
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Jobs:
         self._wake = threading.Condition(self._lock)  # a job was queued, or the service is stopping
         self._thread = threading.Thread(target=self._run, name="accelstack-jobs", daemon=True)
         self._stopping = False
+        self.warm = WarmModel(settings)  # the generate jobs' loaded model, kept between them (issue 46)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +109,7 @@ class Jobs:
             self._wake.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        self.warm.release()  # the loaded model's worker stops with the service
         return not self._thread.is_alive()
 
     def alive(self) -> bool:
@@ -201,7 +204,8 @@ class Jobs:
                 job = next((j for j in self._jobs.values() if j.state == "queued" and not j.cancel_requested.is_set()), None)
                 if job is not None or self._stopping:
                     return job
-                self._wake.wait()
+                if not self._wake.wait(self.warm.until_idle()):  # no job for a while: the loaded model goes
+                    self.warm.release_if_idle()
 
     def _run(self) -> None:
         while True:
@@ -219,6 +223,8 @@ class Jobs:
             self._tell(job)
             try:
                 job_folders.claim(job.outdir)  # marked as this service's: removed when the job is forgotten
+                if job.kind != "generate":  # a verify needs the memory, an install must not run beside a loaded worker
+                    self.warm.release()
                 result = call(job.progress)
             except AccelstackError as exc:
                 state = "cancelled" if isinstance(exc, JobCancelled) or job.cancel_requested.is_set() else "failed"
@@ -320,8 +326,12 @@ class Jobs:
         o.done()
         s = self.settings
         options = _engine_options(s, engine)
-        return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
-                                              on_progress=progress, options=options, **dry, **request)
+        if dry:  # the planner's decision only: no worker, so the loaded model (if any) stays as it is
+            return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
+                                                  on_progress=progress, options=options, **dry, **request)
+        # on the loaded model when it is this one with these load-time settings (issue 46): reused_worker says so
+        return lambda progress: self.warm.generate(model, prompt, out / "image.png", stack=stack, request=request,
+                                                   options=options, on_progress=progress)
 
     def _model(self, name: str, what: What = "model") -> Path:
         """An entry of the models directory the service was started with, named by its place in it
