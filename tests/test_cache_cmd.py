@@ -326,3 +326,17 @@ def test_help_has_a_description_and_examples():
     for args in (["cache", "--help"], ["cache", "purge", "--help"], ["cache", "list", "--help"]):
         rc, out, _ = run_cli(args)
         assert rc == 0 and "examples:" in out and "accelstack cache" in out
+
+
+def test_a_probe_folder_of_a_verify_on_another_host_is_kept_and_said_so(tmp_path):
+    """A cache shared between machines (an NFS home): a temporary probe folder whose owner record names
+    another host is kept, since whether that verify still runs cannot be told from here, and the
+    reason says that, not "in use by a running verify"."""
+    folder = tmp_path / "cache" / "probe" / ".tmp-sd1-f2-s1234-elsewhere"
+    _write(folder / ".owner", json.dumps({"pid": 4242, "host": "render-node-7", "created": 0}).encode())
+    rc, out, err = run_cli(["cache", "purge", "probe", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    kept = result_of(out)["kept"]
+    assert any("made by a verify on another host (render-node-7)" in k for k in kept), kept
+    assert not any("in use by a running verify" in k for k in kept), kept
+    assert folder.is_dir()

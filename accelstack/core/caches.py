@@ -38,7 +38,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -48,7 +48,7 @@ from ..engine.probes.families import FAMILIES
 from ..engine.probes.family_files import FAMILY_FORMAT_VERSION as FAMILY_FORMAT
 from ..engine.probes.family_files import FAMILY_POOLS_NAME, FAMILY_PROBE_NAME
 from ..engine.probes.model import FORMAT_VERSION as PROBE_FORMAT
-from ..engine.probes.model import POOLS_NAME, PROBE_NAME, TEMPORARY_NAME, temporary_probe_in_use
+from ..engine.probes.model import POOLS_NAME, PROBE_NAME, TEMPORARY_NAME, temporary_probe_holder
 from ..engine.probes.record import RECORD_NAME, VERIFY_IMAGE_NAME
 from ..fsio import temp_names_of
 from ..hardware.vulkan_cache import ANSWER_NAME
@@ -340,7 +340,7 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
     s = settings or Settings.resolve()
     report = PurgeReport(dry_run=dry_run, caches=list(which))
     for info in cache_infos(s, which):
-        probe_live = _live_temporary_probes(Path(info.path)) if info.name == "probe" else set()
+        probe_live = _live_temporary_probes(Path(info.path)) if info.name == "probe" else {}
         for entry in info.entries:
             path = Path(entry.path)
             if path.is_symlink():
@@ -350,7 +350,7 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
                 report.kept.append(f"{path}: holds the runtime home {s.home}")
                 continue
             if entry.name in probe_live or entry.busy:
-                report.kept.append(f"{path}: in use by a running {'verify' if entry.name in probe_live else 'service'}")
+                report.kept.append(f"{path}: {probe_live.get(entry.name) or 'in use by a running service'}")
                 continue
             lock_path = _lock_path(info.name, entry)
             if dry_run:
@@ -389,6 +389,7 @@ def purge(which: List[str], settings: Optional[Settings] = None, *, dry_run: boo
     return report
 
 
-def _live_temporary_probes(root: Path) -> Set[str]:
-    """Names of temporary probe folders whose owning process is still running (left alone)."""
-    return {name for name, _st in _children(root) if TEMPORARY_NAME.match(name) and temporary_probe_in_use(root / name)}
+def _live_temporary_probes(root: Path) -> Dict[str, str]:
+    """Temporary probe folders left alone, each with why (its verify runs, or may: engine.probes.owner)."""
+    held = {name: temporary_probe_holder(root / name) for name, _st in _children(root) if TEMPORARY_NAME.match(name)}
+    return {name: why for name, why in held.items() if why}

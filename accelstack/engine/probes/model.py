@@ -65,11 +65,11 @@ from ..errors import ProbeModelError
 from . import layout as probe_layout
 from .architecture import Architecture, Shape, sd1_tensors
 from .gguf import gguf_size, quantized_prefixes, unquantized, write_gguf
-from .owner import OWNER, has_owner, is_probe_folder, owner_text, temporary_probe_in_use
+from .owner import OWNER, has_owner, is_probe_folder, owner_text, temporary_probe_holder, temporary_probe_in_use
 from .weights import DTYPES, POOL, Pools, pack_pools, scales_in_order, unpack_pools, write_parts
 
 __all__ = ["PROBE_NAME", "TEMPORARY_NAME", "POOLS_NAME", "FORMAT_VERSION", "DEFAULT_SEED", "DTYPE", "MARKER", "WEIGHTS", "OWNER", "PARTS", "TEMP_PREFIX", "ProbeModel",
-           "ProbeRecipe", "ensure_probe", "check_seed", "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use"]
+           "ProbeRecipe", "ensure_probe", "check_seed", "ensure_probe_model", "probe_dir_name", "pools_file_name", "temporary_probe_in_use", "temporary_probe_holder"]
 
 log = logging.getLogger(__name__)
 

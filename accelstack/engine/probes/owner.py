@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...limits import read_capped
 
-__all__ = ["OWNER", "STALE_UNOWNED_SECONDS", "owner_text", "pid_alive", "temporary_probe_in_use", "has_owner", "is_probe_folder"]
+__all__ = ["OWNER", "STALE_UNOWNED_SECONDS", "owner_text", "pid_alive", "temporary_probe_in_use", "temporary_probe_holder", "has_owner", "is_probe_folder"]
 
 OWNER = ".owner"  # in a temporary probe folder: the process that uses it
 STALE_UNOWNED_SECONDS = 24 * 3600  # a temporary folder with no readable owner (a crash mid-mkdtemp)
@@ -69,13 +69,23 @@ def pid_alive(pid: int) -> bool:
 def temporary_probe_in_use(folder: Path) -> bool:
     """True while the process that made temporary probe ``folder`` runs (or may: another host,
     or no owner file yet and the folder is recent)."""
+    return bool(temporary_probe_holder(folder))
+
+
+def temporary_probe_holder(folder: Path) -> str:
+    """Why temporary probe ``folder`` is left alone ("" when nothing holds it): a verify still
+    running here, one on another host sharing the cache (whether it still runs cannot be told from
+    here), or a folder too recent to have its owner file yet."""
     try:
         owner = json.loads(read_capped(Path(folder) / OWNER, 64 << 10))  # a FIFO is refused, never waited on
-        if owner.get("host") != socket.gethostname():
-            return True
-        return pid_alive(int(owner["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        host = owner.get("host")
+        if host != socket.gethostname():
+            return f"made by a verify on another host ({str(host)[:64]}), which may still run"
+        pid = int(owner["pid"])
+        return f"in use by a running verify (pid {pid})" if pid_alive(pid) else ""
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         try:
-            return time.time() - Path(folder).lstat().st_mtime < STALE_UNOWNED_SECONDS
+            recent = time.time() - Path(folder).lstat().st_mtime < STALE_UNOWNED_SECONDS
         except OSError:
-            return False
+            return ""
+        return "being made by a verify (no owner record yet)" if recent else ""
