@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from .. import core
-from ..engine.config import EngineOptions
+from ..core.direct import EngineOptions  # the load-time settings: the core's name for the engine's
 from ..events import ProgressCallback
 from ..settings import Settings
 
