@@ -11,7 +11,7 @@ says (src/ggml_extend.hpp, src/stable-diffusion.cpp; all of its lines reach the 
 
 For the SD 1.x probe model on the cached ``vulkan`` build (installed once into a temporary folder),
 run on Mesa's lavapipe (the newest one scripts/vulkan-lavapipe.sh extracted into the build cache,
-as tests/engine/test_vulkan_e2e.py uses it; ``GGML_VK_VISIBLE_DEVICES`` names it), one worker
+as tests/engine/verification/test_vulkan_e2e.py uses it; ``GGML_VK_VISIBLE_DEVICES`` names it), one worker
 loads the model with the options the planner chooses for a GPU (``plan_for_files(..., gpu=True)``
 with a large free VRAM: weights resident; ``--offload``: free VRAM unknown, as ``generate`` plans,
 so weights stay in RAM and move in per phase), flash attention off (llvmpipe compiles ggml's

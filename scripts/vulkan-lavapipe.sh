@@ -14,7 +14,7 @@
 #                 extracted too), and MESA_SHADER_CACHE_DIR=<that folder>/shader-cache: llvmpipe's
 #                 first compile of ggml's shaders takes tens of minutes with LLVM 15 (docs/engine.md),
 #                 so its cache lives beside the driver, in the build cache a CI runner keeps, not in
-#                 ~/.cache. Only tests/engine/test_vulkan_e2e.py reads it, and only with
+#                 ~/.cache. Only tests/engine/verification/test_vulkan_e2e.py reads it, and only with
 #                 ACCELSTACK_NEWER_LAVAPIPE=1; nothing else changes.
 # Idempotent; prints the env file's path on stdout when there is one (nothing when the system's lavapipe
 # is new enough or no newer one is available); notes go to stderr.

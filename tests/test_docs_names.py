@@ -3,7 +3,7 @@ plan_and_install and install_runtime long after they were gone, and nothing noti
 
 Read from docs/*.md, the README and CONTRIBUTING.md, in backticks, as a reader meets them:
 - a file path inside the repository (``core/running.py``, ``accelstack/engine/worker/main.py``,
-  ``tests/engine/test_generate_imports.py``, ``scripts/test.sh``);
+  ``tests/engine/request/test_generate_imports.py``, ``scripts/test.sh``);
 - a dotted name that starts at the package or one of its layers (``accelstack.engine.memory.plan``,
   ``engine.probes.model``, ``installer.ggml.runtime_id(plan)``): the longest importable module, then
   each attribute after it.

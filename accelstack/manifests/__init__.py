@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each loads on fir
     from .trust import TrustedManifests, VerifiedManifest
 
 # Loaded on first use: a receipt's plan (`.plan`) is read on every `accelstack generate`, which must not
-# pay for the resolver, the torch matrix and packaging (~25 ms; tests/engine/test_generate_imports.py).
+# pay for the resolver, the torch matrix and packaging (~25 ms; tests/engine/request/test_generate_imports.py).
 _EXPORTS = {
     "ExpiredManifestFormatError": ".errors", "GgmlManifest": ".ggml_manifest", "GgmlTarget": ".ggml_manifest",
     "Manifests": ".knowledge", "BuildSpec": ".plan", "Candidate": ".plan", "Command": ".plan", "Plan": ".plan",

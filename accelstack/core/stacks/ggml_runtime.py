@@ -1,6 +1,6 @@
 """Where the ggml stack's runtimes are, as the engine runs them: the active one from its receipt,
 or one named by hand. Apart from the driver so that `accelstack generate` and `verify` load
-neither the install, download nor build machinery (tests/engine/test_generate_imports.py)."""
+neither the install, download nor build machinery (tests/engine/request/test_generate_imports.py)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -136,7 +136,7 @@ def test_a_flux_lora_in_each_naming_applies_to_every_layout(flux, naming, tmp_pa
 
 
 def test_the_diffusers_lora_counts_what_stable_diffusion_cpp_logged(flux, tmp_path):
-    # tests/engine/test_generate_components.py ran this LoRA through stable-diffusion.cpp 0.4.7, which logged
+    # tests/engine/request/test_generate_components.py ran this LoRA through stable-diffusion.cpp 0.4.7, which logged
     # "Only (6 / 10) LoRA tensors have been applied": add_k_proj without add_q_proj and proj_mlp without to_q are
     # slices after a missing one (src/lora.hpp get_lora_weight_diff stops at the first missing slice)
     rng = np.random.default_rng(12)

@@ -17,7 +17,7 @@ from accelstack.hardware.detection import detect
 from accelstack.hardware.replay import ReplaySystem
 
 MIB = 1 << 20
-CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"  # the committed captures of real machines
+CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"  # the committed captures of real machines
 
 
 def fixture_names():

@@ -14,7 +14,7 @@ from accelstack.engine.errors import InvalidRequestError
 
 from cli_helpers import error_of, result_of, run_cli
 
-CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
 
 
 def _generate(tmp_path, *extra):

@@ -22,7 +22,7 @@ from test_memory_plan import GIB, _gpu, flux_files, sd1_file, sdxl_file
 
 from accelstack.engine.memory.plan import MemoryPlan
 
-TABLE = Path(__file__).resolve().parents[2] / "docs" / "memory-table.md"
+TABLE = Path(__file__).resolve().parents[3] / "docs" / "memory-table.md"
 SIZES = (4, 6, 8, 12, 16, 24)
 RAM = 32
 
@@ -63,7 +63,7 @@ def _table(models: Dict[str, List[str]]) -> Dict[str, Dict[int, MemoryPlan]]:
 def test_no_known_good_configuration_is_refused_and_the_table_is_written_out(models):
     plans = _table(models)  # a refusal would raise InsufficientMemoryError here
     lines = ["# What `auto` decides at 1024x1024 (issue 45)", "",
-             f"Written by tests/engine/test_memory_table.py: the memory planner's decision for each model on a GPU with "
+             f"Written by tests/engine/memory/test_memory_table.py: the memory planner's decision for each model on a GPU with "
              f"this much free memory and {RAM} GiB of RAM (files synthesized at their real sizes), the estimated "
              "VRAM peak in brackets. TE: the text encoders. Estimates, not measurements: no GPU run has checked "
              "them yet (scripts/device-check.sh is ready for one).", "",

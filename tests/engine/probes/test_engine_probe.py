@@ -31,8 +31,8 @@ from accelstack.engine.probes.weights import (
 )
 from accelstack.errors import Action
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sd1-diffusers-tensors.json"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference" / "sd1-diffusers-tensors.json"
 
 TINY = {
     "text_encoder": {"text_model.embeddings.token_embedding.weight": (50, 8), "text_model.final_layer_norm.weight": (8,),

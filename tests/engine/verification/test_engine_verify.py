@@ -48,7 +48,7 @@ def test_verify_human_output_and_default_png(cpu_runtime, cache_with_probe, tmp_
 
 def test_a_gpu_runtime_that_runs_on_the_cpu_fails_with_that_reason(cpu_runtime, probe_model, tmp_path):
     # The CPU build under a GPU label initializes ggml's CPU backend, as a Vulkan build does when it
-    # finds no device: a FAIL, before any generation. (The real comparison: tests/engine/test_vulkan_e2e.py.)
+    # finds no device: a FAIL, before any generation. (The real comparison: tests/engine/verification/test_vulkan_e2e.py.)
     labelled = Runtime(path=cpu_runtime.path, backend="vulkan")
     report = verify(labelled, output=tmp_path / "v.png", cpu_runtime=cpu_runtime,
                     probe_cache=Path(probe_model.path).parent, records=Settings.resolve().verify_dir)
