@@ -97,6 +97,12 @@ def test_no_import_cycles_between_modules():
     graph = {name: {m for m in _imports(name, path, top_only=True)
                     if m in mods and m != name and not name.startswith(m + ".") and not m.startswith(name + ".")}
              for name, path in mods.items()}
+    cycles = _cycles(graph)
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The circles of an import graph (module -> the modules it imports), each as the path that closes it."""
     state: Dict[str, int] = {}
     cycles: List[List[str]] = []
 
@@ -114,7 +120,7 @@ def test_no_import_cycles_between_modules():
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
-    assert not cycles, f"import cycles: {cycles[:5]}"
+    return cycles
 
 
 CORE = "accelstack.core"
@@ -145,24 +151,7 @@ def _core_graph() -> Dict[str, Set[str]]:
 def test_no_import_cycles_in_the_core():
     """No circle among the core's modules, type-only and function-level imports included (issue 43:
     context -> options -> planning -> stacks -> context was closed by a type-only import)."""
-    graph = _core_graph()
-    state: Dict[str, int] = {}
-    cycles: List[List[str]] = []
-
-    def visit(node: str, stack: List[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in sorted(graph[node]):
-            if state.get(dep) == 1:
-                cycles.append([m[len(CORE) + 1:] for m in stack[stack.index(dep):] + [dep]])
-            elif dep not in state:
-                visit(dep, stack)
-        stack.pop()
-        state[node] = 2
-
-    for n in sorted(graph):
-        if n not in state:
-            visit(n, [])
+    cycles = [[m[len(CORE) + 1:] for m in cycle] for cycle in _cycles(_core_graph())]
     assert not cycles, f"import cycles in the core: {cycles[:5]}"
 
 
