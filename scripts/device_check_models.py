@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def headers(out: Path) -> dict:
-    sys.path.insert(0, str(ROOT / "tests" / "engine"))  # the tests' header synthesis (model_specs, test_memory_plan)
+    sys.path[:0] = [str(ROOT / "tests" / "engine"), str(ROOT / "tests" / "engine" / "memory")]  # header synthesis: model_specs, memory/test_memory_plan
     from test_memory_plan import flux_files, sdxl_file
 
     flux = flux_files(out)

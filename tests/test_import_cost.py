@@ -67,7 +67,7 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
     "status": frozenset(BOTTOM | CLI | DETECTION | {
         "accelstack.commands.status", "accelstack.commands.status_text", "accelstack.commands.progress_format",
         "accelstack.core", "accelstack.core.detection", "accelstack.core.fingerprint", "accelstack.core.reports",
-        "accelstack.core.stacks", "accelstack.core.status_check", "accelstack.core.upgrade_check",
+        "accelstack.core.stacks", "accelstack.core.stacks.protocol", "accelstack.core.status_check", "accelstack.core.upgrade_check",
         "accelstack.hardware.capture", "accelstack.hardware.replay", "accelstack.hardware.system",
         "accelstack.refs", "accelstack.verdict", "accelstack.artifacts", "accelstack.artifacts.cache",
         "accelstack.artifacts.errors", "accelstack.manifests", "accelstack.manifests.plan",
