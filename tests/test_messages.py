@@ -32,8 +32,8 @@ S_PLURALS_LEFT: Dict[str, int] = {}  # none left
 # argument no user can set): never again in any message, log line or help text.
 LEAKED_BEFORE = ("max_files", "max_bytes", "max_depth", "max_members")
 # snake_case words that are parameter names somewhere but, in a message, name what a user sees: a
-# manifest's field, a diffusers model's folder.
-USER_FACING_NAMES = {"cuda_libs", "text_encoder"}
+# manifest's field, a diffusers model's folder, a service job's field (a generate job's "dry_run": true, docs/engine.md).
+USER_FACING_NAMES = {"cuda_libs", "text_encoder", "dry_run"}
 
 
 def _strings(tree: ast.AST) -> Iterator[ast.Constant]:
