@@ -93,16 +93,6 @@ class WarmSession:
     def pid(self) -> Optional[int]:
         return self._sup.pid if self._sup is not None else None
 
-    def would_reuse(self, job: CheckedGeneration) -> bool:
-        """Whether ``job`` would run on the loaded worker as it is (same load, files unchanged, alive)."""
-        if not self.loaded:
-            return False
-        prep = prepare(self.runtime, job, self.machine)
-        try:
-            return load_key(prep, job) == self._key
-        finally:
-            prep.extra.cleanup()
-
     def generate(self, job: CheckedGeneration, *, progress: ProgressCallback = null_progress,
                  attempts: int = 2) -> GenerateReport:
         """Run ``job`` (checked once by :func:`~accelstack.engine.request.check.check_generation` for this
