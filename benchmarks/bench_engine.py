@@ -46,13 +46,19 @@ from pathlib import Path
 GEN_RE = re.compile(r"generate_image completed in ([0-9.]+)s")
 
 
-def build_sd_cli(sdist: Path, cmake_args, cache: Path) -> Path:
-    """Compile sd-cli from ``sdist`` once per (source, options); return the binary."""
+def sd_cli_path(sdist: Path, cmake_args, cache: Path) -> Path:
+    """Where sd-cli built from ``sdist`` with ``cmake_args`` lies in the build cache (built or not): its slot is
+    keyed by the source's hash and the options, so a test compares against the build of this very source."""
     from accelstack.publisher.build_cache import sha256_file
 
     key = hashlib.sha256(json.dumps({"src": sha256_file(sdist), "cmake": cmake_args}).encode()).hexdigest()[:16]
-    slot = cache / f"sd-cli-{key}"
-    exe = slot / "build" / "bin" / "sd-cli"
+    return cache / f"sd-cli-{key}" / "build" / "bin" / "sd-cli"
+
+
+def build_sd_cli(sdist: Path, cmake_args, cache: Path) -> Path:
+    """Compile sd-cli from ``sdist`` once per (source, options); return the binary."""
+    exe = sd_cli_path(sdist, cmake_args, cache)
+    slot = exe.parents[2]
     if exe.is_file():
         return exe
     src = slot / "src"

@@ -17,14 +17,24 @@ from accelstack.engine.png import read_png
 from engine_helpers import cli_env, run_cli  # noqa: E402
 
 
-def _sd_cli() -> Path:
+def _sd_cli(build) -> Path:
+    """sd-cli built from the runtime's own source with its CMake options (bench_engine's key), never another."""
+    import importlib.util
+
     from accelstack.publisher.build_cache import build_cache_dir
     from accelstack.settings import Settings
 
-    found = sorted(build_cache_dir(Settings.resolve()).glob("sd-cli-*/build/bin/sd-cli"))
-    if not found:
-        pytest.skip("sd-cli is not built in the build cache (python benchmarks/bench_engine.py builds it)")
-    return found[0]
+    spec = importlib.util.spec_from_file_location("bench_engine", Path(__file__).resolve().parents[3] / "benchmarks" / "bench_engine.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cache = build_cache_dir(Settings.resolve())
+    sdist = next((cache / "sdist").glob("stable_diffusion_cpp_python-*.tar.gz"), None)
+    exe = bench.sd_cli_path(sdist, build.cmake_args, cache) if sdist is not None else None
+    if exe is None or not exe.is_file():
+        pytest.skip("sd-cli of this source and these CMake options is not built in the build cache "
+                    "(python benchmarks/bench_engine.py builds it, about 20 minutes on 2 cores)")
+    return exe
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +46,9 @@ SETTINGS = ["-W", "64", "-H", "64", "--steps", "2", "--cfg-scale", "1", "--guida
 
 
 @pytest.mark.parametrize("naming", ["none", *sorted(NAMINGS)])
-def test_split_flux_with_a_lora_gives_sd_cli_s_pixels(cpu_runtime, cache_with_probe, parts, naming, tmp_path):
-    sd_cli = _sd_cli()
+def test_split_flux_with_a_lora_gives_sd_cli_s_pixels(cpu_runtime, cache_with_probe, parts, naming, tmp_path,
+                                                       ggml_cpu_build):
+    sd_cli = _sd_cli(ggml_cpu_build)
     loras = tmp_path / "loras"
     loras.mkdir()
     prompt = "a lighthouse"
