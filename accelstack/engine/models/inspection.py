@@ -10,9 +10,11 @@ parts, shapes the parameter count, dtypes the quantization. The rules are data
 from __future__ import annotations
 
 import collections
+import copy
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .check import ModelFile, check_model, tensor_index
 from .families import Condition, FamilyRule, Knowledge, PrefixRule, knowledge
@@ -85,10 +87,42 @@ class ModelInspection:
 
 
 def inspect_model(path: Union[str, Path], data: Optional[Knowledge] = None) -> ModelInspection:
-    """Inspect one model file or diffusers folder; raise ``ModelLoadError`` when it cannot be read."""
+    """Inspect one model file or diffusers folder; raise ``ModelLoadError`` when it cannot be read.
+
+    The headers are read on every call (a file changed on disk is seen at once); classifying them, the
+    costly part (a generate job inspects its model three times, a warm session's every job again), is
+    a pure function of what was read, so it is remembered by that (:func:`_classified`)."""
     info = check_model(path)
     k = data or knowledge()
     tensors, why = _tensors(info)
+    if tensors is not None and data is None:
+        return _classified(info, tuple(tensors), k)
+    return _classify(info, tensors, why, k)
+
+
+_CACHE: collections.OrderedDict[Tuple[Any, ...], ModelInspection] = collections.OrderedDict()
+_CACHE_SIZE = 16
+_CACHE_LOCK = threading.Lock()
+
+
+def _classified(info: ModelFile, tensors: Tuple[TensorInfo, ...], k: Knowledge) -> ModelInspection:
+    """The inspection of these headers, remembered by all they hold (the file's path, kind and size, every
+    tensor's name, shape and dtype): the same headers classify the same; a copy, as callers amend theirs."""
+    key = (id(k), info.path, info.kind, info.size_bytes, info.tensors, info.archive, tensors)
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return copy.deepcopy(found)
+    result = _classify(info, list(tensors), "", k)
+    with _CACHE_LOCK:
+        _CACHE[key] = copy.deepcopy(result)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return result
+
+
+def _classify(info: ModelFile, tensors: Optional[List[TensorInfo]], why: str, k: Knowledge) -> ModelInspection:
     if tensors is None:
         return ModelInspection(info.path, info.kind, info.size_bytes, "unknown", "unknown", "unknown", "", 0,
                                None, evidence=[why])
