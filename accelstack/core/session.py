@@ -24,7 +24,7 @@ from ..engine.runtime import Runtime
 from ..engine.session import WarmSession
 from ..engine.supervision.supervisor import SupervisorPolicy, early_worker
 from ..engine.worker.protocol import COMPONENT_FLAGS, GenerateRequest
-from ..events import ProgressCallback, null_progress
+from ..events import ProgressCallback, ProgressEvent, null_progress
 from ..hardware.protocol import System
 from ..installer.records import Receipt
 from ..settings import Settings
@@ -50,6 +50,7 @@ class GenerationSession:
         self.components = {k: str(v) for k, v in components.items() if v}
         machine = machine_memory(runtime.backend, system) if runtime.traits.memory_estimate else None
         worker = early_worker(runtime, policy=policy) if start_early else None
+        self._early_pid = worker.pid if worker is not None else None  # told once, to the first image's progress
         self._engine = WarmSession(runtime, policy=policy, machine=machine, worker=worker)
 
     def __enter__(self) -> GenerationSession:
@@ -81,9 +82,15 @@ class GenerationSession:
         """One generation (``image``: the per-image fields of :class:`accelstack.engine.GenerateRequest`:
         negative_prompt, width, height, steps, seed, sampler, scheduler, cfg_scale, batch_count, lora_dir...),
         checked once, then run on the loaded worker; the report's ``reused_worker`` says whether it was."""
+        progress = on_progress or null_progress
+        pid, self._early_pid = self._early_pid, None
+        if pid:  # the worker this session started as it opened: importing the runtime while the request is checked
+            progress(ProgressEvent("message", "generate", task="worker", extra={"pid": pid, "early": True},
+                                   message=f"the worker started early (pid {pid}); checking the request"))
         checked = check_generation(self.request(prompt, **image), self.model, output, self.options,
                                    traits=self.runtime.traits)
-        return self._engine.generate(checked, progress=on_progress or null_progress)
+        progress(ProgressEvent("message", "generate", task="check", message="the request is checked"))
+        return self._engine.generate(checked, progress=progress)
 
     def release(self) -> bool:
         """Free the loaded model's memory now (the next image loads it again); whether one was loaded."""

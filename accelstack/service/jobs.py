@@ -296,15 +296,18 @@ class Jobs:
         request: Dict[str, Any] = {}
         # Component files and images (vae, clip_l, control_net, init_image...) are names in the models
         # directory too, like the model; a diffusion_model may stand in for the model.
+        given_names: Dict[str, str] = {}
         for name in GENERATE_FILES:
             given = o.text(name, MAX_SHORT)
             if given:
                 request[name] = str(self._model(given, "image" if name in IMAGE_FIELDS else "model"))
+                given_names[name] = given
         refs = [str(self._model(name, "image")) for name in o.strings("ref_images")]  # edits: images of the models dir
         if refs:
             request["ref_images"] = refs
         named = o.text("model", MAX_SHORT, required="diffusion_model" not in request)
         model = self._model(named) if named else None
+        shown = named or given_names["diffusion_model"]  # the result names the model as the client did
         prompt = o.text("prompt", MAX_TEXT, required=True)
         for name in ("lora_dir", "embeddings_dir"):  # folder names of the models directory, like the model
             given = o.text(name, MAX_SHORT)
@@ -327,11 +330,11 @@ class Jobs:
         s = self.settings
         options = _engine_options(s, engine)
         if dry:  # the planner's decision only: no worker, so the loaded model (if any) stays as it is
-            return lambda progress: core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
-                                                  on_progress=progress, options=options, **dry, **request)
+            return lambda progress: _as_given(core.generate(model, prompt, out / "image.png", stack=stack, settings=s,
+                                                            on_progress=progress, options=options, **dry, **request), shown)
         # on the loaded model when it is this one with these load-time settings (issue 46): reused_worker says so
-        return lambda progress: self.warm.generate(model, prompt, out / "image.png", stack=stack, request=request,
-                                                   options=options, on_progress=progress)
+        return lambda progress: _as_given(self.warm.generate(model, prompt, out / "image.png", stack=stack, request=request,
+                                                             options=options, on_progress=progress), shown)
 
     def _model(self, name: str, what: What = "model") -> Path:
         """An entry of the models directory the service was started with, named by its place in it
@@ -345,6 +348,14 @@ class Jobs:
             return ModelsDir(self.models_dir).resolve(name, what)
         except NameRefused as exc:
             raise BadRequest(exc.message, hint=exc.hint, code="bad-request") from None
+
+
+def _as_given(result: Any, name: str) -> Any:
+    """A generate job's result with its model named as the client named it (its place in the models
+    directory), not by the absolute path the service resolved that name to on its own machine."""
+    if isinstance(getattr(result, "model", None), str):
+        result.model = name
+    return result
 
 
 def _engine_options(settings: Settings, engine: Dict[str, Any]) -> Any:
