@@ -96,28 +96,27 @@ def main() -> None:
 
 
 def _start_figures(env, rt: Path) -> None:
-    """The fixed costs alone, min of 5: the CLI's interpreter and imports up to `generate`'s parser, and the
-    worker's interpreter with its entry module imported (no runtime)."""
+    """The fixed costs alone, min and median of 7: the CLI's interpreter and imports up to `generate --help`, and
+    the worker's interpreter (its real command line's flags and bootstrap) with its entry module imported, no runtime."""
     import subprocess
 
-    def best(cmd) -> float:
+    from accelstack.engine.runtime import Runtime
+
+    def best(cmd, extra=None) -> str:
         out = []
-        for _ in range(5):
+        for _ in range(7):
             t = time.perf_counter()
-            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(cmd, env=dict(env, **(extra or {})), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True)
             out.append(time.perf_counter() - t)
-        return min(out)
+        return f"min {min(out):.3f} s, median {statistics.median(out):.3f} s"
 
-    bare = best([sys.executable, "-c", "pass"])
-    helped = best([sys.executable, "-m", "accelstack", "generate", "--help"])
-    worker = best([sys.executable, *_worker_flags(), "-c", "import accelstack.engine.worker.main"])
-    print(f"start-up: bare python {bare:.3f} s; `generate --help` {helped:.3f} s; worker entry import {worker:.3f} s")
-
-
-def _worker_flags():
-    from accelstack.engine.supervision import launcher
-
-    return list(getattr(launcher, "PYTHON_FLAGS", ()))
+    runtime = Runtime(rt, "cpu")
+    worker = runtime.worker_command()
+    probe = "import sys; exec(sys.argv.pop(1).split('runpy.run_module')[0]); import accelstack.engine.worker.main"
+    print(f"start-up: bare python {best([sys.executable, '-c', 'pass'])}; `generate --help` "
+          f"{best([sys.executable, '-m', 'accelstack', 'generate', '--help'])}")
+    print(f"worker entry imported ({worker[1]}): {best([worker[0], worker[1], probe, worker[2]], runtime.worker_env())}")
 
 
 if __name__ == "__main__":
