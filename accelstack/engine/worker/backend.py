@@ -13,16 +13,10 @@ import os
 from typing import IO, Any, Callable, Deque, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import EngineOptions
-from .protocol import DeviceInfo, GeneratedImage, GenerateRequest
+from .protocol import LIB_DIRS_ENV, PRELOAD_ENV, DeviceInfo, GeneratedImage, GenerateRequest
 
 __all__ = ["WorkerBackend", "load_runtime_libraries", "libraries_in", "LIB_DIRS_ENV", "PRELOAD_ENV"]
 
-# Set by Runtime.worker_env from the runtime's library note (accelstack.engine.runtime), for a child
-# that starts the runtime without the worker's options (the core's import check): the directories of
-# the shared CUDA libraries, and the files to load from them first, in order. The worker itself gets
-# them as options (``--lib-dir``, ``--preload``).
-LIB_DIRS_ENV = "ACCELSTACK_LIB_DIRS"
-PRELOAD_ENV = "ACCELSTACK_PRELOAD_LIBS"
 _loaded: List[Any] = []  # the handles stay alive for the life of the worker
 
 

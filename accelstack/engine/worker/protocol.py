@@ -27,7 +27,7 @@ from ..errors import InvalidRequestError
 from ..loras.tags import check_lora_tag_syntax
 from .values import DEFAULT_CFG_SCALE, DEFAULT_STEPS, IMAGE_FLAGS, check_edit_images, check_guidance, read_pixels
 
-__all__ = ["GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
+__all__ = ["LIB_DIRS_ENV", "PRELOAD_ENV", "GenerateRequest", "GenerateResult", "GeneratedImage", "WorkerStatus", "DeviceInfo", "check_prompt", "prompt_tokens",
            "lora_tags", "check_companion_name", "MAX_LORA_WEIGHT", "MAX_LORAS", "SAMPLERS", "COMPONENT_FLAGS",
            "IMAGE_FIELDS", "PATH_FIELDS", "flag_of", "DEFAULT_STRENGTH", "DEFAULT_CONTROL_STRENGTH",
            "MAX_CONTROL_STRENGTH", "read_pixels",
@@ -173,6 +173,13 @@ def check_prompt(text: Any, name: str = "prompt") -> str:
     return text
 
 # The per-launch token reaches the worker in a file the supervisor names (never on its command line).
+# Set by Runtime.worker_env from the runtime's library note (accelstack.engine.runtime), for a child
+# that starts the runtime without the worker's options (the core's import check): the directories of
+# the shared CUDA libraries, and the files to load from them first, in order. The worker itself gets
+# them as options (``--lib-dir``, ``--preload``). Here, not in .backend, so the parent that starts a
+# worker imports no ctypes for them (issue 46: every import before the worker's start is paid per image).
+LIB_DIRS_ENV = "ACCELSTACK_LIB_DIRS"
+PRELOAD_ENV = "ACCELSTACK_PRELOAD_LIBS"
 TOKEN_FILE = "token-{number}"  # in the supervisor's private folder, removed by the worker once read
 MAX_TOKEN_BYTES = 256
 LISTEN_BACKLOG = 128  # the worker's listening queue: a burst of connections waits there, not refused
