@@ -27,8 +27,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,9 +144,8 @@ class ConvertedCache:
             return None
         gguf, record = self._paths(free[0])
         self.root.mkdir(parents=True, exist_ok=True)
-        fd, made = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.root)  # ours: made here, exclusively
-        os.close(fd)
-        tmp = Path(made)
+        tmp = self.root / f".{key}.{secrets.token_hex(8)}.tmp"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # ours: made here, never a name held
         try:
             if not convert(tmp) or _regular(tmp) is None:
                 return None
