@@ -132,3 +132,22 @@ def test_the_levers_come_in_order_of_cost(tmp_path):
     assert deepest == sorted(deepest) and deepest[-1] >= 2, deepest
     sd1 = _gpu([sd1_file(tmp_path)], 512, 4)
     assert not sd1.changed and sd1.fits
+
+
+def test_a_conversion_counts_only_the_tensors_stable_diffusion_cpp_converts(tmp_path):
+    """Converted on load, a tensor changes type only when model.cpp tensor_should_be_converted says so (its rows,
+    ne[0], fill the type's blocks; not a bias, scale or embedding); Conv2d weights stay F16 (ggml_extend.hpp), so
+    the SD 1.x UNet's 3x3 convolutions keep their size. Measured on this machine's CPU build (bench_memory.py
+    --convert, the worker's RSS after loading the SD 1.x probe): q8_0 1824 MiB, q4_k 1711 MiB; before, the planner
+    counted every parameter converted: 1087 and 595 MiB."""
+    from accelstack.engine.memory.levers import phase_weights
+    from accelstack.engine.memory.weights import components_of, decode_only
+    from accelstack.engine.probes.architecture import sd1_tensors
+
+    parts = sd1_tensors()
+    spec = {f"{p}.{n}": (tuple(s), "F16") for p, key in (("unet", "unet"), ("vae", "vae"), ("te", "text_encoder"))
+            for n, s in parts[key].items()}
+    _fam, _var, weights = components_of([m.write_safetensors(tmp_path / "probe.safetensors", spec)])
+    for weight_type, measured in (("q8_0", 1824), ("q4_k", 1711)):
+        counted = sum(phase_weights(decode_only(weights), weight_type).values()) / MIB
+        assert 0.85 <= counted / measured <= 1.15, (weight_type, counted)
