@@ -43,7 +43,8 @@ def _levers(options: EngineOptions) -> Dict[str, Any]:
     (stable_diffusion_cpp 0.4.7); only those turned on, so a runtime whose bindings predate one still loads."""
     levers = {"keep_clip_on_cpu": options.keep_clip_on_cpu is True, "keep_vae_on_cpu": options.keep_vae_on_cpu is True,
               "max_vram": float(options.max_vram) if isinstance(options.max_vram, (int, float)) else 0.0,
-              "enable_mmap": options.enable_mmap is True}
+              "enable_mmap": options.enable_mmap is True,
+              "lora_apply_mode": "" if options.lora_apply_mode == "auto" else options.lora_apply_mode}
     return {k: v for k, v in levers.items() if v}
 
 
