@@ -23,11 +23,17 @@ double and one single FLUX.1 [dev] block at the real 3072 width (24 heads of 128
 the block names, src/flux.hpp), with the probe's CLIP-L and quarter-width VAE (``--tiles 8``): the blocks run
 one after the other, so one of each has the real model's working memory; ``--family chroma-wide``, Chroma's.
 
+``--convert q8_0,q4_k`` measures the weights converted on load instead (issue 45): for each type one worker loads
+the model with ``weight_type`` set and no converted-weights cache (so stable-diffusion.cpp converts in memory, as
+the cache's first load does), and its RSS after loading is set against the planner's weights for that type; the
+peak during loading (``VmHWM``: the conversion's read and convert buffers on top) is printed beside it.
+``--sizes 1024 --tiles 16`` measures a 1024x1024 image (untiled, SD 1.x's decode alone wants 6.6 GiB).
+
 Linux only (``/proc``). Runs one generation at a time; on 2 cores, a few minutes.
 
     python benchmarks/bench_memory.py [--family sd1|sd2|sdxl|sd3|qwen-image|z-image|flux|flux-wide|chroma-wide|sd3-large]
                                       [--t5xxl] [--sizes 128,256,384] [--tiles 0,8,16]
-                                      [--threads N] [--json]
+                                      [--threads N] [--json] [--convert q8_0,q4_k]
 """
 from __future__ import annotations
 
@@ -96,6 +102,30 @@ def _sd3_large(work: Path, seed: int):
     return str(dit), files
 
 
+def _conversions(runtime, model: str, files: List[str], types: List[str], threads: int) -> List[dict]:
+    """One worker per weight type, converting on load: its RSS after loading against the planner's weights."""
+    from accelstack.engine.config import EngineOptions
+    from accelstack.engine.memory.plan import plan_for_files
+    from accelstack.engine.supervision.supervisor import Supervisor
+
+    rows: List[dict] = []
+    for weight_type in types:
+        given = EngineOptions(weight_type=weight_type, vae_tiling=False, offload_to_cpu=False, threads=threads,
+                              converted_dir="")
+        planned = plan_for_files(files, 64, 64, 1, given, gpu=False, ram_free=None)
+        with Supervisor(runtime, model=model, options=planned.apply(given)) as sup:
+            assert sup.pid is not None
+            status = _status(sup.pid)
+        loaded, peak = status["VmRSS"], status["VmHWM"]
+        rows.append({"weight_type": weight_type, "estimate_mib": round(planned.weights / MIB, 1),
+                     "measured_mib": round(loaded / MIB, 1), "load_peak_mib": round(peak / MIB, 1),
+                     "ratio": round(planned.weights / loaded, 3)})
+        r = rows[-1]
+        print(f"{weight_type:>6}  weights estimate {r['estimate_mib']:>7.0f} MiB  loaded RSS {r['measured_mib']:>7.0f} MiB"
+              f"  ratio {r['ratio']:.2f}  (peak while loading {r['load_peak_mib']:.0f} MiB)", file=sys.stderr)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="128,256,384", help="image sides to generate (ascending)")
@@ -110,6 +140,8 @@ def main() -> int:
                     help="give the flux probes T5-XXL (24 x 4096, fixed: synthesized as the Q4_0 GGUF "
                          "tests/engine/component_files.t5xxl_gguf writes, 2.7 GB) to measure its text phase")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    ap.add_argument("--convert", default="", help="weight types to load converted (q8_0,q4_k): the loaded RSS "
+                                                  "against the planner's weights, no generation")
     args = ap.parse_args()
 
     from accelstack.engine.config import EngineOptions
@@ -146,7 +178,9 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                         "--no-index", "--target", str(runtime_dir), str(wheel)], check=True)
         runtime = Runtime(path=runtime_dir, backend="cpu")
-        for tile in (int(t) for t in args.tiles.split(",")):
+        if args.convert:
+            rows = _conversions(runtime, model, files, args.convert.split(","), args.threads)
+        for tile in (int(t) for t in args.tiles.split(",") if not args.convert):
             given = EngineOptions(vae_tiling=bool(tile), vae_tile_size=tile or 32, threads=args.threads,
                                   t5xxl=files[1] if args.t5xxl else "",
                                   chroma_dit_mask=args.family != "chroma-wide",  # off for Chroma, as generate runs it

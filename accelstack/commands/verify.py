@@ -101,9 +101,12 @@ def _add_memory_levers(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--mmap", dest="enable_mmap", action="store_true", default=None,
                    help="read the model files through mmap (default: off)")
     g.add_argument("--no-mmap", dest="enable_mmap", action="store_false")
+    g.add_argument("--lora-apply-mode", dest="lora_apply_mode", default=None, metavar="auto|immediately|at_runtime",
+                   help="immediately: merge LoRAs into the weights once; at_runtime: apply them in every step (more "
+                   "memory and time, exact on quantized weights); default: auto (at_runtime for quantized weights)")
 
 
-LEVER_KEYS = ("keep_clip_on_cpu", "keep_vae_on_cpu", "max_vram", "enable_mmap")
+LEVER_KEYS = ("keep_clip_on_cpu", "keep_vae_on_cpu", "max_vram", "enable_mmap", "lora_apply_mode")
 
 
 def engine_options(args: argparse.Namespace, settings: Optional[Settings] = None) -> direct.EngineOptions:

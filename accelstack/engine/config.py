@@ -14,6 +14,7 @@ The file has one section that this module owns::
       keep_vae_on_cpu: auto    # decode on the CPU (the VAE's weights and decode in RAM): auto, true or false
       max_vram: auto           # GiB a graph may hold in VRAM with offloaded weights (cut into segments); 0: off
       enable_mmap: false       # read the model files through mmap (stable-diffusion.cpp's --mmap)
+      lora_apply_mode: auto    # LoRAs: auto (stable-diffusion.cpp's choice), immediately (merged once), at_runtime
 
 ``auto`` (the default of ``offload_to_cpu``, ``vae_tiling``, ``vae_tile_size`` and ``weight_type``) lets the memory
 planner (:mod:`accelstack.engine.memory.plan`) choose, per generation, the cheapest setting that
@@ -41,7 +42,7 @@ from ..limits import MAX_CONFIG_BYTES, MAX_THREADS, MAX_VAE_TILE, MalformedInput
 from .errors import ConfigError, InvalidRequestError
 
 __all__ = ["EngineOptions", "load_config", "apply_overrides", "options_from_mapping", "shown", "SECTION",
-           "KNOWN_SECTIONS", "WEIGHT_TYPES", "MIN_TILE", "RUN_ONLY", "config_keys", "AUTO", "AUTO_KEYS", "LEGACY"]
+           "KNOWN_SECTIONS", "WEIGHT_TYPES", "LORA_APPLY_MODES", "MIN_TILE", "RUN_ONLY", "config_keys", "AUTO", "AUTO_KEYS", "LEGACY"]
 
 SECTION = "engine"
 KNOWN_SECTIONS = (SECTION,)
@@ -49,6 +50,11 @@ KNOWN_SECTIONS = (SECTION,)
 # The weight types stable-diffusion.cpp converts to on load (its ``--type``); "default" keeps the file's.
 WEIGHT_TYPES = ("default", "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k", "q5_1", "q5_0", "q4_k", "q4_1",
                 "q4_0", "q3_k", "q2_k")
+# stable-diffusion.cpp's lora_apply_mode (the bindings' LORA_APPLY_MODE_MAP): auto picks at_runtime when any
+# weight is quantized, else immediately (src/stable-diffusion.cpp); immediately merges each LoRA into the weights
+# once (no cost per step, less precise on quantized weights); at_runtime keeps the LoRA's weights and adds them in
+# every step's graph (more memory and time per step, exact on quantized weights)
+LORA_APPLY_MODES = ("auto", "immediately", "at_runtime")
 MIN_TILE = 4
 AUTO = "auto"  # the planner chooses (engine.memory.plan)
 AUTO_KEYS = ("offload_to_cpu", "vae_tiling", "vae_tile_size", "weight_type", "keep_clip_on_cpu", "keep_vae_on_cpu",
@@ -94,6 +100,7 @@ class EngineOptions:
     keep_vae_on_cpu: Union[bool, str] = AUTO
     max_vram: Union[float, str] = AUTO
     enable_mmap: bool = False
+    lora_apply_mode: str = AUTO  # LORA_APPLY_MODES; auto is stable-diffusion.cpp's own choice, never the planner's
     # Not a config key: the embedding files generate checked and staged in its private folder
     # (engine.request.companions), which the worker loads with the model.
     embeddings: List[str] = dataclasses.field(default_factory=list)
@@ -176,6 +183,10 @@ def _coerce(key: str, value: Any, where: str, allow_auto: bool = True) -> Any:
             return 0 if value == "auto" else value
         raise _bad(where, key, f"must be auto or an integer from 1 to {MAX_THREADS}, got {shown(value)}",
                    f"{MAX_THREADS} is the most threads ggml runs; auto uses the physical cores")
+    if key == "lora_apply_mode":
+        if isinstance(value, str) and value.strip().lower() in LORA_APPLY_MODES:
+            return value.strip().lower()
+        raise _bad(where, key, f"must be one of {', '.join(LORA_APPLY_MODES)}, got {shown(value)}")
     if key == "weight_type":
         text = value.lower() if isinstance(value, str) else value
         if isinstance(text, str) and text in WEIGHT_TYPES:

@@ -251,7 +251,7 @@ def run_prepared(runtime: Runtime, job: CheckedGeneration, prep: Prepared, sup: 
         flow_shift=request.flow_shift, device=result.device, load_seconds=result.load_seconds,
         generate_seconds=result.seconds, library_seconds=result.library_seconds, step_seconds=round(result.step_seconds, 4),
         its_per_second=round(result.its_per_second, 4), total_seconds=round(time.perf_counter() - start, 4),
-        restarts=result.restarts, warnings=list(job.warnings), loras=prep.extra.loras, embeddings=prep.extra.embeddings, components=checked.names(),
+        restarts=result.restarts, warnings=list(job.warnings) + [w for w in (result.extra.get("decode_retry"),) if w], loras=prep.extra.loras, embeddings=prep.extra.embeddings, components=checked.names(),
         memory=prep.memory_plan, **_image_report(request, checked))
 
 

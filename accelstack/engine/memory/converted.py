@@ -5,15 +5,21 @@ stable-diffusion.cpp converts with its own ``convert`` (src/convert.cpp, the bin
 names kept as stored: the loader renames them as for the source file). An entry is two files in the cache
 folder the core hands the worker (``<Settings.cache>/converted``)::
 
-    <key>.gguf    the converted file
-    <key>.json    its record, written last (an entry without one is not ours or not finished)
+    <name>.json   its record: the source, the type, the size and the hash of the file's head (the mark)
+    <name>.gguf   the converted file, renamed into place whole after its record is written
 
-``key`` hashes the source file's identity (real path, size, modification time, inode) and the type, so an
-edited or replaced source is a new entry. An entry is trusted only when both are regular files (never a link or
-a FIFO), the record names this source and type, and the GGUF's size is the recorded one and its header reads
-as a model file's (:func:`~accelstack.engine.models.gguf_check.gguf_index`); otherwise both are removed and the
-entry is made again. The folder is bounded (:data:`MAX_BYTES`): the least recently used entries go first.
-Only files whose names this module gives are ever removed, and never through a link.
+``name`` is ``key`` (a hash of the source file's identity: real path, size, modification time, inode, and the
+type, so an edited or replaced source is a new entry), or ``key-1``, ``key-2`` where a file the cache did not
+write holds that name. An entry is trusted only when both are regular files (never a link or a FIFO), the
+record names this source and type, and the GGUF's size is the recorded one and its header reads as a model
+file's (:func:`~accelstack.engine.models.gguf_check.gguf_index`); otherwise it is made again.
+
+Only what carries the mark is ever removed (issue 47: the folder may be one where a person keeps files):
+a record this module wrote (:func:`is_record`), a GGUF whose record it is and whose head is the one the
+record hashed (:func:`is_entry`; a file cut short past its head is still ours). A link, a FIFO, a file
+cut inside its head and a person's file stay where they are, and the entry is made under the next name.
+``accelstack cache purge converted`` uses the same two marks (:data:`CACHE_KINDS`). The folder is bounded
+(:data:`MAX_BYTES`): the least recently used entries go first.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import time
 from dataclasses import dataclass
@@ -36,6 +43,8 @@ __all__ = ["ConvertedCache", "ConvertedEntry", "MAX_BYTES", "RECORD_FORMAT", "CA
 MAX_BYTES = 64 << 30  # the folder's bound: a FLUX.1 q8_0 is 12.7 GB, an SDXL q8_0 3.7 GB
 RECORD_FORMAT = 1
 MAX_RECORD = 64 * 1024
+HEAD_BYTES = 4096  # the GGUF header, its metadata and tensor table begin there: what marks a file as the one converted
+SLOTS = 3  # key, key-1, key-2: names to try past files the cache did not write
 
 
 @dataclass
@@ -75,19 +84,23 @@ class ConvertedCache:
         text = json.dumps({**ident, "type": weight_type}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def _paths(self, key: str):
-        return self.root / f"{key}.gguf", self.root / f"{key}.json"
+    def _paths(self, name: str) -> Tuple[Path, Path]:
+        return self.root / f"{name}.gguf", self.root / f"{name}.json"
+
+    def _names(self, key: str) -> List[str]:
+        return [key] + [f"{key}-{i}" for i in range(1, SLOTS)]
 
     def lookup(self, source: Path, weight_type: str) -> Optional[Path]:
-        """The trusted converted file of ``source`` as ``weight_type``, or None (a bad entry is removed)."""
-        key = self.key(source, weight_type)
-        gguf, record = self._paths(key)
-        if not os.path.lexists(gguf) and not os.path.lexists(record):
-            return None
-        if self._trusted(gguf, record, _identity(source), weight_type):
-            os.utime(record)  # used now: the last to go when the folder is over its bound
-            return gguf
-        self._remove(key)
+        """The trusted converted file of ``source`` as ``weight_type``, or None (a bad entry of ours is removed)."""
+        ident = _identity(source)
+        for name in self._names(self.key(source, weight_type)):
+            gguf, record = self._paths(name)
+            if not os.path.lexists(gguf) and not os.path.lexists(record):
+                continue
+            if self._trusted(gguf, record, ident, weight_type):
+                os.utime(record)  # used now: the last to go when the folder is over its bound
+                return gguf
+            self._remove(name)
         return None
 
     def _trusted(self, gguf: Path, record: Path, ident: dict, weight_type: str) -> bool:
@@ -109,38 +122,49 @@ class ConvertedCache:
             return False
         return True
 
-    def _remove(self, key: str) -> None:
-        """Both files of ``key`` (ours by name), whatever they became: a link is removed, never followed."""
-        for p in self._paths(key):
+    def _remove(self, name: str) -> None:
+        """What of entry ``name`` carries the mark (both judged before either goes); the rest stays."""
+        gguf, record = self._paths(name)
+        ours = [p for p, mine in ((gguf, is_entry(gguf)), (record, is_record(record))) if mine]
+        for p in ours:  # the file first: a kill between leaves a record alone, still ours to remove
             try:
-                if not stat.S_ISDIR(os.lstat(p).st_mode):
-                    os.unlink(p)
+                os.unlink(p)  # a regular file (the marks read only those): a link is never followed
             except OSError:
                 pass
 
     def store(self, source: Path, weight_type: str, convert: Callable[[Path], bool]) -> Optional[Path]:
         """Convert ``source`` with ``convert(output)`` (True: written) into a new entry, and return it; None when
-        the conversion fails (a full disk...): nothing is left behind, and the caller converts on load."""
+        the conversion fails (a full disk...) or every name is held by files not the cache's: nothing of ours is
+        left behind, nothing else is touched, and the caller converts on load."""
         key = self.key(source, weight_type)
-        self._remove(key)
+        for name in self._names(key):
+            self._remove(name)
+        free = [n for n in self._names(key) if not any(os.path.lexists(p) for p in self._paths(n))]
+        if not free:
+            return None
+        gguf, record = self._paths(free[0])
         self.root.mkdir(parents=True, exist_ok=True)
-        gguf, record = self._paths(key)
-        tmp = self.root / f"{key}.gguf.{os.getpid()}.tmp"
+        tmp = self.root / f".{key}.{secrets.token_hex(8)}.tmp"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # ours: made here, never a name held
         try:
             if not convert(tmp) or _regular(tmp) is None:
                 return None
             size = os.lstat(tmp).st_size
-            os.replace(tmp, gguf)
+            with open(tmp, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
             data = {"format": RECORD_FORMAT, "type": weight_type, "bytes": size, **_identity(source),
-                    "created": time.time()}
-            write_text(record, json.dumps(data))  # atomic, and last: the entry is whole
+                    "head": hashlib.sha256(head).hexdigest(), "head_bytes": len(head), "created": time.time()}
+            if os.path.lexists(gguf) or os.path.lexists(record):
+                return None  # taken meanwhile, by something not ours
+            write_text(record, json.dumps(data))  # first: the file renamed in next is marked from its first moment
+            os.replace(tmp, gguf)
         except OSError:
-            self._remove(key)
+            self._remove(free[0])
             return None
         finally:
-            for leftover in self.root.glob(f"{key}.*.{os.getpid()}.tmp"):
-                leftover.unlink()
-        self.bound(keep=key)
+            if _regular(tmp) is not None:
+                tmp.unlink()
+        self.bound(keep=free[0])
         return gguf
 
     def entries(self) -> List[ConvertedEntry]:
@@ -173,25 +197,9 @@ class ConvertedCache:
                 self._remove(name)
                 total -= e.bytes
 
-    def purge(self) -> int:
-        """Remove every entry (and unfinished conversion) this module made; the bytes freed."""
-        freed = 0
-        if not self.root.is_dir() or self.root.is_symlink():
-            return 0
-        for p in self.root.iterdir():
-            name = p.name
-            stem = name.split(".", 1)[0]
-            if len(stem) == 32 and all(c in "0123456789abcdef" for c in stem) and (
-                    name.endswith((".gguf", ".json", ".tmp"))):
-                st = os.lstat(p)
-                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISFIFO(st.st_mode):
-                    freed += st.st_size if stat.S_ISREG(st.st_mode) else 0
-                    p.unlink()
-        return freed
 
-
-_GGUF = re.compile(r"^[0-9a-f]{32}\.gguf\Z")
-_RECORD = re.compile(r"^[0-9a-f]{32}\.json\Z")
+_GGUF = re.compile(r"^[0-9a-f]{32}(?:-[0-9])?\.gguf\Z")
+_RECORD = re.compile(r"^[0-9a-f]{32}(?:-[0-9])?\.json\Z")
 
 
 def is_record(path: Path) -> bool:
@@ -207,13 +215,20 @@ def is_record(path: Path) -> bool:
 
 
 def is_entry(path: Path) -> bool:
-    """A converted file this module wrote: its record beside it names its size."""
+    """A converted file this module wrote: its record beside it hashed its head (a file cut short past it stays ours)."""
     record, st = path.with_suffix(".json"), _regular(path)
     if st is None or not is_record(record):
         return False
     try:
-        return json.loads(record.read_bytes()).get("bytes") == st.st_size
-    except (OSError, ValueError):
+        data = json.loads(record.read_bytes())
+        want, length = data.get("head"), data.get("head_bytes")
+        if not isinstance(want, str) or not isinstance(length, int) or not 0 < length <= HEAD_BYTES or st.st_size < length:
+            return False
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_ino != st.st_ino:
+                return False
+            return hashlib.sha256(fh.read(length)).hexdigest() == want
+    except (OSError, ValueError, AttributeError):
         return False
 
 

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from ..config import AUTO, LEGACY, EngineOptions
 from .estimate import GIB, IMAGE_PER_PIXEL, LATENT_SCALE, VAE_PER_PIXEL
 from .families import BASE, GPU_PAIR_SCALE, TEXT_ACT, FamilyMemory
-from .weights import ComponentWeights, conversion_bytes
+from .weights import ComponentWeights, converted_bytes
 
 __all__ = ["Setting", "Need", "PhaseEstimate", "need", "fits", "candidates", "phase_weights", "TILE_SIZES", "CONVERSIONS",
            "PHASES", "GPU_VAE_SCALE", "MIN_SEGMENTS", "budget_for"]
@@ -94,7 +94,7 @@ def phase_weights(parts: List[ComponentWeights], weight_type: str) -> Dict[str, 
     for p in parts:
         size = p.loaded_bytes
         if weight_type not in ("default", AUTO) and p.parameters:  # a quantized file is requantized (model.cpp)
-            size = int(p.parameters * conversion_bytes(weight_type))
+            size = converted_bytes(p, weight_type)
         out[phase_of.get(p.component, "diffusion")] += size
     return out
 

@@ -18,8 +18,8 @@ Memory per phase (the phases run one after the other; stable-diffusion.cpp frees
 compute buffer after it, ggml_extend.hpp ``GGMLRunner::compute``)::
 
     weights(part)  = parameters x bytes per parameter as loaded (F8 -> F16, model_io/safetensors_io.cpp;
-                     a conversion applies to all weights but biases, scales and embeddings, model.cpp
-                     tensor_should_be_converted: counted here on all of them); the VAE's decoder only
+                     a conversion changes only the tensors model.cpp tensor_should_be_converted picks: rows
+                     filling the type's blocks, no bias, scale or embedding; engine.models.conversion); the VAE's decoder only
                      for text-to-image (no encoder is built: :func:`.memory_weights.decode_only`)
     act(text)      = the largest encoder's working memory (T5/LLM: see TEXT_ACT)
     act(diffusion) = CONTEXT + PER_LATENT x latent pixels [+ PAIR x latent pixels^2 without flash attention;

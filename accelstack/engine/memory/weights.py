@@ -7,16 +7,16 @@ block size), the file's size shared out when the types cannot be read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 from ..models.gguf_check import GGML_TYPE_NAMES, GGML_TYPES
 from ..models.inspection import ModelInspection, inspect_model
 from . import estimate as memory
 from .families import LOADED_BYTES
 
-__all__ = ["ComponentWeights", "bytes_per_parameter", "conversion_bytes", "weights_of", "components_of", "shares",
+__all__ = ["ComponentWeights", "bytes_per_parameter", "conversion_bytes", "converted_bytes", "weights_of", "components_of", "shares",
            "decode_only"]
 
 
@@ -29,6 +29,7 @@ class ComponentWeights:
     parameters: int
     loaded_bytes: int  # as stable-diffusion.cpp holds them without conversion
     decoder_parameters: int = 0  # a VAE's: what a decode-only load builds (ModelPart.decoder_parameters)
+    convertible: Dict[int, int] = field(default_factory=dict)  # ModelPart.convertible: {} when not read
 
 
 
@@ -46,6 +47,23 @@ def bytes_per_parameter(dtype: str) -> Optional[float]:
 def conversion_bytes(weight_type: str) -> float:
     found = bytes_per_parameter(weight_type)
     return found if found is not None else 2.0
+
+
+def _block(weight_type: str) -> int:
+    for type_id, name in GGML_TYPE_NAMES.items():
+        if name == weight_type.upper() and type_id in GGML_TYPES:
+            return GGML_TYPES[type_id][0]
+    return 1
+
+
+def converted_bytes(part: ComponentWeights, weight_type: str) -> int:
+    """``part`` loaded as ``weight_type``: the tensors stable-diffusion.cpp converts at that type's size, the rest
+    as loaded (:mod:`accelstack.engine.models.conversion`); every parameter converted when the tensors are unknown."""
+    converted = part.convertible.get(_block(weight_type)) if part.convertible else None
+    if converted is None or not part.parameters:
+        return int(part.parameters * conversion_bytes(weight_type))
+    kept = part.parameters - converted
+    return int(converted * conversion_bytes(weight_type) + part.loaded_bytes * kept / part.parameters)
 
 
 def weights_of(inspection: ModelInspection) -> List[ComponentWeights]:
@@ -66,8 +84,8 @@ def weights_of(inspection: ModelInspection) -> List[ComponentWeights]:
     parts = [p for p in inspection.parts if p.parameters]
     if not parts or not total_params:  # no shapes (a legacy pickle) or no parts told: the file, as a diffusion model
         return [ComponentWeights("diffusion_model", inspection.family, total_params, int(loaded))]
-    return [ComponentWeights(p.component, p.kind, p.parameters, int(p.parameters * per_param), p.decoder_parameters)
-            for p in parts]
+    return [ComponentWeights(p.component, p.kind, p.parameters, int(p.parameters * per_param), p.decoder_parameters,
+                             dict(p.convertible)) for p in parts]
 
 
 def components_of(paths: Iterable[Union[str, Path]]) -> Tuple[str, str, List[ComponentWeights]]:
@@ -102,7 +120,8 @@ def decode_only(parts: List[ComponentWeights]) -> List[ComponentWeights]:
     out = []
     for p in parts:
         if p.component == "vae" and 0 < p.decoder_parameters < p.parameters:
-            p = ComponentWeights("vae", p.kind, p.decoder_parameters,
-                                 int(p.loaded_bytes * p.decoder_parameters / p.parameters), p.decoder_parameters)
+            share = p.decoder_parameters / p.parameters  # the conversion's share taken as the whole VAE's
+            p = ComponentWeights("vae", p.kind, p.decoder_parameters, int(p.loaded_bytes * share), p.decoder_parameters,
+                                 {b: int(n * share) for b, n in p.convertible.items()})
         out.append(p)
     return out

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .check import ModelFile, check_model, tensor_index
+from .conversion import convertible
 from .families import Condition, FamilyRule, Knowledge, PrefixRule, knowledge
 from .reader import TensorInfo
 from .roles import RoleDetails, file_role
@@ -48,6 +49,8 @@ class ModelPart:
     # a VAE's parameters that a decode-only load builds (its decoder and post_quant_conv, Wan's conv2):
     # text-to-image loads no encoder (src/auto_encoder_kl.hpp, src/wan.hpp decode_only); 0 for other parts
     decoder_parameters: int = 0
+    # {ggml block size: parameters stable-diffusion.cpp converts to a type of that block} (.conversion)
+    convertible: Dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -286,7 +289,8 @@ def _family(names: List[str], context_dim: int, input_channels: int, k: Knowledg
 
 
 def _part(component: str, kind: str, name: str, prefix: str, layout: str, ts: List[TensorInfo]) -> ModelPart:
-    return ModelPart(component, kind, name, prefix, layout, len(ts), sum(_count(t.shape) for t in ts))
+    return ModelPart(component, kind, name, prefix, layout, len(ts), sum(_count(t.shape) for t in ts),
+                     convertible=convertible((t.name, tuple(t.shape)) for t in ts))
 
 
 def _encoder_parts(groups: Dict[Tuple[str, str], List[TensorInfo]], layouts: Dict[Tuple[str, str], str],

@@ -31,6 +31,10 @@ DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 # "Initializing backend: Vulkan0", "Initializing backend: CUDA0", "Initializing backend: CPU".
 INIT_MARK = "Initializing backend: "
 CONVERTED_MARK = "loading converted weights "  # the worker's log line when the cache had them
+# src/stable-diffusion.cpp decode_image_outputs: the VAE decode failed (its compute buffer not allocated: out of memory)
+DECODE_FAILED_MARK = "decode_first_stage failed"
+DECODE_RETRY = ("the untiled VAE decode ran out of memory: re-sampled with the same seed and decoded tiled "
+                "(stable-diffusion.cpp keeps no latent to decode again)")
 
 
 def initialized_backends(lines: List[str]) -> List[str]:
@@ -43,7 +47,8 @@ def _levers(options: EngineOptions) -> Dict[str, Any]:
     (stable_diffusion_cpp 0.4.7); only those turned on, so a runtime whose bindings predate one still loads."""
     levers = {"keep_clip_on_cpu": options.keep_clip_on_cpu is True, "keep_vae_on_cpu": options.keep_vae_on_cpu is True,
               "max_vram": float(options.max_vram) if isinstance(options.max_vram, (int, float)) else 0.0,
-              "enable_mmap": options.enable_mmap is True}
+              "enable_mmap": options.enable_mmap is True,
+              "lora_apply_mode": "" if options.lora_apply_mode == "auto" else options.lora_apply_mode}
     return {k: v for k, v in levers.items() if v}
 
 
@@ -58,6 +63,7 @@ class GgmlBackend(WorkerBackend):
         self.sd_cpp: Any = None  # the bindings' ctypes module
         self._callbacks: List[Any] = []  # ctypes callbacks must outlive the C side's pointers
         self.threads = 0
+        self.notes: Dict[str, str] = {}  # the last generate's notes for its result (GenerateResult.extra)
         self.vae_tiling = False
         self.vae_tile_size = 32
         self.initialized: List[str] = []  # ggml backends the loaded model runs on (from the runtime's log)
@@ -210,6 +216,17 @@ class GgmlBackend(WorkerBackend):
         self.log("INFO", f"converted {source} to {weight_type} once, into the cache: {made}")
         return str(made)
 
+    def _generate_image(self, req: GenerateRequest, seed: int, tiling: bool, tile: str, images_in: Dict[str, Any]) -> Any:
+        return self.sd.generate_image(
+            prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,
+            sample_steps=req.steps, cfg_scale=float(req.cfg_scale), sample_method=req.sampler,
+            scheduler=req.scheduler, seed=seed, batch_count=req.batch_count, clip_skip=req.clip_skip,
+            vae_tiling=tiling, vae_tile_size=tile, **images_in, **self._guidance(req),
+        )
+
+    def _decode_failed(self) -> bool:
+        return any(DECODE_FAILED_MARK in line for _lvl, line in self.log_tail)
+
     def _logged_seconds(self) -> Optional[float]:
         """stable-diffusion.cpp's own timing of the last generate_image (from its log line)."""
         for _lvl, line in reversed(self.log_tail):
@@ -282,15 +299,23 @@ class GgmlBackend(WorkerBackend):
         # of the checked files (the bindings read it at each generate_image).
         self.sd.lora_model_dir = req.lora_dir
         images_in = self._images(req)
+        self.notes = {}
+        error: Optional[ValueError] = None
         try:
-            images = self.sd.generate_image(
-                prompt=req.prompt, negative_prompt=req.negative_prompt, width=req.width, height=req.height,
-                sample_steps=req.steps, cfg_scale=float(req.cfg_scale), sample_method=req.sampler,
-                scheduler=req.scheduler, seed=seed, batch_count=req.batch_count, clip_skip=req.clip_skip,
-                vae_tiling=self.vae_tiling, vae_tile_size=tile, **images_in, **self._guidance(req),
-            )
-        except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks)
-            raise GenerationError(f"the runtime rejected the request: {exc}") from None
+            images = self._generate_image(req, seed, self.vae_tiling, tile, images_in)
+        except ValueError as exc:  # the bindings' validation (e.g. a sampler this runtime lacks), or a NULL result
+            images, error = None, exc
+        if not images and not self.vae_tiling and self._decode_failed():
+            # The C API keeps no latent (generate_image frees it with its NULL): the same context samples it
+            # again (same seed) and decodes it tiled, the tiling being read per call (issue 45).
+            self.log("WARN", DECODE_RETRY)
+            self.notes = {"decode_retry": DECODE_RETRY}
+            try:
+                images, error = self._generate_image(req, seed, True, tile, images_in), None
+            except ValueError as exc:
+                images, error = None, exc
+        if error is not None and not self._decode_failed():
+            raise GenerationError(f"the runtime rejected the request: {error}") from None
         self.library_seconds = self._logged_seconds()
         if not images or len(images) != req.batch_count:
             raise GenerationError(f"the runtime returned {plural(len(images or []), 'image')} for a batch of {req.batch_count}: "

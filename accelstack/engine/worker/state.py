@@ -125,7 +125,8 @@ class WorkerState:
                                     sampling_seconds=round(self.sampling_total, 4), steps=req.steps * req.batch_count,
                                     seed=seed, sampler=sampler, scheduler=scheduler, device=self.device,
                                     load_seconds=self.load_seconds, library_seconds=self.backend.library_seconds,
-                                    extra={"runtime": self.runtime_version} if self.runtime_version else {})
+                                    extra={**({"runtime": self.runtime_version} if self.runtime_version else {}),
+                                           **getattr(self.backend, "notes", {})})  # e.g. ggml's decode_retry
             outcome: Dict[str, Any] = {"result": to_dict(result)}
         except GenerationError as exc:
             outcome = {"error": exc.message, "kind": "GenerationError", "hint": exc.hint or ""}

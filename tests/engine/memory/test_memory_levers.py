@@ -132,3 +132,64 @@ def test_the_levers_come_in_order_of_cost(tmp_path):
     assert deepest == sorted(deepest) and deepest[-1] >= 2, deepest
     sd1 = _gpu([sd1_file(tmp_path)], 512, 4)
     assert not sd1.changed and sd1.fits
+
+
+def test_a_conversion_counts_only_the_tensors_stable_diffusion_cpp_converts(tmp_path):
+    """Converted on load, a tensor changes type only when model.cpp tensor_should_be_converted says so (its rows,
+    ne[0], fill the type's blocks; not a bias, scale or embedding); Conv2d weights stay F16 (ggml_extend.hpp), so
+    the SD 1.x UNet's 3x3 convolutions keep their size. Measured on this machine's CPU build (bench_memory.py
+    --convert, the worker's RSS after loading the SD 1.x probe): q8_0 1824 MiB, q4_k 1711 MiB; before, the planner
+    counted every parameter converted: 1087 and 595 MiB."""
+    from accelstack.engine.memory.levers import phase_weights
+    from accelstack.engine.memory.weights import components_of, decode_only
+    from accelstack.engine.probes.architecture import sd1_tensors
+
+    parts = sd1_tensors()
+    spec = {f"{p}.{n}": (tuple(s), "F16") for p, key in (("unet", "unet"), ("vae", "vae"), ("te", "text_encoder"))
+            for n, s in parts[key].items()}
+    _fam, _var, weights = components_of([m.write_safetensors(tmp_path / "probe.safetensors", spec)])
+    for weight_type, measured in (("q8_0", 1824), ("q4_k", 1711)):
+        counted = sum(phase_weights(decode_only(weights), weight_type).values()) / MIB
+        assert 0.85 <= counted / measured <= 1.15, (weight_type, counted)
+
+
+def test_lora_apply_mode_is_a_config_key_a_flag_a_job_field_and_a_bindings_argument(tmp_path):
+    """stable-diffusion.cpp's lora_apply_mode (stable-diffusion.cpp ``apply_loras``; the bindings'
+    LORA_APPLY_MODE_MAP): auto (at_runtime when any weight is quantized, else immediately), immediately (merged
+    into the weights once), at_runtime (applied in every step's graph). auto is stable-diffusion.cpp's own: it is
+    not sent, so bindings without the argument still load."""
+    from accelstack.core import direct
+
+    assert EngineOptions().lora_apply_mode == AUTO
+    opts = options_from_mapping({"engine": {"lora_apply_mode": "at_runtime"}})
+    assert opts.lora_apply_mode == "at_runtime"
+    with pytest.raises(ConfigError, match="engine.lora_apply_mode"):
+        options_from_mapping({"engine": {"lora_apply_mode": "sometimes"}}, where="config.yaml")
+    with pytest.raises(InvalidRequestError, match="--lora-apply-mode"):
+        apply_overrides(EngineOptions(), {"lora_apply_mode": 3})
+    settings = Settings.resolve(config_file=tmp_path / "none.yaml", cache=tmp_path / "cache", env={})
+    assert direct.engine_options_over(settings, {"lora_apply_mode": "immediately"}, "job option 'engine'") \
+        .lora_apply_mode == "immediately"  # a service job's engine field
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    args = p.parse_args(["--lora-apply-mode", "immediately"])
+    args.config, args.threads = None, None
+    assert engine_options(args, settings).lora_apply_mode == "immediately"
+
+    seen: dict = {}
+
+    class FakeSD:
+        def __init__(self, **kw):
+            seen.clear()
+            seen.update(kw)
+            self._model = types.SimpleNamespace(model=object())
+
+    backend = GgmlBackend(io.StringIO())
+    backend.bindings = types.SimpleNamespace(StableDiffusion=FakeSD)
+    backend.sd_cpp = types.SimpleNamespace(sd_get_num_physical_cores=lambda: 2, sd_embedding_t=None)
+    model = tmp_path / "m.safetensors"
+    model.write_bytes(b"x")
+    backend.load(str(model), EngineOptions(lora_apply_mode="at_runtime").concrete())
+    assert seen["lora_apply_mode"] == "at_runtime"
+    backend.load(str(model), EngineOptions().concrete())
+    assert "lora_apply_mode" not in seen

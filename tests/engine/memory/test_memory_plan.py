@@ -47,13 +47,19 @@ def _params(spec: m.Spec, prefix: str) -> int:
     return total
 
 
-def _padded(spec: m.Spec, sizes: Dict[str, int], dtype: str = "F16") -> m.Spec:
-    """``spec`` with one filler tensor per prefix, so each part has its published parameter count."""
+def _padded(spec: m.Spec, sizes: Dict[str, int], dtype: str = "F16", width: int = 0) -> m.Spec:
+    """``spec`` with one filler tensor per prefix, so each part has its published parameter count: a vector (kept
+    as loaded by a conversion, as a UNet's or VAE's convolutions are), or with ``width`` a matrix of rows that wide
+    (converted, as a text encoder's layers are: models.conversion) and the few parameters left as a vector."""
     out = dict(spec)
     for prefix, target in sizes.items():
         missing = target - _params(spec, prefix)
         assert missing > 0, prefix
-        out[f"{prefix}filler.weight"] = ((missing,), dtype)
+        if width:
+            out[f"{prefix}filler_matrix.weight"] = ((missing // width, width), dtype)
+            missing %= width
+        if missing:
+            out[f"{prefix}filler.weight"] = ((missing,), dtype)
     return out
 
 
@@ -80,8 +86,8 @@ def sdxl_file(folder: Path) -> Path:
 def flux_files(folder: Path) -> Dict[str, str]:
     """FLUX.1 [dev] (bf16, 11.9B parameters: the real tensors) with ae, clip_l and t5xxl files."""
     ae = _padded(m.sd_vae("", 16), {"decoder.": 49_490_199, "encoder.": 34_163_664}, "F32")
-    t5 = _padded(m.t5xxl(), {"encoder.block.": 4_762_310_656 - 32128 * 4096 - 4096})
-    clip = _padded(m.clip_hf("", 768), {"text_model.": 123_060_480})
+    t5 = _padded(m.t5xxl(), {"encoder.block.": 4_762_310_656 - 32128 * 4096 - 4096}, width=4096)
+    clip = _padded(m.clip_hf("", 768), {"text_model.": 123_060_480}, width=768)
     return {"model": str(m.write_safetensors(folder / "flux1-dev.safetensors", m.flux("dev"))),
             "vae": str(m.write_safetensors(folder / "ae.safetensors", ae)),
             "t5xxl": str(m.write_safetensors(folder / "t5xxl_fp16.safetensors", t5)),
