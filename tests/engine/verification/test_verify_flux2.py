@@ -1,0 +1,73 @@
+"""Issue 44: a FLUX.2 probe joins ``verify --family`` and ``generate`` runs FLUX.2 from separate files with ``--llm``.
+
+The probe is FLUX.2 [klein] reduced (:mod:`accelstack.engine.probes.flux2`): inspect and stable-diffusion.cpp
+("Version: Flux.2 klein") both call it that; the real CPU runtime generates a non-constant image with it,
+whole and as a diffusion model + LLM + VAE given one by one, as users have FLUX.2.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from component_files import split_probe
+
+from accelstack.engine.models.inspection import inspect_model
+from accelstack.engine.png import read_png
+from accelstack.engine.probes.families import FAMILIES, probe_families_of
+from accelstack.engine.probes.family_files import ensure_family_probe
+from accelstack.engine.probes.flux2 import flux2_dit_tensors
+
+from cli_helpers import result_of
+from engine_helpers import cli_env, run_cli
+
+SPLIT = {"flux-2-klein-4b.safetensors": "model.diffusion_model.", "qwen_3_4b.safetensors": "text_encoders.llm.",
+         "flux2_ae.safetensors": "vae."}
+
+
+def test_the_flux2_probe_is_flux2_klein_for_inspect(tmp_path):
+    probe = ensure_family_probe("flux2", 7, tmp_path, keep=True)
+    found = inspect_model(probe.model)
+    assert (found.family, found.variant, found.role) == ("flux2", "klein", "checkpoint"), found.evidence
+    assert {p.kind for p in found.parts} == {"flux2", "flux2-vae", "qwen3-4b"}
+    assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("flux2", "flux2")]
+    assert 490_000_000 < probe.parameters < 500_000_000  # the 152k x 2560 embedding is most of it
+
+
+def test_the_dev_layout_is_told_apart_by_its_48th_single_block():
+    """src/model.cpp get_sd_version: single_blocks.47 makes FLUX.2 [dev]; guidance_in its guidance embedding."""
+    dev, klein = flux2_dit_tensors(5120, dev=True), flux2_dit_tensors(2560)
+    assert "single_blocks.47.linear1.weight" in dev and "guidance_in.in_layer.weight" in dev
+    assert "single_blocks.1.linear1.weight" not in klein and "guidance_in.in_layer.weight" not in klein
+    assert not [n for n in dev if n.endswith(".bias")], "FLUX.2 has no biases (disable_bias)"
+
+
+def test_verify_family_flux2_passes_on_the_cpu_runtime(cpu_runtime, tmp_path):
+    res = run_cli(["verify", "--runtime", cpu_runtime.path, "--family", "flux2", "--json"],
+                  cli_env(tmp_path / "cache", tmp_path), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    report = result_of(res.stdout)
+    assert report["verdict"] == "PASS"
+    family = next(c for c in report["checks"] if c["name"] == "flux2:family")
+    assert f"as {FAMILIES['flux2'].sdcpp_version} " in family["detail"]
+    img = read_png(tmp_path / "cache" / "verify" / "verify-cpu-flux2.png")
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    one = report["details"]["families"]["flux2"]
+    print(f"verify --family flux2: load {one['load_seconds']} s, generate {one['generate_seconds']} s")  # (-s)
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory) -> Path:
+    return split_probe("flux2", tmp_path_factory.mktemp("flux2"), SPLIT)[1]
+
+
+def test_generate_runs_flux2_klein_from_its_three_files(cpu_runtime, cache_with_probe, parts, tmp_path):
+    out = tmp_path / "klein.png"
+    res = run_cli(["generate", "--runtime", cpu_runtime.path, "--diffusion-model", parts / "flux-2-klein-4b.safetensors",
+                   "--llm", parts / "qwen_3_4b.safetensors", "--vae", parts / "flux2_ae.safetensors", "-p", "a lighthouse",
+                   "-W", "64", "-H", "64", "--steps", "2", "--seed", "5", "--threads", "2", "-o", out, "--json"],
+                  cli_env(cache_with_probe, tmp_path), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    result = result_of(res.stdout)
+    img = read_png(out)
+    assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
+    assert result["width"] == 64 and "flux2" in res.stdout
