@@ -6,6 +6,8 @@ whole and as a diffusion model + LLM + VAE given one by one, as users have FLUX.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,30 @@ def test_generate_runs_flux2_klein_from_its_three_files(cpu_runtime, cache_with_
     img = read_png(out)
     assert (img.width, img.height) == (64, 64) and len(set(img.pixels)) > 16
     assert result["width"] == 64 and "flux2" in res.stdout
+
+
+SETTINGS = ["-W", "64", "-H", "64", "--steps", "2", "--cfg-scale", "1", "--guidance", "4"]
+
+
+def test_flux2_with_llm_gives_sd_cli_s_pixels(cpu_runtime, cache_with_probe, parts, tmp_path, ggml_cpu_build):
+    """Issue 44's pixel identity: the same three files through stable-diffusion.cpp's own sd-cli (built from
+    the runtime's source with its CMake options; skipped with the reason where that build is absent) and
+    through ``accelstack generate`` give the same pixels."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loras"))  # its sd-cli lookup, one place
+    from test_lora_vs_sd_cli import _sd_cli
+
+    sd_cli = _sd_cli(ggml_cpu_build)
+    files = ["--diffusion-model", parts / "flux-2-klein-4b.safetensors", "--vae", parts / "flux2_ae.safetensors",
+             "--llm", parts / "qwen_3_4b.safetensors"]
+    cli = subprocess.run([sd_cli, *files, "-p", "a lighthouse", *SETTINGS, "-s", "5", "--sampling-method", "euler",
+                          "--scheduler", "discrete", "-t", "2", "-o", tmp_path / "sdcli.png"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    assert cli.returncode == 0, cli.stdout[-3000:]
+    assert "Flux.2 klein" in cli.stdout
+    ours = run_cli(["generate", "--runtime", cpu_runtime.path, *files, "-p", "a lighthouse", *SETTINGS, "--seed", "5",
+                    "--sampler", "euler", "--scheduler", "discrete", "--threads", "2", "--no-flash-attention",
+                    "-o", tmp_path / "ours.png"], cli_env(cache_with_probe, tmp_path), timeout=900)
+    assert ours.returncode == 0, ours.stderr
+    theirs = read_png(tmp_path / "sdcli.png")
+    assert len(set(theirs.pixels)) > 16
+    assert read_png(tmp_path / "ours.png").rgb() == theirs.rgb()
