@@ -372,6 +372,7 @@ class ModelFamily:
     family: str  # model_inspect's id
     family_name: str
     probe: str  # the FAMILIES key verified
+    weight_types: List[str] = field(default_factory=list)  # the file's stored types, most parameters first
 
 
 def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
@@ -392,5 +393,5 @@ def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
             raise InvalidRequestError(f"{path} {what}: verify --model needs a model of a family it knows",
                                       hint=f"verify --model knows the families {known}; `accelstack model inspect "
                                            f"{path}` shows what the file is")
-        out.append(ModelFamily(str(found.path), found.family, found.family_name, probe))
+        out.append(ModelFamily(str(found.path), found.family, found.family_name, probe, [w.dtype for w in found.weight_types]))
     return out
