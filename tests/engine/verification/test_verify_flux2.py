@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from component_files import split_probe
+from model_specs import write_safetensors
 
 from accelstack.engine.models.inspection import inspect_model
 from accelstack.engine.png import read_png
@@ -31,8 +32,19 @@ def test_the_flux2_probe_is_flux2_klein_for_inspect(tmp_path):
     found = inspect_model(probe.model)
     assert (found.family, found.variant, found.role) == ("flux2", "klein", "checkpoint"), found.evidence
     assert {p.kind for p in found.parts} == {"flux2", "flux2-vae", "qwen3-4b"}
+    assert [c.kind for c in found.needs] == [], "its Qwen3 is what [klein] takes: nothing more is needed"
     assert [(m.family, m.probe) for m in probe_families_of([probe.model])] == [("flux2", "flux2")]
     assert 490_000_000 < probe.parameters < 500_000_000  # the 152k x 2560 embedding is most of it
+
+
+@pytest.mark.parametrize("dev, needs", [(False, ["qwen3-4b"]), (True, ["mistral-small-3.2"])])
+def test_a_flux2_diffusion_model_needs_its_own_variant_s_llm(dev, needs, tmp_path):
+    """``model inspect`` and ``generate`` agree: [klein] takes Qwen3, [dev] Mistral (src/conditioner.hpp
+    LLMEmbedder), never the other variant's LLM (inspect named the family's union)."""
+    spec = {n: (s, "F16") for n, s in flux2_dit_tensors(5120 if dev else 2560, dev=dev).items()}
+    found = inspect_model(str(write_safetensors(tmp_path / "flux2.safetensors", spec)))
+    assert (found.family, found.variant) == ("flux2", "dev" if dev else "klein")
+    assert [c.kind for c in found.needs] == ["flux2-vae", *needs]
 
 
 def test_the_dev_layout_is_told_apart_by_its_48th_single_block():
