@@ -24,8 +24,6 @@ __all__ = ["PROBE_NOISE", "RUNTIME_HINT", "add_runtime_arguments", "add_engine_a
 # runtime computes, deterministically and like the CPU build; it is not meant to show anything.
 PROBE_NOISE = "noise by design: the probe model has random weights"
 FAMILY_HELP = "; ".join(f"{name} ({spec.note})" for name, spec in direct.FAMILIES.items())
-MODEL_STATEMENT = ("the runtime ran this family's kernels with a reduced probe of random weights; "
-                   "the file itself was inspected, not loaded")
 RUNTIME_HINT = "run `accelstack install` first, or pass --runtime DIR (a directory the " \
                "stable-diffusion-cpp-python wheel is installed in)"
 
@@ -258,12 +256,22 @@ def run(args: argparse.Namespace) -> int:
                  "fails, `accelstack plan` shows why this build was chosen")
     payload = {"verdict": report.verdict, **to_dict(report)}
     if models:
-        payload["models"] = [{**to_dict(m), "statement": MODEL_STATEMENT} for m in models]
-        text += "".join(f"\n  model       {printable(m.path)}: {m.family_name or m.family} -> the {m.probe} probe"
-                        for m in models)
-        text += f"\n              ({MODEL_STATEMENT})"
+        payload["models"], text = _model_kernels(models, text)
     emit(args, payload, text, ok=report.ok)
     return 0 if report.ok else 1
+
+
+def _model_kernels(models: List[Any], text: str) -> Tuple[List[Dict[str, Any]], str]:
+    """Each ``--model``'s entry and lines: its probe, and which of the file's weight kernels that probe ran
+    and which it did not (issue 44: a Q4_K file's kernels are not the F16 probe's)."""
+    out: List[Dict[str, Any]] = []
+    for m in models:
+        cov = direct.kernel_coverage(m)
+        out.append({**to_dict(m), "statement": cov.statement,
+                    "kernels": {"file": cov.file_types, "probe": cov.probe_types, "ran": cov.ran, "not_run": cov.not_run}})
+        text += (f"\n  model       {printable(m.path)}: {printable(m.family_name or m.family)} -> the {m.probe} probe"
+                 f"\n              ({cov.statement})")
+    return out, text
 
 
 def _images_of(args: argparse.Namespace, s: Settings) -> Dict[str, object]:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the lazy names below, for the type checker
     from ..engine.request.components import check_components
     from ..engine.request.outputs import check_not_inputs, check_outputs, output_paths
     from ..engine.supervision.supervisor import Supervisor
+    from ..engine.verification.kernels import kernel_coverage
     from ..engine.verification.probe_verify import DEFAULT_TOLERANCE, IDENTICAL
     from ..engine.verification.torch_verify import torch_details
     from ..verdict import VerifyReport
@@ -49,7 +50,8 @@ _LAZY = {
     "check_families": "accelstack.engine.probes.families", "family_names": "accelstack.engine.probes.families",
     "probe_families_of": "accelstack.engine.probes.families", "DEFAULT_SEED": "accelstack.engine.probes.model",
     "torch_details": "accelstack.engine.verification.torch_verify", "DEFAULT_TOLERANCE": "accelstack.engine.verification.probe_verify",
-    "IDENTICAL": "accelstack.engine.verification.probe_verify", "dry_run": "accelstack.core.dry_runs", }
+    "IDENTICAL": "accelstack.engine.verification.probe_verify", "dry_run": "accelstack.core.dry_runs",
+    "kernel_coverage": "accelstack.engine.verification.kernels", }
 if not TYPE_CHECKING:  # a type checker sees the names above, and no others
     __getattr__ = lazy_exports(__name__, _LAZY, globals())
 
@@ -60,7 +62,7 @@ __all__ = ["CONVERTED_CACHE", "with_caches", "DEFAULT_SEED", "DEFAULT_TOLERANCE"
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
            "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
            "engine_options_over", "generate", "dry_run", "input_png_size", "verify_families",
-           "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
+           "is_probe_model", "kernel_coverage", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
 def engine_options(settings: Settings, config: Optional[str], overrides: Mapping[str, Any]) -> EngineOptions:

@@ -256,7 +256,7 @@ def _inspect(info: ModelFile, tensors: List[TensorInfo], k: Knowledge) -> ModelI
     _weights(result, tensors)
     if family:
         result.source = k.source(family.source)
-        result.needs = _needs(family, parts, k)
+        result.needs = _needs(family, variant, parts, k)
     elif has_dm or role == "unknown":
         top = collections.Counter(".".join(t.name.split(".", 2)[:2])[:MAX_SHOWN_NAME] for t in tensors)
         shown = ", ".join(f"{p} ({n})" for p, n in top.most_common(8))
@@ -344,13 +344,16 @@ def _decoder_tensor(name: str, prefix: str) -> bool:
     return rest.startswith(_DECODER_ROOTS)  # an encoder's ResBlocks have conv2 too: only the first segment
 
 
-def _needs(family: FamilyRule, parts: List[ModelPart], k: Knowledge) -> List[Companion]:
+def _needs(family: FamilyRule, variant: str, parts: List[ModelPart], k: Knowledge) -> List[Companion]:
+    """The companions ``parts`` lack: the variant's own text encoders where it names them (FLUX.2 [klein]
+    takes Qwen3, [dev] Mistral: never the other's), else the family's."""
     out: List[Companion] = []
+    var = next((v for v in family.variants if v.id == variant and v.text_encoders), None)
     have = {p.kind for p in parts}
     if family.vaes and not any(p.component == "vae" for p in parts):
         vae = next(v for v in k.vaes if v.id == family.vaes[0])
         out.append(Companion("vae", vae.id, vae.name, list(vae.files), _cite(k, k.vae_source)))
-    for te_id in family.text_encoders:
+    for te_id in var.text_encoders if var else family.text_encoders:
         if te_id not in have:
             te = next(e for e in k.encoders if e.id == te_id)
             out.append(Companion("text_encoder", te.id, te.name, list(te.files), _cite(k, k.encoder_source)))

@@ -71,6 +71,7 @@ from .architecture import (
     unet_tensors,
     vae_decoder,
 )
+from .flux2 import KLEIN_LLM, flux2_dit_tensors, flux2_llm_tensors, flux2_vae_extra
 from .qwen import qwen_dit_tensors, qwen_llm_tensors, wan_decoder_tensors
 from .sd3 import mmdit_tensors
 from .zimage import ZIMAGE_QUANTIZED, qwen3_llm_tensors, zimage_dit_tensors
@@ -254,6 +255,11 @@ def _zimage_parts() -> Parts:
             "text_encoders.llm.": qwen3_llm_tensors()}
 
 
+def _flux2_parts() -> Parts:  # FLUX.2 [klein] (src/model.cpp get_sd_version): :mod:`.flux2`
+    return {"model.diffusion_model.": flux2_dit_tensors(KLEIN_LLM[0]), "text_encoders.llm.": flux2_llm_tensors(),
+            "vae.": flux2_vae_extra(vae_decoder_tensors(32))}
+
+
 def _chroma_parts() -> Parts:
     return {"model.diffusion_model.": flux_tensors(chroma=True),
             "vae.": vae_decoder_tensors(FLUX_LATENT)}
@@ -322,6 +328,11 @@ FAMILIES: Dict[str, FamilyProbeSpec] = {
                                sources=["src/z_image.hpp ZImageParams", "src/llm.hpp LLMRunner",
                                         "src/conditioner.hpp LLMEmbedder", "src/model.cpp get_sd_version"],
                                quantized=ZIMAGE_QUANTIZED),
+    "flux2": FamilyProbeSpec("flux2", "FLUX.2 [klein] (reduced)", "Flux.2 klein", _flux2_parts, cfg_scale=1.0,
+                             note="1 double + 1 single block of one 128-wide head, Qwen3's text model with 1 layer at "
+                                  "Qwen3-4B's widths (its 152k x 2560 embedding), decode-only 32-channel VAE",
+                             sources=["src/flux.hpp FluxRunner", "src/llm.hpp LLMRunner", "src/conditioner.hpp "
+                                      "LLMEmbedder", "src/model.cpp get_sd_version", "src/auto_encoder_kl.hpp"]),
 }
 
 
@@ -349,7 +360,8 @@ def check_families(families: Sequence[str]) -> List[str]:
 # -- a user's model file -> the probe of its family ---------------------------------------------------
 # model_inspect's family ids whose kernels a probe here exercises (variants share their family's probe)
 PROBE_OF_FAMILY: Dict[str, str] = {"sd1": "sd1", "sd2": "sd2", "flux": "flux", "chroma": "chroma", "sdxl": "sdxl",
-                                   "qwen-image": "qwen-image", "sd3": "sd3", "z-image": "z-image"}
+                                   "qwen-image": "qwen-image", "sd3": "sd3", "z-image": "z-image",
+                                   "flux2": "flux2"}
 
 
 @dataclass
@@ -360,6 +372,7 @@ class ModelFamily:
     family: str  # model_inspect's id
     family_name: str
     probe: str  # the FAMILIES key verified
+    weight_types: List[str] = field(default_factory=list)  # the file's stored types, most parameters first
 
 
 def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
@@ -380,5 +393,5 @@ def probe_families_of(paths: Sequence[str]) -> List[ModelFamily]:
             raise InvalidRequestError(f"{path} {what}: verify --model needs a model of a family it knows",
                                       hint=f"verify --model knows the families {known}; `accelstack model inspect "
                                            f"{path}` shows what the file is")
-        out.append(ModelFamily(str(found.path), found.family, found.family_name, probe))
+        out.append(ModelFamily(str(found.path), found.family, found.family_name, probe, [w.dtype for w in found.weight_types]))
     return out
