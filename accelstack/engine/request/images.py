@@ -53,7 +53,18 @@ def check_edit_images(request: GenerateRequest, found: CheckedComponents, librar
         [read_pixels(path, request) for path in request.ref_pixels]
     mask = _read_image("mask_image", request.mask_image, request) if request.mask_image else \
         read_pixels(request.mask_pixels, request) if request.mask_pixels else b""
-    return mask, ref_rgb
+    return mask_grey(mask), ref_rgb
+
+
+def mask_grey(rgb: bytes) -> bytes:
+    """The mask as grey RGB in sd-cli's luma, (77 R + 150 G + 29 B) >> 8 (it reads a mask as one channel:
+    thirdparty/stb_image.h stbi__compute_y). The bindings convert RGB with Pillow's 0.299/0.587/0.114 luma, one
+    off on many greys (an anti-aliased edge redrawn otherwise); a grey pixel they keep exactly."""
+    out = bytearray(len(rgb))
+    for i in range(0, len(rgb) - 2, 3):
+        y = (77 * rgb[i] + 150 * rgb[i + 1] + 29 * rgb[i + 2]) >> 8
+        out[i] = out[i + 1] = out[i + 2] = y
+    return bytes(out)
 
 
 def _encoder_missing(request: GenerateRequest, model: Optional[str], found: CheckedComponents) -> str:
