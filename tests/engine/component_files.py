@@ -136,6 +136,19 @@ def write_controlnet(path: Path, context: int = 768, seed: int = 11, prefix: str
     return path
 
 
+def write_vae(path: Path, latent: int = 16, seed: int = 13) -> Path:
+    """A random KL VAE with its encoder (engine.probes.architecture.kl_vae_tensors; 16 latent channels: FLUX.1's
+    ae.safetensors shape, with the reduced probe's quarter-width decoder), F8_E5M2 like the probe's weights."""
+    from accelstack.engine.probes.architecture import kl_vae_tensors
+
+    pools = Pools(seed, "F8_E5M2")
+    try:
+        write_part(path, kl_vae_tensors(latent), pools, {"accelstack": "test vae"}, lambda n: None, "")
+    finally:
+        pools.close()
+    return path
+
+
 def write_png_image(path: Path, width: int, height: int, seed: int = 0) -> Path:
     """A deterministic RGB test pattern (gradients and stripes) as a PNG."""
     rgb = bytearray(width * height * 3)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional, Tuple
 
-__all__ = ["Shape", "Architecture", "sd1_tensors", "clip_text_tensors", "value_rule"]
+__all__ = ["Shape", "Architecture", "sd1_tensors", "clip_text_tensors", "value_rule", "vae_encoder", "kl_vae_tensors"]
 
 Shape = Tuple[int, ...]
 Architecture = Dict[str, Dict[str, Shape]]  # {part: {tensor name: shape}}
@@ -114,20 +114,36 @@ def _vae_mid(out: Dict[str, Shape], name: str, c: int) -> None:
 def _vae() -> Dict[str, Shape]:
     out: Dict[str, Shape] = {}
     chans, layers, latent = (128, 256, 512, 512), 2, 4
+    vae_encoder(out, chans, latent, layers)
+    _conv(out, "quant_conv", 2 * latent, 2 * latent, 1)
+    _conv(out, "post_quant_conv", latent, latent, 1)
+    vae_decoder(out, chans, latent, layers + 1)
+    return out
+
+
+def vae_encoder(out: Dict[str, Shape], chans: Tuple[int, ...], latent: int, resnets: int = 2) -> None:
+    """A KL VAE's encoder in diffusers names (src/auto_encoder_kl.hpp ``Encoder``, double_z: mean and log-variance):
+    what encodes an init or reference image; a decode-only load never builds it."""
     _conv(out, "encoder.conv_in", chans[0], 3, 3)
     prev = chans[0]
     for i, c in enumerate(chans):
-        for j in range(layers):
+        for j in range(resnets):
             _resnet(out, f"encoder.down_blocks.{i}.resnets.{j}", prev if j == 0 else c, c, None)
-        if i < 3:
+        if i < len(chans) - 1:
             _conv(out, f"encoder.down_blocks.{i}.downsamplers.0.conv", c, c, 3)
         prev = c
     _vae_mid(out, "encoder.mid_block", chans[-1])
     _norm(out, "encoder.conv_norm_out", chans[-1])
     _conv(out, "encoder.conv_out", 2 * latent, chans[-1], 3)
-    _conv(out, "quant_conv", 2 * latent, 2 * latent, 1)
-    _conv(out, "post_quant_conv", latent, latent, 1)
-    vae_decoder(out, chans, latent, layers + 1)
+
+
+def kl_vae_tensors(latent: int, decoder_ch: int = 32) -> Dict[str, Shape]:
+    """A KL VAE that encodes too (img2img, edits, inpainting), in diffusers names: the encoder at the width
+    stable-diffusion.cpp always builds it (src/auto_encoder_kl.hpp: ``Encoder(dd_config.ch = 128, {1, 2, 4, 4})``,
+    never read from the file), the decoder at ``decoder_ch`` (read from ``decoder.conv_in``: detect_decoder_ch)."""
+    out: Dict[str, Shape] = {}
+    vae_encoder(out, (128, 256, 512, 512), latent)
+    vae_decoder(out, tuple(decoder_ch * m for m in (1, 2, 4, 4)), latent)
     return out
 
 

@@ -53,6 +53,7 @@ class CheckedGeneration:
                                                 library=self.traits.library)
             found.mask_rgb, found.ref_rgb = images.check_edit_images(self.request, found, self.traits.library,
                                                                      self.traits.companions)
+            images.check_encoder(self.request, self.model, found)  # what encodes the init/reference images
             if self.traits.family_rules:  # the size the family makes exactly, or a refusal: never a silently larger image
                 sizes.check_size(self.request, found.family)
                 self.warnings = needs.companion_warnings(self.request, self.model or "", found)

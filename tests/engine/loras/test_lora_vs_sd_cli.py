@@ -5,36 +5,16 @@ build cache when bench_engine built it there; this test never starts that 20-min
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 from companion_files import write_safetensors  # noqa: E402
 from component_files import split_probe  # noqa: E402
+from sd_cli_helpers import sd_cli  # noqa: E402
 from test_lora_layouts import FILES, NAMINGS  # noqa: E402
 
 from accelstack.engine.png import read_png
 
 from engine_helpers import cli_env, run_cli  # noqa: E402
-
-
-def _sd_cli(build) -> Path:
-    """sd-cli built from the runtime's own source with its CMake options (bench_engine's key), never another."""
-    import importlib.util
-
-    from accelstack.publisher.build_cache import build_cache_dir
-    from accelstack.settings import Settings
-
-    spec = importlib.util.spec_from_file_location("bench_engine", Path(__file__).resolve().parents[3] / "benchmarks" / "bench_engine.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    cache = build_cache_dir(Settings.resolve())
-    sdist = next((cache / "sdist").glob("stable_diffusion_cpp_python-*.tar.gz"), None)
-    exe = bench.sd_cli_path(sdist, build.cmake_args, cache) if sdist is not None else None
-    if exe is None or not exe.is_file():
-        pytest.skip("sd-cli of this source and these CMake options is not built in the build cache "
-                    "(python benchmarks/bench_engine.py builds it, about 20 minutes on 2 cores)")
-    return exe
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +28,7 @@ SETTINGS = ["-W", "64", "-H", "64", "--steps", "2", "--cfg-scale", "1", "--guida
 @pytest.mark.parametrize("naming", ["none", *sorted(NAMINGS)])
 def test_split_flux_with_a_lora_gives_sd_cli_s_pixels(cpu_runtime, cache_with_probe, parts, naming, tmp_path,
                                                        ggml_cpu_build):
-    sd_cli = _sd_cli(ggml_cpu_build)
+    exe = sd_cli(ggml_cpu_build)
     loras = tmp_path / "loras"
     loras.mkdir()
     prompt = "a lighthouse"
@@ -56,7 +36,7 @@ def test_split_flux_with_a_lora_gives_sd_cli_s_pixels(cpu_runtime, cache_with_pr
         write_safetensors(loras / "style.safetensors", NAMINGS[naming][0])
         prompt += " <lora:style:0.8>"
     files = ["--diffusion-model", parts / "flux1-dev.safetensors", "--vae", parts / "ae.safetensors"]
-    cli = subprocess.run([sd_cli, *files, "--clip_l", parts / "clip_l.safetensors", "--lora-model-dir", loras, "-p", prompt,
+    cli = subprocess.run([exe, *files, "--clip_l", parts / "clip_l.safetensors", "--lora-model-dir", loras, "-p", prompt,
                           *SETTINGS, "-s", "5", "--sampling-method", "euler", "--scheduler", "discrete", "-t", "2",
                           "-o", tmp_path / "sdcli.png"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          timeout=600)

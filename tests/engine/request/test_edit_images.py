@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from component_files import write_png_image
+from component_files import write_png_image, write_vae
 
 from accelstack.engine import generation
 from accelstack.engine.errors import InvalidRequestError
@@ -34,7 +34,8 @@ def _check(model, tmp_path, **kw):
 def test_a_reference_image_for_an_edit_family_is_read(flux, tmp_path):
     ref = write_png_image(tmp_path / "ref.png", 64, 64)
     ref2 = write_png_image(tmp_path / "ref2.png", 64, 64, seed=3)
-    checked = _check(flux, tmp_path, ref_images=[str(ref), str(ref2)])
+    vae = write_vae(tmp_path / "ae.safetensors")  # the probe's own VAE is decode-only (test_vae_encoder)
+    checked = _check(flux, tmp_path, ref_images=[str(ref), str(ref2)], vae=str(vae))
     assert len(checked.components.ref_rgb) == 2 and len(checked.components.ref_rgb[0]) == 64 * 64 * 3
 
 
