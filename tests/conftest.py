@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Callable, Dict, Iterator
 
 import pytest
 import wheelhouse
@@ -76,6 +76,33 @@ def module_tmp(tmp_path_factory, request) -> Iterator[Path]:
     path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+# the families whose full-size probes several modules generate with: made once for the session
+SHARED_FAMILY_PROBES = ("sd2", "sdxl", "sd3")
+
+
+@pytest.fixture(scope="session")
+def family_probe(tmp_path_factory) -> Iterator[Callable[[str], object]]:
+    """``family_probe(family)``: the kept probe of sd2, sdxl or sd3 (1.2, 1.6 and 2.9 GB) for verify's own
+    probe seed (DEFAULT_SEED), in one folder for the session. tests/engine/loras/test_family_companions.py,
+    request/test_generate_components.py and verification/test_verify_families.py each synthesized their
+    own, and verify_families' verify a second one (seed 7 inspected, verify's 1234 generated with):
+    14, 20 and 17 s each on two busy cores. A probe is a function of its family and seed, so the copy an
+    earlier module made is the same file, and ``verify(probe_cache=<its folder>)`` finds it there as it
+    finds a kept probe in a user's cache. The folder goes at the end of the session (5.7 GB held)."""
+    from accelstack.engine.probes.family_files import ensure_family_probe
+    from accelstack.engine.probes.model import DEFAULT_SEED
+
+    root = tmp_path_factory.mktemp("family-probes")
+
+    def probe(family: str):
+        assert family in SHARED_FAMILY_PROBES, f"{family}'s probe is made by one module: give it a folder of its own"
+        return ensure_family_probe(family, DEFAULT_SEED, root, keep=True)
+
+    probe.families = SHARED_FAMILY_PROBES  # type: ignore[attr-defined]
+    yield probe
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

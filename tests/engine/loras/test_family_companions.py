@@ -11,7 +11,6 @@ from component_files import split_probe, write_controlnet, write_png_image
 from accelstack.engine import generation
 from accelstack.engine.errors import InvalidRequestError
 from accelstack.engine.png import read_png
-from accelstack.engine.probes.family_files import ensure_family_probe
 from accelstack.engine.worker.protocol import GenerateRequest
 
 
@@ -39,9 +38,9 @@ def sd2_lora(path, seed: int = 17):
 
 
 @pytest.fixture(scope="module")
-def sd2_probe(module_tmp) -> str:
-    """The SD 2.x probe (1.2 GB), made once for this module's tests."""
-    return ensure_family_probe("sd2", 7, module_tmp / "sd2", keep=True).path
+def sd2_probe(family_probe) -> str:
+    """The SD 2.x probe (1.2 GB), made once for the session (tests/conftest.py)."""
+    return family_probe("sd2").path
 
 
 def test_an_sd2_lora_embedding_and_controlnet_apply_to_the_sd2_probe(cpu_runtime, sd2_probe, tmp_path):
@@ -116,10 +115,24 @@ def qwen_parts(module_tmp):
 QWEN_REQUEST = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
 
 
-def test_qwen_image_from_a_diffusion_model_vae_and_llm_files_is_the_checkpoints_image(cpu_runtime, qwen_parts, tmp_path):
+@pytest.fixture(scope="module")
+def qwen_plain(cpu_runtime, qwen_parts, module_tmp):
+    """The whole Qwen-Image probe's image for QWEN_REQUEST, made once: the image each test below compares
+    its own generation with (the split files' must equal it, each LoRA's must differ from it). Every
+    generation is seeded and deterministic on the CPU build, so one run is the same image as one per test
+    (it was four, ~10 s each on two cores)."""
+    probe, _folder = qwen_parts
+    folder = module_tmp / "qwen-plain"
+    folder.mkdir()
+    pixels, _text, _report = _generate(cpu_runtime, probe, folder, GenerateRequest(**QWEN_REQUEST), "plain")
+    return pixels
+
+
+def test_qwen_image_from_a_diffusion_model_vae_and_llm_files_is_the_checkpoints_image(cpu_runtime, qwen_parts, qwen_plain,
+                                                                                       tmp_path):
     # --llm run for real: Qwen2.5-VL's text model as a file of its own (loaded under text_encoders.llm.).
     probe, folder = qwen_parts
-    whole, _text, _r = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**QWEN_REQUEST), "whole")
+    whole = qwen_plain
     split, text, report = _generate(cpu_runtime, None, tmp_path, GenerateRequest(
         **QWEN_REQUEST, diffusion_model=str(folder / "qwen_image.safetensors"),
         vae=str(folder / "qwen_image_vae.safetensors"), llm=str(folder / "qwen_2.5_vl_7b.safetensors")), "split")
@@ -135,12 +148,12 @@ QWEN_MODULES = {"transformer_blocks.0.attn.to_q": (3072, 3072), "transformer_blo
 
 
 @pytest.mark.parametrize("naming", ["diffusers", "comfy", "kohya"])
-def test_a_qwen_image_lora_applies_in_each_naming(naming, cpu_runtime, qwen_parts, tmp_path):
+def test_a_qwen_image_lora_applies_in_each_naming(naming, cpu_runtime, qwen_parts, qwen_plain, tmp_path):
     probe, _folder = qwen_parts
     loras = tmp_path / "loras"
     loras.mkdir()
     dit_lora(loras / "qstyle.safetensors", QWEN_MODULES, naming, 21)
-    plain, _t, _r = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**QWEN_REQUEST), "plain")
+    plain = qwen_plain
     request = dict(QWEN_REQUEST, prompt="a lighthouse <lora:qstyle:1.0>")
     styled, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request, lora_dir=str(loras)),
                                      "styled")
@@ -160,13 +173,13 @@ def test_qwen_image_refuses_an_embedding_and_a_controlnet_before_any_worker(cpu_
 SD3_MODULES = {"joint_blocks.0.x_block.attn.qkv": (4608, 1536), "joint_blocks.0.context_block.mlp.fc2": (1536, 6144)}
 
 
-def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runtime, tmp_path, monkeypatch):
+def test_an_sd3_lora_and_a_two_encoder_embedding_apply_to_the_sd3_probe(cpu_runtime, family_probe, tmp_path, monkeypatch):
     # A ComfyUI-named SD3 LoRA and an SDXL-style embedding (clip_l 768 + clip_g 1280 vectors: SD3's two CLIPs)
     # on the SD3 probe: checked, applied (the image changes) and named. The same LoRA in kohya names was
     # taken as matching and reported applied while stable-diffusion.cpp applied none of it ("Only (0 / 6)
     # LoRA tensors have been applied": it read lora_unet_joint_blocks_0_x_block_attn_qkv as
     # joint.blocks.0.x.block.attn.qkv); it is now refused before any worker starts, with that reason.
-    probe = ensure_family_probe("sd3", 7, tmp_path / "cache", keep=True)
+    probe = family_probe("sd3")
     loras, embeds = tmp_path / "loras", tmp_path / "embeddings"
     loras.mkdir()
     embeds.mkdir()

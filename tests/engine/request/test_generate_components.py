@@ -356,12 +356,26 @@ def flux_parts(module_tmp):
         "clip_l.safetensors": "text_encoders.clip_l.transformer."})
 
 
-def test_flux_from_a_diffusion_model_vae_and_clip_l_files_is_the_checkpoints_image(cpu_runtime, flux_parts, tmp_path):
-    probe, folder = flux_parts
-    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
-    whole, _text, whole_report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request), "whole")
+FLUX_REQUEST = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
+
+
+@pytest.fixture(scope="module")
+def flux_whole(cpu_runtime, flux_parts, module_tmp):
+    """The whole Flux probe's image for FLUX_REQUEST and its report, made once: the split files' image must
+    equal it and the T5-XXL run's must differ from it (seeded, deterministic on the CPU build)."""
+    probe, _folder = flux_parts
+    folder = module_tmp / "flux-whole"
+    folder.mkdir()
+    pixels, _text, report = _generate(cpu_runtime, probe, folder, GenerateRequest(**FLUX_REQUEST), "whole")
+    return pixels, report
+
+
+def test_flux_from_a_diffusion_model_vae_and_clip_l_files_is_the_checkpoints_image(cpu_runtime, flux_parts, flux_whole,
+                                                                                   tmp_path):
+    _probe, folder = flux_parts
+    whole, whole_report = flux_whole
     split, text, report = _generate(cpu_runtime, None, tmp_path, GenerateRequest(
-        **request, diffusion_model=str(folder / "flux1-dev.safetensors"), vae=str(folder / "ae.safetensors"),
+        **FLUX_REQUEST, diffusion_model=str(folder / "flux1-dev.safetensors"), vae=str(folder / "ae.safetensors"),
         clip_l=str(folder / "clip_l.safetensors")), "split")
     assert split == whole  # the same tensors, given as three files
     assert report.components == {"diffusion_model": "flux1-dev.safetensors", "vae": "ae.safetensors",
@@ -436,7 +450,7 @@ def test_a_flux_lora_and_an_embedding_apply_to_the_flux_probe(cpu_runtime, flux_
     assert "LoRA: fluxstyle:1" in text and "Embeddings: fluxword" in text
 
 
-def test_flux_with_a_t5xxl_gguf_runs_it_and_the_image_follows_it(cpu_runtime, flux_parts, tmp_path):
+def test_flux_with_a_t5xxl_gguf_runs_it_and_the_image_follows_it(cpu_runtime, flux_parts, flux_whole, tmp_path):
     # --t5xxl for real: Flux's second text encoder as the GGUF file users run on small machines (llama.cpp's
     # names, Q4_0). T5-XXL cannot be reduced (src/t5.hpp fixes 24 x 4096): 2.7 GB, its 256-token pass the
     # slowest step here. Without it stable-diffusion.cpp feeds zeros of its width (the probe's default);
@@ -448,9 +462,8 @@ def test_flux_with_a_t5xxl_gguf_runs_it_and_the_image_follows_it(cpu_runtime, fl
     probe, _folder = flux_parts
     t5 = t5xxl_gguf(tmp_path / "t5-v1_1-xxl-encoder-Q4_0.gguf")
     assert [(p.component, p.kind) for p in inspect_model(str(t5)).parts] == [("text_encoder", "t5xxl")]
-    request = dict(prompt="a lighthouse", width=64, height=64, steps=1, seed=5, cfg_scale=1.0)
-    zeros, _text, _ = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request), "zeros")
-    with_t5, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**request, t5xxl=str(t5)), "t5")
+    zeros, _report = flux_whole  # without --t5xxl
+    with_t5, text, report = _generate(cpu_runtime, probe, tmp_path, GenerateRequest(**FLUX_REQUEST, t5xxl=str(t5)), "t5")
     assert report.components == {"t5xxl": t5.name}
     assert with_t5 != zeros
     assert f"Text encoders: {t5.name}" in text
@@ -509,11 +522,9 @@ def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, f
 
 
 @pytest.fixture(scope="module")
-def sdxl_probe(module_tmp) -> str:
-    """The SDXL probe (1.6 GB), made once for this module's tests."""
-    from accelstack.engine.probes.family_files import ensure_family_probe
-
-    return ensure_family_probe("sdxl", 7, module_tmp / "sdxl", keep=True).path
+def sdxl_probe(family_probe) -> str:
+    """The SDXL probe (1.6 GB), made once for the session (tests/conftest.py)."""
+    return family_probe("sdxl").path
 
 
 def test_an_sdxl_lora_and_a_two_encoder_embedding_apply_and_an_sdxl_controlnet_is_refused(cpu_runtime, sdxl_probe, tmp_path,
