@@ -62,7 +62,7 @@ __all__ = ["CONVERTED_CACHE", "with_caches", "DEFAULT_SEED", "DEFAULT_TOLERANCE"
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
            "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
-           "engine_options_over", "generate", "Generated", "run_generation", "dry_run", "input_png_size", "verify_families",
+           "engine_options_over", "generate", "Generated", "run_generation", "file_stamp", "dry_run", "input_png_size", "verify_families",
            "is_probe_model", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -187,7 +187,7 @@ def run_generation(request: GenerateRequest, model: Optional[str], output: str, 
     An interrupt stops the worker and says which images of the batch were written."""
     checked = check_generation(request, model, output, options, runtime=runtime, read_files=False)
     worker = early_worker(runtime) if runtime is not None else None
-    before = {str(p): _stamp(str(p)) for p in checked.outputs}
+    before = {str(p): file_stamp(p) for p in checked.outputs}
     try:
         checked.read_files()
         if runtime is None:
@@ -201,7 +201,7 @@ def run_generation(request: GenerateRequest, model: Optional[str], output: str, 
         if worker is not None:
             worker.stop()  # (generate stops it itself; a worker stopped twice is no harm)
         if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: say what is left, as json.md promises
-            written = [p for p, was in before.items() if _stamp(p) not in (None, was)]
+            written = [p for p, was in before.items() if file_stamp(p) not in (None, was)]
             state = (f"{plural(len(written), 'image')} of {len(before)} written ({', '.join(written)}); the worker "
                      "was stopped" if written else "no image was written, nothing else changed; the worker was stopped")
             raise Interrupted.by(exc, state, action=Action.RETRY) from None
@@ -209,8 +209,8 @@ def run_generation(request: GenerateRequest, model: Optional[str], output: str, 
     return Generated(report, bool(model) and is_probe_model(model or ""))
 
 
-def _stamp(path: str) -> Optional[Tuple[int, int, int]]:
-    """What tells a file written by this run from the one that was there: its inode, size and time."""
+def file_stamp(path: Union[str, Path]) -> Optional[Tuple[int, int, int]]:
+    """What tells a file written by this run from the one that was there: its inode, size and time (None: absent)."""
     try:
         st = os.stat(path)
     except OSError:
