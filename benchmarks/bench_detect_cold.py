@@ -2,15 +2,10 @@
 
 Goal (issue 24): the whole process takes at most 1.0x `python -m torchruntime info` on the same
 machine, with a Vulkan driver installed (Mesa's lavapipe here), and detection in process under
-50 ms warm. Both commands run alternately (the order flips each round, so neither always follows
-the other), byte-compiled: every run uses one temporary PYTHONPYCACHEPREFIX, filled by warm-up
-runs first, so neither pays for compiling (nor writes into the source tree). The Vulkan
-enumeration's kept answer lives in a temporary ACCELSTACK_CACHE, made by the warm-up: what every
-`accelstack detect` after the first one on a machine costs.
-
-Wall time is the goal's measure; the CPU time of each process (user + system, from the kernel's
-accounting of the child) is printed beside it, because on a machine shared with other work wall
-time also measures the neighbours.
+50 ms warm. Both commands (and a bare interpreter) run in rounds, byte-compiled, with the Vulkan
+enumeration's answer kept in a temporary ACCELSTACK_CACHE by the warm-up (what every `accelstack
+detect` after the first one on a machine costs): the loop in benchmarks/_timing.py, shared with
+bench_status_cold.py, says how. Wall time is the goal's measure; CPU time is printed beside it.
 
 torchruntime's `info` lists GPUs with `lspci`: where pciutils is not installed it finds nothing at
 once and is measured at its fastest (the benchmark says so; put an `lspci` on PATH to compare
@@ -25,34 +20,21 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict
 
-OURS = ["-m", "accelstack", "detect", "--json"]
-THEIRS = ["-m", "torchruntime", "info"]
+from _timing import bench_env, median, time_rounds
 
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _run(python: str, argv: List[str], env: Dict[str, str]) -> Tuple[float, float]:
-    """(wall, CPU) milliseconds of one run of ``python argv``."""
-    cpu, start = _children_cpu(), time.perf_counter()
-    subprocess.run([python, *argv], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (time.perf_counter() - start) * 1000, (_children_cpu() - cpu) * 1000
-
-
-def _median(runs: List[Tuple[float, float]], which: int) -> float:
-    return statistics.median(r[which] for r in runs)
+OURS = "python -m accelstack detect --json"
+THEIRS = "python -m torchruntime info"
+BARE = "python -c pass (the interpreter)"
+COMMANDS = [(OURS, ["-m", "accelstack", "detect", "--json"]), (THEIRS, ["-m", "torchruntime", "info"]),
+            (BARE, ["-c", "pass"])]
 
 
 def _vulkan_note() -> str:
@@ -95,34 +77,21 @@ def main() -> int:
         return 2
 
     work = Path(tempfile.mkdtemp(prefix="accelstack-bench-cold-"))
-    try:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPYCACHEPREFIX=str(work / "pycache"), ACCELSTACK_CACHE=str(work / "cache"),
-                   ACCELSTACK_HOME=str(work / "home"))
-        for _ in range(2):  # byte-compile both, and keep the Vulkan enumeration's answer
-            _run(args.python, OURS, env)
-            _run(args.python, THEIRS, env)
-        ours: List[Tuple[float, float]] = []
-        theirs: List[Tuple[float, float]] = []
-        bare: List[Tuple[float, float]] = []
-        for i in range(args.runs):
-            pair = [(OURS, ours), (THEIRS, theirs)]
-            for argv, times in (pair if i % 2 == 0 else pair[::-1]):
-                times.append(_run(args.python, argv, env))
-            bare.append(_run(args.python, ["-c", "pass"], env))
+    try:  # the warm-up rounds byte-compile all and keep the Vulkan enumeration's answer
+        times = time_rounds(args.python, COMMANDS, bench_env(work), args.runs, check=True)
         warm = _warm_detect_ms(args.warm_runs, work / "cache-in-process")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    a, b = _median(ours, 0), _median(theirs, 0)
-    ca, cb = _median(ours, 1), _median(theirs, 1)
+    a, b = median(times[OURS], 0), median(times[THEIRS], 0)
+    ca, cb = median(times[OURS], 1), median(times[THEIRS], 1)
     print(_vulkan_note())
     if not shutil.which("lspci"):
         print("note: no lspci on PATH: torchruntime's info fails to start it, lists no GPU, and is measured at its fastest")
     print(f"{'':37s}{'wall':>12s}{'CPU':>10s}   (medians of {args.runs} runs, ms)")
-    print(f"{'python -c pass (the interpreter)':37s}{_median(bare, 0):12.1f}{_median(bare, 1):10.1f}")
-    print(f"{'python -m accelstack detect --json':37s}{a:12.1f}{ca:10.1f}")
-    print(f"{'python -m torchruntime info':37s}{b:12.1f}{cb:10.1f}")
+    print(f"{BARE:37s}{median(times[BARE], 0):12.1f}{median(times[BARE], 1):10.1f}")
+    print(f"{OURS:37s}{a:12.1f}{ca:10.1f}")
+    print(f"{THEIRS:37s}{b:12.1f}{cb:10.1f}")
     print(f"{'ratio accelstack/torchruntime':37s}{a / b:12.2f}{ca / cb:10.2f}   (goal: wall <= 1.00)")
     print(f"detect in process, warm              median {warm['warm']:7.2f} ms over {args.warm_runs} runs (goal: < 50 ms)")
     print(f"detect in process, --refresh         median {warm['refresh']:7.2f} ms over 3 runs (the Vulkan child runs)")

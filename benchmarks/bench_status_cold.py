@@ -2,12 +2,10 @@
 saved report and `--help`, each against `python -m torchruntime info`, in one run.
 
 Goals: `status` at most 1.5x torchruntime's `info`, `detect --json` at most 1.0x. The commands run
-in rounds (the order rotates each round, so none always follows another), byte-compiled into one
-temporary PYTHONPYCACHEPREFIX filled by warm-up runs, with a fresh ACCELSTACK_HOME (nothing
-installed: status reads the state, finds no runtime, and has no upgrade to ask the network about)
-and an ACCELSTACK_CACHE that keeps the Vulkan enumeration's answer, as on every run after the first.
-Wall time is the goal's measure; CPU time (user + system of the child) is printed beside it,
-because on a shared machine wall time also measures the neighbours.
+in rounds, byte-compiled, with a fresh ACCELSTACK_HOME (nothing installed: status reads the state,
+finds no runtime, and has no upgrade to ask the network about) and an ACCELSTACK_CACHE that keeps the
+Vulkan enumeration's answer: the loop in benchmarks/_timing.py, shared with bench_detect_cold.py, says
+how. Wall time is the goal's measure; CPU time is printed beside it.
 
     python benchmarks/bench_status_cold.py [--runs 9] [--source DIR]
 
@@ -18,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
-import resource
+import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
+
+from _timing import bench_env, median, time_rounds
 
 THEIRS = ("python -m torchruntime info", ["-m", "torchruntime", "info"])
 
@@ -38,20 +35,6 @@ def _ours(report: Path) -> List[Tuple[str, List[str]]]:
             ("accelstack detect --json", ["-m", "accelstack", "detect", "--json"]),
             ("accelstack plan --hardware FILE", ["-m", "accelstack", "plan", "--hardware", str(report), "--json"]),
             ("accelstack --help", ["-m", "accelstack", "--help"])]
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _run(python: str, argv: List[str], env: Dict[str, str]) -> Tuple[float, float]:
-    """(wall, CPU) milliseconds of one run of ``python argv`` (any exit status: plan exits 1 when nothing fits),
-    started in ``ACCELSTACK_BENCH_CWD`` (``-m`` puts the working directory first on the path)."""
-    cpu, start = _children_cpu(), time.perf_counter()
-    subprocess.run([python, *argv], env=env, cwd=env["ACCELSTACK_BENCH_CWD"], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    return (time.perf_counter() - start) * 1000, (_children_cpu() - cpu) * 1000
 
 
 def main() -> int:
@@ -65,36 +48,25 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="accelstack-bench-status-"))
     try:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPYCACHEPREFIX=str(work / "pycache"), ACCELSTACK_CACHE=str(work / "cache"),
-                   ACCELSTACK_HOME=str(work / "home"))
-        env["ACCELSTACK_BENCH_CWD"] = str(work)
+        env = bench_env(work)
+        cwd = str(work)  # `-m` puts the working directory first on the path
         if args.source:
-            env["PYTHONPATH"] = env["ACCELSTACK_BENCH_CWD"] = str(Path(args.source).resolve())
+            env["PYTHONPATH"] = cwd = str(Path(args.source).resolve())
         report = work / "report.json"
         with open(report, "wb") as out:
-            subprocess.run([args.python, "-m", "accelstack", "detect", "--json"], env=env, cwd=env["ACCELSTACK_BENCH_CWD"],
-                           stdout=out, check=True)
+            subprocess.run([args.python, "-m", "accelstack", "detect", "--json"], env=env, cwd=cwd, stdout=out, check=True)
         lines = report.read_bytes().splitlines()
-        report.write_bytes(__import__("json").dumps(__import__("json").loads(lines[-1])["result"]).encode())
+        report.write_bytes(json.dumps(json.loads(lines[-1])["result"]).encode())
         commands = [THEIRS, *_ours(report)]
-        for _ in range(2):  # byte-compile all, keep the Vulkan enumeration's answer
-            for _, argv in commands:
-                _run(args.python, argv, env)
-        times: Dict[str, List[Tuple[float, float]]] = {name: [] for name, _ in commands}
-        for i in range(args.runs):
-            order = commands[i % len(commands):] + commands[:i % len(commands)]
-            for name, argv in order:
-                times[name].append(_run(args.python, argv, env))
+        # any exit status counts: plan exits 1 when nothing fits
+        times = time_rounds(args.python, commands, env, args.runs, cwd=cwd)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base_wall = statistics.median(t[0] for t in times[THEIRS[0]])
-    base_cpu = statistics.median(t[1] for t in times[THEIRS[0]])
+    base_wall, base_cpu = median(times[THEIRS[0]], 0), median(times[THEIRS[0]], 1)
     print(f"source: {args.source or 'this checkout'}; medians of {args.runs} runs, ms")
     print(f"{'':34s}{'wall':>9s}{'CPU':>9s}{'wall x':>9s}{'CPU x':>8s}")
     for name, _ in commands:
-        wall = statistics.median(t[0] for t in times[name])
-        cpu = statistics.median(t[1] for t in times[name])
+        wall, cpu = median(times[name], 0), median(times[name], 1)
         print(f"{name:34s}{wall:9.1f}{cpu:9.1f}{wall / base_wall:9.2f}{cpu / base_cpu:8.2f}")
     print("goals: status <= 1.50x, detect --json <= 1.00x torchruntime info (wall)")
     return 0

@@ -37,15 +37,11 @@ export ACCELSTACK_PROBE_CACHE="$WORK/probe"
 OUTDIR=${OUT:-$WORK/results}
 mkdir -p "$OUTDIR"
 
-# step NAME ARGS...: run an accelstack command with --json, keep its last line, print exit and time
-step() {
-    local name=$1 start rc=0
-    shift
-    start=$(date +%s.%N)
-    "$PY" -m accelstack "$@" --json > "$WORK/$name.jsonl" || rc=$?
-    tail -n 1 "$WORK/$name.jsonl" > "$OUTDIR/$name.json"
-    echo "$name: exit $rc, $("$PY" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$start" "$(date +%s.%N)") s"
-}
+RESULTS="$WORK/results"
+mkdir -p "$RESULTS"
+# step NAME ARGS...: an accelstack command's --json result kept in $RESULTS (and $OUT), its time printed
+# shellcheck source=SCRIPTDIR/device-check-step.sh
+. "$ROOT/scripts/device-check-step.sh"
 
 echo "== the machine"
 if command -v nvidia-smi >/dev/null; then
@@ -53,15 +49,15 @@ if command -v nvidia-smi >/dev/null; then
 fi
 "$PY" -m accelstack detect --capture "$WORK/capture"
 tar -C "$WORK" -czf "$OUTDIR/capture.tgz" capture
-step detect detect
+step detect detect || true
 echo "== plans"
 "$PY" -m accelstack plan --stack torch | sed -n '1,4p'
-step plan-torch plan --stack torch
+step plan-torch plan --stack torch || true
 "$PY" -m accelstack plan --stack ggml | sed -n '1,3p'
-step plan-ggml plan --stack ggml
+step plan-ggml plan --stack ggml || true
 echo "== verify the torch runtime (operations against the CPU, then a diffusers step on the probe model)"
-step verify-torch verify --backend torch --runtime "$RUNTIME"
-"$PY" - "$OUTDIR/verify-torch.json" <<'PYEOF'
+step verify-torch verify --backend torch --runtime "$RUNTIME" || true
+"$PY" - "$RESULTS/verify-torch.json" <<'PYEOF'
 import json, sys
 r = json.loads(open(sys.argv[1]).read()).get("result") or {}
 d = r.get("diffusers") or {}

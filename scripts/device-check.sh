@@ -80,19 +80,9 @@ export ACCELSTACK_PROBE_CACHE="${ACCELSTACK_PROBE_CACHE:-$WORK/probe}"
 RESULTS="$WORK/results"
 mkdir -p "$RESULTS"
 
-# Run an accelstack command with --json; keep its final line as $RESULTS/NAME.json; print its time.
-step() {
-    local name=$1; shift
-    local start end rc=0
-    start=$(date +%s.%N)
-    acc "$@" --json > "$RESULTS/$name.jsonl" || rc=$?
-    end=$(date +%s.%N)
-    tail -n 1 "$RESULTS/$name.jsonl" > "$RESULTS/$name.json"
-    "$PY" -c 'import sys; print(f"{sys.argv[1]}: exit {sys.argv[2]}, {float(sys.argv[4]) - float(sys.argv[3]):.1f} s wall")' \
-        "$name" "$rc" "$start" "$end"
-    if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; cp "$RESULTS/$name.json" "$OUT/$name.json"; fi
-    return "$rc"
-}
+# step NAME ARGS...: an accelstack command's --json result kept in $RESULTS (and $OUT), its time printed
+# shellcheck source=SCRIPTDIR/device-check-step.sh
+. "$ROOT/scripts/device-check-step.sh"
 # say STEP [NAME [HOME]]: one line with the figures of a step's result (or its error); "runtime"
 # prints only the runtime folder the install NAME made in HOME
 cat > "$WORK/say.py" <<'EOF'

@@ -340,3 +340,34 @@ def test_a_probe_folder_of_a_verify_on_another_host_is_kept_and_said_so(tmp_path
     assert any("made by a verify on another host (render-node-7)" in k for k in kept), kept
     assert not any("in use by a running verify" in k for k in kept), kept
     assert folder.is_dir()
+
+
+def test_list_says_whose_the_project_scripts_folders_are(tmp_path):
+    """vulkan-headers and vulkan-lavapipe are written into the build cache by the project's own setup scripts
+    (scripts/setup-vulkan.sh, scripts/vulkan-lavapipe.sh), runtime-* and sd-cli-* by benchmarks/bench_engine.py:
+    `cache list` said "not written by accelstack" of them. They stay left alone (not entries, never purged), and
+    the list says who wrote them; a folder only named like one of them is still "not written by accelstack"."""
+    builds = tmp_path / "cache" / "builds"
+    _write(builds / "vulkan-headers" / "1.4.309.0-1" / "usr" / "include" / "vulkan" / "vulkan.h", b"h")
+    _write(builds / "vulkan-lavapipe" / "25.0.7-2~bpo12+1" / "env",
+           b"# lavapipe from Mesa 25.0.7-2~bpo12+1 (Debian bookworm-backports), for accelstack's Vulkan tests "
+           b"(scripts/vulkan-lavapipe.sh)\nVK_DRIVER_FILES=/x/lvp_icd.json\n")
+    _write(builds / ("runtime-" + "5e" * 8) / "stable_diffusion_cpp" / "__init__.py", b"")
+    _write(builds / ("sd-cli-" + "41" * 8) / "build" / "bin" / "sd-cli", b"\x7fELF")
+    _write(builds / "sd-cli-mine" / "notes.txt", b"mine")  # only named like one
+    rc, out, err = run_cli(["cache", "list", "--json"], env=_env(tmp_path))
+    assert rc == 0, err
+    info = {c["name"]: c for c in result_of(out)["caches"]}["builds"]
+    assert info["count"] == 0 and set(info["other"]) == {"vulkan-headers", "vulkan-lavapipe", "runtime-" + "5e" * 8,
+                                                          "sd-cli-" + "41" * 8, "sd-cli-mine"}
+    assert {n: w.split(":")[0] for n, w in info["written_by"].items()} == {
+        "vulkan-headers": "scripts/setup-vulkan.sh", "vulkan-lavapipe": "scripts/vulkan-lavapipe.sh",
+        "runtime-" + "5e" * 8: "benchmarks/bench_engine.py", "sd-cli-" + "41" * 8: "benchmarks/bench_engine.py"}
+    rc, out, err = run_cli(["cache", "list"], env=_env(tmp_path))
+    assert rc == 0, err
+    stranger = next(line for line in out.splitlines() if "not written by accelstack" in line)
+    assert "sd-cli-mine" in stranger and "vulkan" not in stranger and "runtime-" not in stranger
+    assert "vulkan-headers (scripts/setup-vulkan.sh:" in out and "vulkan-lavapipe (scripts/vulkan-lavapipe.sh:" in out
+    rc, out, err = run_cli(["cache", "purge", "builds", "--yes", "--json"], env=_env(tmp_path))
+    assert rc == 0 and result_of(out)["removed"] == [], err
+    assert (builds / "vulkan-lavapipe" / "25.0.7-2~bpo12+1" / "env").is_file()

@@ -8,7 +8,7 @@ from typing import List
 from ..core.caches import CACHES, cache_infos, purge
 from ..errors import UsageError
 from ..serde import plural, size_text
-from .common import emit, settings_from_args
+from .common import emit, printable, settings_from_args
 
 __all__ = ["register", "run_list", "run_purge"]
 
@@ -72,9 +72,11 @@ def run_list(args: argparse.Namespace) -> int:
         lines.append(f"{'':<10} {info.description}")
         if getattr(args, "verbosity", 0) > 0:
             lines += [f"{'':<12}{e.name}  {size_text(e.size)}  ({e.kind})" for e in info.entries]
-        if info.other:
-            lines.append(f"{'':<10} left alone (not written by accelstack): {', '.join(info.other[:5])}"
-                         + (f" and {len(info.other) - 5} more" if len(info.other) > 5 else ""))
+        lines += [f"{'':<10} left alone: {printable(n)} ({w})" for n, w in info.written_by.items()]
+        other = [printable(n) for n in info.other if n not in info.written_by]
+        if other:
+            lines.append(f"{'':<10} left alone (not written by accelstack): {', '.join(other[:5])}"
+                         + (f" and {len(other) - 5} more" if len(other) > 5 else ""))
     total = sum(i.size for i in infos)
     lines.append(f"total {size_text(total)}; remove with `accelstack cache purge [{'|'.join(CACHES)}|all]`")
     emit(args, {"caches": infos, "total_size": total}, "\n".join(lines))

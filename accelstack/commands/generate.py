@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from .. import core
 from ..core import direct
 from ..core.direct import SAMPLERS, SCHEDULERS, GenerateRequest
 from ..core.direct import protocol as _protocol
-from ..errors import AccelstackError, Action, Interrupted
+from ..errors import AccelstackError
 from ..serde import plural, to_dict
 from ..settings import Settings
 from .common import emit, printable, settings_from_args
@@ -179,11 +179,8 @@ def prepare(args: argparse.Namespace, settings: Optional[Settings] = None, *,
 
 def _check(args: argparse.Namespace, settings: Optional[Settings], runtime: Optional[direct.Runtime], *,
            read_files: bool) -> direct.CheckedGeneration:
-    options = engine_options(args, settings)
-    if args.output is None:
-        args.output, args.output_chosen = free_output(max(1, args.batch_count or 1)), True
-    check_given_dirs(args, "--runtime")
-    return direct.check_generation(build_request(args), args.model or None, args.output, options, runtime=runtime,
+    request, options = _request(args, settings)
+    return direct.check_generation(request, args.model or None, args.output, options, runtime=runtime,
                                    read_files=read_files)
 
 
@@ -208,55 +205,47 @@ def run(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
     if args.dry_run or args.vram is not None or args.ram is not None or args.replay:
         return _dry_run(args, s)
-    runtime = _runtime_at_hand(args, s)
-    # One check of the request: what the arguments themselves get wrong first, before any process starts.
-    checked = _check(args, s, runtime, read_files=False)
-    # The worker starts now: its start (about 0.15 s of every image on the CPU build) overlaps the time
-    # the model checks take to import and to read the files' headers; a refusal stops it.
-    worker = direct.early_worker(runtime) if runtime is not None else None
-    before = {str(p): _stamp(str(p)) for p in checked.outputs}
+    request, options = _request(args, s)  # what the arguments themselves get wrong first, before any process starts
+    at_hand, later = _runtimes(args, s)
+    with progress_renderer(json_mode=args.json) as progress:  # then down once: the core checks, starts, generates
+        done = direct.run_generation(request, args.model or None, args.output, options, runtime=at_hand, later=later,
+                                     progress=progress)
+    return _report(args, done)
+
+
+def _runtimes(args: argparse.Namespace, s: Settings) -> Tuple[Optional[direct.Runtime], Union[direct.Runtime, AccelstackError]]:
+    """The runtime at hand now (checked; None: none), and what stands in for it once the files are checked:
+    the runtime found but not checked (its error comes where it always did), or why none was found."""
     try:
-        checked.read_files()
-        if runtime is None:  # none could be had before the files were checked: its error, now
-            runtime = _runtime(args, s)
-            if runtime.traits != checked.traits:  # checked for the stack that was at hand, if any
-                checked = _check(args, s, runtime, read_files=True)
-        with progress_renderer(json_mode=args.json) as progress:
-            report = direct.generate_checked(runtime, checked, progress=progress, worker=worker)
-    except BaseException as exc:
-        if worker is not None:
-            worker.stop()  # (generate stops it itself; a worker stopped twice is no harm)
-        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: say what is left, as json.md promises
-            written = [p for p, was in before.items() if _stamp(p) not in (None, was)]
-            state = (f"{plural(len(written), 'image')} of {len(before)} written ({', '.join(written)}); the worker "
-                     "was stopped" if written else "no image was written, nothing else changed; the worker was stopped")
-            raise Interrupted.by(exc, state, action=Action.RETRY) from None
-        raise
-    return _report(args, report)
+        found = _runtime(args, s)
+    except AccelstackError as exc:
+        return None, exc
+    try:
+        return found.check(), found
+    except AccelstackError:
+        return None, found
+
+
+def _request(args: argparse.Namespace, s: Optional[Settings]) -> Tuple[GenerateRequest, direct.EngineOptions]:
+    """The request and engine options the arguments describe, -o chosen when not given (checked by the core)."""
+    options = engine_options(args, s)
+    if args.output is None:
+        args.output, args.output_chosen = free_output(max(1, args.batch_count or 1)), True
+    check_given_dirs(args, "--runtime")
+    return build_request(args), options
 
 
 def _dry_run(args: argparse.Namespace, s: Settings) -> int:
     """--dry-run (--vram/--ram/--replay imply it): the planner's decision; no worker, nothing written."""
-    options = engine_options(args, s)
-    if args.output is None:
-        args.output = free_output(max(1, args.batch_count or 1))
-    check_given_dirs(args, "--runtime")
-    return dry_run(args, s, build_request(args), options, lambda: _runtime_at_hand(args, s))
+    request, options = _request(args, s)
+    return dry_run(args, s, request, options, lambda: _runtime_at_hand(args, s))
 
 
-def _stamp(path: str) -> Optional[Tuple[int, int, int]]:
-    """What tells a file written by this run from the one that was there: its inode, size and time."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _report(args: argparse.Namespace, report: direct.GenerateReport) -> int:
+def _report(args: argparse.Namespace, done: direct.Generated) -> int:
     """The result: one JSON object with --json, else what was written and how fast."""
+    report = done.report
     dev = report.device
-    noise = f"  ({PROBE_NOISE})" if args.model and direct.is_probe_model(args.model) else ""
+    noise = f"  ({PROBE_NOISE})" if done.probe_model else ""
     chosen = getattr(args, "output_chosen", False) and args.output != DEFAULT_OUTPUT + ".png"
     kept = "  (a free name: the files already there were kept; -o names the file)" if chosen else ""
     lines = [f"wrote {len(report.images)} image{'s' if len(report.images) != 1 else ''}: " + ", ".join(report.images) + noise + kept,

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
@@ -279,7 +278,7 @@ def _images_of(args: argparse.Namespace, s: Settings) -> Dict[str, object]:
     folder's), each with what tells a file written now from the one that was there."""
     out = Path(args.output).expanduser() if args.output else None
     paths = [out, *out.parent.glob(f"{glob.escape(out.stem)}-*.png")] if out else list(s.verify_dir.glob("verify-*.png"))
-    return {str(p): _stamp(p) for p in paths}
+    return {str(p): direct.file_stamp(p) for p in paths}
 
 
 def _folders_in(folder: Path) -> Set[str]:
@@ -288,14 +287,6 @@ def _folders_in(folder: Path) -> Set[str]:
         return {str(p) for p in folder.iterdir() if p.is_dir()}
     except OSError:
         return set()
-
-
-def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _interrupted_state(args: argparse.Namespace, s: Settings, images: Dict[str, object], probes: Set[str]) -> str:

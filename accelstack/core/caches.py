@@ -25,8 +25,8 @@ Four caches, each where :class:`~accelstack.settings.Settings` puts it:
 
 An *entry* is something accelstack wrote there, recognised by its name pattern in its own cache
 directory (each pattern declared by the layer that writes those names, gathered here) and by the mark it carries (:mod:`.cache_marks`: a name alone is never enough). Purging removes entries only: never a symbolic link (nor anything through one), never
-a file accelstack does not name that way (``vulkan-headers/`` from scripts/setup-vulkan.sh, files
-a person put there), never the runtime home or anything holding it, never an entry another
+a file accelstack does not name that way (``vulkan-headers/`` from scripts/setup-vulkan.sh: :mod:`.script_folders`
+says whose, files a person put there), never the runtime home or anything holding it, never an entry another
 process holds the lock of (a build or download in progress), and nothing on a dry run. Lock files
 stay: deleting a lock another process may be waiting on would let two processes in at once.
 """
@@ -58,6 +58,7 @@ from ..serde import size_text
 from ..settings import Settings
 from . import cache_marks as marks
 from . import job_folders
+from .script_folders import written_by
 
 __all__ = ["CACHES", "CacheEntry", "CacheInfo", "PurgeReport", "cache_infos", "purge", "tree_size"]
 
@@ -99,6 +100,7 @@ class CacheInfo:
     size: int = 0  # bytes of accelstack's entries
     entries: List[CacheEntry] = field(default_factory=list)
     other: List[str] = field(default_factory=list)  # names left alone: links, files accelstack did not write
+    written_by: Dict[str, str] = field(default_factory=dict)  # those of ``other`` the project's scripts wrote: whose
 
     __derived__ = ("count",)
 
@@ -288,6 +290,7 @@ def cache_infos(settings: Optional[Settings] = None, which: Optional[List[str]] 
     for name in which or list(CACHES):
         info = _READERS[name](s)
         info.size = sum(e.size for e in info.entries)
+        info.written_by = written_by(name, Path(info.path), info.other)
         out.append(info)
     return out
 

@@ -8,8 +8,9 @@ instead, which find it from its receipt and record the verdict there.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ..engine.config import EngineOptions, apply_overrides, load_config, shown
 from ..engine.errors import InvalidRequestError, RuntimeNotFoundError
@@ -18,9 +19,11 @@ from ..engine.request.check import check_generation as _check_generation
 from ..engine.runtime import GGML, Runtime
 from ..engine.worker import protocol  # the request's fields and limits, for the CLI's flags
 from ..engine.worker.protocol import SAMPLERS, SCHEDULERS, GenerateRequest
+from ..errors import Action, Interrupted
 from ..events import ProgressCallback, null_progress
 from ..hardware.protocol import System
 from ..lazy import lazy_exports
+from ..serde import plural
 from ..settings import Settings
 from .machine import machine_memory  # the machine's memory for the planner: LiveSystem, light
 from .stacks import stack_info
@@ -61,7 +64,7 @@ __all__ = ["CONVERTED_CACHE", "with_caches", "DEFAULT_SEED", "DEFAULT_TOLERANCE"
            "probe_families_of", "SAMPLERS", "SCHEDULERS", "EngineOptions", "GenerateReport",
            "GenerateRequest", "Runtime", "RuntimeNotFoundError", "check_model", "check_components", "protocol",
            "check_outputs", "check_not_inputs", "check_generation", "CheckedGeneration", "early_worker", "generate_checked", "engine_options",
-           "engine_options_over", "generate", "dry_run", "input_png_size", "verify_families",
+           "engine_options_over", "generate", "Generated", "run_generation", "file_stamp", "dry_run", "input_png_size", "verify_families",
            "is_probe_model", "kernel_coverage", "output_paths", "shown", "torch_details", "verify", "verify_torch_runtime"]
 
 
@@ -163,6 +166,58 @@ def generate(runtime: Runtime, model: Optional[Union[str, Path]], request: Gener
             worker.let_go()
         raise
     return generate_checked(runtime, checked, progress=progress, worker=worker, system=system)
+
+
+@dataclasses.dataclass
+class Generated:
+    """What :func:`run_generation` made: the report, and whether the model is the synthesized probe."""
+
+    report: GenerateReport
+    probe_model: bool  # the images are noise by design
+
+
+def run_generation(request: GenerateRequest, model: Optional[str], output: str, options: EngineOptions, *,
+                   runtime: Optional[Runtime], later: Union[Runtime, BaseException, None] = None,
+                   progress: ProgressCallback = null_progress) -> Generated:
+    """The command line's generate in one call, so the request goes down once (CLI -> core -> engine) and
+    only the result comes back: the one check (values first, before any process starts), the worker started
+    while the files' headers are read (its start overlaps the checks), then the images.
+
+    ``runtime``: the one at hand now. None: none could be had, and ``later`` stands in for it once the files
+    are checked: why none was found (raised then, so a bad model is said first), or a runtime that did not
+    check out (its error comes from the engine; the request is checked again for its stack when that differs).
+    An interrupt stops the worker and says which images of the batch were written."""
+    checked = check_generation(request, model, output, options, runtime=runtime, read_files=False)
+    worker = early_worker(runtime) if runtime is not None else None
+    before = {str(p): file_stamp(p) for p in checked.outputs}
+    try:
+        checked.read_files()
+        if runtime is None:
+            if later is None or isinstance(later, BaseException):
+                raise later or RuntimeNotFoundError("no runtime to generate on", hint="pass --runtime DIR")
+            runtime = later
+            if runtime.traits != checked.traits:  # checked for the stack that was at hand, if any
+                checked = check_generation(request, model, output, options, runtime=runtime)
+        report = generate_checked(runtime, checked, progress=progress, worker=worker)
+    except BaseException as exc:
+        if worker is not None:
+            worker.stop()  # (generate stops it itself; a worker stopped twice is no harm)
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: say what is left, as json.md promises
+            written = [p for p, was in before.items() if file_stamp(p) not in (None, was)]
+            state = (f"{plural(len(written), 'image')} of {len(before)} written ({', '.join(written)}); the worker "
+                     "was stopped" if written else "no image was written, nothing else changed; the worker was stopped")
+            raise Interrupted.by(exc, state, action=Action.RETRY) from None
+        raise
+    return Generated(report, bool(model) and is_probe_model(model or ""))
+
+
+def file_stamp(path: Union[str, Path]) -> Optional[Tuple[int, int, int]]:
+    """What tells a file written by this run from the one that was there: its inode, size and time (None: absent)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def is_probe_model(model: Union[str, Path]) -> bool:

@@ -15,7 +15,7 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-from companion_files import write_safetensors  # noqa: E402
+from companion_files import AITK_FLUX_MODULES, dit_lora, write_safetensors  # noqa: E402
 from component_files import split_probe  # noqa: E402
 
 from accelstack.engine.errors import InvalidRequestError
@@ -137,19 +137,10 @@ def test_a_flux_lora_in_each_naming_applies_to_every_layout(flux, naming, tmp_pa
 
 def test_the_diffusers_lora_counts_what_stable_diffusion_cpp_logged(flux, tmp_path):
     # tests/engine/request/test_generate_components.py ran this LoRA through stable-diffusion.cpp 0.4.7, which logged
-    # "Only (6 / 10) LoRA tensors have been applied": add_k_proj without add_q_proj and proj_mlp without to_q are
-    # slices after a missing one (src/lora.hpp get_lora_weight_diff stops at the first missing slice)
-    rng = np.random.default_rng(12)
-    tensors = {}
-    for module, rows in {"transformer_blocks.0.attn.to_q": 128, "transformer_blocks.0.attn.add_k_proj": 128,
-                         "transformer_blocks.0.ff.net.0.proj": 512, "single_transformer_blocks.0.proj_mlp": 512,
-                         "single_transformer_blocks.0.proj_out": 128}.items():
-        cols = 640 if module.endswith("proj_out") else 128
-        tensors[f"transformer.{module}.lora_A.weight"] = rng.normal(0, 0.5, (4, cols))
-        tensors[f"transformer.{module}.lora_B.weight"] = rng.normal(0, 0.5, (rows, 4))
+    # "Only (6 / 10) LoRA tensors have been applied" (companion_files.AITK_FLUX_MODULES says why)
     loras = tmp_path / "loras"
     loras.mkdir()
-    write_safetensors(loras / "aitk.safetensors", tensors)
+    dit_lora(loras / "aitk.safetensors", AITK_FLUX_MODULES, "diffusers", seed=12)
     for _layout, (model, encoders) in _layouts(flux).items():
         found = prepare_companions("a lighthouse <lora:aitk:1>", str(loras), "", model, encoders=encoders)
         found.cleanup()

@@ -491,20 +491,12 @@ def test_a_flux_lora_in_diffusers_names_applies_to_the_flux_probe(cpu_runtime, f
     # single_transformer_blocks.N.proj_mlp...), which stable-diffusion.cpp converts to the original ones
     # (src/name_conversion.cpp convert_diffusers_dit_to_original_flux); to_q/to_k/to_v are thirds of the fused qkv.
     # It was refused as holding nothing the check reads.
-    import numpy as np
-    from companion_files import write_safetensors
+    from companion_files import AITK_FLUX_MODULES, dit_lora_tensors, write_safetensors
 
     probe, _folder = flux_parts
     loras = tmp_path / "loras"
     loras.mkdir()
-    rng = np.random.default_rng(12)
-    tensors = {}
-    for module, rows in {"transformer_blocks.0.attn.to_q": 128, "transformer_blocks.0.attn.add_k_proj": 128,
-                         "transformer_blocks.0.ff.net.0.proj": 512, "single_transformer_blocks.0.proj_mlp": 512,
-                         "single_transformer_blocks.0.proj_out": 128}.items():
-        cols = 640 if module.endswith("proj_out") else 128
-        tensors[f"transformer.{module}.lora_A.weight"] = rng.normal(0, 0.5, (4, cols))
-        tensors[f"transformer.{module}.lora_B.weight"] = rng.normal(0, 0.5, (rows, 4))
+    tensors = dit_lora_tensors(AITK_FLUX_MODULES, "diffusers", seed=12)
     write_safetensors(loras / "aitk.safetensors", tensors)
     write_safetensors(loras / "zero.safetensors", {k: v * 0 if "lora_B" in k else v for k, v in tensors.items()})
     request = dict(width=64, height=64, steps=1, seed=5, cfg_scale=1.0, lora_dir=str(loras))
