@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import site
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -27,7 +26,7 @@ from ..settings import inherited_env
 from .errors import ConfigError, RuntimeNotFoundError
 from .worker.protocol import LIB_DIRS_ENV, PRELOAD_ENV
 
-__all__ = ["Runtime", "site_paths", "RuntimeLibraries", "StackTraits", "runtime_libraries", "GGML", "TORCH", "STACKS",
+__all__ = ["Runtime", "RuntimeLibraries", "StackTraits", "runtime_libraries", "GGML", "TORCH", "STACKS",
            "GGML_BACKENDS", "BACKENDS", "TORCH_BACKEND", "LIBS_FILE", "MAX_LIBS_FILE"]
 
 LIBS_FILE = RUNTIME_LIBS_NOTE  # written by accelstack.installer.cuda_libs.write_links
@@ -168,18 +167,11 @@ class Runtime:
         The options that follow the bootstrap come from the runtime: its stack (``--backend``) and
         the outside libraries its note names (``--lib-dir``, ``--preload``, in loading order)."""
         root = Path(__file__).resolve().parents[2]
-        flags, paths = "-c", ""
-        if self.python in ("", sys.executable) and not sys.flags.no_site:
-            # Our own interpreter (a runtime's own venv keeps its site): started without `site` (-S), which with its .pth
-            # files (an editable install's import hook, setuptools' distutils hack) was a third of the
-            # worker's start before it could import the runtime (issue 46); the folders site gave us
-            # (site-packages: the ggml bindings' PIL and typing_extensions) are put on its path.
-            flags, paths = "-Sc", "sys.path.extend(%r); " % (site_paths(),)
-        boot = ("import runpy, sys, types; " + paths + "sys.path.append(%r); "
+        boot = ("import runpy, sys, types; sys.path.append(%r); "
                 "pkg = types.ModuleType('accelstack'); pkg.__path__ = [%r]; sys.modules['accelstack'] = pkg; "
                 "runpy.run_module('accelstack.engine.worker.main', run_name='__main__', alter_sys=True)"
                 % (str(root), str(root / "accelstack")))
-        cmd = [self.interpreter(), flags, boot, "--backend", self.traits.stack]
+        cmd = [self.interpreter(), "-c", boot, "--backend", self.traits.stack]
         libs = self.libraries()
         for folder in libs.dirs:
             cmd += ["--lib-dir", str(folder)]
@@ -225,14 +217,3 @@ class Runtime:
                 action=Action.INSTALL)
         self.libraries()  # its outside libraries (CUDA) are still there
         return self
-
-
-def site_paths() -> List[str]:
-    """The folders `site` put on this interpreter's ``sys.path``, in order: site-packages, the user's,
-    and what their .pth files added (they follow their site folder). A worker started with -S gets
-    them appended, as site would have; PYTHONPATH (the runtime first) still comes before them."""
-    sites = set(site.getsitepackages())
-    if site.ENABLE_USER_SITE:
-        sites.add(site.getusersitepackages())
-    first = next((i for i, p in enumerate(sys.path) if p in sites), len(sys.path))
-    return [p for p in sys.path[first:] if p and os.path.exists(p)]  # not an import hook's marker entry
