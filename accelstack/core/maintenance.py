@@ -70,7 +70,7 @@ def repair(*, stack: str = "ggml", settings: Optional[Settings] = None, verifier
     svc = services or Services()
     if not d.repairable:
         return d.repair(s, verifier, svc.fetcher_for(s), progress)  # it says how that stack is repaired instead
-    home, lock = prepare_home(s, "repair", progress)
+    home, lock = prepare_home(s, "repair", progress, stack=stack)
     with lock:
         _, why = active_or_rebuild(home)
         recovered = [line for line in recover(home) if line.startswith(f"{stack}:")]
@@ -93,7 +93,7 @@ def rollback(*, stack: str = "ggml", settings: Optional[Settings] = None,
              on_progress: Optional[ProgressCallback] = None) -> Active:
     """Switch back to the previous runtime of ``stack`` (``on_progress`` hears a wait for the lock)."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "rollback", on_progress or null_progress)
+    home, lock = prepare_home(s, "rollback", on_progress or null_progress, stack=stack)
     with lock:
         recover(home)
         return maintenance.rollback(home, stack)
@@ -103,7 +103,7 @@ def uninstall(*, stack: str = "ggml", settings: Optional[Settings] = None,
               on_progress: Optional[ProgressCallback] = None) -> List[str]:
     """Remove every runtime of ``stack`` (a torch environment itself is never touched)."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "uninstall", on_progress or null_progress)
+    home, lock = prepare_home(s, "uninstall", on_progress or null_progress, stack=stack)
     with lock:
         recover(home)
         return maintenance.uninstall(home, stack)
@@ -186,7 +186,7 @@ def gc(*, settings: Optional[Settings] = None, on_progress: Optional[ProgressCal
     """Remove inactive runtimes (keeping the previous one), downloads no home needs any more, and
     the job folders of services that have stopped."""
     s = settings or Settings.resolve()
-    home, lock = prepare_home(s, "gc", on_progress or null_progress)
+    home, lock = prepare_home(s, "gc", on_progress or null_progress, release=False)
     with lock:
         finished = finish_removals(home)  # what a killed removal left: reported, then recover and gc go on
         try:

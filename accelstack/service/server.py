@@ -133,6 +133,7 @@ def serve(config: ServiceConfig, on_ready: Callable[[Ready], None]) -> Stopped:
                         cors_origins=cors_origins, max_body=config.max_body, describe=config.describe)
         url = f"http://{url_host(config.host)}:{port}/"
         ready = Ready(url=url, token_file=path, token=token, page_url=f"{url}#token={token}")
+        jobs.warm.announce(url, port)  # a loaded worker is registered for other processes' installs (issue 46)
         busy = Busy("the service is serving the token holder on every connection it can hold", code="busy",
                     hint="try again in a moment")
         limits = Limits(total=connection_budget(config.max_connections), per_peer=config.max_per_peer,

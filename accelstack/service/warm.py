@@ -7,6 +7,8 @@ needed or it is no longer wanted: after ``idle`` seconds without a job, before a
 repair or upgrade (which never run beside a loaded worker of the runtime they change: jobs run one
 at a time, and this releases first), on ``DELETE /v1/session``, and when the service stops. A
 killed service's worker ends with it (the worker watches its parent).
+While a worker is held it is registered (core/held_workers.py) so that an install, repair, upgrade
+or rollback run by another process has this service release it first.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import core
 from ..core.direct import EngineOptions  # the load-time settings: the core's name for the engine's
+from ..core.held_workers import register, unregister
 from ..events import ProgressCallback
 from ..settings import Settings
 
@@ -37,6 +40,12 @@ class WarmModel:
         self._model = ""
         self._last = time.monotonic()
         self._lock = threading.RLock()
+        self._address: Optional[Tuple[str, int]] = None  # the service's url and port, once it listens
+        self._held: Optional[Path] = None  # the registration other processes' installs read (core.held_workers)
+
+    def announce(self, url: str, port: int) -> None:
+        """Where the service listens: while a worker is held, other processes' installs can ask it to release."""
+        self._address = (url, port)
 
     def generate(self, model: Optional[Path], prompt: str, output: Path, *, stack: str, request: Dict[str, Any],
                  on_progress: ProgressCallback, options: Optional[EngineOptions] = None) -> Any:
@@ -52,6 +61,9 @@ class WarmModel:
                 self.release()
                 self._session = core.open_session(model, runtime=runtime, settings=s, options=options, **components)
                 self._key, self._model = key, Path(str(model or components.get("diffusion_model", ""))).name
+                if self._address is not None:  # registered before the worker loads: an install never misses it
+                    self._held = register(s.state_dir, url=self._address[0], port=self._address[1], stack=stack,
+                                          runtime=str(runtime.path))
             try:
                 return self._session.generate(prompt, output, on_progress=on_progress, **image)
             finally:
@@ -61,10 +73,13 @@ class WarmModel:
         """Close the session (its worker stopped, its memory freed); whether a model was held."""
         with self._lock:
             session, self._session, self._key, self._model = self._session, None, None, ""
+            held, self._held = self._held, None
         if session is None:
+            unregister(held)
             return False
         loaded = bool(session.loaded)
         session.close()
+        unregister(held)  # only once its worker has exited
         return loaded
 
     def release_if_idle(self) -> bool:

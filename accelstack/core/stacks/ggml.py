@@ -154,7 +154,7 @@ class GgmlDriver:
     # -- install --------------------------------------------------------------------------------
     def install(self, plan: Plan, job: InstallJob) -> InstallSummary:
         s, report, progress, opts = job.settings, job.report, job.progress, job.options
-        home, lock = prepare_home(s, "install", progress)
+        home, lock = prepare_home(s, "install", progress, stack="ggml")
         with lock:
             recovered = recover(home)
             timings: dict = {}

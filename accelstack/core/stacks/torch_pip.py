@@ -23,7 +23,7 @@ def pip_transaction(plan: Plan, commands: PipCommands, settings: Settings, verif
     """Run ``commands`` for ``plan`` into the settings' torch target (a venv is made when missing);
     ``timings`` come first in the summary's (a bundle's read and check)."""
     python = target_interpreter(settings, create=True)
-    home, lock = prepare_home(settings, "install torch", progress)
+    home, lock = prepare_home(settings, "install torch", progress, stack="torch")
     with lock:
         recovered: List[str] = recover(home)
         rid = receipt_id(plan, python)
