@@ -8,7 +8,7 @@ path), removed when the worker is released. Every command that changes a runtime
 :func:`~.context.prepare_home` (the home's lock), which calls :func:`release_held` once it holds the
 lock: a live service holding a worker of that stack is asked to release it (``DELETE
 /api/v1/session`` with the token from its token file, as the page does) and the command waits for
-the registration to go. A file whose service pid is dead is ignored; a registration is trusted for
+the registration to go. A file whose service process is gone (its pid dead, or reused by a process started at another time) is ignored; a registration is trusted for
 nothing but that request, and only to a loopback address (the token is read from the service's
 own token file, by port, never from a path the registration names).
 """
@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
+
+import psutil
 
 from .. import fsio
 from ..artifacts.loopback import delete_on_loopback
@@ -44,6 +46,7 @@ class HeldWorker:
     """One registration: the service (``pid``, ``url``, ``port``) and what its worker loaded."""
 
     pid: int
+    started: float  # the service process's start time: a pid the system gave to another process is not it
     url: str
     port: int
     stack: str
@@ -52,7 +55,7 @@ class HeldWorker:
 
     @property
     def alive(self) -> bool:
-        return _alive(self.pid)
+        return _alive(self.pid, self.started)
 
 
 def held_dir(state_dir: Path) -> Path:
@@ -62,7 +65,7 @@ def held_dir(state_dir: Path) -> Path:
 def register(state_dir: Path, *, url: str, port: int, stack: str, runtime: str) -> Path:
     """Say that this process (a service) holds a loaded worker of ``runtime``; the file's path."""
     path = held_dir(state_dir) / f"worker-{os.getpid()}.json"
-    doc = {"pid": os.getpid(), "url": url, "port": port, "stack": stack, "runtime": runtime}
+    doc = {"pid": os.getpid(), "started": _started(os.getpid()), "url": url, "port": port, "stack": stack, "runtime": runtime}
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fsio.write_bytes(path, json.dumps(doc).encode("utf-8"), mode=0o600, durable=False)
     return path
@@ -87,25 +90,28 @@ def held_workers(state_dir: Path) -> List[HeldWorker]:
     for path in names:
         try:
             doc = json.loads(read_capped(path, MAX_FILE).decode("utf-8"))
-            out.append(HeldWorker(int(doc["pid"]), str(doc["url"]), int(doc["port"]), str(doc["stack"]),
+            out.append(HeldWorker(int(doc["pid"]), float(doc["started"]), str(doc["url"]), int(doc["port"]), str(doc["stack"]),
                                   str(doc["runtime"]), path))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> float:
+    """When process ``pid`` started (-1: no such process)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return -1.0
+
+
+def _alive(pid: int, started: float) -> bool:
+    """Whether the registering service still runs: its pid, started when it said (a killed service's pid
+    reused by another process is not it)."""
     if pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
+    now = _started(pid)
+    return now >= 0 and abs(now - started) < 0.5
 
 
 def release_held(state_dir: Path, stack: Optional[str], command: str, timeout: float = 120.0) -> List[HeldWorker]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 import requests
 from test_warm_model import API, _generate, _gone, _workers
@@ -46,11 +47,12 @@ def test_a_repair_in_another_process_has_the_service_release_its_loaded_worker_f
     assert held_workers(s.state_dir) == []
 
 
-def _registered(state_dir, pid, home):
-    """A registration naming ``pid`` as a service on a port where nothing answers."""
+def _registered(state_dir, pid, home, started=None):
+    """A registration naming ``pid`` as a service (started at ``started``) on a port where nothing answers."""
     path = register(state_dir, url="http://127.0.0.1:1/", port=1, stack="ggml", runtime=str(home / "x"))
     doc = json.loads(path.read_text())
     doc["pid"] = pid
+    doc["started"] = started if started is not None else psutil.Process(pid).create_time() if psutil.pid_exists(pid) else 0
     named = path.with_name(f"worker-{pid}.json")
     named.write_text(json.dumps(doc))
     os.unlink(path)
@@ -72,6 +74,10 @@ def test_a_service_that_does_not_release_stops_the_command_with_a_typed_error_an
     # a live process named as a service that does not answer: the command refuses, naming it, and changes nothing
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
+        _registered(s.state_dir, live.pid, home, started=psutil.Process(live.pid).create_time() - 1000)
+        run = subprocess.run([sys.executable, "-m", "accelstack", "rollback", "--json"], env=env, capture_output=True,
+                             text=True, timeout=120)  # a killed service's pid, now another process's: ignored
+        assert "service" not in run.stdout and "no previous ggml runtime" in run.stdout, run.stdout
         _registered(s.state_dir, live.pid, home)
         run = subprocess.run([sys.executable, "-m", "accelstack", "rollback", "--json"], env=env, capture_output=True,
                              text=True, timeout=120)
