@@ -104,8 +104,9 @@ class WorkerLauncher:
         """Launch the worker and wait until it is ready (model loaded). On failure nothing is
         left running (``log_tail()`` still has the worker's last lines)."""
         with self._lock:
-            if self.alive() and not self._prestarted:
-                return self.status()
+            if self.alive() and not self._prestarted:  # a loaded worker: a late answer (starved of CPU) is no verdict
+                st = self._status(self.policy.ping_timeout)  # the job's submit and its liveness judge decide
+                return st or self.last_status or WorkerStatus(phase="ready", pid=self.pid or 0)
             try:
                 return self._launch_and_wait()
             except BaseException as exc:

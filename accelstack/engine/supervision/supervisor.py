@@ -140,7 +140,9 @@ class Supervisor(WorkerLauncher):
         before = self._status(self.policy.ping_timeout)  # its ticks: the first callback of the job ends the prompt's encoding
         base_ticks = before.ticks if before is not None else None
         try:
-            job = self.client.submit(request, timeout=max(5.0, self.policy.ping_timeout))
+            # a live worker slow to answer (starved of CPU under load, its pages swapped out) is waited for as
+            # long as a stall is: a dead one refuses at once, and one late answer is no verdict (issue 46)
+            job = self.client.submit(request, timeout=max(5.0, self.policy.ping_timeout, self.policy.stall_timeout))
         except TRANSPORT_ERRORS as exc:
             self._kill("it did not accept a job")
             raise _WorkerLost(f"the worker did not accept the job ({exc})") from None

@@ -114,3 +114,24 @@ def test_the_core_session_keeps_the_model_loaded_and_keeps_components_to_the_ses
         with pytest.raises(InvalidRequestError, match="load-time setting"):
             session.generate("probe", tmp_path / "c.png", vae=str(tmp_path / "vae.safetensors"))
     assert _gone(early) and not session.loaded
+
+
+def test_a_warm_worker_slow_to_take_the_next_job_is_waited_for_not_replaced(cpu_runtime, probe_model, tmp_path):
+    """Under heavy load an idle warm worker may not answer the next job's submit for seconds (starved of CPU,
+    its pages swapped out): stopped here (SIGSTOP) past the old 5 s submit wait, then continued. A live worker
+    is judged by its exit or a stall, never by one late answer: the job runs on it (reused, no restart)."""
+    import threading
+
+    with WarmSession(cpu_runtime, policy=POLICY) as session:
+        first = session.generate(job(probe_model.path, tmp_path / "a.png"))
+        pid = session.pid
+        assert pid is not None and first.reused_worker is False
+        os.kill(pid, signal.SIGSTOP)
+        resume = threading.Timer(7.0, os.kill, (pid, signal.SIGCONT))
+        resume.start()
+        try:
+            second = session.generate(job(probe_model.path, tmp_path / "b.png", seed=8))
+        finally:
+            resume.join()
+            os.kill(pid, signal.SIGCONT)
+        assert second.reused_worker is True and second.restarts == 0 and session.pid == pid and session.loads == 1
