@@ -38,7 +38,7 @@ LOOPBACK = ("127.0.0.1", "[::1]", "localhost")
 class WorkerHeldError(LockHeldError):
     """A running service holds a loaded worker of the runtime a command would change, and did not release it."""
 
-    default_action = Action.WAIT
+    default_action = Action.RETRY  # once the service is stopped or has released its model
 
 
 @dataclass
