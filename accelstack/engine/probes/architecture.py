@@ -22,6 +22,25 @@ def _linear(out: Dict[str, Shape], name: str, n_out: int, n_in: int, bias: bool 
         out[f"{name}.bias"] = (n_out,)
 
 
+def llm_layer(out: Dict[str, Shape], b: str, h: int, heads: Tuple[int, int, int], mlp: int, qkv_bias: bool,
+              qk_norm: bool) -> None:
+    """One decoder layer of a Hugging Face text model as src/llm.hpp reads it (Qwen2.5-VL's has q/k/v biases,
+    Qwen3's a q/k RMS norm instead); ``heads`` is (query heads, key/value heads, head size)."""
+    n_q, n_kv, head = heads
+    _linear(out, f"{b}.self_attn.q_proj", n_q * head, h, bias=qkv_bias)
+    _linear(out, f"{b}.self_attn.k_proj", n_kv * head, h, bias=qkv_bias)
+    _linear(out, f"{b}.self_attn.v_proj", n_kv * head, h, bias=qkv_bias)
+    _linear(out, f"{b}.self_attn.o_proj", h, n_q * head, bias=False)
+    if qk_norm:
+        out[f"{b}.self_attn.q_norm.weight"] = (head,)
+        out[f"{b}.self_attn.k_norm.weight"] = (head,)
+    _linear(out, f"{b}.mlp.gate_proj", mlp, h, bias=False)
+    _linear(out, f"{b}.mlp.up_proj", mlp, h, bias=False)
+    _linear(out, f"{b}.mlp.down_proj", h, mlp, bias=False)
+    out[f"{b}.input_layernorm.weight"] = (h,)
+    out[f"{b}.post_attention_layernorm.weight"] = (h,)
+
+
 def _conv(out: Dict[str, Shape], name: str, n_out: int, n_in: int, k: int) -> None:
     out[f"{name}.weight"] = (n_out, n_in, k, k)
     out[f"{name}.bias"] = (n_out,)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from .architecture import Shape, _conv, _linear
+from .architecture import Shape, _conv, _linear, llm_layer
 
 __all__ = ["FLUX2_HEAD", "FLUX2_IN", "FLUX2_LATENT", "flux2_dit_tensors", "flux2_llm_tensors", "flux2_vae_extra",
            "KLEIN_LLM", "DEV_LLM"]
@@ -88,18 +88,7 @@ def flux2_llm_tensors(llm: LLMShape = KLEIN_LLM, layers: int = 1) -> Dict[str, S
     out: Dict[str, Shape] = {"model.embed_tokens.weight": (vocab, h)}
     for i in range(layers):
         b = f"model.layers.{i}"
-        _linear(out, f"{b}.self_attn.q_proj", LLM_HEADS * LLM_HEAD, h, bias=False)
-        _linear(out, f"{b}.self_attn.k_proj", LLM_KV_HEADS * LLM_HEAD, h, bias=False)
-        _linear(out, f"{b}.self_attn.v_proj", LLM_KV_HEADS * LLM_HEAD, h, bias=False)
-        _linear(out, f"{b}.self_attn.o_proj", h, LLM_HEADS * LLM_HEAD, bias=False)
-        if qk_norm:
-            out[f"{b}.self_attn.q_norm.weight"] = (LLM_HEAD,)
-            out[f"{b}.self_attn.k_norm.weight"] = (LLM_HEAD,)
-        _linear(out, f"{b}.mlp.gate_proj", mlp, h, bias=False)
-        _linear(out, f"{b}.mlp.up_proj", mlp, h, bias=False)
-        _linear(out, f"{b}.mlp.down_proj", h, mlp, bias=False)
-        out[f"{b}.input_layernorm.weight"] = (h,)
-        out[f"{b}.post_attention_layernorm.weight"] = (h,)
+        llm_layer(out, b, h, (LLM_HEADS, LLM_KV_HEADS, LLM_HEAD), mlp, qkv_bias=False, qk_norm=qk_norm)
     out["model.norm.weight"] = (h,)
     return out
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from .architecture import Shape, _linear
+from .architecture import Shape, _linear, llm_layer
 
 __all__ = ["QWEN_CONTEXT", "qwen_dit_tensors", "qwen_llm_tensors", "wan_decoder_tensors"]
 
@@ -74,15 +74,7 @@ def qwen_llm_tensors(layers: int = 1, mlp: int = LLM_MLP) -> Dict[str, Shape]:
     out: Dict[str, Shape] = {"model.embed_tokens.weight": (LLM_VOCAB, h)}
     for i in range(layers):
         b = f"model.layers.{i}"
-        _linear(out, f"{b}.self_attn.q_proj", LLM_HEADS * QWEN_HEAD, h)
-        _linear(out, f"{b}.self_attn.k_proj", LLM_KV_HEADS * QWEN_HEAD, h)
-        _linear(out, f"{b}.self_attn.v_proj", LLM_KV_HEADS * QWEN_HEAD, h)
-        _linear(out, f"{b}.self_attn.o_proj", h, LLM_HEADS * QWEN_HEAD, bias=False)
-        _linear(out, f"{b}.mlp.gate_proj", mlp, h, bias=False)
-        _linear(out, f"{b}.mlp.up_proj", mlp, h, bias=False)
-        _linear(out, f"{b}.mlp.down_proj", h, mlp, bias=False)
-        out[f"{b}.input_layernorm.weight"] = (h,)
-        out[f"{b}.post_attention_layernorm.weight"] = (h,)
+        llm_layer(out, b, h, (LLM_HEADS, LLM_KV_HEADS, QWEN_HEAD), mlp, qkv_bias=True, qk_norm=False)
     out["model.norm.weight"] = (h,)
     return out
 

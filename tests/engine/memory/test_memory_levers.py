@@ -63,12 +63,13 @@ def test_a_bad_max_vram_is_a_typed_error(value):
         apply_overrides(EngineOptions(), {"max_vram": value})
 
 
-def test_the_worker_hands_every_lever_to_the_bindings(tmp_path):
-    """GgmlBackend.load passes the levers as the bindings' own arguments (stable_diffusion.py 0.4.7)."""
-    seen = {}
+def _recording_backend(tmp_path):
+    """A GgmlBackend whose bindings record the arguments of the last load (the worker's side of each lever)."""
+    seen: dict = {}
 
     class FakeSD:
         def __init__(self, **kw):
+            seen.clear()
             seen.update(kw)
             self._model = types.SimpleNamespace(model=object())
 
@@ -77,6 +78,12 @@ def test_the_worker_hands_every_lever_to_the_bindings(tmp_path):
     backend.sd_cpp = types.SimpleNamespace(sd_get_num_physical_cores=lambda: 2, sd_embedding_t=None)
     model = tmp_path / "m.safetensors"
     model.write_bytes(b"x")
+    return backend, model, seen
+
+
+def test_the_worker_hands_every_lever_to_the_bindings(tmp_path):
+    """GgmlBackend.load passes the levers as the bindings' own arguments (stable_diffusion.py 0.4.7)."""
+    backend, model, seen = _recording_backend(tmp_path)
     options = EngineOptions(keep_clip_on_cpu=True, keep_vae_on_cpu=True, max_vram=5.5, enable_mmap=True).concrete()
     backend.load(str(model), options)
     assert (seen["keep_clip_on_cpu"], seen["keep_vae_on_cpu"], seen["max_vram"], seen["enable_mmap"]) == \
@@ -176,19 +183,7 @@ def test_lora_apply_mode_is_a_config_key_a_flag_a_job_field_and_a_bindings_argum
     args.config, args.threads = None, None
     assert engine_options(args, settings).lora_apply_mode == "immediately"
 
-    seen: dict = {}
-
-    class FakeSD:
-        def __init__(self, **kw):
-            seen.clear()
-            seen.update(kw)
-            self._model = types.SimpleNamespace(model=object())
-
-    backend = GgmlBackend(io.StringIO())
-    backend.bindings = types.SimpleNamespace(StableDiffusion=FakeSD)
-    backend.sd_cpp = types.SimpleNamespace(sd_get_num_physical_cores=lambda: 2, sd_embedding_t=None)
-    model = tmp_path / "m.safetensors"
-    model.write_bytes(b"x")
+    backend, model, seen = _recording_backend(tmp_path)
     backend.load(str(model), EngineOptions(lora_apply_mode="at_runtime").concrete())
     assert seen["lora_apply_mode"] == "at_runtime"
     backend.load(str(model), EngineOptions().concrete())
