@@ -7,7 +7,6 @@ whole and as a diffusion model + LLM + VAE given one by one, as users have FLUX.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,10 +93,9 @@ def test_flux2_with_llm_gives_sd_cli_s_pixels(cpu_runtime, cache_with_probe, par
     """Issue 44's pixel identity: the same three files through stable-diffusion.cpp's own sd-cli (built from
     the runtime's source with its CMake options; skipped with the reason where that build is absent) and
     through ``accelstack generate`` give the same pixels."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loras"))  # its sd-cli lookup, one place
-    from test_lora_vs_sd_cli import _sd_cli
+    from sd_cli_helpers import sd_cli as find_sd_cli  # the one sd-cli lookup (tests/engine)
 
-    sd_cli = _sd_cli(ggml_cpu_build)
+    sd_cli = find_sd_cli(ggml_cpu_build)
     files = ["--diffusion-model", parts / "flux-2-klein-4b.safetensors", "--vae", parts / "flux2_ae.safetensors",
              "--llm", parts / "qwen_3_4b.safetensors"]
     cli = subprocess.run([sd_cli, *files, "-p", "a lighthouse", *SETTINGS, "-s", "5", "--sampling-method", "euler",
