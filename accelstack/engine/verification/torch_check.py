@@ -25,9 +25,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+if __name__ == "__main__" and sys.path and \
+        os.path.realpath(sys.path[0] or os.curdir) == os.path.dirname(os.path.realpath(__file__)):
+    # Run as a script, Python put this folder first on sys.path: accelstack's modules here (kernels.py) would
+    # shadow what torch and diffusers import (diffusers probes for Hugging Face's optional `kernels` package).
+    del sys.path[0]
 
 try:
     from ..probes.layout import probe_weights, split_parts
